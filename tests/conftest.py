@@ -1,0 +1,33 @@
+import dataclasses
+
+import pytest
+import torch
+
+from damcha import ModelConfig, build_model, variant_config
+
+DAMCHA_VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear")
+ALL_VARIANTS = (*DAMCHA_VARIANTS, "mha")
+
+
+def tiny_config(variant: str = "damcha", causal: bool = True, **overrides) -> ModelConfig:
+    base = ModelConfig(
+        vocab_size=11, block_size=16, n_layer=2, n_head=4, n_embd=16, generator_widths=(16, 24),
+        causal=causal, n_classes=0 if causal else 5,
+    )
+    return dataclasses.replace(variant_config(base, variant), **overrides)
+
+
+def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtype=torch.float64, **overrides):
+    model = build_model(tiny_config(variant, causal, **overrides), seed=seed).to(dtype)
+    if variant == "damcha-static":  # an identity metric hides block mix-ups; perturb it
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            for src in model.metric_sources():
+                src.generator.weight.add_(0.3 * torch.randn_like(src.generator.weight))
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _single_thread_determinism():
+    torch.manual_seed(0)
+    yield

@@ -1,0 +1,79 @@
+"""DESIGN.md: under the row sum only m_i is learned; the within-row residue never moves."""
+
+import numpy as np
+import pytest
+import torch
+
+from damcha import inspect_input
+from damcha.metric import within_row_residual
+from tests.conftest import tiny_model
+
+
+def _train(model, steps=300, lr=3e-3, weight_decay=0.0):
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        tokens = torch.randint(0, 11, (8, 12), generator=gen)
+        targets = torch.roll(tokens, -1, dims=1)  # a learnable toy task: copy the next token
+        opt.zero_grad()
+        model(tokens, targets=targets, stochastic=False).loss.backward()
+        opt.step()
+
+
+def _residuals(model):
+    cfg = model.config
+    (src,) = model.metric_sources()
+    weight, bias = src.last_layer()
+    return [within_row_residual(t.detach().clone(), cfg.n_embd, cfg.n_head) for t in (weight, bias) if t is not None]
+
+
+@pytest.mark.parametrize("variant", ["damcha", "damcha-bilinear", "damcha-static"])
+def test_row_sum_residue_is_frozen_and_bilinear_residue_learns(variant):
+    model = tiny_model(variant, True)
+    w0 = model.metric_sources()[0].last_layer()[0].detach().clone()
+    before = _residuals(model)
+    _train(model)
+    after = _residuals(model)
+    w1 = model.metric_sources()[0].last_layer()[0].detach()
+    assert (w1 - w0).abs().max() > 1e-2  # the layer did train
+    change = max((a - b).abs().max().item() for a, b in zip(after, before))
+    if variant == "damcha-bilinear":
+        assert change > 1e-2
+    else:
+        assert change < 1e-10
+
+
+def test_decoupled_weight_decay_shrinks_the_residue():
+    """The freeze is a property of Adam without decoupled decay; AdamW's decay moves it."""
+    model = tiny_model("damcha", True)
+    before = _residuals(model)[0]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.5)
+    for _ in range(20):
+        opt.zero_grad()
+        tokens = torch.randint(0, 11, (4, 8))
+        model(tokens, targets=tokens).loss.backward()
+        opt.step()
+    after = _residuals(model)[0]
+    assert after.norm() < before.norm() * 0.999
+
+
+def test_inspection_residue_is_the_frozen_readout_of_the_generator_features():
+    model = tiny_model("damcha", True)
+    _train(model, steps=50)
+    cfg = model.config
+    tokens = [1, 5, 2, 7, 3, 3, 0]
+    record = inspect_input(model, tokens)
+    src = model.metric_sources()[0]
+    res_w, res_b = _residuals(model)  # (H, d, H, d, w), (H, d, H, d, 1)
+    with torch.no_grad():
+        tok = torch.tensor(tokens)[None]
+        h0 = model.tok_emb(tok) + model.pos_emb(torch.arange(len(tokens)))
+        c = h0.cumsum(1)[0] / torch.arange(1, len(tokens) + 1, dtype=h0.dtype)[:, None]  # (T, D)
+        feats = src.generator.features(c, False)  # (T, w)
+        expected = torch.einsum("ipjqk,tk->tipjq", res_w, feats) + res_b[..., 0]  # (T, H, d, H, d)
+    expected = expected.reshape(len(tokens), cfg.n_embd, cfg.n_embd).numpy()
+    np.testing.assert_allclose(record.metric_residue[0], expected, atol=1e-10)
+    np.testing.assert_allclose(record.metric_learned[0] + record.metric_residue[0], record.metric[0], atol=1e-12)
+    blocks = record.metric_residue[0].reshape(len(tokens), cfg.n_head, cfg.head_dim, cfg.n_head, cfg.head_dim)
+    np.testing.assert_allclose(blocks.mean(axis=3), 0, atol=1e-12)  # zero row mean
+    assert record.identifiable == "learned"

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+import torch
+
+from damcha import identifiability_note, inspect_input
+from tests.conftest import ALL_VARIANTS, tiny_model
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_inspection_leaves_the_model_untouched_and_is_deterministic(variant, causal):
+    model = tiny_model(variant, causal, dropout=0.2, generator_dropout=0.2)
+    model.train()  # a model in training mode must stay in training mode
+    before = _state(model)
+    tokens = [1, 2, 3, 4, 5, 6, 7]
+    targets = [2, 3, 4, 5, 6, 7, 8] if causal else 3
+    a = inspect_input(model, tokens, targets)
+    b = inspect_input(model, tokens, targets)
+    assert model.training
+    assert all(m.training for m in model.modules())
+    after = _state(model)
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.parameters())
+    for field in a.__dataclass_fields__:
+        x, y = getattr(a, field), getattr(b, field)
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y)
+        else:
+            assert x == y
+    # eval-mode inspection: dropout is off even though the model is in training mode
+    out = model(torch.tensor([tokens]), stochastic=False).logits[0].detach().numpy()
+    np.testing.assert_allclose(a.logits, out, atol=1e-12)
+
+
+def test_record_shapes_and_loss():
+    model = tiny_model("damcha-unshared", True)
+    T = 9
+    tokens = list(range(T))
+    targets = [1, 2, 3, 4, 5, 6, 7, 8, -100]
+    rec = inspect_input(model, tokens, targets, positions=[0, 4, 8])
+    L, H, D, d = 2, 4, 16, 4
+    assert rec.metric.shape == (L, 3, D, D)
+    assert rec.head_metrics.shape == (L, 3, H, d, d)
+    assert rec.block_norms.shape == (L, 3, H, H)
+    assert rec.attention.shape == (L, H, T, T)
+    assert rec.logits.shape == (T, 11)
+    assert np.isnan(rec.token_loss[-1]) and np.isfinite(rec.token_loss[:-1]).all()
+    assert rec.loss == pytest.approx(np.nanmean(rec.token_loss))
+    np.testing.assert_allclose(rec.attention.sum(-1), 1.0, atol=1e-12)
+    full = inspect_input(model, tokens)
+    np.testing.assert_allclose(rec.metric, full.metric[:, [0, 4, 8]], atol=1e-12)
+    norms = np.sqrt((full.metric.reshape(L, T, H, d, H, d) ** 2).sum(axis=(3, 5)))
+    np.testing.assert_allclose(full.block_norms, norms, atol=1e-12)
+
+
+def test_bad_positions_and_empty_input_are_clear_errors():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="positions"):
+        inspect_input(model, [1, 2, 3], positions=[3])
+    with pytest.raises(ValueError, match="empty"):
+        inspect_input(model, [])
+    with pytest.raises(ValueError, match="block_size"):
+        inspect_input(model, list(range(11)) * 2)
+
+
+def test_mha_record_has_no_metric_and_notes_differ():
+    rec = inspect_input(tiny_model("mha"), [1, 2, 3])
+    assert rec.metric is None and rec.identifiable == "none"
+    notes = {identifiability_note(f) for f in ("row_sum", "bilinear", None)}
+    assert len(notes) == 3
+    assert "only the learned part" in identifiability_note("row_sum")
