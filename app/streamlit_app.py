@@ -1,16 +1,31 @@
-"""Entry point of `streamlit run app`: routes to the views in the top-level pages/ folder."""
+"""Entry point of `streamlit run app`: the shared sidebar run picker, then the page router."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import streamlit as st
-
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # the app also runs from a plain checkout without `pip install -e .`
+if str(ROOT) not in sys.path:  # the app also runs from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
+import streamlit as st  # noqa: E402
+
+from app.ui import export_all_widget, export_settings_widget, run_picker  # noqa: E402
+
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")
-home = st.Page(ROOT / "pages" / "home.py", title="Home", default=True)
-st.navigation([home]).run()
+pages = [
+    st.Page(ROOT / "pages" / "home.py", title="Home", icon=":material/home:", default=True),
+    st.Page(ROOT / "pages" / "inspector.py", title="Metric inspector", icon=":material/search:", url_path="inspector"),
+    st.Page(ROOT / "pages" / "dynamics.py", title="Training dynamics", icon=":material/timeline:", url_path="dynamics"),
+    st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
+            url_path="gradients"),
+    st.Page(ROOT / "pages" / "ablation.py", title="Metric ablations", icon=":material/tune:", url_path="ablation"),
+]
+nav = st.navigation(pages)
+st.session_state["selection"] = run_picker()
+export_settings_widget()
+st.session_state["export_registry"] = {}  # filled by the page's figures, for "Export all"
+st.session_state["export_context"] = {}
+nav.run()
+export_all_widget()

@@ -1,21 +1,180 @@
-"""`python -m damcha <command>`: the command-line entry point."""
+"""`python -m damcha <command>` (or the `damcha` console script)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from .checkpoints import CheckpointError
+from .config import VARIANTS, ModelConfig, variant_config
+from .data import DATASETS, DataError
+from .preprocess import InputError
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in text.split(",") if t.strip())
+
+
+def _train_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a model, with per-epoch metrics and snapshots",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dataset", choices=DATASETS, default="digits")
+    p.add_argument("--data-path", help="local file for textfile / enwik8 / text8")
+    p.add_argument("--variant", choices=VARIANTS, default="damcha",
+                   help="attention: damcha (shared f(x), row sum), -unshared, -static (w/o f(x)), -bilinear, mha")
+    p.add_argument("--n-layer", type=int, default=2)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=32)
+    p.add_argument("--generator-widths", type=_ints, default=(64, 128), help="hidden widths of f, e.g. 256,512")
+    p.add_argument("--block-size", type=int, default=128, help="context length for text data sets")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--generator-dropout", type=float, default=0.0)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--optimizer", choices=("adam", "adamw"), default="adam")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="0 turns clipping off")
+    p.add_argument("--steps-per-epoch", type=int, default=100, help="text data sets: steps in one epoch")
+    p.add_argument("--snapshot-epochs", type=_ints, default=(), help="e.g. 0,1,2,5,10,30 (0 and the last are always kept)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
+
+
+def _train(args) -> int:
+    from .train import TrainConfig, train
+
+    base = ModelConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                       generator_widths=args.generator_widths, dropout=args.dropout,
+                       generator_dropout=args.generator_dropout, block_size=args.block_size)
+    tcfg = TrainConfig(
+        dataset=args.dataset, data_path=args.data_path, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule,
+        warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
+        snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch,
+    )
+    result = train(variant_config(base, args.variant), tcfg, args.out)
+    print(f"done: {result.run_dir} ({result.seconds:.1f} s)")
+    return 0
+
+
+def _demo(args) -> int:
+    from .demo_runs import build_demo_runs
+
+    seconds = build_demo_runs(args.out, args.only or None, quick=args.quick)
+    for name, s in seconds.items():
+        print(f"{name:28s} {s:7.1f} s")
+    print(f"total {sum(seconds.values()):.1f} s")
+    return 0
+
+
+def _figures_parser(sub) -> None:
+    p = sub.add_parser("figures", help="regenerate a figure set headlessly (same figure functions as the app)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--run", help="run directory")
+    p.add_argument("--epochs", type=_ints, default=(), help="e.g. 0,40 (default: every snapshot)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--image", help="image file (digit runs)")
+    src.add_argument("--text", help="UTF-8 text file (text runs)")
+    src.add_argument("--val-index", type=int, default=None, help="validation sample index")
+    p.add_argument("--figures", default="", help="comma-separated names (default: all that apply)")
+    p.add_argument("--mode", default="full", choices=("full", "diagonal", "off_diagonal"))
+    p.add_argument("--layer", type=int, default=0)
+    p.add_argument("--position", type=int, default=-1, help="query position index (causal runs), -1: last")
+    p.add_argument("--formats", default="png,svg,pdf,html,csv,npz")
+    p.add_argument("--width", type=int, default=700)
+    p.add_argument("--height", type=int, default=560)
+    p.add_argument("--scale", type=float, default=2.0)
+    p.add_argument("--no-paper-style", action="store_true")
+    p.add_argument("--from-provenance", help="a *.provenance.json written by an earlier export")
+    p.add_argument("--out", required=True, help="output directory")
+
+
+def _figures(args) -> int:
+    import json
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from .checkpoints import load_run
+    from .export import ALL_FORMATS, STATIC_FORMATS, ExportSettings, static_export_status, write_item
+    from .figure_sets import figure_set, regenerate
+    from .samples import input_from_image, input_from_text, validation_input
+
+    formats = [f for f in args.formats.split(",") if f]
+    bad = set(formats) - set(ALL_FORMATS)
+    if bad:
+        raise ValueError(f"unknown formats {sorted(bad)}; expected some of {ALL_FORMATS}")
+    ok, message = static_export_status()
+    if not ok and set(formats) & set(STATIC_FORMATS):
+        print(f"warning: {message}; writing only {[f for f in formats if f not in STATIC_FORMATS]}", file=sys.stderr)
+        formats = [f for f in formats if f not in STATIC_FORMATS]
+    settings = ExportSettings(args.width, args.height, args.scale, not args.no_paper_style)
+    if args.from_provenance:
+        path = Path(args.from_provenance)
+        if not path.is_file():
+            raise ValueError(f"{path}: no such provenance file")
+        prov = json.loads(path.read_text())
+        items = [regenerate(prov)]
+        settings = ExportSettings(**prov.get("settings", {})) if "settings" in prov else settings
+    else:
+        if not args.run:
+            raise ValueError("--run is required (or --from-provenance)")
+        run = load_run(args.run)
+        if args.image:
+            inp = input_from_image(run, Path(args.image).read_bytes(), Path(args.image).name)
+        elif args.text:
+            inp = input_from_text(run, Path(args.text).read_bytes(), Path(args.text).name)
+        else:
+            inp = validation_input(run, args.val_index or 0)
+        epochs = args.epochs or run.epochs
+        names = [n for n in args.figures.split(",") if n] or None
+        bar = tqdm(total=len(epochs), desc="inspecting snapshots")
+        items = figure_set(run, epochs, inp.tokens, inp.targets, args.mode,
+                           {"layer": args.layer, "position": args.position}, names, inp.source,
+                           progress=lambda k, n: bar.update(1))
+        bar.close()
+    written = []
+    for item in tqdm(items, desc="writing figures"):
+        written += write_item(item, args.out, formats, settings)
+    print(f"wrote {len(written)} files for {len(items)} figures to {args.out}")
+    return 0
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="damcha", description="DAMCHA Lab command line")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the package version")
+    _train_parser(sub)
+    _figures_parser(sub)
+    demo = sub.add_parser("demo-runs", help="(re)train the shipped demo runs into checkpoints/")
+    demo.add_argument("--out", default="checkpoints")
+    demo.add_argument("--only", nargs="*", help="names of the runs to train (default: all)")
+    demo.add_argument("--quick", action="store_true", help="2 epochs each: a smoke test, not for shipping")
     args = parser.parse_args(argv)
-    if args.command == "version":
-        from . import __version__
+    try:
+        if args.command == "version":
+            from . import __version__
 
-        print(__version__)
-    return 0
+            print(__version__)
+            return 0
+        if args.command == "train":
+            return _train(args)
+        if args.command == "demo-runs":
+            return _demo(args)
+        if args.command == "figures":
+            return _figures(args)
+    except (DataError, CheckpointError, InputError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: the last complete epoch is saved; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 1
+
 
 
 if __name__ == "__main__":

@@ -159,3 +159,19 @@ def _identifiable(cfg) -> str:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().copy()
+
+
+def next_token_probabilities(record: InspectionRecord, position: int) -> np.ndarray:
+    """Softmax of the logits at `position` (decoders) or of the class logits. (V,) or (C,)."""
+    logits = record.logits if record.logits.ndim == 1 else record.logits[position]
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
+
+
+def expected_digit(record: InspectionRecord, levels: int = 17) -> np.ndarray:
+    """Teacher-forced prediction of each pixel of a digit decoder: the expected grey level of
+    p(pixel | the true pixels before it). (64, V) logits -> (8, 8)."""
+    logits = record.logits[:, :levels]  # (64, 17)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return (p @ np.arange(levels)).reshape(8, 8)

@@ -146,6 +146,10 @@ class StaticMetric(nn.Module):
         self.weight = nn.Parameter(torch.eye(config.n_embd))  # (D, D)
         self.n_head = config.n_head
 
+    def forward(self) -> torch.Tensor:
+        """M, (D, D). A module call (not a bare parameter read) so attribution can hook it."""
+        return self.weight
+
 
 class MetricSource(nn.Module):
     """Computes the HeadMetric for a layer from its input: f(x) or a static matrix."""
@@ -169,7 +173,7 @@ class MetricSource(nn.Module):
         """x: (B, T, D) the input the metric is generated from; real: (B, T) bool or None."""
         H = self.n_head
         if self.static:
-            M = self.generator.weight[None, None]  # (1, 1, D, D): same for every input and position
+            M = self.generator()[None, None]  # (1, 1, D, D): same for every input and position
             head = scaled_rows(M, H, mode) if self.bilinear else explicit_row_sum(M, H, mode)  # (1, 1, H, d, d|D)
             return HeadMetric(head=head, full=M if explicit else None)
         c = context_means(x, real, self.causal)  # (B, P, D)
@@ -183,7 +187,8 @@ class MetricSource(nn.Module):
     def full_metric(self, c: torch.Tensor) -> torch.Tensor:
         """M at given contexts (..., D) -> (..., D, D); a static metric ignores c."""
         if self.static:
-            return self.generator.weight.expand(*c.shape[:-1], *self.generator.weight.shape)
+            M = self.generator()  # (D, D)
+            return M.expand(*c.shape[:-1], *M.shape)
         return self.generator.full_metric(c)
 
     def last_layer(self) -> tuple[torch.Tensor, torch.Tensor | None]:

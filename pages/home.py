@@ -1,4 +1,75 @@
+"""Home: what the app is, the runs in the checkpoint folder with their model cards."""
+
+import pandas as pd
 import streamlit as st
 
+from app.ui import cached_runs, checkpoint_root, set_export_context, show
+from damcha import figures
+
 st.title("DAMCHA Lab")
-st.write("Data-adaptive Mahalanobis cross-head attention: train, inspect and export.")
+st.markdown(
+    "**Data-adaptive Mahalanobis cross-head attention**, seen from the inside. DAMCHA replaces "
+    "the Q/K projections of attention with a metric M(x) that a small network computes from the "
+    "input; each head i scores tokens with m_i = Σ_j M_ij. Pick a run and an epoch in the sidebar, "
+    "then open the **Metric inspector** to see the metric an image or a text induces."
+)
+st.info(
+    "Under the paper's row sum only the per-head metrics m_i are learned: the split of M(x) into "
+    "diagonal and off-diagonal blocks is left where the initialisation put it. Every view of M(x) in "
+    "this app shows the learned part and that residue separately."
+)
+
+try:
+    runs, bad = cached_runs(str(checkpoint_root()))
+except Exception as e:  # a wrong folder must not break the page
+    st.error(f"Cannot read the checkpoint folder: {e}")
+    st.stop()
+
+
+
+def _bits(row: dict, unit: str) -> str:
+    value = row.get(f"val_bits_per_{unit}")
+    return "—" if value is None else f"{value:.4f} bits/{unit}"
+
+
+rows = []
+for r in runs:
+    last = r.metrics[-1] if r.metrics else {}
+    unit = r.data.get("unit", "token")
+    rows.append({
+        "run": r.name, "data set": r.dataset, "variant": r.variant,
+        "score form": r.model_config.score_form if r.model_config.is_damcha else "—",
+        "layers×heads×width": f"{r.model_config.n_layer}×{r.model_config.n_head}×{r.model_config.n_embd}",
+        "parameters": r.model_config.parameter_estimate(),
+        "snapshots": ", ".join(map(str, r.epochs)),
+        "final val loss": _bits(last, unit),
+        "val accuracy": last.get("val_accuracy"),
+        "completion MSE": last.get("val_completion_mse"),
+    })
+st.subheader(f"Runs in {checkpoint_root()}")
+if rows:
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+for path, why in bad:
+    st.warning(f"{path.name} was skipped: {why}")
+
+sel = st.session_state.get("selection", (None, None))
+run, epoch = sel
+if run is not None:
+    st.subheader(f"Model card: {run.name}")
+    c = run.model_config
+    left, right = st.columns([1, 2])
+    with left:
+        st.markdown(
+            f"- **variant** `{run.variant}` ({'causal decoder' if c.causal else 'non-causal classifier'})\n"
+            f"- **data** {run.dataset}, {run.data.get('n_train', '?')} train / {run.data.get('n_val', '?')} validation\n"
+            f"- **sizes** {c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, generator widths {list(c.generator_widths)}\n"
+            f"- **parameters** {c.parameter_estimate():,}\n"
+            f"- **training** {run.train_config.get('epochs')} epochs, {run.train_config.get('optimizer')}, lr {run.train_config.get('lr')}\n"
+            f"- **snapshots** {list(run.epochs)}"
+        )
+    with right:
+        set_export_context(run, epoch)
+        keys = ["train_nll", "val_nll"]
+        show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs), "training_curves")
+st.markdown("**Where to start:** open the *Metric inspector*, keep the validation sample or upload your own "
+            "image or text, and move the query position and the metric mode.")

@@ -1,0 +1,221 @@
+"""Speed and memory of DAMCHA against standard MHA, measured side by side in one process.
+
+    .venv/bin/python benchmarks/bench.py [--repeats 20] [--json results.json] [--quick]
+
+Each case times DAMCHA and MHA interleaved (a DAMCHA run, then an MHA run, ...) after warm-up
+and reports medians, their ratio, FLOPs of the dense algorithm and achieved GFLOP/s. Peak
+memory of the single-layer cases is measured in a fresh subprocess per implementation: the
+increase of the peak resident set size (ru_maxrss) over the state right after set-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
+from damcha.attention import MetricAttention, MultiHeadAttention  # noqa: E402
+from damcha.metric import MetricSource  # noqa: E402
+
+B, D, H, WIDTHS = 16, 128, 8, (256, 512)
+
+
+def layer_config(causal: bool, T: int) -> ModelConfig:
+    return ModelConfig(vocab_size=256, block_size=T, n_layer=1, n_head=H, n_embd=D, generator_widths=WIDTHS,
+                       causal=causal, n_classes=0 if causal else 10)
+
+
+def layer_flops(cfg: ModelConfig, T: int, damcha: bool) -> float:
+    """2 x multiply-adds of the dense algorithm (no discount for the causal mask)."""
+    attn = 2 * B * T * T * D  # scores and weighted values
+    if not damcha:
+        return 2 * (4 * B * T * D * D + attn)
+    d = D // H
+    contexts = B * T if cfg.causal else B
+    widths = (D, *WIDTHS)
+    gen = contexts * (sum(a * b for a, b in zip(widths[:-1], widths[1:])) + WIDTHS[-1] * D * d)
+    return 2 * (gen + B * T * D * d + 2 * B * T * D * D + attn)
+
+
+def make_layer(cfg: ModelConfig, damcha: bool):
+    torch.manual_seed(0)
+    if damcha:
+        attn, src = MetricAttention(cfg, own_metric=False), MetricSource(cfg)
+
+        def run(x):
+            return attn(x, None, None, shared_metric=src(x, None)).y
+    else:
+        attn = MultiHeadAttention(cfg)
+
+        def run(x):
+            return attn(x, None, None).y
+    return run
+
+
+def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
+    for _ in range(warmup):
+        fa()
+        fb()
+    ta, tb = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fa()
+        ta.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        fb()
+        tb.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def peak_memory_mb(causal: bool, T: int, damcha: bool) -> float:
+    code = f"""
+import resource, torch, sys
+sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+from bench import layer_config, make_layer, B, D
+cfg = layer_config({causal}, {T}); run = make_layer(cfg, {damcha})
+x = torch.randn(B, {T}, D)
+with torch.no_grad():
+    run(x[:, :8])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(3):
+        run(x)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def layer_cases(repeats: int, quick: bool) -> list[dict]:
+    rows = []
+    lengths = (64, 256) if quick else (64, 256, 1024)
+    for causal in (False, True):
+        for T in lengths:
+            cfg = layer_config(causal, T)
+            x = torch.randn(B, T, D)
+            fd, fm = make_layer(cfg, True), make_layer(cfg, False)
+            with torch.no_grad():
+                td, tm = interleaved(lambda fd=fd, x=x: fd(x), lambda fm=fm, x=x: fm(x), repeats)
+            flops_d, flops_m = layer_flops(cfg, T, True), layer_flops(cfg, T, False)
+            rows.append({
+                "case": f"1 layer {'causal' if causal else 'non-causal'} T={T} (B={B}, D={D}, H={H})",
+                "damcha_ms": td * 1e3, "mha_ms": tm * 1e3, "ratio": td / tm,
+                "damcha_peak_mb": None if quick else peak_memory_mb(causal, T, True),
+                "mha_peak_mb": None if quick else peak_memory_mb(causal, T, False),
+                "damcha_gflop": flops_d / 1e9, "mha_gflop": flops_m / 1e9,
+                "damcha_gflops": flops_d / td / 1e9, "mha_gflops": flops_m / tm / 1e9,
+            })
+    return rows
+
+
+def training_cases(repeats: int, quick: bool) -> list[dict]:
+    rows = []
+    T = 32 if quick else 64
+    base = ModelConfig(vocab_size=256, block_size=T, n_layer=4, n_head=H, n_embd=D, generator_widths=WIDTHS)
+    tokens = torch.randint(0, 256, (32, T))
+    for variant in ("damcha", "damcha-unshared"):
+        models = {v: build_model(variant_config(base, v), seed=0) for v in (variant, "mha")}
+        opts = {v: torch.optim.Adam(m.parameters(), 1e-4) for v, m in models.items()}
+
+        def step(v, models=models, opts=opts):
+            opts[v].zero_grad()
+            models[v](tokens, targets=tokens).loss.backward()
+            opts[v].step()
+
+        td, tm = interleaved(lambda v=variant: step(v), lambda: step("mha"), max(5, repeats // 2))
+        rows.append({"case": f"4-layer training step, {variant} (B=32, T={T})", "damcha_ms": td * 1e3, "mha_ms": tm * 1e3,
+                     "ratio": td / tm})
+    return rows
+
+
+def app_cases(repeats: int) -> list[dict]:
+    from damcha.checkpoints import list_runs, load_model
+    from damcha.samples import validation_input
+
+    rows = []
+    runs, _ = list_runs(ROOT / "checkpoints")
+    for run in runs:
+        model = load_model(run)
+        inp = validation_input(run, 0)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            inspect_input(model, inp.tokens, inp.targets)
+            times.append(time.perf_counter() - t0)
+        rows.append({"case": f"inspection of one input, {run.name}", "damcha_ms": statistics.median(times) * 1e3})
+    run = next(r for r in runs if r.name == "digits-damcha")
+    inp = validation_input(run, 0)
+    t0 = time.perf_counter()
+    for e in run.epochs:
+        inspect_input(load_model(run, e), inp.tokens, inp.targets)
+    rows.append({"case": f"sweep over {len(run.epochs)} snapshots of digits-damcha (loading included)",
+                 "damcha_ms": (time.perf_counter() - t0) * 1e3})
+    return rows
+
+
+def export_cases() -> list[dict]:
+    import numpy as np
+
+    from damcha import figures
+    from damcha.export import figure_bytes, static_export_status
+
+    ok, why = static_export_status()
+    if not ok:
+        return [{"case": f"static export skipped: {why}"}]
+    fig = figures.metric_heatmap_figure(np.random.default_rng(0).normal(size=(32, 32)), 4)
+    rows = []
+    t0 = time.perf_counter()
+    figure_bytes(fig, "png")
+    rows.append({"case": "static export of one figure, PNG, cold (starts Chromium)", "damcha_ms": (time.perf_counter() - t0) * 1e3})
+    for fmt in ("png", "svg", "pdf"):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            figure_bytes(fig, fmt)
+            times.append(time.perf_counter() - t0)
+        rows.append({"case": f"static export of one figure, {fmt.upper()}, warm", "damcha_ms": statistics.median(times) * 1e3})
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    head = f"{'case':70s} {'DAMCHA ms':>10s} {'MHA ms':>9s} {'ratio':>6s} {'peak MB D/M':>13s} {'GFLOP D/M':>13s} {'GFLOP/s D/M':>13s}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        def f(k, fmt="{:.2f}", r=r):
+            return fmt.format(r[k]) if r.get(k) is not None else "-"
+        peak = f"{f('damcha_peak_mb', '{:.0f}')}/{f('mha_peak_mb', '{:.0f}')}" if "damcha_peak_mb" in r else "-"
+        gf = f"{f('damcha_gflop')}/{f('mha_gflop')}" if "damcha_gflop" in r else "-"
+        gfs = f"{f('damcha_gflops', '{:.0f}')}/{f('mha_gflops', '{:.0f}')}" if "damcha_gflops" in r else "-"
+        print(f"{r['case']:70s} {f('damcha_ms'):>10s} {f('mha_ms'):>9s} {f('ratio'):>6s} {peak:>13s} {gf:>13s} {gfs:>13s}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--json", help="also write the table as JSON here")
+    p.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks the script runs")
+    args = p.parse_args(argv)
+    repeats = 3 if args.quick else args.repeats
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {repeats} interleaved runs")
+    rows = layer_cases(repeats, args.quick) + training_cases(repeats, args.quick) + app_cases(repeats)
+    if not args.quick:
+        rows += export_cases()
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                                               "repeats": repeats, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Gradient contributions with captum: of each entry of M(x) to the loss, and of each input token
+to the loss or to a scalar of M(x).
+
+Captum attaches hooks to the module it attributes. The model the app serves is shared by
+every session, so every function here works on a private copy of it: the hooks live and die
+on that copy inside one call (captum removes them in `finally`), and the shared model is
+never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
+
+from .config import MetricMode
+from .metric import as_blocks
+from .model import Transformer
+
+TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
+
+
+@dataclass(frozen=True)
+class MetricContribution:
+    """(L_m, P, D, D) per-entry contribution of M(x) to the loss at each query position
+    (P = T for causal models, else 1): gradient x metric, or the plain gradient."""
+
+    values: np.ndarray
+    method: str  # "gradient_x_metric" | "gradient"
+
+    def block_totals(self, n_head: int) -> np.ndarray:
+        """(L_m, P, H, H) sum of the contributions in each block (signed for gradient x metric,
+        absolute for gradients)."""
+        blocks = self.values.reshape(*self.values.shape[:2], n_head, self.values.shape[-1] // n_head,
+                                     n_head, self.values.shape[-1] // n_head)
+        vals = blocks if self.method == "gradient_x_metric" else np.abs(blocks)
+        return vals.sum(axis=(3, 5))
+
+
+@dataclass(frozen=True)
+class TokenAttribution:
+    """(T,) Integrated-Gradients attribution of a scalar to each input token (summed over the
+    embedding), with captum's convergence delta: sum(values) = F(x) - F(baseline) + delta."""
+
+    values: np.ndarray
+    target: str
+    delta: float
+    value: float  # F(x)
+    baseline_value: float  # F(baseline)
+
+
+def _private_copy(model: Transformer) -> Transformer:
+    clone = copy.deepcopy(model)
+    for p in clone.parameters():
+        p.requires_grad_(True)
+    return clone
+
+
+def _as_batch(tokens, device) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=device).reshape(1, -1)
+
+
+def _metric_modules(model: Transformer) -> list[torch.nn.Module]:
+    """The module whose output is M (flattened for f, (D, D) for a static metric), per generator."""
+    return [src.generator if src.static else src.generator.out for src in model.metric_sources()]
+
+
+def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode | str = "full",
+                         method: str = "gradient_x_metric") -> MetricContribution:
+    """Contribution of each entry of M(x) to the loss, with captum's LayerGradientXActivation
+    (multiply_by_inputs=False for the plain gradient)."""
+    if not model.config.is_damcha:
+        raise ValueError("standard multi-head attention has no metric M(x)")
+    if method not in ("gradient_x_metric", "gradient"):
+        raise ValueError("method must be 'gradient_x_metric' or 'gradient'")
+    net = _private_copy(model)
+    device = next(net.parameters()).device
+    tok = _as_batch(tokens, device)
+    tgt = torch.as_tensor(np.asarray(targets), dtype=torch.long, device=device).reshape(1, -1)
+    if net.config.n_classes:
+        tgt = tgt[:, 0]
+    D = net.config.n_embd
+
+    def loss_of(x: torch.Tensor) -> torch.Tensor:
+        return net(x, targets=tgt, metric_mode=mode, explicit=True, stochastic=False).loss.reshape(1)
+
+    out = []
+    for module in _metric_modules(net):
+        attr = LayerGradientXActivation(loss_of, module, multiply_by_inputs=method == "gradient_x_metric")
+        a = attr.attribute(tok)  # (1, P, D*D) for f, (D, D) for a static metric
+        out.append(a.detach().reshape(-1, D, D).cpu().numpy())  # (P, D, D)
+    return MetricContribution(np.stack(out), method)
+
+
+def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, position: int = -1, layer: int = 0,
+                  block: tuple[int, int] = (0, 1), head: int = 0, targets: torch.Tensor | None = None,
+                  mode: MetricMode | str = "full") -> torch.Tensor:
+    """A scalar of M(x) per sequence, differentiable in the embeddings: (B,).
+
+    loss: the model's loss; off_diagonal_energy: Σ_{i≠j} ‖M_ij‖²; block_norm: ‖M_ij‖;
+    head_metric_norm: ‖m_i‖ (under `mode`). Taken at query `position` (causal) of metric `layer`.
+    """
+    if target == "loss":
+        out = model(tokens, targets=targets, metric_mode=mode, stochastic=False)
+        per_seq = out.token_loss if out.token_loss.dim() == 1 else out.token_loss.mean(dim=1)
+        return per_seq  # (B,)
+    out = model(tokens, metric_mode=mode, explicit=True, need_intermediates=True, stochastic=False)
+    layers = [out.layers[0]] if model.metric_source is not None else out.layers
+    hm = layers[layer].metric
+    H = model.config.n_head
+    full = hm.full[:, position] if hm.full.shape[1] > 1 else hm.full[:, 0]  # (B or 1, D, D)
+    full = full.expand(tokens.shape[0], *full.shape[1:])
+    blocks = as_blocks(full, H)  # (B, H, d, H, d)
+    norms = blocks.pow(2).sum(dim=(2, 4))  # (B, H, H) squared block norms
+    if target == "off_diagonal_energy":
+        eye = torch.eye(H, dtype=torch.bool, device=norms.device)
+        return norms.masked_fill(eye, 0).sum(dim=(1, 2))  # (B,)
+    if target == "block_norm":
+        return norms[:, block[0], block[1]].sqrt()  # (B,)
+    if target == "head_metric_norm":
+        m = hm.head[:, position] if hm.head.shape[1] > 1 else hm.head[:, 0]  # (B or 1, H, d, d)
+        m = m.expand(tokens.shape[0], *m.shape[1:])
+        return m[:, head].pow(2).sum(dim=(-2, -1)).sqrt()  # (B,)
+    raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+
+
+def token_attributions(model: Transformer, tokens, baseline_token: int, target: str = "loss", targets=None,
+                       n_steps: int = 32, progress: Callable[[int, int], None] | None = None, **scalar_kw) -> TokenAttribution:
+    """Integrated Gradients (captum's LayerIntegratedGradients on the token embedding) of a scalar
+    of the model, from a baseline input made of `baseline_token` everywhere."""
+    if target != "loss" and (not model.config.is_damcha or model.config.metric_input == "static"):
+        raise ValueError("this model's metric does not depend on the input: only the loss can be attributed to tokens")
+    net = _private_copy(model)
+    device = next(net.parameters()).device
+    tok = _as_batch(tokens, device)
+    tgt = None
+    if targets is not None:
+        tgt = torch.as_tensor(np.asarray(targets), dtype=torch.long, device=device).reshape(1, -1)
+        tgt = tgt[:, 0] if net.config.n_classes else tgt
+    if target == "loss" and tgt is None:
+        raise ValueError("the loss needs targets")
+    base = torch.full_like(tok, baseline_token)
+    if not net.config.n_classes and tok[0, 0] != baseline_token and net.config.vocab_size == 18:
+        base[0, 0] = tok[0, 0]  # keep the start token of a digit: attribute to the pixels only
+    calls = {"n": 0}
+    total_calls = n_steps + 1
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if progress:
+            progress(min(calls["n"], total_calls), total_calls)
+        t = None if tgt is None else tgt.expand(x.shape[0], *tgt.shape[1:])
+        return metric_scalar(net, x, target, targets=t, **scalar_kw)
+
+    ig = LayerIntegratedGradients(forward, net.tok_emb)
+    attr, delta = ig.attribute(tok, baselines=base, n_steps=n_steps, internal_batch_size=1,
+                               return_convergence_delta=True)
+    with torch.no_grad():
+        value = float(metric_scalar(net, tok, target, targets=tgt, **scalar_kw)[0])
+        base_value = float(metric_scalar(net, base, target, targets=tgt, **scalar_kw)[0])
+    return TokenAttribution(attr.detach().sum(-1)[0].cpu().numpy(), target, float(delta.abs().max()), value, base_value)
+
+
+def has_hooks(model: torch.nn.Module) -> bool:
+    """True if any module of `model` carries a forward, pre-forward or backward hook."""
+    return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+               for m in model.modules())

@@ -1,0 +1,250 @@
+"""Runs on disk: save, load, list and validate. Safetensors + JSON only: loading never unpickles.
+
+A run is a directory:
+  config.json               model config, training config, data split, format and package version
+  metrics.jsonl             one JSON row per evaluated epoch
+  epoch_0000.safetensors    one weights file per snapshot epoch (epoch 0 = the initialisation)
+  training_state.*          optimiser state for resuming (not shipped)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .config import ModelConfig
+from .model import Transformer, build_model
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+SNAPSHOT_RE = re.compile(r"^epoch_(\d{4,6})\.safetensors$")
+MAX_CONFIG_BYTES = 1_000_000
+MAX_SNAPSHOT_BYTES = 1_000_000_000
+MAX_HEADER_BYTES = 10_000_000
+
+
+class CheckpointError(ValueError):
+    """A run or snapshot cannot be used; the message says which file and why."""
+
+
+def snapshot_name(epoch: int) -> str:
+    return f"epoch_{epoch:04d}.safetensors"
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds,
+    so an interruption never leaves a half-written file under the final name."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; runs are shared and shipped
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def save_tensors_atomic(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+
+
+def save_snapshot(run_dir: Path, epoch: int, model: Transformer) -> Path:
+    path = Path(run_dir) / snapshot_name(epoch)
+    meta = {"format_version": str(FORMAT_VERSION), "epoch": str(epoch), "variant": model.config.variant}
+    save_tensors_atomic(path, model.state_dict(), meta)
+    return path
+
+
+@dataclass(frozen=True)
+class Run:
+    """A validated run directory (weights are loaded on demand by load_model)."""
+
+    path: Path
+    name: str
+    model_config: ModelConfig
+    train_config: dict
+    data: dict
+    epochs: tuple[int, ...]
+    metrics: tuple[dict, ...]
+    raw_config: dict
+
+    @property
+    def dataset(self) -> str:
+        return self.data.get("name", "?")
+
+    @property
+    def variant(self) -> str:
+        return self.model_config.variant
+
+    def snapshot_path(self, epoch: int) -> Path:
+        if epoch not in self.epochs:
+            raise CheckpointError(f"{self.path}: no snapshot for epoch {epoch}; available: {list(self.epochs)}")
+        return self.path / snapshot_name(epoch)
+
+    def metrics_at(self, epoch: int) -> dict | None:
+        return next((m for m in self.metrics if m.get("epoch") == epoch), None)
+
+
+def read_config(run_dir: Path) -> dict:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir}: no {CONFIG_FILE} (not a DAMCHA run directory)")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path}: {path.stat().st_size} bytes is too large for a run config")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict) or "format_version" not in cfg or "model" not in cfg:
+        raise CheckpointError(f"{path}: not a DAMCHA run config (expected format_version and model)")
+    if cfg["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: unknown format version {cfg['format_version']!r}; this DAMCHA Lab reads version {FORMAT_VERSION}")
+    return cfg
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{path}: line {i} is not valid JSON") from None
+        rows.append(row)
+    return rows
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read and validate a run's config, metrics and list of snapshots (no weights yet)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir}: no such run directory")
+    cfg = read_config(run_dir)
+    try:
+        model_config = ModelConfig.from_dict(cfg["model"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
+    epochs = sorted(int(m.group(1)) for f in run_dir.iterdir() if (m := SNAPSHOT_RE.match(f.name)))
+    if not epochs:
+        raise CheckpointError(f"{run_dir}: no snapshot files (epoch_NNNN.safetensors)")
+    return Run(run_dir, run_dir.name, model_config, cfg.get("train", {}), cfg.get("data", {}),
+               tuple(epochs), tuple(read_metrics(run_dir)), cfg)
+
+
+def _read_header(path: Path) -> dict:
+    """The safetensors JSON header, checked before any tensor is allocated."""
+    size = path.stat().st_size
+    if size > MAX_SNAPSHOT_BYTES:
+        raise CheckpointError(f"{path}: {size} bytes is larger than any DAMCHA snapshot should be")
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise CheckpointError(f"{path}: truncated (not a safetensors file)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > min(MAX_HEADER_BYTES, size - 8):
+            raise CheckpointError(f"{path}: not a safetensors file (header length {n} does not fit the file)")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path}: not a safetensors file (unreadable header)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (unreadable header)")
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)), default=0)
+    if 8 + n + end > size:
+        raise CheckpointError(f"{path}: truncated ({size} bytes, the header promises {8 + n + end})")
+    return header
+
+
+_DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors of a snapshot, after checking names, shapes and dtypes against `expected`."""
+    header = _read_header(path)
+    meta = header.get("__metadata__", {}) or {}
+    if meta.get("format_version") not in (None, str(FORMAT_VERSION)):
+        raise CheckpointError(f"{path}: unknown format version {meta.get('format_version')!r}")
+    names = {k for k in header if k != "__metadata__"}
+    missing, extra = set(expected) - names, names - set(expected)
+    if missing or extra:
+        detail = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(extra)[:3]}"
+        raise CheckpointError(f"{path}: weights do not match the run's config ({detail}); a foreign or mismatched checkpoint")
+    for k, ref in expected.items():
+        info = header[k]
+        if tuple(info.get("shape", ())) != tuple(ref.shape) or info.get("dtype") not in _DTYPES:
+            raise CheckpointError(f"{path}: tensor {k} has shape {info.get('shape')} {info.get('dtype')}, the config needs {list(ref.shape)}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: f.get_tensor(k) for k in expected}
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
+
+
+def load_model(run: Run | str | Path, epoch: int | None = None, device: str | torch.device = "cpu") -> Transformer:
+    """The run's model at `epoch` (default: the last snapshot), in eval mode, on `device`."""
+    if not isinstance(run, Run):
+        run = load_run(run)
+    epoch = run.epochs[-1] if epoch is None else epoch
+    model = build_model(run.model_config)
+    state = load_state(run.snapshot_path(epoch), model.state_dict())
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
+def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Every run directory under `root` (depth 1 or 2), and the ones that failed validation with why.
+
+    Only directories that resolve inside root are considered (no '..' or symlink escapes).
+    """
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: no such checkpoint directory")
+    runs, bad = [], []
+    candidates = []
+    for child in sorted(root.iterdir()):
+        if child.is_dir():
+            candidates.append(child)
+            if not (child / CONFIG_FILE).exists():
+                candidates.extend(sorted(c for c in child.iterdir() if c.is_dir()))
+    for path in candidates:
+        if not path.resolve().is_relative_to(root) or not (path / CONFIG_FILE).exists():
+            continue
+        try:
+            runs.append(load_run(path))
+        except CheckpointError as e:
+            bad.append((path, str(e)))
+    return runs, bad
+
+
+def resolve_under(root: str | Path, relative: str) -> Path:
+    """root / relative, refusing anything that leaves root (.., absolute paths, symlinks out)."""
+    root_r = Path(root).resolve()
+    target = (root_r / relative).resolve()
+    if not target.is_relative_to(root_r):
+        raise CheckpointError(f"{relative!r} is outside the checkpoint root {root_r}")
+    return target

@@ -1,0 +1,180 @@
+"""How the metric forms over training: statistics of M(x), sweeps over snapshots, data-set geometry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .checkpoints import Run
+from .inspection import InspectionRecord, inspect_input
+from .model import Transformer
+
+STATISTICS = {
+    "frobenius": "Frobenius norm ‖M‖",
+    "diagonal_share": "diagonal-block energy share",
+    "off_diagonal_share": "off-diagonal-block energy share",
+    "learned_share": "learned-part energy share",
+    "residue_share": "residue energy share",
+    "asymmetry": "asymmetry ‖M − Mᵀ‖ / ‖M‖",
+    "negative_share": "negative share of the symmetric spectrum",
+    "effective_rank": "effective rank",
+}
+
+
+def metric_statistics(M: np.ndarray, n_head: int) -> dict[str, float]:
+    """Scalar summaries of one D x D metric.
+
+    Energy shares are fractions of ‖M‖²_F. Learned/residue: the row-sum split (each block =
+    its row mean + a zero-row-mean residue); the two parts are orthogonal, so their shares
+    add to 1. negative_share: Σ|λ<0| / Σ|λ| over the eigenvalues of (M + Mᵀ)/2, 0 for a
+    positive semi-definite (true Mahalanobis) metric. effective_rank: exp of the entropy of
+    the normalised singular values (Roy & Vetterli 2007).
+    """
+    M = np.asarray(M, dtype=np.float64)
+    D = M.shape[0]
+    d = D // n_head
+    blocks = M.reshape(n_head, d, n_head, d)
+    energy = float((M**2).sum())
+    diag = float(sum((blocks[i, :, i, :] ** 2).sum() for i in range(n_head)))
+    learned = blocks.mean(axis=2, keepdims=True)  # (H, d, 1, d)
+    learned_energy = float((np.broadcast_to(learned, blocks.shape) ** 2).sum())
+    eig = np.linalg.eigvalsh((M + M.T) / 2)
+    sv = np.linalg.svd(M, compute_uv=False)
+    safe = energy if energy > 0 else 1.0
+    p = sv / sv.sum() if sv.sum() > 0 else np.ones_like(sv) / len(sv)
+    p = p[p > 0]
+    return {
+        "frobenius": float(np.sqrt(energy)),
+        "diagonal_share": diag / safe,
+        "off_diagonal_share": (energy - diag) / safe,
+        "learned_share": learned_energy / safe,
+        "residue_share": (energy - learned_energy) / safe,
+        "asymmetry": float(np.linalg.norm(M - M.T) / np.sqrt(safe)),
+        "negative_share": float(np.abs(eig[eig < 0]).sum() / max(np.abs(eig).sum(), 1e-300)),
+        "effective_rank": float(np.exp(-(p * np.log(p)).sum())),
+    }
+
+
+def symmetric_spectrum(M: np.ndarray) -> np.ndarray:
+    """Eigenvalues of the symmetric part (M + Mᵀ)/2, ascending."""
+    M = np.asarray(M, dtype=np.float64)
+    return np.linalg.eigvalsh((M + M.T) / 2)
+
+
+@dataclass(frozen=True)
+class EpochSweep:
+    """The same input through every snapshot of one run."""
+
+    epochs: tuple[int, ...]
+    records: tuple[InspectionRecord, ...]
+
+    def metric_at(self, layer: int, position_index: int) -> np.ndarray:
+        """(E, D, D) M(x) of one layer at one query position, across epochs."""
+        return np.stack([r.metric[layer, position_index] for r in self.records])
+
+
+def sweep_epochs(run: Run, load: Callable[[Run, int], Transformer], tokens, targets=None, mode: str = "full",
+                 epochs: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None) -> EpochSweep:
+    """Inspect one input at every snapshot (or the given epochs). `load` returns a (cached) model."""
+    chosen = tuple(epochs or run.epochs)
+    records = []
+    for k, epoch in enumerate(chosen):
+        records.append(inspect_input(load(run, epoch), tokens, targets, metric_mode=mode))
+        if progress:
+            progress(k + 1, len(chosen))
+    return EpochSweep(chosen, tuple(records))
+
+
+@torch.no_grad()
+def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, position: int = -1,
+                    batch_size: int = 128) -> np.ndarray:
+    """M(x) of many inputs at one query position (causal) or per sequence: (N, L_m, D, D)."""
+    cfg = model.config
+    if not cfg.is_damcha:
+        raise ValueError("standard multi-head attention has no metric M(x)")
+    x = torch.as_tensor(np.asarray(inputs), dtype=torch.long)
+    out = []
+    for i in range(0, len(x), batch_size):
+        res = model(x[i:i + batch_size], need_intermediates=True, stochastic=False)
+        layers = [res.layers[0]] if model.metric_source is not None else res.layers
+        mats = []
+        for src, layer in zip(model.metric_sources(), layers):
+            ctx = layer.metric.context
+            if ctx is None:  # static metric
+                mats.append(src.full_metric(torch.zeros(len(res.logits), cfg.n_embd)))
+            else:
+                c = ctx[:, position] if ctx.shape[1] > 1 else ctx[:, 0]  # (B, D)
+                mats.append(src.full_metric(c))  # (B, D, D)
+        out.append(torch.stack(mats, dim=1).numpy())  # (B, L_m, D, D)
+    return np.concatenate(out)
+
+
+def mha_implied_metrics(model: Transformer, layer: int = 0) -> np.ndarray:
+    """MHA's per-head bilinear form B_h = W_Q^h (W_K^h)ᵀ, (H, D, D), so that head h scores
+    q_t·k_s = x_tᵀ B_h x_s (+ bias terms). The closest honest analogue of DAMCHA's metric: it
+    is input-independent and of rank d_h, and acts on the whole x (not on head h's slice)."""
+    cfg = model.config
+    attn = model.blocks[layer].attn
+    if cfg.is_damcha:
+        raise ValueError("this is a DAMCHA model: its metric is M(x) itself")
+    H, d = cfg.n_head, cfg.head_dim
+    wq = attn.query.weight.detach().view(H, d, -1)  # (H, d, D): rows of W_Q for head h
+    wk = attn.key.weight.detach().view(H, d, -1)  # (H, d, D)
+    return torch.einsum("hdi,hdj->hij", wq, wk).numpy()  # (H, D, D)
+
+
+def project(points: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:
+    """(N, F) -> (N, 2) with scikit-learn: PCA, or t-SNE on request."""
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import TSNE
+
+    X = points.reshape(len(points), -1)
+    if method == "pca":
+        return PCA(n_components=2, random_state=seed).fit_transform(X)
+    if method == "tsne":
+        return TSNE(n_components=2, random_state=seed, perplexity=min(30, max(5, len(X) // 4)), init="pca").fit_transform(X)
+    raise ValueError(f"unknown projection {method!r}; expected 'pca' or 'tsne'")
+
+
+def class_separation(points: np.ndarray, labels: np.ndarray) -> float:
+    """Silhouette score of the classes in metric space (cosine distance): >0 means the metric
+    of an input tells its class apart; near 0, it does not."""
+    from sklearn.metrics import silhouette_score
+
+    X = points.reshape(len(points), -1)
+    return float(silhouette_score(X, labels, metric="cosine"))
+
+
+def generator_weight_drift(models: Sequence[Transformer]) -> dict[str, np.ndarray]:
+    """Across snapshots (first = epoch 0): how far the last layer of each metric generator moved,
+    split into its within-row residual (what the row sum cannot train) and its row mean (what it can).
+
+    Returns {"residual": (E,), "row_mean": (E,)} relative Frobenius distances to the first snapshot,
+    summed over generators. Under the row sum with Adam the residual stays at 0 (to float
+    rounding) while the row mean moves; under the bilinear form both move.
+    """
+    from .metric import within_row_residual
+
+    cfg = models[0].config
+    def parts(model):
+        res, mean = [], []
+        for src in model.metric_sources():
+            for t in src.last_layer():
+                if t is None:
+                    continue
+                r = within_row_residual(t.detach().double(), cfg.n_embd, cfg.n_head)
+                res.append(r)
+                mean.append(t.detach().double().reshape(r.shape) - r)
+        return res, mean
+    r0, m0 = parts(models[0])
+    n_r = float(np.sqrt(sum(float((r**2).sum()) for r in r0))) or 1.0
+    n_m = float(np.sqrt(sum(float((m**2).sum()) for m in m0))) or 1.0
+    residual, row_mean = [], []
+    for model in models:
+        r, m = parts(model)
+        residual.append(np.sqrt(sum(float(((a - b) ** 2).sum()) for a, b in zip(r, r0))) / n_r)
+        row_mean.append(np.sqrt(sum(float(((a - b) ** 2).sum()) for a, b in zip(m, m0))) / n_m)
+    return {"residual": np.array(residual), "row_mean": np.array(row_mean)}

@@ -1,0 +1,367 @@
+"""Pure figure functions: arrays in, plotly Figure out. The app, the export CLI and the tests share them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+DIVERGING = "RdBu_r"  # ColorBrewer RdBu: colour-blind safe, reversed so positive is red
+SEQUENTIAL = "Viridis"
+GREYS = "Greys"
+
+
+def symmetric_limit(*arrays: np.ndarray) -> float:
+    """max |value| over the arrays, so a diverging scale is centred at 0 (1.0 when all are 0)."""
+    m = max((float(np.nanmax(np.abs(a))) for a in arrays if a is not None and np.size(a)), default=0.0)
+    return m if m > 0 else 1.0
+
+
+def _head_ticks(n_head: int, head_dim: int) -> dict:
+    return dict(tickvals=[i * head_dim + (head_dim - 1) / 2 for i in range(n_head)],
+                ticktext=[f"head {i + 1}" for i in range(n_head)])
+
+
+def _grid_shapes(n_head: int, head_dim: int, xref: str = "x", yref: str = "y") -> list[dict]:
+    """Lines between the H x H head blocks of a D x D matrix."""
+    D = n_head * head_dim
+    shapes = []
+    for i in range(1, n_head):
+        c = i * head_dim - 0.5
+        line = dict(color="black", width=1)
+        shapes.append(dict(type="line", x0=c, x1=c, y0=-0.5, y1=D - 0.5, xref=xref, yref=yref, line=line))
+        shapes.append(dict(type="line", x0=-0.5, x1=D - 0.5, y0=c, y1=c, xref=xref, yref=yref, line=line))
+    return shapes
+
+
+def metric_heatmap_figure(M: np.ndarray, n_head: int, title: str = "M(x)", zmax: float | None = None,
+                          colorbar_title: str = "value") -> go.Figure:
+    """A D x D metric with its head-block grid, diverging scale centred at 0, head labels on the axes."""
+    D = M.shape[0]
+    d = D // n_head
+    z = zmax or symmetric_limit(M)
+    fig = go.Figure(go.Heatmap(
+        z=M, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, colorbar=dict(title=colorbar_title),
+        hovertemplate="row %{y} (head %{customdata[0]}), col %{x} (head %{customdata[1]})<br>%{z:.4f}<extra></extra>",
+        customdata=np.stack(np.meshgrid(np.arange(D) // d + 1, np.arange(D) // d + 1)[::-1], axis=-1),
+    ))
+    fig.update_layout(title=title, shapes=_grid_shapes(n_head, d), margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_xaxes(title="column (key side)", **_head_ticks(n_head, d), constrain="domain")
+    fig.update_yaxes(title="row (query side)", autorange="reversed", scaleanchor="x", **_head_ticks(n_head, d))
+    return fig
+
+
+def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str = "", shared_scale: bool = True) -> go.Figure:
+    """Several D x D matrices side by side (e.g. M, learned part, residue) with the head grid.
+
+    shared_scale: one colour range and one colour bar for all panels, so they compare honestly.
+    """
+    names = list(panels)
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.06)
+    shared = symmetric_limit(*panels.values())
+    D = next(iter(panels.values())).shape[0]
+    d = D // n_head
+    shapes = []
+    for k, name in enumerate(names, start=1):
+        z = shared if shared_scale else symmetric_limit(panels[name])
+        show_bar = (k == len(names)) if shared_scale else True
+        bar = dict(x=1.0 + 0.02, len=0.9) if shared_scale else dict(x=(k / len(names)) - 0.02, len=0.6, thickness=10)
+        fig.add_trace(go.Heatmap(z=panels[name], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, showscale=show_bar,
+                                 colorbar=bar, name=name, hovertemplate=f"{name}<br>row %{{y}}, col %{{x}}: %{{z:.4f}}<extra></extra>"),
+                      row=1, col=k)
+        ax = "" if k == 1 else str(k)
+        shapes += _grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
+        fig.update_xaxes(**_head_ticks(n_head, d), row=1, col=k, constrain="domain")
+        fig.update_yaxes(**_head_ticks(n_head, d), autorange="reversed", scaleanchor=f"x{ax}", row=1, col=k,
+                         showticklabels=k == 1)
+    fig.update_layout(title=title, shapes=shapes, margin=dict(l=60, r=40, t=70, b=40), height=140 + 260 * 3 // len(names))
+    return fig
+
+
+def block_norm_figure(norms: np.ndarray, title: str = "Block norms ||M_ij||_F") -> go.Figure:
+    """H x H map of the Frobenius norm of each block: how strongly head i's rows use head j's columns."""
+    H = norms.shape[0]
+    labels = [f"head {i + 1}" for i in range(H)]
+    fig = go.Figure(go.Heatmap(z=norms, x=labels, y=labels, colorscale=SEQUENTIAL, zmin=0,
+                               colorbar=dict(title="‖M_ij‖"), text=np.round(norms, 3), texttemplate="%{text}",
+                               hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_xaxes(title="column head j")
+    fig.update_yaxes(title="row head i", autorange="reversed", scaleanchor="x")
+    return fig
+
+
+def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shared_scale: bool = True) -> go.Figure:
+    """Small multiples of the H per-head metrics, (H, d, d) (or (H, d, D) rows for the bilinear form)."""
+    H = m.shape[0]
+    fig = make_subplots(rows=1, cols=H, subplot_titles=[f"m_{i + 1}" for i in range(H)], horizontal_spacing=0.03)
+    shared = symmetric_limit(m)
+    for i in range(H):
+        z = shared if shared_scale else symmetric_limit(m[i])
+        fig.add_trace(go.Heatmap(z=m[i], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING,
+                                 showscale=(i == H - 1) if shared_scale else False,
+                                 hovertemplate=f"m_{i + 1}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", row=1, col=i + 1)
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1)
+    fig.update_layout(title=title, margin=dict(l=40, r=40, t=70, b=30), height=120 + 900 // max(H, 3))
+    return fig
+
+
+def contour_figure(M: np.ndarray, n_head: int | None = None, title: str = "Contours of M(x)", zmax: float | None = None) -> go.Figure:
+    """Filled contour map of a matrix (rows downwards), diverging and centred at 0."""
+    z = zmax or symmetric_limit(M)
+    fig = go.Figure(go.Contour(z=M, zmin=-z, zmax=z, colorscale=DIVERGING, contours=dict(coloring="heatmap"),
+                               line=dict(width=0.5), colorbar=dict(title="value")))
+    layout = dict(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    if n_head:
+        d = M.shape[0] // n_head
+        layout["shapes"] = _grid_shapes(n_head, d)
+        fig.update_xaxes(**_head_ticks(n_head, d))
+        fig.update_yaxes(**_head_ticks(n_head, d))
+    fig.update_yaxes(autorange="reversed", scaleanchor="x")
+    fig.update_layout(**layout)
+    return fig
+
+
+def surface_figure(M: np.ndarray, title: str = "M(x) as a surface", zmax: float | None = None) -> go.Figure:
+    """3D surface of a matrix: height = entry value."""
+    z = zmax or symmetric_limit(M)
+    fig = go.Figure(go.Surface(z=M, cmin=-z, cmax=z, colorscale=DIVERGING, colorbar=dict(title="value")))
+    fig.update_layout(title=title, margin=dict(l=0, r=0, t=50, b=0),
+                      scene=dict(xaxis_title="column", yaxis_title="row", zaxis_title="value",
+                                 zaxis=dict(range=[-z, z])))
+    return fig
+
+
+def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention") -> go.Figure:
+    """Small multiples of the H attention maps (H, T, T) of one layer: rows = queries, columns = keys."""
+    H, T, _ = attn.shape
+    fig = make_subplots(rows=1, cols=H, subplot_titles=[f"head {i + 1}" for i in range(H)], horizontal_spacing=0.03)
+    for i in range(H):
+        fig.add_trace(go.Heatmap(z=attn[i], zmin=0, zmax=1, colorscale=SEQUENTIAL, showscale=i == H - 1,
+                                 colorbar=dict(title="weight"),
+                                 hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", row=1, col=i + 1,
+                         showticklabels=i == 0)
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1)
+    fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=50), height=140 + 900 // max(H, 3))
+    fig.update_xaxes(title="key position")
+    fig.update_yaxes(title="query position", col=1)
+    return fig
+
+
+def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str = "Loss per token",
+                      unit: str = "bits") -> go.Figure:
+    """Bar chart of the per-token loss (converted to bits), labelled with the target tokens."""
+    bits = np.asarray(token_loss, dtype=float) / np.log(2)
+    fig = go.Figure(go.Bar(x=np.arange(len(bits)), y=bits, customdata=list(labels),
+                           hovertemplate="position %{x}: target %{customdata}<br>%{y:.3f} " + unit + "<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_xaxes(title="position")
+    fig.update_yaxes(title=f"loss ({unit})")
+    return fig
+
+
+def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, levels 0..16)") -> go.Figure:
+    """An 8x8 digit, ink dark, as in scikit-learn's own plots."""
+    fig = go.Figure(go.Heatmap(z=levels, zmin=0, zmax=16, colorscale=GREYS, colorbar=dict(title="level"),
+                               text=levels, texttemplate="%{text}", hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=30), width=380, height=360)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    fig.update_xaxes(showticklabels=False, constrain="domain")
+    return fig
+
+
+def probabilities_figure(levels: np.ndarray, probs: np.ndarray, title: str) -> go.Figure:
+    """Bar chart of a predictive distribution (e.g. class probabilities)."""
+    fig = go.Figure(go.Bar(x=[str(v) for v in levels], y=probs, hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=50, r=20, t=50, b=40))
+    fig.update_yaxes(title="probability", range=[0, 1])
+    return fig
+
+
+def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("train_nll", "val_nll"),
+                           title: str = "Training curves", marked_epochs: Sequence[int] = ()) -> go.Figure:
+    """Curves of metrics.jsonl columns over epochs; marked_epochs (snapshots) drawn as markers."""
+    fig = go.Figure()
+    epochs = [m["epoch"] for m in metrics]
+    for key in keys:
+        ys = [m.get(key) for m in metrics]
+        if all(y is None for y in ys):
+            continue
+        fig.add_trace(go.Scatter(x=epochs, y=ys, mode="lines", name=key))
+        marks = [(e, y) for e, y in zip(epochs, ys) if e in set(marked_epochs) and y is not None]
+        if marks:
+            fig.add_trace(go.Scatter(x=[e for e, _ in marks], y=[y for _, y in marks], mode="markers",
+                                     name=f"{key} (snapshots)", showlegend=False, marker=dict(size=7)))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title="epoch")
+    fig.update_yaxes(title="nats per token")
+    return fig
+
+
+def _matrix_trace(kind: str, M: np.ndarray, z: float, showscale: bool = True, **kw):
+    if kind == "heatmap":
+        return go.Heatmap(z=M, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, showscale=showscale, **kw)
+    if kind == "contour":
+        return go.Contour(z=M, zmin=-z, zmax=z, colorscale=DIVERGING, contours=dict(coloring="heatmap"),
+                          line=dict(width=0.5), showscale=showscale, **kw)
+    if kind == "surface":
+        return go.Surface(z=M, cmin=-z, cmax=z, colorscale=DIVERGING, showscale=showscale, **kw)
+    raise ValueError(f"unknown matrix view {kind!r}; expected heatmap, contour or surface")
+
+
+def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int, kind: str = "heatmap",
+                           title: str = "M(x) over training") -> go.Figure:
+    """(E, D, D) matrices as animation frames with a play button and an epoch slider.
+    One colour range for every frame, so frames compare honestly."""
+    z = symmetric_limit(mats)
+    frames = [go.Frame(data=[_matrix_trace(kind, m, z)], name=str(e), layout=dict(title=f"{title}: epoch {e}"))
+              for m, e in zip(mats, epochs)]
+    fig = go.Figure(data=[_matrix_trace(kind, mats[0], z)], frames=frames)
+    steps = [dict(method="animate", label=str(e), args=[[str(e)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
+             for e in epochs]
+    fig.update_layout(
+        title=f"{title}: epoch {epochs[0]}", margin=dict(l=60, r=20, t=60, b=90),
+        updatemenus=[dict(type="buttons", x=0, y=-0.08, xanchor="left", yanchor="top", showactive=False, buttons=[
+            dict(label="▶ play", method="animate", args=[None, dict(frame=dict(duration=700, redraw=True), fromcurrent=True)]),
+            dict(label="❚❚", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))]),
+        ])],
+        sliders=[dict(active=0, steps=steps, x=0.15, len=0.85, y=-0.05, currentvalue=dict(prefix="epoch "))],
+    )
+    if kind != "surface":
+        d = mats.shape[-1] // n_head
+        fig.update_layout(shapes=_grid_shapes(n_head, d))
+        fig.update_xaxes(**_head_ticks(n_head, d), constrain="domain")
+        fig.update_yaxes(**_head_ticks(n_head, d), autorange="reversed", scaleanchor="x")
+    else:
+        fig.update_layout(scene=dict(zaxis=dict(range=[-z, z]), xaxis_title="column", yaxis_title="row"))
+    return fig
+
+
+def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], n_head: int, kind: str = "heatmap",
+                           title: str = "", cols: int | None = None) -> go.Figure:
+    """Matrices in a grid (paper figures 8, 10, 11 style) with one shared colour range and one colour bar."""
+    n = len(mats)
+    cols = cols or n
+    rows = (n + cols - 1) // cols
+    specs = [[{"type": "scene" if kind == "surface" else "xy"} for _ in range(cols)] for _ in range(rows)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), specs=specs,
+                        horizontal_spacing=0.03, vertical_spacing=0.08)
+    z = symmetric_limit(*mats)
+    d = mats[0].shape[-1] // n_head
+    shapes = []
+    for k, M in enumerate(mats):
+        r, c = k // cols + 1, k % cols + 1
+        fig.add_trace(_matrix_trace(kind, M, z, showscale=k == n - 1), row=r, col=c)
+        if kind != "surface":
+            ax = "" if k == 0 else str(k + 1)
+            shapes += _grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
+            fig.update_yaxes(autorange="reversed", scaleanchor=f"x{ax}", showticklabels=c == 1, row=r, col=c,
+                             **_head_ticks(n_head, d))
+            fig.update_xaxes(constrain="domain", row=r, col=c, **_head_ticks(n_head, d))
+        else:
+            fig.update_scenes(zaxis=dict(range=[-z, z]), row=r, col=c)
+    fig.update_layout(title=title, shapes=shapes, margin=dict(l=50, r=40, t=70, b=30), height=320 * rows + 60)
+    return fig
+
+
+def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[float]],
+                            bands: dict[str, tuple[Sequence[float], Sequence[float], Sequence[float]]] | None = None,
+                            losses: dict[str, Sequence[float]] | None = None, title: str = "") -> go.Figure:
+    """One panel per statistic over epochs (this input as a line, a validation sample as a
+    10-90% band with its median dashed), and the training/validation loss in the last panel."""
+    names = list(curves)
+    n = len(names) + (1 if losses else 0)
+    cols = 3
+    rows = (n + cols - 1) // cols
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names + (["loss (nats)"] if losses else []),
+                        vertical_spacing=0.12, horizontal_spacing=0.07)
+    for k, name in enumerate(names):
+        r, c = k // cols + 1, k % cols + 1
+        if bands and name in bands:
+            lo, med, hi = bands[name]
+            fig.add_trace(go.Scatter(x=list(epochs), y=list(hi), mode="lines", line=dict(width=0), showlegend=False,
+                                     hoverinfo="skip"), row=r, col=c)
+            fig.add_trace(go.Scatter(x=list(epochs), y=list(lo), mode="lines", line=dict(width=0), fill="tonexty",
+                                     fillcolor="rgba(99,110,250,0.2)", name="validation 10-90%", showlegend=k == 0),
+                          row=r, col=c)
+            fig.add_trace(go.Scatter(x=list(epochs), y=list(med), mode="lines", line=dict(dash="dash", color="#636efa"),
+                                     name="validation median", showlegend=k == 0), row=r, col=c)
+        fig.add_trace(go.Scatter(x=list(epochs), y=list(curves[name]), mode="lines+markers", line=dict(color="#d62728"),
+                                 name="this input", showlegend=k == 0), row=r, col=c)
+    if losses:
+        k = len(names)
+        for lname, ys in losses.items():
+            fig.add_trace(go.Scatter(x=list(epochs), y=list(ys), mode="lines+markers", name=lname),
+                          row=k // cols + 1, col=k % cols + 1)
+    fig.update_xaxes(title="epoch")
+    fig.update_layout(title=title, height=280 * rows + 80, margin=dict(l=50, r=20, t=80, b=40),
+                      legend=dict(orientation="h", y=-0.08))
+    return fig
+
+
+def spectrum_figure(epochs: Sequence[int], spectra: Sequence[np.ndarray], title: str = "Spectrum of (M + Mᵀ)/2") -> go.Figure:
+    """Sorted eigenvalues of the symmetric part at each epoch: negative values mean M is not PSD."""
+    fig = go.Figure()
+    for e, ev in zip(epochs, spectra):
+        fig.add_trace(go.Scatter(x=np.arange(len(ev)), y=ev, mode="lines", name=f"epoch {e}"))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_xaxes(title="eigenvalue index (ascending)")
+    fig.update_yaxes(title="eigenvalue")
+    return fig
+
+
+def projection_figure(points: np.ndarray, labels: Sequence, title: str = "Metrics of validation inputs",
+                      label_name: str = "class") -> go.Figure:
+    """2D projection of per-input metrics, one colour per label."""
+    labels = np.asarray(labels)
+    fig = go.Figure()
+    for lab in sorted(set(labels.tolist()), key=str):
+        sel = labels == lab
+        fig.add_trace(go.Scatter(x=points[sel, 0], y=points[sel, 1], mode="markers", name=f"{label_name} {lab}",
+                                 marker=dict(size=6, opacity=0.8)))
+    fig.update_layout(title=title, margin=dict(l=50, r=20, t=50, b=50))
+    fig.update_xaxes(title="component 1")
+    fig.update_yaxes(title="component 2")
+    return fig
+
+
+def digit_attribution_figure(attr: np.ndarray, levels: np.ndarray, title: str = "Attribution to the pixels") -> go.Figure:
+    """(8, 8) signed attributions over the digit, diverging at 0, the grey levels written in each cell."""
+    z = symmetric_limit(attr)
+    fig = go.Figure(go.Heatmap(z=attr, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, colorbar=dict(title="attribution"),
+                               text=levels, texttemplate="%{text}",
+                               hovertemplate="row %{y}, col %{x}: %{z:.4g} (level %{text})<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=30), width=420, height=380)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    fig.update_xaxes(showticklabels=False, constrain="domain")
+    return fig
+
+
+def token_attribution_figure(values: np.ndarray, labels: Sequence[str], title: str = "Attribution per token") -> go.Figure:
+    """Bar chart of signed per-token attributions, coloured red (raises) / blue (lowers)."""
+    colours = ["#b2182b" if v > 0 else "#2166ac" for v in values]
+    fig = go.Figure(go.Bar(x=np.arange(len(values)), y=values, marker_color=colours, customdata=list(labels),
+                           hovertemplate="%{x} '%{customdata}': %{y:.4g}<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_xaxes(title="token position")
+    fig.update_yaxes(title="attribution")
+    return fig
+
+
+def highlighted_text_html(chars: Sequence[str], values: np.ndarray) -> str:
+    """Characters with a background whose colour and strength follow a signed attribution."""
+    import html
+
+    z = symmetric_limit(values)
+    spans = []
+    for ch, v in zip(chars, values):
+        a = min(1.0, abs(float(v)) / z)
+        rgb = "178,24,43" if v > 0 else "33,102,172"
+        text = html.escape(ch).replace("\n", "⏎<br>")
+        spans.append(f'<span title="{float(v):.4g}" style="background: rgba({rgb},{a:.2f}); padding: 1px 0">{text}</span>')
+    return '<div style="font-family: monospace; line-height: 1.8; white-space: pre-wrap">' + "".join(spans) + "</div>"

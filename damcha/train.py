@@ -1,0 +1,338 @@
+"""Training with per-epoch evaluation, snapshots and exact resume.
+
+Epoch 0 is the initialisation: it is evaluated and snapshotted before any step, because the
+residue the app shows lives there. Every write is atomic (temporary file, then rename), and
+every source of randomness is a function of (seed, epoch), so a run killed at any point and
+resumed from its last complete epoch ends with the same weights and metrics as one that
+never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from tqdm import tqdm
+
+from . import __version__
+from .checkpoints import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    METRICS_FILE,
+    CheckpointError,
+    read_metrics,
+    save_snapshot,
+    save_tensors_atomic,
+    write_text_atomic,
+)
+from .config import ModelConfig
+from .data import DIGIT_LEVELS, DataSet, fixed_val_windows, load_dataset, windows
+from .model import Transformer, build_model
+
+STATE_FILE = "training_state.safetensors"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: str = "digits"
+    data_path: str | None = None
+    epochs: int = 30
+    batch_size: int = 32
+    lr: float = 3e-3
+    min_lr_fraction: float = 0.1
+    optimizer: str = "adam"  # "adam" (the paper) | "adamw"
+    weight_decay: float = 0.0
+    schedule: str = "cosine"  # "cosine" | "constant"
+    warmup_steps: int = 0
+    grad_clip: float = 1.0  # 0: off
+    seed: int = 0
+    split_seed: int = 0
+    device: str = "auto"
+    snapshot_epochs: tuple[int, ...] = ()  # empty: default_snapshot_epochs(epochs)
+    steps_per_epoch: int = 100  # corpora only; digits epochs are full passes
+    val_windows: int = 256  # corpora: non-overlapping validation windows evaluated
+    completion_images: int = 64  # digits: validation images used for the completion error
+    completion_samples: int = 4  # digits: samples per image averaged into the expected completion
+    train_limit: int = 0  # > 0: train on the first N training samples only (smoke tests)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("epochs, batch_size and lr must be positive")
+        if self.optimizer not in ("adam", "adamw") or self.schedule not in ("cosine", "constant"):
+            raise ValueError("optimizer must be adam|adamw and schedule cosine|constant")
+
+    def snapshots(self) -> tuple[int, ...]:
+        chosen = set(self.snapshot_epochs or default_snapshot_epochs(self.epochs))
+        return tuple(sorted(e for e in chosen | {0, self.epochs} if 0 <= e <= self.epochs))
+
+
+def default_snapshot_epochs(epochs: int, n: int = 7) -> tuple[int, ...]:
+    """Epoch 0, the last, and geometrically spread epochs between: early training moves fastest."""
+    inner = np.rint(np.geomspace(1, epochs, max(n - 1, 2))).astype(int)
+    return tuple(sorted({0, epochs, *inner.tolist()}))
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but no CUDA device is available")
+    return torch.device(name)
+
+
+def model_config_for(data: DataSet, base: ModelConfig) -> ModelConfig:
+    """The base config with the data-dependent fields filled in."""
+    causal = data.kind != "classifier"
+    return dataclasses.replace(
+        base, vocab_size=data.vocab_size, block_size=data.block_size, causal=causal,
+        n_classes=data.n_classes if not causal else 0,
+    )
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 256,
+             metric_mode: str = "full") -> dict:
+    """Mean loss (nats per token, or per sample for a classifier) and accuracy for classifiers."""
+    device = next(model.parameters()).device
+    total, count, correct = 0.0, 0, 0
+    for i in range(0, len(inputs), batch_size):
+        x, y = inputs[i:i + batch_size].to(device), targets[i:i + batch_size].to(device)
+        out = model(x, targets=y, metric_mode=metric_mode, stochastic=False)
+        total += float(out.token_loss.sum())
+        count += out.token_loss.numel()
+        if model.config.n_classes:
+            correct += int((out.logits.argmax(-1) == y).sum())
+    result = {"nll": total / max(count, 1)}
+    if model.config.n_classes:
+        result["accuracy"] = correct / max(count, 1)
+    return result
+
+
+@torch.no_grad()
+def complete_digits(model: Transformer, sequences: torch.Tensor, samples: int, seed: int, mode: str = "full") -> torch.Tensor:
+    """Expected bottom halves given top halves, by sampling: (N, 65) decoder sequences -> (N, 32) grey levels in [0, 16].
+
+    The expectation of each bottom pixel under the model is estimated as the mean of
+    `samples` autoregressive completions (seeded, so the same every call).
+    """
+    device = next(model.parameters()).device
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    top = sequences[:, :33].repeat_interleave(samples, dim=0).to(device)  # (N*S, 33): start + 32 pixels
+    seq = top
+    for _ in range(32):
+        logits = model(seq, metric_mode=mode, stochastic=False).logits[:, -1, :DIGIT_LEVELS]  # (N*S, 17)
+        probs = logits.softmax(-1).cpu()
+        nxt = torch.multinomial(probs, 1, generator=gen).to(device)  # (N*S, 1)
+        seq = torch.cat([seq, nxt], dim=1)
+    bottom = seq[:, 33:].float().view(-1, samples, 32)  # (N, S, 32)
+    return bottom.mean(1).cpu()  # (N, 32)
+
+
+def completion_mse(model: Transformer, val_inputs: torch.Tensor, val_targets: torch.Tensor, n_images: int, samples: int,
+                   mode: str = "full") -> float:
+    """MSE (pixel values scaled to [0, 1]) of the expected bottom half against the truth."""
+    seqs = torch.cat([val_inputs[:n_images], val_targets[:n_images, -1:]], dim=1)  # (N, 65)
+    pred = complete_digits(model, seqs, samples, seed=1234, mode=mode)  # (N, 32)
+    truth = seqs[:, 33:].float()  # (N, 32)
+    return float(((pred - truth) / (DIGIT_LEVELS - 1)).pow(2).mean())
+
+
+def validation_tensors(data: DataSet, tcfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    if data.kind == "corpus":
+        return fixed_val_windows(data.val_stream, data.block_size, tcfg.val_windows)
+    return data.val_inputs, data.val_targets
+
+
+def train_subset(data: DataSet, tcfg: TrainConfig, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed slice of the training data, evaluated like validation for the train-loss curve."""
+    if data.kind == "corpus":
+        return fixed_val_windows(data.train_stream, data.block_size, min(n, tcfg.val_windows))
+    return data.train_inputs[:n], data.train_targets[:n]
+
+
+def evaluate_epoch(model: Transformer, data: DataSet, tcfg: TrainConfig) -> dict:
+    vx, vy = validation_tensors(data, tcfg)
+    val = evaluate(model, vx, vy)
+    row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
+    if "accuracy" in val:
+        row["val_accuracy"] = val["accuracy"]
+    tx, ty = train_subset(data, tcfg)
+    row["train_nll"] = evaluate(model, tx, ty)["nll"]
+    if data.name == "digits":
+        row["val_completion_mse"] = completion_mse(model, data.val_inputs, data.val_targets,
+                                                   tcfg.completion_images, tcfg.completion_samples)
+    return row
+
+
+# ----------------------------------------------------------------------------- optimiser state
+
+def make_optimizer(model: Transformer, tcfg: TrainConfig) -> torch.optim.Optimizer:
+    cls = torch.optim.Adam if tcfg.optimizer == "adam" else torch.optim.AdamW
+    return cls(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+
+
+def lr_at(step: int, total: int, tcfg: TrainConfig) -> float:
+    if tcfg.warmup_steps and step < tcfg.warmup_steps:
+        return tcfg.lr * (step + 1) / tcfg.warmup_steps
+    if tcfg.schedule == "constant":
+        return tcfg.lr
+    progress = min(1.0, (step - tcfg.warmup_steps) / max(1, total - tcfg.warmup_steps))
+    floor = tcfg.lr * tcfg.min_lr_fraction
+    return floor + 0.5 * (tcfg.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for i, st in opt.state_dict()["state"].items():
+        for name, value in st.items():
+            tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).reshape(-1) if name == "step" else value
+    save_tensors_atomic(run_dir / STATE_FILE, tensors, {"epoch": str(epoch), "step": str(step)})
+
+
+def load_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer) -> tuple[int, int]:
+    path = run_dir / STATE_FILE
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata()
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:
+        raise CheckpointError(f"{path}: cannot resume from this training state ({e})") from None
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    sd = opt.state_dict()
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = v.reshape(()) if name == "step" else v
+    sd["state"] = state
+    opt.load_state_dict(sd)
+    return int(meta["epoch"]), int(meta["step"])
+
+
+# ----------------------------------------------------------------------------- the loop
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    metrics: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def run_config_dict(model_config: ModelConfig, tcfg: TrainConfig, data: DataSet) -> dict:
+    return {
+        "format_version": FORMAT_VERSION,
+        "package_version": __version__,
+        "model": model_config.to_dict(),
+        "train": {**dataclasses.asdict(tcfg), "snapshot_epochs": list(tcfg.snapshots())},
+        "data": {"name": data.name, "kind": data.kind, "unit": data.unit, **data.split},
+    }
+
+
+def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, progress: bool = True,
+          stop_after_epoch: int | None = None) -> TrainResult:
+    """Train (or resume) a run into out_dir. stop_after_epoch simulates an interruption (tests)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(tcfg.device)
+    data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed)
+    if tcfg.train_limit and data.kind != "corpus":
+        data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
+    mcfg = model_config_for(data, model_config)
+    config = run_config_dict(mcfg, tcfg, data)
+    config_path = out / CONFIG_FILE
+
+    model = build_model(mcfg, seed=tcfg.seed).to(device)
+    opt = make_optimizer(model, tcfg)
+    start_epoch, step = 0, 0
+    metrics: list[dict] = []
+    if config_path.exists():
+        existing = json.loads(config_path.read_text())
+        fresh = json.loads(json.dumps(config))
+        if any(existing.get(k) != fresh[k] for k in ("model", "train", "data")):
+            raise CheckpointError(f"{out}: holds a different run (config differs); choose another output directory")
+        done = read_metrics(out)
+        if not (out / STATE_FILE).exists() and done and done[-1]["epoch"] >= tcfg.epochs:
+            if progress:
+                print(f"{out}: already complete ({tcfg.epochs} epochs)")
+            return TrainResult(out, done, 0.0)
+        if (out / STATE_FILE).exists():
+            last, step = load_training_state(out, model, opt)
+            metrics = [m for m in done if m["epoch"] <= last]  # rows past the last saved state are redone
+            start_epoch = last + 1
+            if progress:
+                print(f"resuming {out} after epoch {last}")
+        # else: killed before epoch 0 was complete: start afresh over the partial files
+        write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
+    else:
+        write_text_atomic(config_path, json.dumps(config, indent=2))
+        write_text_atomic(out / METRICS_FILE, "")
+
+    snapshots = set(tcfg.snapshots())
+    steps_per_epoch = _steps_per_epoch(data, tcfg)
+    total_steps = steps_per_epoch * tcfg.epochs
+    t0 = time.perf_counter()
+    for epoch in range(start_epoch, tcfg.epochs + 1):
+        te = time.perf_counter()
+        running = None
+        if epoch > 0:
+            running, step = _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress)
+        row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg),
+               "train_loss_running": running, "epoch_seconds": round(time.perf_counter() - te, 3)}
+        if epoch in snapshots:
+            save_snapshot(out, epoch, model)
+        metrics.append(row)
+        write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
+        save_training_state(out, model, opt, epoch, step)
+        if progress:
+            extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
+            tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train {row['train_nll']:.4f}  "
+                       f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")
+        if stop_after_epoch is not None and epoch >= stop_after_epoch:
+            return TrainResult(out, metrics, time.perf_counter() - t0)
+    return TrainResult(out, metrics, time.perf_counter() - t0)
+
+
+def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
+    if data.kind == "corpus":
+        return tcfg.steps_per_epoch
+    return math.ceil(len(data.train_inputs) / tcfg.batch_size)
+
+
+def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress):
+    gen = torch.Generator().manual_seed(tcfg.seed * 100_003 + epoch)
+    torch.manual_seed(tcfg.seed * 100_019 + epoch)  # dropout
+    if data.kind == "corpus":
+        n = len(data.train_stream) - data.block_size - 1
+        starts = torch.randint(0, n, (steps_per_epoch, tcfg.batch_size), generator=gen)
+        batches = (windows(data.train_stream, data.block_size, s) for s in starts)
+    else:
+        perm = torch.randperm(len(data.train_inputs), generator=gen)
+        batches = ((data.train_inputs[idx], data.train_targets[idx]) for idx in perm.split(tcfg.batch_size))
+    model.train()
+    total = 0.0
+    bar = tqdm(batches, total=steps_per_epoch, desc=f"epoch {epoch}", leave=False, disable=not progress, mininterval=1.0)
+    for x, y in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, total_steps, tcfg)
+        loss = model(x.to(device), targets=y.to(device)).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if tcfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
+        opt.step()
+        step += 1
+        loss_value = loss.item()
+        total += loss_value
+        bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+    model.eval()
+    return total / steps_per_epoch, step

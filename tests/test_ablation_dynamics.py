@@ -1,0 +1,82 @@
+"""Ablation table against a direct evaluation, and the statistics of M on matrices with known answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from damcha import ModelConfig, variant_config
+from damcha.ablation import validation_ablation
+from damcha.checkpoints import load_model, load_run
+from damcha.dynamics import generator_weight_drift, metric_statistics, mha_implied_metrics, symmetric_spectrum
+from damcha.train import TrainConfig, train
+from tests.conftest import tiny_model
+
+
+def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tmp_path):
+    cfg = variant_config(ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,)), "damcha")
+    train(cfg, TrainConfig(dataset="digits", epochs=1, batch_size=64, train_limit=128, completion_images=4,
+                           completion_samples=2), tmp_path / "run", progress=False)
+    run = load_run(tmp_path / "run")
+    model = load_model(run)
+    rows = validation_ablation(run, model, completion_images=4, completion_samples=2)
+    from damcha.data import load_dataset
+
+    d = load_dataset("digits")
+    for row in rows:
+        with torch.no_grad():
+            out = model(d.val_inputs, targets=d.val_targets, metric_mode=row["mode"], stochastic=False)
+        assert row["nll"] == pytest.approx(float(out.loss), rel=1e-6)
+        assert row["bits_per_pixel"] == pytest.approx(float(out.loss) / math.log(2), rel=1e-6)
+    assert len({round(r["nll"], 6) for r in rows}) == 3  # the modes do differ
+
+
+def test_statistics_on_known_matrices():
+    identity = np.eye(8)
+    s = metric_statistics(identity, 4)
+    assert s["frobenius"] == pytest.approx(np.sqrt(8))
+    assert s["diagonal_share"] == pytest.approx(1) and s["off_diagonal_share"] == pytest.approx(0)
+    assert s["asymmetry"] == pytest.approx(0) and s["negative_share"] == pytest.approx(0)
+    assert s["effective_rank"] == pytest.approx(8)
+    assert s["learned_share"] == pytest.approx(1 / 4)  # each diagonal block spreads over 4 blocks of its row
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(8, 8))
+    psd = A @ A.T
+    assert metric_statistics(psd, 2)["negative_share"] == pytest.approx(0, abs=1e-12)
+    assert np.all(symmetric_spectrum(psd) > -1e-9)
+    skew = A - A.T
+    ss = metric_statistics(skew, 2)
+    assert ss["asymmetry"] == pytest.approx(2.0)  # ||M - M^T|| = 2 ||M|| for a skew matrix
+    assert np.allclose(symmetric_spectrum(skew), 0)
+    u = rng.normal(size=8)
+    r1 = metric_statistics(np.outer(u, u), 2)
+    assert r1["effective_rank"] == pytest.approx(1, abs=1e-6)
+    assert metric_statistics(-identity, 2)["negative_share"] == pytest.approx(1)
+    s2 = metric_statistics(A, 2)
+    assert s2["learned_share"] + s2["residue_share"] == pytest.approx(1)
+    assert s2["diagonal_share"] + s2["off_diagonal_share"] == pytest.approx(1)
+
+
+def test_weight_drift_separates_row_sum_from_bilinear():
+    from tests.test_identifiability import _train
+
+    for variant, frozen in [("damcha", True), ("damcha-bilinear", False)]:
+        m0 = tiny_model(variant, True)
+        m1 = tiny_model(variant, True)
+        _train(m1, steps=40)
+        drift = generator_weight_drift([m0, m1])
+        assert drift["row_mean"][1] > 1e-3
+        assert (drift["residual"][1] < 1e-12) == frozen
+
+
+def test_mha_implied_metric_reproduces_its_scores():
+    model = tiny_model("mha", True)
+    B = mha_implied_metrics(model, 0)  # (H, D, D)
+    attn = model.blocks[0].attn
+    x = torch.randn(5, 16, dtype=torch.float64)
+    with torch.no_grad():
+        q = (x @ attn.query.weight.T).view(5, 4, 4)  # without biases
+        k = (x @ attn.key.weight.T).view(5, 4, 4)
+        for h in range(4):
+            np.testing.assert_allclose((q[:, h] @ k[:, h].T).numpy(), (x @ torch.as_tensor(B[h]) @ x.T).numpy(), atol=1e-10)

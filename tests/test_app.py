@@ -1,0 +1,178 @@
+"""AppTest (streamlit.testing) of every page on the shipped runs: uploads, controls, bad inputs."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from damcha.checkpoints import list_runs
+from tests.images import handwritten_digit
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app" / "streamlit_app.py")
+SHIPPED = ROOT / "checkpoints"
+RUNS = [r.name for r in list_runs(SHIPPED)[0]] if SHIPPED.is_dir() else []
+
+
+def new_app(run: str | None = None, page: str | None = None, root: Path | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    if run:
+        at.query_params["run"] = run
+    if root:
+        at.session_state["checkpoint_root"] = str(root)
+    if page:
+        at.switch_page(f"../pages/{page}.py")
+    return at.run()
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def test_shipped_runs_exist():
+    assert len(RUNS) >= 9, RUNS
+
+
+def test_home_lists_every_shipped_run():
+    at = new_app()
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert set(RUNS) <= set(table["run"])
+    assert charts(at) >= 1  # training curves of the selected run
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_inspector_runs_on_every_shipped_run(run):
+    at = new_app(run, "inspector")
+    assert_clean(at)
+    assert not at.error
+    assert at.selectbox(key="run").value == run
+    is_mha = "mha" in run
+    assert charts(at) >= (2 if is_mha else 8)
+    if not is_mha:
+        assert any("identifiable" in i.value or "every block" in i.value for i in at.info)
+
+
+def test_digit_upload_and_controls():
+    at = new_app("digits-damcha", "inspector")
+    at.radio(key="input_source_digit").set_value("Upload an image").run()
+    at.file_uploader(key="input_image").upload("zero.png", handwritten_digit("0"), "image/png").run()
+    assert_clean(at)
+    assert not at.error
+    assert any("image zero.png" in m.value for m in at.markdown)
+    n = charts(at)
+    assert n >= 8
+    at.slider(key="position").set_value(10).run()
+    at.radio(key="metric_mode").set_value("diagonal").run()
+    at.toggle(key="shared_scale").set_value(False).run()
+    at.radio(key="surface_target").set_value("residue").run()
+    at.selectbox(key="attn_layer").set_value(1).run()
+    assert_clean(at)
+    assert charts(at) == n
+
+
+def test_bad_image_upload_shows_a_message_and_the_page_keeps_working():
+    at = new_app("digits-damcha", "inspector")
+    at.radio(key="input_source_digit").set_value("Upload an image").run()
+    at.file_uploader(key="input_image").upload("fake.png", b"not really a png", "image/png").run()
+    assert_clean(at)
+    assert any("Cannot use this input" in e.value and "not a readable image" in e.value for e in at.error)
+    at.radio(key="input_source_digit").set_value("Validation sample").run()
+    assert_clean(at)
+    assert not at.error and charts(at) >= 8
+
+
+def test_unshared_run_has_a_layer_control():
+    at = new_app("digits-damcha-unshared", "inspector")
+    at.selectbox(key="layer").set_value(1).run()
+    assert_clean(at)
+    assert any("layer 2" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_text_typed_uploaded_and_bad():
+    at = new_app("text-damcha", "inspector")
+    assert_clean(at)
+    at.text_area(key="input_text").set_value("Attention is a metric between tokens. " * 10).run()
+    assert_clean(at)
+    assert any("the model reads the first 128" in m.value for m in at.markdown)
+    at.radio(key="input_source_text").set_value("Upload a text file").run()
+    at.file_uploader(key="input_textfile").upload("para.txt", b"A short paragraph of text.\n", "text/plain").run()
+    assert_clean(at)
+    assert not at.error and charts(at) >= 8
+    at.file_uploader(key="input_textfile").upload("blob.txt", b"\x00\x01\x02binary", "text/plain").run()
+    assert any("binary" in e.value for e in at.error)
+    at.radio(key="input_source_text").set_value("Type text").run()
+    at.text_area(key="input_text").set_value("").run()
+    assert any("empty" in e.value for e in at.error)
+    assert_clean(at)
+
+
+def test_wrong_root_and_broken_runs_do_not_hide_good_ones(tmp_path):
+    at = new_app(root=tmp_path / "does-not-exist")
+    assert_clean(at)
+    assert any("no such checkpoint directory" in e.value for e in at.sidebar.error)
+    shutil.copytree(SHIPPED / "digits-mha", tmp_path / "good")
+    broken = tmp_path / "broken"
+    shutil.copytree(SHIPPED / "digits-mha", broken)
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["format_version"] = 42
+    (broken / "config.json").write_text(json.dumps(cfg))
+    at = new_app(root=tmp_path, page="inspector")
+    assert_clean(at)
+    assert any("broken" in w.value and "format version" in w.value for w in at.sidebar.warning)
+    assert at.selectbox(key="run").options == ["good (mha)"]
+    assert charts(at) >= 2
+
+
+def test_dynamics_page_slider_comparison_and_projection():
+    at = new_app("digits-damcha", "dynamics")
+    assert_clean(at)
+    assert charts(at) >= 8
+    assert any("within-row residual" in m.value for m in at.markdown)
+    at.radio(key="dyn_kind").set_value("contour").run()
+    at.selectbox(key="dyn_diff_a").set_value(at.selectbox(key="dyn_diff_a").options[1]).run()
+    other = at.selectbox(key="dyn_other")
+    unshared = next(o for o in other.options if o.startswith("digits-damcha-unshared"))
+    other.set_value(next(r for r in list_runs(SHIPPED)[0] if r.name == "digits-damcha-unshared")).run()
+    assert_clean(at)
+    assert unshared
+    mha = next(r for r in list_runs(SHIPPED)[0] if r.name == "digits-mha")
+    at.selectbox(key="dyn_other").set_value(mha).run()
+    assert_clean(at)
+    assert any("B_h" in c.value for c in at.caption)
+    at.radio(key="dyn_geo_method").set_value("tsne").run()
+    assert_clean(at)
+    assert any("Class separation" in m.value for m in at.markdown)
+
+
+def test_gradients_page_methods_and_integrated_gradients():
+    at = new_app("digits-damcha", "gradients")
+    assert_clean(at)
+    assert charts(at) >= 4
+    at.radio(key="grad_method").set_value("gradient").run()
+    at.selectbox(key="ig_target").set_value("off_diagonal_energy").run()
+    assert_clean(at)
+    assert any("convergence delta" in c.value for c in at.caption)
+    at = new_app("text-damcha", "gradients")
+    assert_clean(at)
+    assert any("<span" in m.value for m in at.markdown)
+
+
+def test_ablation_page_table_and_csv():
+    at = new_app("digits-damcha-bilinear", "ablation")
+    assert_clean(at)
+    frames = [d.value for d in at.dataframe]
+    per_run = frames[-1]
+    assert {"digits-damcha", "digits-damcha-bilinear", "digits-damcha-unshared"} <= set(per_run["run"])
+    assert set(per_run["mode"]) == {"full", "diagonal", "off_diagonal"}
+    assert "completion_mse" in per_run.columns
+    assert any("Bilinear runs" in m.value for m in at.markdown)
+    at = new_app("text-damcha", "ablation")
+    assert_clean(at)
+    assert any("continues:" in m.value for m in at.markdown)

@@ -1,0 +1,100 @@
+"""captum attributions: finite differences, completeness, hooks that never outlive a call."""
+
+import numpy as np
+import pytest
+import torch
+
+from damcha.attribution import has_hooks, metric_contributions, token_attributions
+from tests.conftest import tiny_model
+
+
+def _loss(model, tok, tgt):
+    with torch.no_grad():
+        return float(model(torch.as_tensor(tok)[None], targets=torch.as_tensor(tgt)[None], stochastic=False).loss)
+
+
+@pytest.mark.parametrize("variant", ["damcha", "damcha-unshared"])
+def test_metric_gradient_matches_finite_differences_of_the_generator_bias(variant):
+    """The bias of f's last layer adds to every entry of M at every position, so
+    dL/db[k] = sum over positions of dL/dM[p, k]: a finite-difference check of the captum gradient."""
+    model = tiny_model(variant, True)
+    tok, tgt = np.array([1, 4, 2, 8, 5, 7]), np.array([4, 2, 8, 5, 7, 1])
+    grads = metric_contributions(model, tok, tgt, method="gradient").values  # (L_m, P, D, D)
+    D = model.config.n_embd
+    rng = np.random.default_rng(0)
+    for layer, src in enumerate(model.metric_sources()):
+        bias = src.generator.out.bias
+        for k in rng.choice(D * D, 6, replace=False):
+            eps = 1e-6
+            with torch.no_grad():
+                bias[k] += eps
+                up = _loss(model, tok, tgt)
+                bias[k] -= 2 * eps
+                down = _loss(model, tok, tgt)
+                bias[k] += eps
+            fd = (up - down) / (2 * eps)
+            assert grads[layer, :, k // D, k % D].sum() == pytest.approx(fd, rel=1e-5, abs=1e-9)
+
+
+def test_static_metric_gradient_matches_finite_differences():
+    model = tiny_model("damcha-static", True)
+    tok, tgt = np.array([1, 4, 2, 8, 5]), np.array([4, 2, 8, 5, 7])
+    c = metric_contributions(model, tok, tgt, method="gradient_x_metric").values[0, 0]  # (D, D)
+    W = model.metric_sources()[0].generator.weight
+    for (a, b) in [(0, 0), (3, 9), (15, 2)]:
+        eps = 1e-6
+        with torch.no_grad():
+            W[a, b] += eps
+            up = _loss(model, tok, tgt)
+            W[a, b] -= 2 * eps
+            down = _loss(model, tok, tgt)
+            W[a, b] += eps
+        assert c[a, b] == pytest.approx((up - down) / (2 * eps) * W[a, b].item(), rel=1e-5, abs=1e-10)
+
+
+@pytest.mark.parametrize("target, kw", [("loss", {}), ("off_diagonal_energy", {"position": 4}),
+                                        ("block_norm", {"position": 2, "block": (1, 3)}),
+                                        ("head_metric_norm", {"position": 5, "head": 2})])
+def test_integrated_gradients_are_complete_within_the_reported_delta(target, kw):
+    model = tiny_model("damcha", True)
+    tok, tgt = np.array([1, 4, 2, 8, 5, 7]), np.array([4, 2, 8, 5, 7, 1])
+    a = token_attributions(model, tok, 0, target, tgt, n_steps=24, **kw)
+    assert a.values.shape == (6,)
+    assert abs(a.values.sum() - (a.value - a.baseline_value)) <= abs(a.delta) + 1e-9
+    assert abs(a.delta) < 1e-3 * max(1.0, abs(a.value - a.baseline_value))
+
+
+def test_no_hook_remains_even_on_error_and_the_shared_model_is_untouched():
+    model = tiny_model("damcha", True)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    metric_contributions(model, [1, 2, 3], [2, 3, 4])
+    token_attributions(model, [1, 2, 3], 0, "loss", [2, 3, 4], n_steps=4)
+    with pytest.raises(ValueError):
+        token_attributions(model, [1, 2, 3], 0, "no-such-target", [2, 3, 4], n_steps=4)
+    assert not has_hooks(model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_hooks_on_the_private_copy_are_removed_when_the_forward_fails(monkeypatch):
+    """captum removes its hooks in `finally`: make the forward fail mid-attribution and look."""
+    import damcha.attribution as attribution
+
+    seen = []
+    real_copy = attribution._private_copy
+
+    def spying_copy(model):
+        clone = real_copy(model)
+        seen.append(clone)
+        return clone
+
+    monkeypatch.setattr(attribution, "_private_copy", spying_copy)
+    model = tiny_model("damcha", True)
+    with pytest.raises(IndexError):
+        metric_contributions(model, [1, 2, 3], [2, 3, 99])  # a target outside the vocabulary fails in the forward
+    assert seen and not has_hooks(seen[0])
+
+
+def test_static_metrics_refuse_metric_targets():
+    with pytest.raises(ValueError, match="does not depend on the input"):
+        token_attributions(tiny_model("damcha-static"), [1, 2], 0, "off_diagonal_energy")

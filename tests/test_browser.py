@@ -1,0 +1,138 @@
+"""The app in the system Chromium: start the server on 127.0.0.1, upload an image and a text,
+wait for the figures, check no exception box, save screenshots under test-artifacts/."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.images import handwritten_digit
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def require_chromium():
+    if CHROMIUM:
+        return CHROMIUM
+    if os.environ.get("CI"):
+        pytest.fail("CI must run the browser tests: install Debian's chromium package (.ci/run does)")
+    print("skipping browser test: no chromium on PATH (apt-get install chromium)")
+    pytest.skip("no system Chromium (apt-get install chromium); browser tests run in CI")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    require_chromium()
+    port = _free_port()
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "streamlit-server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app", "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--server.headless", "true"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the streamlit server did not answer within 60 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    exe = require_chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 2400})
+        yield pg
+        browser.close()
+
+
+def _wait_for_figures(pg, n: int, timeout_s: float = 90) -> int:
+    deadline = time.time() + timeout_s
+    count = 0
+    while time.time() < deadline:
+        count = pg.locator(".js-plotly-plot").count()
+        running = pg.locator("[data-testid='stStatusWidget']").count()
+        if count >= n and not running:
+            return count
+        pg.wait_for_timeout(500)
+    return count
+
+
+def test_inspector_with_an_uploaded_digit_photo(server, page, tmp_path):
+    photo = tmp_path / "digit-photo.jpg"
+    photo.write_bytes(handwritten_digit("0", fmt="JPEG"))
+    page.goto(f"{server}/inspector?run=digits-damcha")
+    page.get_by_text("Upload an image").click()
+    page.locator("input[type=file]").set_input_files(str(photo))
+    assert _wait_for_figures(page, 3) >= 3
+    page.get_by_text("image digit-photo.jpg").wait_for(timeout=60_000)
+    page.get_by_role("tab", name="Learned vs residue").click()
+    page.wait_for_timeout(1500)
+    assert page.locator(".stException").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "inspector-digit-upload.png"), full_page=True)
+
+
+def test_inspector_with_an_uploaded_text(server, page, tmp_path):
+    text = tmp_path / "paragraph.txt"
+    text.write_text("A transformer head compares a query with every key. DAMCHA makes that comparison "
+                    "depend on the input itself, through a metric computed from the context.\n", encoding="utf-8")
+    page.goto(f"{server}/inspector?run=text-damcha")
+    page.get_by_text("Upload a text file").click()
+    page.locator("input[type=file]").set_input_files(str(text))
+    page.get_by_text("file paragraph.txt").wait_for(timeout=60_000)
+    assert _wait_for_figures(page, 2) >= 2
+    page.get_by_role("tab", name="Attention").click()
+    page.wait_for_timeout(1500)
+    assert page.locator(".stException").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "inspector-text-upload.png"), full_page=True)
+
+
+def test_export_a_pdf_and_the_zip_from_the_app(server, page, tmp_path):
+    page.goto(f"{server}/inspector?run=digits-damcha&sample=4")
+    assert _wait_for_figures(page, 3) >= 3
+    page.get_by_role("button", name="Export", exact=True).first.click()
+    with page.expect_download(timeout=60_000) as dl:
+        page.get_by_role("button", name="PDF", exact=True).first.click()
+    pdf = tmp_path / "figure.pdf"
+    dl.value.save_as(pdf)
+    assert pdf.read_bytes().startswith(b"%PDF")
+    page.keyboard.press("Escape")
+    with page.expect_download(timeout=120_000) as dl:
+        page.get_by_role("button", name="Export all").click()
+    bundle = tmp_path / "all.zip"
+    dl.value.save_as(bundle)
+    import zipfile
+
+    names = zipfile.ZipFile(bundle).namelist()
+    assert "manifest.json" in names and any(n.endswith(".pdf") for n in names)
+    assert page.locator(".stException").count() == 0

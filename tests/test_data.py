@@ -1,0 +1,112 @@
+"""Loaders for the bundled data and for local paper data sets, on tiny files written here."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from damcha.data import (
+    DIGIT_START,
+    DataError,
+    bundled_corpus,
+    cifar_patches,
+    decode_bytes,
+    encode_text,
+    load_cifar_patches,
+    load_dataset,
+    load_enwik8,
+    load_text8,
+    load_text_file,
+    read_cifar_batch,
+)
+
+
+def test_digits_are_65_token_sequences_with_a_fixed_split():
+    d = load_dataset("digits")
+    assert d.train_inputs.shape[1] == 64 and (d.train_inputs[:, 0] == DIGIT_START).all()
+    assert int(d.train_inputs[:, 1:].max()) <= 16
+    assert (d.train_inputs[:, 1:] == d.train_targets[:, :-1]).all()
+    assert len(d.train_inputs) + len(d.val_inputs) == 1797
+    again = load_dataset("digits")
+    assert (again.val_inputs == d.val_inputs).all()
+    assert d.split["val_indices"] != load_dataset("digits", split_seed=1).split["val_indices"]
+    cls = load_dataset("digits-cls")
+    assert cls.train_inputs.shape[1] == 64 and set(cls.val_targets.tolist()) == set(range(10))
+
+
+def test_bundled_corpus_and_bytes_round_trip():
+    corpus = bundled_corpus()
+    assert len(corpus) > 400_000
+    assert decode_bytes(encode_text("naïve ∑ text")) == "naïve ∑ text"
+    d = load_dataset("text", block_size=64)
+    assert d.kind == "corpus" and d.vocab_size == 256 and len(d.val_stream) > 40_000
+
+
+def test_text_file_enwik8_and_text8(tmp_path):
+    (tmp_path / "t.txt").write_text("hello world. " * 100)
+    assert load_text_file(tmp_path / "t.txt", 16).vocab_size == 256
+    (tmp_path / "enwik8").write_bytes(b"<mediawiki xmlns>" + b"<page>x</page>" * 200)
+    assert load_enwik8(tmp_path / "enwik8", 16).name == "enwik8"
+    (tmp_path / "text8").write_bytes(b" anarchism originated as a term " * 50)
+    assert load_text8(tmp_path / "text8", 16).name == "text8"
+    with pytest.raises(DataError, match="enwik8"):
+        load_enwik8(tmp_path / "text8", 16)
+    with pytest.raises(DataError, match="only a-z"):
+        load_text8(tmp_path / "enwik8", 16)
+    with pytest.raises(DataError, match="no such file"):
+        load_text_file(tmp_path / "missing.txt", 16)
+    (tmp_path / "short.txt").write_text("hi")
+    with pytest.raises(DataError, match="too short"):
+        load_text_file(tmp_path / "short.txt", 16)
+
+
+def _write_cifar(path, n=6, fine=False):
+    rng = np.random.default_rng(0)
+    key = b"fine_labels" if fine else b"labels"
+    batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: list(range(n)), b"batch_label": b"test"}
+    path.write_bytes(pickle.dumps(batch, protocol=2))
+    return batch
+
+
+def test_cifar_python_batches(tmp_path):
+    d10 = tmp_path / "cifar-10-batches-py"
+    d10.mkdir()
+    batch = _write_cifar(d10 / "data_batch_1")
+    _write_cifar(d10 / "test_batch", n=3)
+    images, labels = read_cifar_batch(d10 / "data_batch_1")
+    assert images.shape == (6, 32, 32, 3) and labels.tolist() == list(range(6))
+    assert images[0, 0, 0, 0] == batch[b"data"][0, 0] and images[0, 0, 0, 1] == batch[b"data"][0, 1024]
+    tr, trl, te, tel = load_cifar_patches(d10, "cifar10")
+    assert tr.shape == (6, 64, 48) and te.shape == (3, 64, 48) and 0 <= tr.min() and tr.max() <= 1
+    np.testing.assert_allclose(cifar_patches(images)[0, 0, :3], images[0, 0, 0] / 255.0, rtol=1e-6)
+    d100 = tmp_path / "cifar-100-python"
+    d100.mkdir()
+    _write_cifar(d100 / "train", fine=True)
+    _write_cifar(d100 / "test", fine=True)
+    assert load_cifar_patches(d100, "cifar100")[0].shape == (6, 64, 48)
+
+
+def test_cifar_errors_and_hostile_pickles(tmp_path):
+    with pytest.raises(DataError, match="no such directory"):
+        load_cifar_patches(tmp_path / "nope")
+    (tmp_path / "data_batch_1").write_bytes(b"not a pickle at all")
+    with pytest.raises(DataError, match="not a CIFAR python batch"):
+        read_cifar_batch(tmp_path / "data_batch_1")
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    (tmp_path / "evil").write_bytes(pickle.dumps({b"data": Evil()}))
+    with pytest.raises(DataError, match="refused"):
+        read_cifar_batch(tmp_path / "evil")
+    (tmp_path / "wrong").write_bytes(pickle.dumps({b"data": np.zeros((2, 10), np.uint8), b"labels": [0, 1]}))
+    with pytest.raises(DataError, match=r"\(N, 3072\)"):
+        read_cifar_batch(tmp_path / "wrong")
+
+
+def test_unknown_dataset_and_missing_path():
+    with pytest.raises(DataError, match="unknown data set"):
+        load_dataset("imagenet")
+    with pytest.raises(DataError, match="--data-path"):
+        load_dataset("enwik8")

@@ -1,0 +1,51 @@
+"""Figure functions are pure: arrays in, a plotly Figure out, with the promised annotations."""
+
+import numpy as np
+import plotly.graph_objects as go
+
+from damcha import figures
+
+
+def test_metric_heatmap_has_grid_head_labels_and_centred_scale():
+    M = np.arange(64.0).reshape(8, 8) - 10
+    fig = figures.metric_heatmap_figure(M, n_head=4, title="M")
+    (hm,) = fig.data
+    assert isinstance(hm, go.Heatmap) and hm.zmid == 0 and hm.zmin == -53 and hm.zmax == 53
+    assert len(fig.layout.shapes) == 2 * 3  # 3 inner lines each way
+    assert list(fig.layout.xaxis.ticktext) == ["head 1", "head 2", "head 3", "head 4"]
+    np.testing.assert_array_equal(hm.z, M)
+    assert fig.layout.title.text == "M"
+    assert M[0, 0] == -10  # the input was not modified
+
+
+def test_panels_share_one_scale_and_one_colour_bar():
+    a, b = np.ones((4, 4)), -3 * np.ones((4, 4))
+    fig = figures.metric_panels_figure({"a": a, "b": b}, n_head=2)
+    assert [t.zmax for t in fig.data] == [3, 3]
+    assert [bool(t.showscale) for t in fig.data] == [False, True]
+    per_panel = figures.metric_panels_figure({"a": a, "b": b}, n_head=2, shared_scale=False)
+    assert [t.zmax for t in per_panel.data] == [1, 3]
+
+
+def test_other_figures_build():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(8, 8))
+    assert isinstance(figures.block_norm_figure(np.abs(rng.normal(size=(4, 4)))), go.Figure)
+    fig = figures.head_metrics_figure(rng.normal(size=(4, 2, 2)))
+    assert len(fig.data) == 4 and sum(bool(t.showscale) for t in fig.data) == 1
+    assert isinstance(figures.contour_figure(M, 4).data[0], go.Contour)
+    surf = figures.surface_figure(M).data[0]
+    assert isinstance(surf, go.Surface) and surf.cmin == -surf.cmax
+    att = figures.attention_figure(rng.random((4, 5, 5)))
+    assert len(att.data) == 4 and all(t.zmin == 0 and t.zmax == 1 for t in att.data)
+    bars = figures.token_loss_figure(np.array([np.log(2), 2 * np.log(2)]), ["a", "b"])
+    np.testing.assert_allclose(bars.data[0].y, [1, 2])  # nats -> bits
+    curves = figures.training_curves_figure([{"epoch": 0, "val_nll": 2.0}, {"epoch": 1, "val_nll": 1.0}],
+                                            ["train_nll", "val_nll"], marked_epochs=[1])
+    assert [t.name for t in curves.data] == ["val_nll", "val_nll (snapshots)"]
+    assert figures.digit_figure(np.zeros((8, 8), int)).data[0].zmax == 16
+
+
+def test_zero_matrix_gets_a_valid_scale():
+    fig = figures.metric_heatmap_figure(np.zeros((4, 4)), 2)
+    assert fig.data[0].zmax == 1.0
