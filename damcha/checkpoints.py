@@ -226,19 +226,39 @@ def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
         raise CheckpointError(f"{root}: no such checkpoint directory")
     runs, bad = [], []
     candidates = []
-    for child in sorted(root.iterdir()):
-        if child.is_dir():
-            candidates.append(child)
-            if not (child / CONFIG_FILE).exists():
-                candidates.extend(sorted(c for c in child.iterdir() if c.is_dir()))
+    for child in _subdirs(root):
+        candidates.append(child)
+        if not (child / CONFIG_FILE).exists():
+            candidates.extend(_subdirs(child))
     for path in candidates:
-        if not path.resolve().is_relative_to(root) or not (path / CONFIG_FILE).exists():
+        try:
+            inside = path.resolve().is_relative_to(root) and (path / CONFIG_FILE).exists()
+        except OSError:
+            continue
+        if not inside:
             continue
         try:
             runs.append(load_run(path))
         except CheckpointError as e:
             bad.append((path, str(e)))
     return runs, bad
+
+
+def _subdirs(path: Path, limit: int = 2000) -> list[Path]:
+    """Sub-directories of path (sorted, at most `limit`); unreadable ones are skipped."""
+    out = []
+    try:
+        for child in path.iterdir():
+            try:
+                if child.is_dir():
+                    out.append(child)
+            except OSError:
+                continue
+            if len(out) >= limit:
+                break
+    except OSError:
+        return []
+    return sorted(out)
 
 
 def resolve_under(root: str | Path, relative: str) -> Path:

@@ -136,3 +136,37 @@ def test_export_a_pdf_and_the_zip_from_the_app(server, page, tmp_path):
     names = zipfile.ZipFile(bundle).namelist()
     assert "manifest.json" in names and any(n.endswith(".pdf") for n in names)
     assert page.locator(".stException").count() == 0
+
+
+def test_server_keeps_answering_under_a_bounded_load(server, page):
+    """Six concurrent browser pages on the inspector (bounded in number and time), while the
+    health endpoint is polled: every page renders its figures and the server never stops answering."""
+    import threading
+
+    health_failures, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            try:
+                urllib.request.urlopen(f"{server}/_stcore/health", timeout=5).read()
+            except OSError as e:
+                health_failures.append(str(e))
+            time.sleep(0.5)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        browser = page.context.browser
+        pages = [browser.new_page(viewport={"width": 1200, "height": 1600}) for _ in range(6)]
+        runs = ["digits-damcha", "text-damcha", "digits-mha", "digits-cls-damcha", "digits-damcha-unshared", "text-mha"]
+        for pg, run in zip(pages, runs):
+            pg.goto(f"{server}/inspector?run={run}", wait_until="commit")
+        counts = [_wait_for_figures(pg, 2, timeout_s=120) for pg in pages]
+        errors = [pg.locator(".stException").count() for pg in pages]
+        for pg in pages:
+            pg.close()
+    finally:
+        stop.set()
+        poller.join()
+    assert all(c >= 2 for c in counts), counts
+    assert not any(errors) and not health_failures
