@@ -5,7 +5,7 @@
 Each case times DAMCHA and MHA interleaved (a DAMCHA run, then an MHA run, ...) after warm-up
 and reports medians, their ratio, FLOPs of the dense algorithm and achieved GFLOP/s. Peak
 memory of the single-layer cases is measured in a fresh subprocess per implementation: the
-increase of the peak resident set size (ru_maxrss) over the state right after set-up.
+peak of malloc's bytes in use (glibc mallinfo2, sampled every 0.2 ms) over the level before.
 """
 
 from __future__ import annotations
@@ -78,18 +78,31 @@ def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
 
 
 def peak_memory_mb(causal: bool, T: int, damcha: bool) -> float:
+    """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
+    0.2 ms in a fresh process while the layer runs, minus the level right before it."""
     code = f"""
-import resource, torch, sys
+import ctypes, sys, threading, torch
 sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
 from bench import layer_config, make_layer, B, D
+class MI(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
+used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
 cfg = layer_config({causal}, {T}); run = make_layer(cfg, {damcha})
 x = torch.randn(B, {T}, D)
 with torch.no_grad():
-    run(x[:, :8])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run(x)
+    base = used(); peak = [base]; done = threading.Event()
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], used())
+            done.wait(0.0002)
+    t = threading.Thread(target=sample); t.start()
     for _ in range(3):
         run(x)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    done.set(); t.join()
+print((peak[0] - base) / 2**20)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])

@@ -127,15 +127,40 @@ class MetricGenerator(nn.Module):
         self.out exactly as on the explicit path, at the fused cost.
         """
         H = self.n_head
-        D = c.shape[-1]
-        d = D // H
+        d = c.shape[-1] // H
+        w_fused, b_fused = self.folded(mode)  # (H*d*d, w), (H*d*d,)
+        m = F.linear(self.features(c, stochastic), w_fused, b_fused)  # (..., H*d*d)
+        return m.unflatten(-1, (H, d, d))  # (..., H, d, d)
+
+    def folded(self, mode: MetricMode | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last layer with the row sum folded in: (H*d*d, w) weight and (H*d*d,) bias.
+
+        With gradients on, it is recomputed from the naive parameter every call. Without
+        (inference), it is memoised per mode and parameter version: folding reads all D*D*w
+        weights, which would otherwise dominate a short non-causal forward. The memo is a pure
+        function of the weights, identical for every caller, so sharing it is safe.
+        """
+        H = self.n_head
+        d = self.out.weight.shape[0] // (H * H)
+        d = int(round(d ** 0.5))
+        mode = MetricMode.parse(mode)
+        if torch.is_grad_enabled() and self.out.weight.requires_grad:
+            return self._fold(mode, H, d)
+        key = (self.out.weight._version, self.out.bias._version, self.out.weight.data_ptr(), self.out.weight.dtype)
+        memo = self.__dict__.setdefault("_fold_memo", {})
+        hit = memo.get(mode)
+        if hit is None or hit[0] != key:
+            hit = (key, *self._fold(mode, H, d))
+            memo[mode] = hit
+        return hit[1], hit[2]
+
+    def _fold(self, mode: MetricMode, H: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
         s = block_scales(H, mode, self.out.weight)  # (H, H)
         w = self.out.weight.view(H, d, H, d, -1)  # (H, d, H, d, w)
         b = self.out.bias.view(H, d, H, d)  # (H, d, H, d)
         w_fused = torch.einsum("ipjqk,ij->ipqk", w, s).reshape(H * d * d, -1)  # (H*d*d, w)
         b_fused = torch.einsum("ipjq,ij->ipq", b, s).reshape(H * d * d)  # (H*d*d,)
-        m = F.linear(self.features(c, stochastic), w_fused, b_fused)  # (..., H*d*d)
-        return m.unflatten(-1, (H, d, d))  # (..., H, d, d)
+        return w_fused, b_fused
 
 
 class StaticMetric(nn.Module):

@@ -179,3 +179,18 @@ def test_mha_rejects_metric_modes_and_explicit_scores_match_sdpa():
 def test_unknown_metric_mode_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown metric mode"):
         tiny_model()(torch.zeros(1, 3, dtype=torch.long), metric_mode="both")
+
+
+def test_inference_fold_memo_follows_weight_changes():
+    model = tiny_model("damcha", True)
+    tokens = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        before = model(tokens).logits
+        model.metric_source.generator.out.weight.mul_(1.5)  # an in-place change, as an optimiser step makes
+        after = model(tokens).logits
+        explicit = model(tokens, explicit=True).logits
+    assert not torch.allclose(before, after)
+    assert torch.allclose(after, explicit, atol=1e-10)
+    with torch.no_grad():
+        assert torch.allclose(model(tokens, metric_mode="diagonal").logits,
+                              model(tokens, metric_mode="diagonal", explicit=True).logits, atol=1e-10)
