@@ -121,6 +121,15 @@ def run_picker() -> tuple[Run | None, int | None]:
     return run, epoch
 
 
+def selected_run() -> tuple[Run, int]:
+    """The sidebar's (run, epoch); stops the page with a message when there is none."""
+    run, epoch = st.session_state.get("selection", (None, None))
+    if run is None:
+        st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
+        st.stop()
+    return run, epoch
+
+
 # ----------------------------------------------------------------------------- input picker
 
 def input_picker(run: Run, key: str = "input") -> ModelInput | None:

@@ -10,6 +10,7 @@ from app.ui import (
     input_picker,
     inspect_cached,
     model_for,
+    selected_run,
     set_export_context,
     show,
     validation_ablation_cached,
@@ -20,10 +21,7 @@ from damcha.inspection import identifiability_note, next_token_probabilities
 from damcha.samples import printable
 
 st.title("Metric ablations")
-run, epoch = st.session_state.get("selection", (None, None))
-if run is None:
-    st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
-    st.stop()
+run, epoch = selected_run()
 cfg = run.model_config
 st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**.")
 ROW_SUM_NOTE = ("**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "

@@ -9,6 +9,7 @@ from app.ui import (
     dataset_metrics_cached,
     input_picker,
     model_for,
+    selected_run,
     set_export_context,
     show,
     sweep_cached,
@@ -26,10 +27,7 @@ from damcha.dynamics import (
 from damcha.inspection import identifiability_note
 
 st.title("Training dynamics")
-run, epoch = st.session_state.get("selection", (None, None))
-if run is None:
-    st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
-    st.stop()
+run, epoch = selected_run()
 cfg = run.model_config
 st.caption(f"Run **{run.name}** ({run.variant}); snapshots at epochs {list(run.epochs)}.")
 if not cfg.is_damcha:

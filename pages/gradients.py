@@ -8,6 +8,7 @@ from app.ui import (
     checkpoint_root,
     contributions_cached,
     input_picker,
+    selected_run,
     set_export_context,
     show,
     token_attributions_cached,
@@ -17,10 +18,7 @@ from damcha.data import DIGIT_START
 from damcha.inspection import identifiability_note
 
 st.title("Gradient contributions")
-run, epoch = st.session_state.get("selection", (None, None))
-if run is None:
-    st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
-    st.stop()
+run, epoch = selected_run()
 cfg = run.model_config
 st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**. Computed with captum on a private copy of "
            "the model; the shared model is never hooked.")

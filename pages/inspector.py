@@ -3,17 +3,14 @@
 import numpy as np
 import streamlit as st
 
-from app.ui import input_picker, inspect_cached, set_export_context, show
+from app.ui import input_picker, inspect_cached, selected_run, set_export_context, show
 from damcha import figures
 from damcha.figure_sets import build_figure
 from damcha.inspection import identifiability_note, next_token_probabilities
 from damcha.samples import printable
 
 st.title("Metric inspector")
-run, epoch = st.session_state.get("selection", (None, None))
-if run is None:
-    st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
-    st.stop()
+run, epoch = selected_run()
 cfg = run.model_config
 st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}** of {run.epochs[-1]}.")
 
