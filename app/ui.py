@@ -134,6 +134,10 @@ def selected_run() -> tuple[Run, int]:
 
 def input_picker(run: Run, key: str = "input") -> ModelInput | None:
     """Upload, type, or pick a validation sample; returns the model input or None (with a message shown)."""
+    if run.model_config.input_dim:
+        st.info(f"{run.name} reads continuous patches ({run.dataset}): inspect it with the library "
+                "(damcha.inspect_input) on its local data; the app takes digits and text.")
+        return None
     digit = is_digit_run(run)
     sources = ["Validation sample", "Upload an image"] if digit else ["Type text", "Upload a text file", "Validation sample"]
     source = st.radio("Input", sources, horizontal=True, key=f"{key}_source_{'digit' if digit else 'text'}")

@@ -18,6 +18,7 @@ import torch
 from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
 
 from .config import MetricMode
+from .inspection import as_model_input
 from .metric import as_blocks
 from .model import Transformer
 
@@ -60,10 +61,6 @@ def _private_copy(model: Transformer) -> Transformer:
     return clone
 
 
-def _as_batch(tokens, device) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=device).reshape(1, -1)
-
-
 def _metric_modules(model: Transformer) -> list[torch.nn.Module]:
     """The module whose output is M (flattened for f, (D, D) for a static metric), per generator."""
     return [src.generator if src.static else src.generator.out for src in model.metric_sources()]
@@ -79,8 +76,8 @@ def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode |
         raise ValueError("method must be 'gradient_x_metric' or 'gradient'")
     net = _private_copy(model)
     device = next(net.parameters()).device
-    tok = _as_batch(tokens, device)
-    tgt = torch.as_tensor(np.asarray(targets), dtype=torch.long, device=device).reshape(1, -1)
+    tok = as_model_input(tokens, net.config, device)
+    tgt = as_model_input(targets, net.config, device)
     if net.config.n_classes:
         tgt = tgt[:, 0]
     D = net.config.n_embd
@@ -132,14 +129,16 @@ def token_attributions(model: Transformer, tokens, baseline_token: int, target: 
                        n_steps: int = 32, progress: Callable[[int, int], None] | None = None, **scalar_kw) -> TokenAttribution:
     """Integrated Gradients (captum's LayerIntegratedGradients on the token embedding) of a scalar
     of the model, from a baseline input made of `baseline_token` everywhere."""
+    if model.config.input_dim:
+        raise ValueError("Integrated Gradients over token embeddings needs token inputs; this model reads vectors")
     if target != "loss" and (not model.config.is_damcha or model.config.metric_input == "static"):
         raise ValueError("this model's metric does not depend on the input: only the loss can be attributed to tokens")
     net = _private_copy(model)
     device = next(net.parameters()).device
-    tok = _as_batch(tokens, device)
+    tok = as_model_input(tokens, net.config, device)
     tgt = None
     if targets is not None:
-        tgt = torch.as_tensor(np.asarray(targets), dtype=torch.long, device=device).reshape(1, -1)
+        tgt = as_model_input(targets, net.config, device)
         tgt = tgt[:, 0] if net.config.n_classes else tgt
     if target == "loss" and tgt is None:
         raise ValueError("the loss needs targets")

@@ -60,6 +60,7 @@ class ModelConfig:
     generator_widths: tuple[int, ...] = (64, 128)  # hidden widths of f; the paper uses (256, 512)
     generator_dropout: float = 0.0
     pad_token: int | None = None  # token id that marks padding, if any
+    input_dim: int = 0  # > 0: continuous inputs (e.g. 48-dim CIFAR patches): linear embedding, linear head, MSE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "generator_widths", tuple(int(w) for w in self.generator_widths))
@@ -107,14 +108,21 @@ class ModelConfig:
         need(not (self.n_classes and self.causal), "a classification head needs a non-causal encoder (causal=False)")
         need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
         need(self.pad_token is None or 0 <= self.pad_token < self.vocab_size, "pad_token must be a token id")
+        need(self.input_dim >= 0, "input_dim must be >= 0")
+        need(not (self.input_dim and (self.n_classes or not self.causal or self.pad_token is not None)),
+             "continuous inputs (input_dim > 0) are for causal next-vector prediction, without classes or padding")
         # Refuse configs that would allocate absurd memory before any tensor exists.
         need(self.parameter_estimate() <= 200_000_000, f"config would hold ~{self.parameter_estimate():,} parameters (limit 200M)")
 
     def parameter_estimate(self) -> int:
         """Parameter count computed from the config alone (exact; checked by a test)."""
         D, V, L = self.n_embd, self.vocab_size, self.n_layer
-        n = V * D + self.block_size * D + 2 * D  # embeddings, positions, final norm
-        n += self.n_classes * D + self.n_classes if self.n_classes else V * D  # head (LM head untied, no bias)
+        n = self.block_size * D + 2 * D  # positions, final norm
+        if self.input_dim:
+            n += 2 * self.input_dim * D + D + self.input_dim  # linear embedding and regression head, with biases
+        else:
+            n += V * D  # token embedding
+            n += self.n_classes * D + self.n_classes if self.n_classes else V * D  # head (LM head untied, no bias)
         per_block = 4 * D + D * self.mlp_ratio * D * 2 + self.mlp_ratio * D + D  # 2 norms + MLP
         if self.is_damcha:
             per_block += 2 * D * D + 2 * D  # W_V, W_O with biases

@@ -30,7 +30,7 @@ class DataError(ValueError):
 @dataclass
 class DataSet:
     name: str
-    kind: str  # "decoder" | "classifier" | "corpus"
+    kind: str  # "decoder" | "classifier" | "corpus" | "patches" (continuous next-vector prediction)
     vocab_size: int
     block_size: int
     train_inputs: torch.Tensor | None = None
@@ -48,6 +48,8 @@ class DataSet:
         """What one loss term is about: bits per pixel, per character, or per image (classifiers)."""
         if self.kind == "classifier":
             return "image"
+        if self.kind == "patches":
+            return "patch"
         return "pixel" if self.name == "digits" else "char"
 
 
@@ -230,6 +232,24 @@ def load_cifar_patches(directory: str | Path, which: str = "cifar10") -> tuple[n
     return out[0][0], out[0][1], out[1][0], out[1][1]
 
 
+CIFAR_VAL_IMAGES = 2000  # validation: the first images of the test batch (evaluated every epoch)
+
+
+def cifar_dataset(name: str, directory: str | Path) -> DataSet:
+    """Next-patch prediction like the paper: 64 patches of 4x4x3 per image in raster order; the
+    model reads a zero start vector then patches 0..62 and predicts patches 0..63 (MSE)."""
+    train, train_labels, test, test_labels = load_cifar_patches(directory, name)
+    test, test_labels = test[:CIFAR_VAL_IMAGES], test_labels[:CIFAR_VAL_IMAGES]
+
+    def shift(p: np.ndarray) -> torch.Tensor:
+        start = np.zeros((len(p), 1, p.shape[-1]), dtype=np.float32)
+        return torch.from_numpy(np.concatenate([start, p[:, :-1]], axis=1))
+
+    split = {"source": str(directory), "n_train": len(train), "n_val": len(test), "val": f"first {len(test)} test images"}
+    return DataSet(name, "patches", 0, 64, shift(train), torch.from_numpy(train), shift(test), torch.from_numpy(test),
+                   val_labels=test_labels, split=split)
+
+
 def load_dataset(name: str, path: str | None = None, block_size: int = 128, split_seed: int = 0) -> DataSet:
     """Data set by name: digits, digits-cls, text (bundled corpus), textfile, enwik8, text8."""
     if name == "digits":
@@ -244,5 +264,7 @@ def load_dataset(name: str, path: str | None = None, block_size: int = 128, spli
         loader = {"textfile": load_text_file, "enwik8": load_enwik8, "text8": load_text8}[name]
         return loader(path, block_size)
     if name in ("cifar10", "cifar100"):
-        raise DataError(f"{name}: next-patch (MSE) training is not implemented yet; load_cifar_patches reads the data")
+        if not path:
+            raise DataError(f"data set {name!r} needs --data-path to the extracted python-batches folder")
+        return cifar_dataset(name, path)
     raise DataError(f"unknown data set {name!r}; expected one of {', '.join(DATASETS)}")

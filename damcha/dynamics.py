@@ -95,7 +95,7 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
     cfg = model.config
     if not cfg.is_damcha:
         raise ValueError("standard multi-head attention has no metric M(x)")
-    x = torch.as_tensor(np.asarray(inputs), dtype=torch.long)
+    x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32 if cfg.input_dim else torch.long)
     out = []
     for i in range(0, len(x), batch_size):
         res = model(x[i:i + batch_size], need_intermediates=True, stochastic=False)

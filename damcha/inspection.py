@@ -88,13 +88,13 @@ def inspect_input(
     cfg = model.config
     mode = MetricMode.parse(metric_mode)
     device = next(model.parameters()).device
-    tok = torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=device).reshape(1, -1)  # (1, T)
+    tok = as_model_input(tokens, cfg, device)  # (1, T) ids or (1, T, input_dim) vectors
     T = tok.shape[1]
     if T == 0:
         raise ValueError("cannot inspect an empty input")
     tgt = None
     if targets is not None:
-        tgt = torch.as_tensor(np.asarray(targets), dtype=torch.long, device=device).reshape(1, -1)  # (1, T) or (1, 1)
+        tgt = as_model_input(targets, cfg, device)  # (1, T), (1, 1) class id, or (1, T, input_dim)
         tgt = tgt[:, 0] if cfg.n_classes else tgt
     out = model(tok, targets=tgt, metric_mode=mode, need_intermediates=True, stochastic=False)
     attention = torch.stack([layer.attention[0] for layer in out.layers])  # (L, H, T, T)
@@ -128,7 +128,7 @@ def inspect_input(
     token_loss = None
     if out.token_loss is not None:
         token_loss = _np(out.token_loss[0]).astype(np.float64)
-        if not cfg.n_classes:
+        if not cfg.n_classes and not cfg.input_dim:
             token_loss[_np(tgt[0]) == IGNORE_INDEX] = np.nan
         token_loss = np.atleast_1d(token_loss)
     return InspectionRecord(
@@ -149,6 +149,13 @@ def inspect_input(
         token_loss=token_loss,
         loss=None if out.loss is None else float(out.loss),
     )
+
+
+def as_model_input(values, cfg, device) -> torch.Tensor:
+    """One input (or its targets) as a batch of one: (1, T) token ids, or (1, T, input_dim) floats."""
+    if cfg.input_dim:
+        return torch.as_tensor(np.asarray(values), dtype=torch.float32, device=device).reshape(1, -1, cfg.input_dim)
+    return torch.as_tensor(np.asarray(values), dtype=torch.long, device=device).reshape(1, -1)
 
 
 def _identifiable(cfg) -> str:

@@ -70,14 +70,15 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        # Tokens are embedded by a table; continuous inputs (CIFAR patches) by a linear map.
+        self.tok_emb = nn.Linear(config.input_dim, config.n_embd) if config.input_dim else nn.Embedding(config.vocab_size, config.n_embd)
         self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         shared = config.is_damcha and config.metric_sharing == "shared"
         self.metric_source = MetricSource(config) if shared else None
-        out = config.n_classes if config.n_classes else config.vocab_size
-        self.head = nn.Linear(config.n_embd, out, bias=bool(config.n_classes))
+        out = config.input_dim or config.n_classes or config.vocab_size
+        self.head = nn.Linear(config.n_embd, out, bias=bool(config.n_classes or config.input_dim))
         self.apply(_init_weights)
 
     def forward(
@@ -90,18 +91,19 @@ class Transformer(nn.Module):
         need_intermediates: bool = False,
         stochastic: bool | None = None,
     ) -> ModelOutput:
-        """tokens: (B, T) int64. targets: (B, T) next tokens (IGNORE_INDEX to skip) for a
-        decoder, (B,) class ids for a classifier. real: (B, T) bool, True for real tokens
+        """tokens: (B, T) int64, or (B, T, input_dim) floats for continuous inputs. targets: (B, T)
+        next tokens (IGNORE_INDEX to skip) for a decoder, (B,) class ids for a classifier,
+        (B, T, input_dim) next vectors (loss: mean squared error) for continuous inputs. real: (B, T) bool, True for real tokens
         (default: every token not equal to config.pad_token). explicit: build the full
         M(x) and explicit scores (inspection and tests). stochastic: dropout on; None
         follows self.training.
         """
         cfg = self.config
-        B, T = tokens.shape
+        B, T = tokens.shape[:2]
         if T > cfg.block_size:
             raise ValueError(f"sequence of {T} tokens is longer than the model's block_size {cfg.block_size}")
         stochastic = self.training if stochastic is None else stochastic
-        if real is None and cfg.pad_token is not None:
+        if real is None and cfg.pad_token is not None and not cfg.input_dim:
             real = tokens != cfg.pad_token  # (B, T)
         if real is not None and bool(real.all()):
             real = None  # no padding: the plain causal path is exact and faster
@@ -135,7 +137,10 @@ class Transformer(nn.Module):
 
         loss = token_loss = None
         if targets is not None:
-            if cfg.n_classes:
+            if cfg.input_dim:
+                token_loss = (logits - targets).pow(2).mean(dim=-1)  # (B, T) squared error per vector
+                loss = token_loss.mean()
+            elif cfg.n_classes:
                 token_loss = F.cross_entropy(logits, targets, reduction="none")  # (B,)
                 loss = token_loss.mean()
             else:

@@ -91,9 +91,10 @@ def pick_device(name: str) -> torch.device:
 def model_config_for(data: DataSet, base: ModelConfig) -> ModelConfig:
     """The base config with the data-dependent fields filled in."""
     causal = data.kind != "classifier"
+    input_dim = int(data.train_inputs.shape[-1]) if data.kind == "patches" else 0
     return dataclasses.replace(
-        base, vocab_size=data.vocab_size, block_size=data.block_size, causal=causal,
-        n_classes=data.n_classes if not causal else 0,
+        base, vocab_size=data.vocab_size or 1, block_size=data.block_size, causal=causal,
+        n_classes=data.n_classes if not causal else 0, input_dim=input_dim,
     )
 
 
@@ -163,6 +164,9 @@ def train_subset(data: DataSet, tcfg: TrainConfig, n: int = 512) -> tuple[torch.
 def evaluate_epoch(model: Transformer, data: DataSet, tcfg: TrainConfig) -> dict:
     vx, vy = validation_tensors(data, tcfg)
     val = evaluate(model, vx, vy)
+    if data.kind == "patches":  # a squared error, not a likelihood: no bits
+        tx, ty = train_subset(data, tcfg)
+        return {"val_mse": val["nll"], "train_mse": evaluate(model, tx, ty)["nll"]}
     row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
     if "accuracy" in val:
         row["val_accuracy"] = val["accuracy"]
@@ -293,7 +297,9 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
         metrics.append(row)
         write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
         save_training_state(out, model, opt, epoch, step)
-        if progress:
+        if progress and data.kind == "patches":
+            tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
+        elif progress:
             extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
             tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train {row['train_nll']:.4f}  "
                        f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")

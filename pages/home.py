@@ -69,7 +69,7 @@ if run is not None:
         )
     with right:
         set_export_context(run, epoch)
-        keys = ["train_nll", "val_nll"]
+        keys = ["train_mse", "val_mse"] if c.input_dim else ["train_nll", "val_nll"]
         show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs), "training_curves")
 st.markdown("**Where to start:** open the *Metric inspector*, keep the validation sample or upload your own "
             "image or text, and move the query position and the metric mode.")
