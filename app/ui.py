@@ -283,7 +283,8 @@ def export_settings_widget() -> None:
     from damcha.export import ExportSettings
 
     with st.sidebar.expander("Export settings", expanded=False):
-        w = st.number_input("Width (px)", 200, 4000, 700, step=50, key="exp_w")
+        w = st.number_input("Width (px)", 200, 4000, 460, step=20, key="exp_w",
+                            help="460 px fits a single journal column, 940 px a double column (text ≈ 7.5 pt).")
         h = st.number_input("Height (px, 0 = the figure's own)", 0, 4000, 0, step=50, key="exp_h")
         s = st.select_slider("PNG scale", [1.0, 2.0, 3.0, 4.0], value=2.0, key="exp_s")
         paper = st.toggle("Paper style", value=True, key="exp_paper",

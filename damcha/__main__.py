@@ -85,8 +85,8 @@ def _figures_parser(sub) -> None:
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--position", type=int, default=-1, help="query position index (causal runs), -1: last")
     p.add_argument("--formats", default="png,svg,pdf,html,csv,npz")
-    p.add_argument("--width", type=int, default=700)
-    p.add_argument("--height", type=int, default=560)
+    p.add_argument("--width", type=int, default=460, help="px; 460 fits a single column, 940 a double column")
+    p.add_argument("--height", type=int, default=0, help="px; 0: the figure's own (multi-panel) or 0.85 x width")
     p.add_argument("--scale", type=float, default=2.0)
     p.add_argument("--no-paper-style", action="store_true")
     p.add_argument("--from-provenance", help="a *.provenance.json written by an earlier export")
@@ -112,7 +112,7 @@ def _figures(args) -> int:
     if not ok and set(formats) & set(STATIC_FORMATS):
         print(f"warning: {message}; writing only {[f for f in formats if f not in STATIC_FORMATS]}", file=sys.stderr)
         formats = [f for f in formats if f not in STATIC_FORMATS]
-    settings = ExportSettings(args.width, args.height, args.scale, not args.no_paper_style)
+    settings = ExportSettings(args.width, args.height or None, args.scale, not args.no_paper_style)
     if args.from_provenance:
         path = Path(args.from_provenance)
         if not path.is_file():

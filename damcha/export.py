@@ -31,13 +31,15 @@ PAPER_FONT = "Arial, Helvetica, sans-serif"
 
 @dataclass(frozen=True)
 class ExportSettings:
-    """Size of static images in CSS pixels (PNG is rendered at width*scale x height*scale)."""
+    """Size of static images in CSS pixels (PNG is rendered at width*scale x height*scale; PDF and
+    SVG pages are width*0.75 pt wide). 460 px fits a single journal column (3.5 in) with 14 px text
+    printing at about 7.5 pt; 940 px fits a double column at the same text size."""
 
-    width: int = 700
-    height: int | None = None  # None: the figure's own height (set for multi-panel figures), else 560
+    width: int = 460
+    height: int | None = None  # None: the figure's own height (multi-panel figures), else 0.85 x width
     scale: float = 2.0
     paper_style: bool = True
-    font_size: int = 12
+    font_size: int = 14
 
 
 def chromium_path() -> str | None:
@@ -86,10 +88,10 @@ def paper_style(fig: go.Figure, settings: ExportSettings | None = None) -> go.Fi
     base = (settings or ExportSettings()).font_size
     out.update_layout(template="plotly_white", paper_bgcolor="white", plot_bgcolor="white",
                       font=dict(family=PAPER_FONT, size=base, color="black"),
-                      title=dict(font=dict(size=base + 2)))
+                      title=dict(font=dict(size=base + 1)), margin=dict(l=50, r=20, t=50, b=45))
     out.update_annotations(font=dict(family=PAPER_FONT, size=base))
-    out.update_xaxes(title_font=dict(size=base), tickangle=0)
-    out.update_yaxes(title_font=dict(size=base))
+    out.update_xaxes(title_font=dict(size=base), showgrid=False, zeroline=False)
+    out.update_yaxes(title_font=dict(size=base), showgrid=False, zeroline=False)
     return out
 
 
@@ -111,7 +113,7 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "kopts ignored when using a server"
-        height = settings.height or styled.layout.height or 560
+        height = settings.height or styled.layout.height or int(0.85 * settings.width)
         return pio.to_image(styled, format=fmt, width=settings.width, height=height,
                             scale=settings.scale if fmt == "png" else 1)
 

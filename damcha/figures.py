@@ -19,9 +19,9 @@ def symmetric_limit(*arrays: np.ndarray) -> float:
     return m if m > 0 else 1.0
 
 
-def _head_ticks(n_head: int, head_dim: int) -> dict:
+def _head_ticks(n_head: int, head_dim: int, short: bool = False) -> dict:
     return dict(tickvals=[i * head_dim + (head_dim - 1) / 2 for i in range(n_head)],
-                ticktext=[f"head {i + 1}" for i in range(n_head)])
+                ticktext=[f"{'h' if short else 'head '}{i + 1}" for i in range(n_head)])
 
 
 def _grid_shapes(n_head: int, head_dim: int, xref: str = "x", yref: str = "y") -> list[dict]:
@@ -49,7 +49,7 @@ def metric_heatmap_figure(M: np.ndarray, n_head: int, title: str = "M(x)", zmax:
     ))
     fig.update_layout(title=title, shapes=_grid_shapes(n_head, d), margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title="column (key side)", **_head_ticks(n_head, d), constrain="domain")
-    fig.update_yaxes(title="row (query side)", autorange="reversed", scaleanchor="x", **_head_ticks(n_head, d))
+    fig.update_yaxes(title="row (query side)", autorange="reversed", scaleanchor="x", constrain="domain", **_head_ticks(n_head, d))
     return fig
 
 
@@ -73,8 +73,9 @@ def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str 
                       row=1, col=k)
         ax = "" if k == 1 else str(k)
         shapes += _grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
-        fig.update_xaxes(**_head_ticks(n_head, d), row=1, col=k, constrain="domain")
-        fig.update_yaxes(**_head_ticks(n_head, d), autorange="reversed", scaleanchor=f"x{ax}", row=1, col=k,
+        short = len(names) > 2
+        fig.update_xaxes(**_head_ticks(n_head, d, short), row=1, col=k, constrain="domain")
+        fig.update_yaxes(**_head_ticks(n_head, d, short), autorange="reversed", scaleanchor=f"x{ax}", constrain="domain", row=1, col=k,
                          showticklabels=k == 1)
     fig.update_layout(title=title, shapes=shapes, margin=dict(l=60, r=40, t=70, b=40), height=140 + 260 * 3 // len(names))
     return fig
@@ -89,7 +90,7 @@ def block_norm_figure(norms: np.ndarray, title: str = "Block norms ||M_ij||_F") 
                                hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title="column head j")
-    fig.update_yaxes(title="row head i", autorange="reversed", scaleanchor="x")
+    fig.update_yaxes(title="row head i", autorange="reversed", scaleanchor="x", constrain="domain")
     return fig
 
 
@@ -103,7 +104,7 @@ def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shar
         fig.add_trace(go.Heatmap(z=m[i], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING,
                                  showscale=(i == H - 1) if shared_scale else False,
                                  hovertemplate=f"m_{i + 1}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", row=1, col=i + 1)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1)
         fig.update_xaxes(constrain="domain", row=1, col=i + 1)
     fig.update_layout(title=title, margin=dict(l=40, r=40, t=70, b=30), height=120 + 900 // max(H, 3))
     return fig
@@ -120,7 +121,7 @@ def contour_figure(M: np.ndarray, n_head: int | None = None, title: str = "Conto
         layout["shapes"] = _grid_shapes(n_head, d)
         fig.update_xaxes(**_head_ticks(n_head, d))
         fig.update_yaxes(**_head_ticks(n_head, d))
-    fig.update_yaxes(autorange="reversed", scaleanchor="x")
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain")
     fig.update_layout(**layout)
     return fig
 
@@ -143,7 +144,7 @@ def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None,
         fig.add_trace(go.Heatmap(z=attn[i], zmin=0, zmax=1, colorscale=SEQUENTIAL, showscale=i == H - 1,
                                  colorbar=dict(title="weight"),
                                  hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", row=1, col=i + 1,
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
                          showticklabels=i == 0)
         fig.update_xaxes(constrain="domain", row=1, col=i + 1)
     fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=50), height=140 + 900 // max(H, 3))
@@ -169,7 +170,7 @@ def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, lev
     fig = go.Figure(go.Heatmap(z=levels, zmin=0, zmax=16, colorscale=GREYS, colorbar=dict(title="level"),
                                text=levels, texttemplate="%{text}", hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=30), width=380, height=360)
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False)
     fig.update_xaxes(showticklabels=False, constrain="domain")
     return fig
 
@@ -235,7 +236,7 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int,
         d = mats.shape[-1] // n_head
         fig.update_layout(shapes=_grid_shapes(n_head, d))
         fig.update_xaxes(**_head_ticks(n_head, d), constrain="domain")
-        fig.update_yaxes(**_head_ticks(n_head, d), autorange="reversed", scaleanchor="x")
+        fig.update_yaxes(**_head_ticks(n_head, d), autorange="reversed", scaleanchor="x", constrain="domain")
     else:
         fig.update_layout(scene=dict(zaxis=dict(range=[-z, z]), xaxis_title="column", yaxis_title="row"))
     return fig
@@ -259,7 +260,7 @@ def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], n_
         if kind != "surface":
             ax = "" if k == 0 else str(k + 1)
             shapes += _grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
-            fig.update_yaxes(autorange="reversed", scaleanchor=f"x{ax}", showticklabels=c == 1, row=r, col=c,
+            fig.update_yaxes(autorange="reversed", scaleanchor=f"x{ax}", constrain="domain", showticklabels=c == 1, row=r, col=c,
                              **_head_ticks(n_head, d))
             fig.update_xaxes(constrain="domain", row=r, col=c, **_head_ticks(n_head, d))
         else:
@@ -337,7 +338,7 @@ def digit_attribution_figure(attr: np.ndarray, levels: np.ndarray, title: str = 
                                text=levels, texttemplate="%{text}",
                                hovertemplate="row %{y}, col %{x}: %{z:.4g} (level %{text})<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=30), width=420, height=380)
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False)
     fig.update_xaxes(showticklabels=False, constrain="domain")
     return fig
 
