@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from damcha.checkpoints import CheckpointError, Run, list_runs, load_model
+from damcha.checkpoints import CheckpointError, Run, list_runs, load_model, load_run
 from damcha.inspection import InspectionRecord, inspect_input
 from damcha.preprocess import InputError
 from damcha.samples import (
@@ -44,8 +44,6 @@ def cached_runs(root: str) -> tuple[list[Run], list[tuple[Path, str]]]:
 @st.cache_resource(show_spinner=False, max_entries=64)
 def cached_model(run_path: str, epoch: int, mtime: float):
     """One model per (run, epoch); mtime makes a rewritten snapshot load afresh."""
-    from damcha.checkpoints import load_run
-
     return load_model(load_run(run_path), epoch)
 
 
@@ -176,17 +174,13 @@ def _mtimes(run: Run) -> tuple[float, ...]:
     return tuple(run.snapshot_path(e).stat().st_mtime for e in run.epochs)
 
 
-def _load_cached(run: Run, epoch: int):
-    return model_for(run, epoch)
-
-
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_sweep(run_path: str, mtimes: tuple[float, ...], input_key: str, _run: Run, _inp: ModelInput, mode: str):
     """The input through every snapshot, with a progress bar the first time; instant afterwards."""
     from damcha.dynamics import sweep_epochs
 
     bar = st.progress(0.0, text="Running every snapshot on this input…")
-    sweep = sweep_epochs(_run, _load_cached, _inp.tokens, _inp.targets, mode,
+    sweep = sweep_epochs(_run, model_for, _inp.tokens, _inp.targets, mode,
                          progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
     bar.empty()
     return sweep

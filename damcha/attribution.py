@@ -33,14 +33,6 @@ class MetricContribution:
     values: np.ndarray
     method: str  # "gradient_x_metric" | "gradient"
 
-    def block_totals(self, n_head: int) -> np.ndarray:
-        """(L_m, P, H, H) sum of the contributions in each block (signed for gradient x metric,
-        absolute for gradients)."""
-        blocks = self.values.reshape(*self.values.shape[:2], n_head, self.values.shape[-1] // n_head,
-                                     n_head, self.values.shape[-1] // n_head)
-        vals = blocks if self.method == "gradient_x_metric" else np.abs(blocks)
-        return vals.sum(axis=(3, 5))
-
 
 @dataclass(frozen=True)
 class TokenAttribution:
