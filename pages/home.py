@@ -15,8 +15,8 @@ st.markdown(
 )
 st.info(
     "Under the paper's row sum only the per-head metrics m_i are learned: the split of M(x) into "
-    "diagonal and off-diagonal blocks is left where the initialisation put it. Every view of M(x) in "
-    "this app shows the learned part and that residue separately."
+    "diagonal and off-diagonal blocks comes from a random read-out whose weights never move from "
+    "their initial values. Every view of M(x) in this app shows the learned part and that residue separately."
 )
 
 try:
@@ -25,6 +25,13 @@ except Exception as e:  # a wrong folder must not break the page
     st.error(f"Cannot read the checkpoint folder: {e}")
     st.stop()
 
+
+
+def _data_line(run) -> str:
+    d = run.data
+    if "bytes" in d:  # a byte corpus
+        return f"{run.dataset}: {d['bytes']:,} bytes, the last {d['val_fraction']:.0%} for validation"
+    return f"{run.dataset}: {d.get('n_train', '?')} train / {d.get('n_val', '?')} validation"
 
 
 def _bits(row: dict, unit: str) -> str:
@@ -61,7 +68,7 @@ if run is not None:
     with left:
         st.markdown(
             f"- **variant** `{run.variant}` ({'causal decoder' if c.causal else 'non-causal classifier'})\n"
-            f"- **data** {run.dataset}, {run.data.get('n_train', '?')} train / {run.data.get('n_val', '?')} validation\n"
+            f"- **data** {_data_line(run)}\n"
             f"- **sizes** {c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, generator widths {list(c.generator_widths)}\n"
             f"- **parameters** {c.parameter_estimate():,}\n"
             f"- **training** {run.train_config.get('epochs')} epochs, {run.train_config.get('optimizer')}, lr {run.train_config.get('lr')}\n"
