@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT))
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
 from damcha.attention import MetricAttention, MultiHeadAttention  # noqa: E402
-from damcha.metric import MetricSource  # noqa: E402
 
 B, D, H, WIDTHS = 16, 128, 8, (256, 512)
 
@@ -49,11 +48,11 @@ def layer_flops(cfg: ModelConfig, T: int, damcha: bool) -> float:
 
 def make_layer(cfg: ModelConfig, damcha: bool):
     torch.manual_seed(0)
-    if damcha:
-        attn, src = MetricAttention(cfg, own_metric=False), MetricSource(cfg)
+    if damcha:  # one layer with its own generator (in a one-layer model shared and per-layer coincide)
+        attn = MetricAttention(cfg, own_metric=True)
 
         def run(x):
-            return attn(x, None, None, shared_metric=src(x, None)).y
+            return attn(x, None, None).y
     else:
         attn = MultiHeadAttention(cfg)
 

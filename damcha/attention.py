@@ -113,18 +113,24 @@ class MetricAttention(nn.Module):
     ) -> AttentionOutput:
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
-        if self.metric_source is not None:
-            metric = self.metric_source(x, real, metric_mode, explicit=explicit, stochastic=stochastic)
-        else:
-            assert shared_metric is not None, "a layer without its own metric needs the shared one"
-            metric = shared_metric
-        m = metric.head  # (B|1, P, H, d, d) row sum or (B|1, P, H, d, D) bilinear; P in {1, T}
-
         x_heads = x.view(B, T, H, d)  # (B, T, H, d)
-        if m.shape[1] == 1:  # one metric per sequence: a batched GEMM per head
-            q = x_heads.transpose(1, 2) @ m[:, 0]  # (B, H, T, d|D)
-        else:  # one metric per query position: q_t = x_t^T m(c_t)
-            q = (x_heads.unsqueeze(-2) @ m).squeeze(-2).transpose(1, 2)  # (B, H, T, d|D)
+        src = self.metric_source
+        if (src is not None and self.causal and not self.bilinear and not src.static and not explicit
+                and not need_weights and not torch.is_grad_enabled()):
+            # Inference with this layer's own per-position metric: build it chunk by chunk.
+            metric = None
+            q = src.chunked_queries(x, real, x_heads, metric_mode, stochastic)  # (B, H, T, d)
+        else:
+            if src is not None:
+                metric = src(x, real, metric_mode, explicit=explicit, stochastic=stochastic)
+            else:
+                assert shared_metric is not None, "a layer without its own metric needs the shared one"
+                metric = shared_metric
+            m = metric.head  # (B|1, P, H, d, d) row sum or (B|1, P, H, d, D) bilinear; P in {1, T}
+            if m.shape[1] == 1:  # one metric per sequence: a batched GEMM per head
+                q = x_heads.transpose(1, 2) @ m[:, 0]  # (B, H, T, d|D)
+            else:  # one metric per query position: q_t = x_t^T m(c_t)
+                q = (x_heads.unsqueeze(-2) @ m).squeeze(-2).transpose(1, 2)  # (B, H, T, d|D)
         if self.bilinear:
             k = x[:, None].expand(B, H, T, D)  # (B, H, T, D): every head reads all of x_s
         else:

@@ -15,6 +15,8 @@ from torch import nn
 
 from .config import MetricMode, ModelConfig
 
+CHUNK_TOKENS = 1024  # tokens per chunk of chunked_queries: ~8 MB of metric at D=128, H=8
+
 
 def context_means(x: torch.Tensor, real: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Pooled context of each query position, over real (non-padding) tokens only.
@@ -208,6 +210,25 @@ class MetricSource(nn.Module):
             return HeadMetric(head=head, full=M if explicit else None, context=c)
         head = self.generator.fused_row_sum(c, mode, stochastic)  # (B, P, H, d, d)
         return HeadMetric(head=head, context=c)
+
+    def chunked_queries(self, x: torch.Tensor, real: torch.Tensor | None, x_heads: torch.Tensor,
+                        mode: MetricMode | str, stochastic: bool = False) -> torch.Tensor:
+        """q_t = x_t m(c_t) for a causal row-sum metric without gradients, CHUNK_TOKENS tokens at a
+        time, so the (B, T, H, d, d) per-position metric never exists whole (inference memory).
+
+        x: (B, T, D) metric input; x_heads: (B, T, H, d) scored input. Returns (B, H, T, d).
+        """
+        B, T, D = x.shape
+        H, d = x_heads.shape[2], x_heads.shape[3]
+        c = context_means(x, real, True).reshape(B * T, D)  # (B*T, D)
+        xf = x_heads.reshape(B * T, H, 1, d)  # (B*T, H, 1, d)
+        w_fused, b_fused = self.generator.folded(mode)  # (H*d*d, w), (H*d*d,)
+        q = x.new_empty(B * T, H, d)  # (B*T, H, d)
+        for s in range(0, B * T, CHUNK_TOKENS):
+            h = self.generator.features(c[s:s + CHUNK_TOKENS], stochastic)  # (n, w)
+            m = F.linear(h, w_fused, b_fused).view(-1, H, d, d)  # (n, H, d, d)
+            q[s:s + CHUNK_TOKENS] = (xf[s:s + CHUNK_TOKENS] @ m).squeeze(-2)  # (n, H, d)
+        return q.view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
 
     def full_metric(self, c: torch.Tensor) -> torch.Tensor:
         """M at given contexts (..., D) -> (..., D, D); a static metric ignores c."""

@@ -194,3 +194,22 @@ def test_inference_fold_memo_follows_weight_changes():
     with torch.no_grad():
         assert torch.allclose(model(tokens, metric_mode="diagonal").logits,
                               model(tokens, metric_mode="diagonal", explicit=True).logits, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_chunked_inference_equals_unchunked(monkeypatch, mode):
+    """Per-layer causal metrics at inference are built a chunk of tokens at a time; with chunks of
+    5 tokens (several per sequence, crossing sequence boundaries) the outputs must not change."""
+    import damcha.metric as metric
+
+    model = tiny_model("damcha-unshared", True, pad_token=10)
+    tokens = torch.randint(0, 10, (3, 13))
+    tokens[1, 9:] = 10  # padding inside the batch
+    with torch.no_grad():
+        reference = model(tokens, metric_mode=mode, explicit=True).logits
+        monkeypatch.setattr(metric, "CHUNK_TOKENS", 5)
+        chunked = model(tokens, metric_mode=mode).logits
+        monkeypatch.setattr(metric, "CHUNK_TOKENS", 1024)
+        whole = model(tokens, metric_mode=mode).logits
+    assert torch.allclose(chunked, reference, atol=1e-10)
+    assert torch.allclose(whole, reference, atol=1e-10)
