@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import threading
+import warnings
 import zipfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -109,8 +110,6 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
     import plotly.io as pio
 
     _ensure_server()
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "kopts ignored when using a server"
         height = settings.height or styled.layout.height or int(0.85 * settings.width)

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from . import figures
 from .checkpoints import Run, load_model, load_run
 from .export import ExportItem, provenance
-from .inspection import InspectionRecord, expected_digit, inspect_input
+from .inspection import InspectionRecord, expected_digit, inspect_input, next_token_probabilities
 
 PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
 METRIC_FIGURES = ("metric", "decomposition", "block_norms", "head_metrics", "contour", "surface")
@@ -62,8 +62,6 @@ def build_figure(name: str, record: InspectionRecord, n_head: int, params: dict,
         return figures.token_loss_figure(loss, [str(int(t)) for t in record.tokens], f"Loss per position{at}")
     if name == "prediction":
         if record.logits.ndim == 1:
-            from .inspection import next_token_probabilities
-
             probs = next_token_probabilities(record, 0)
             return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
         if record.logits.shape == (64, 18):
