@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
+from damcha.allocator import keep_freed_memory  # noqa: E402
 from damcha.attention import MetricAttention, MultiHeadAttention  # noqa: E402
 
 B, D, H, WIDTHS = 16, 128, 8, (256, 512)
@@ -47,14 +48,16 @@ def layer_flops(cfg: ModelConfig, T: int, damcha: bool) -> float:
 
 
 def make_layer(cfg: ModelConfig, damcha: bool):
+    """One attention layer for inference, frozen as load_model returns models (a frozen DAMCHA
+    layer keeps its folded generator weights between calls instead of refolding them)."""
     torch.manual_seed(0)
     if damcha:  # one layer with its own generator (in a one-layer model shared and per-layer coincide)
-        attn = MetricAttention(cfg, own_metric=True)
+        attn = MetricAttention(cfg, own_metric=True).requires_grad_(False)
 
         def run(x):
             return attn(x, None, None).y
     else:
-        attn = MultiHeadAttention(cfg)
+        attn = MultiHeadAttention(cfg).requires_grad_(False)
 
         def run(x):
             return attn(x, None, None).y
@@ -130,22 +133,27 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
 
 
 def training_cases(repeats: int, quick: bool) -> list[dict]:
+    """One optimiser step of a 4-layer causal model (Adam, fused as in the train CLI), eager for
+    the shared and per-layer metric, then both models under torch.compile (shared)."""
     rows = []
     T = 32 if quick else 64
     base = ModelConfig(vocab_size=256, block_size=T, n_layer=4, n_head=H, n_embd=D, generator_widths=WIDTHS)
     tokens = torch.randint(0, 256, (32, T))
-    for variant in ("damcha", "damcha-unshared"):
+    cases = [("damcha", False), ("damcha-unshared", False)] + ([] if quick else [("damcha", True)])
+    for variant, compiled in cases:
         models = {v: build_model(variant_config(base, v), seed=0) for v in (variant, "mha")}
-        opts = {v: torch.optim.Adam(m.parameters(), 1e-4) for v, m in models.items()}
+        opts = {v: torch.optim.Adam(m.parameters(), 1e-4, fused=True) for v, m in models.items()}
+        steps = {v: torch.compile(m) if compiled else m for v, m in models.items()}
 
-        def step(v, models=models, opts=opts):
+        def step(v, steps=steps, opts=opts):
             opts[v].zero_grad()
-            models[v](tokens, targets=tokens).loss.backward()
+            steps[v](tokens, targets=tokens).loss.backward()
             opts[v].step()
 
         td, tm = interleaved(lambda v=variant: step(v), lambda: step("mha"), max(5, repeats // 2))
-        rows.append({"case": f"4-layer training step, {variant} (B=32, T={T})", "damcha_ms": td * 1e3, "mha_ms": tm * 1e3,
-                     "ratio": td / tm})
+        how = "both compiled" if compiled else "eager"
+        rows.append({"case": f"4-layer training step, {variant}, {how} (B=32, T={T})", "damcha_ms": td * 1e3,
+                     "mha_ms": tm * 1e3, "ratio": td / tm})
     return rows
 
 
@@ -237,7 +245,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks the script runs")
     args = p.parse_args(argv)
     repeats = 3 if args.quick else args.repeats
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {repeats} interleaved runs")
+    tuned = keep_freed_memory()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {repeats} interleaved runs; "
+          f"malloc keeps freed memory (as the train CLI): {tuned}")
     rows = (layer_cases(repeats, args.quick) + training_cases(repeats, args.quick) + naive_case(repeats, args.quick)
             + app_cases(repeats))
     if not args.quick:
@@ -245,7 +255,7 @@ def main(argv=None) -> int:
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
-                                               "repeats": repeats, "rows": rows}, indent=2))
+                                               "repeats": repeats, "malloc_keeps_freed_memory": tuned, "rows": rows}, indent=2))
     return 0
 
 

@@ -41,6 +41,8 @@ def _train_parser(sub) -> None:
     p.add_argument("--snapshot-epochs", type=_ints, default=(), help="e.g. 0,1,2,5,10,30 (0 and the last are always kept)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the training step (about 20 s to compile; pays for long runs of large models)")
     p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
 
 
@@ -56,7 +58,7 @@ def _train(args) -> int:
         warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
         snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch,
     )
-    result = train(variant_config(base, args.variant), tcfg, args.out)
+    result = train(variant_config(base, args.variant), tcfg, args.out, compile_model=args.compile)
     print(f"done: {result.run_dir} ({result.seconds:.1f} s)")
     return 0
 
@@ -161,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
 
             print(__version__)
             return 0
-        if args.command == "train":
-            return _train(args)
-        if args.command == "demo-runs":
-            return _demo(args)
+        if args.command in ("train", "demo-runs"):
+            from .allocator import keep_freed_memory
+
+            keep_freed_memory()  # this process only trains: keep freed blocks rather than re-fault them
+            return _train(args) if args.command == "train" else _demo(args)
         if args.command == "figures":
             return _figures(args)
     except (DataError, CheckpointError, InputError, ValueError, OSError) as e:

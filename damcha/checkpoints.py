@@ -206,14 +206,15 @@ def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch
 
 
 def load_model(run: Run | str | Path, epoch: int | None = None, device: str | torch.device = "cpu") -> Transformer:
-    """The run's model at `epoch` (default: the last snapshot), in eval mode, on `device`."""
+    """The run's model at `epoch` (default: the last snapshot), in eval mode and frozen
+    (requires_grad False: for inference; attribution works on its own trainable copy), on `device`."""
     if not isinstance(run, Run):
         run = load_run(run)
     epoch = run.epochs[-1] if epoch is None else epoch
     model = build_model(run.model_config)
     state = load_state(run.snapshot_path(epoch), model.state_dict())
     model.load_state_dict(state)
-    return model.to(device).eval()
+    return model.to(device).eval().requires_grad_(False)
 
 
 def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:

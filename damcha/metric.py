@@ -24,8 +24,13 @@ def context_means(x: torch.Tensor, real: torch.Tensor | None, causal: bool) -> t
     x: (B, T, D); real: (B, T) bool or None (all real).
     Returns (B, T, D) prefix means c_t = mean(x_1..x_t) if causal, else (B, 1, D).
     """
-    B, T, _ = x.shape
-    w = torch.ones(B, T, 1, dtype=x.dtype, device=x.device) if real is None else real.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
+    T = x.shape[1]
+    if real is None:  # every token real: plain means, without a weighted copy of x
+        if not causal:
+            return x.mean(dim=1, keepdim=True)  # (B, 1, D)
+        counts = torch.arange(1, T + 1, dtype=x.dtype, device=x.device).view(1, T, 1)  # (1, T, 1)
+        return torch.cumsum(x, dim=1) / counts  # (B, T, D)
+    w = real.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
     if causal:
         sums = torch.cumsum(x * w, dim=1)  # (B, T, D)
         counts = torch.cumsum(w, dim=1)  # (B, T, 1)
@@ -84,6 +89,44 @@ def block_norms(M: torch.Tensor, n_head: int) -> torch.Tensor:
     return blocks.pow(2).sum(dim=(-3, -1)).sqrt()  # (..., H, H)
 
 
+def per_sequence_queries(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """q = x^T m with one metric per sequence: x (B, T, H, d), m (B|1, H, d, e) -> (B, H, T, e).
+
+    The heads' metrics are placed on the diagonal of one (H*d, H*e) matrix so all heads are one
+    dense GEMM over (B, T, D) rows: H times the multiply-adds of per-head products, but a per-head
+    batched matmul would first copy x into head-major order and run far below the GEMM rate.
+    """
+    B, T, H, d = x.shape
+    e = m.shape[-1]
+    eye = torch.eye(H, dtype=m.dtype, device=m.device)  # (H, H)
+    blocks = m[:, :, :, None, :] * eye[:, None, :, None]  # (B|1, H, d, H, e): zero off the diagonal
+    q = x.reshape(B, T, H * d) @ blocks.reshape(-1, H * d, H * e)  # (B, T, H*e)
+    return q.view(B, T, H, e).transpose(1, 2)  # (B, H, T, e)
+
+
+def per_position_queries(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """q = x^T m for a metric per position: (..., H, d) and (..., H, d, e) -> (..., H, e)."""
+    return _PerPositionQueries.apply(x, m)
+
+
+class _PerPositionQueries(torch.autograd.Function):
+    """A batch of 1 x d by d x e products, one per position and head. Autograd would take
+    the gradient of m as an outer-product batched matmul, 10x slower than the broadcast
+    multiply written out here (and the largest cost of a causal training step)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, m)
+        return (x.unsqueeze(-2) @ m).squeeze(-2)  # (..., H, e); a multiply-sum is faster alone but allocates m's size
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        x, m = ctx.saved_tensors
+        grad_x = (m @ g.unsqueeze(-1)).squeeze(-1) if ctx.needs_input_grad[0] else None  # (..., H, d)
+        grad_m = x.unsqueeze(-1) * g.unsqueeze(-2) if ctx.needs_input_grad[1] else None  # (..., H, d, e)
+        return grad_x, grad_m
+
+
 @dataclass
 class HeadMetric:
     """What the scores need from M(x), at P positions (P = T for causal models, else 1).
@@ -137,18 +180,20 @@ class MetricGenerator(nn.Module):
     def folded(self, mode: MetricMode | str) -> tuple[torch.Tensor, torch.Tensor]:
         """The last layer with the row sum folded in: (H*d*d, w) weight and (H*d*d,) bias.
 
-        With gradients on, it is recomputed from the naive parameter every call. Without
-        (inference), it is memoised per mode and parameter version: folding reads all D*D*w
-        weights, which would otherwise dominate a short non-causal forward. The memo is a pure
-        function of the weights, identical for every caller, so sharing it is safe.
+        Recomputed from the naive parameter at every call (about 1 ms at D=128, w=512), except
+        for frozen weights (requires_grad False, as load_model returns them) without autograd:
+        then it is memoised per mode and weight version. Only frozen weights may be memoised:
+        an optimiser can rewrite a trainable weight without bumping its version counter (fused
+        Adam does), and a stale fold would be silently wrong. The memo is a pure function of
+        the weights, identical for every caller, so sharing it is safe.
         """
         H = self.n_head
-        d = self.out.weight.shape[0] // (H * H)
-        d = int(round(d ** 0.5))
+        d = int(round((self.out.weight.shape[0] // (H * H)) ** 0.5))
         mode = MetricMode.parse(mode)
-        if torch.is_grad_enabled() and self.out.weight.requires_grad:
+        weight, bias = self.out.weight, self.out.bias
+        if weight.requires_grad or bias.requires_grad or torch.is_grad_enabled():
             return self._fold(mode, H, d)
-        key = (self.out.weight._version, self.out.bias._version, self.out.weight.data_ptr(), self.out.weight.dtype)
+        key = (weight._version, bias._version, weight.data_ptr(), bias.data_ptr(), weight.dtype)
         memo = self.__dict__.setdefault("_fold_memo", {})
         hit = memo.get(mode)
         if hit is None or hit[0] != key:
@@ -157,12 +202,26 @@ class MetricGenerator(nn.Module):
         return hit[1], hit[2]
 
     def _fold(self, mode: MetricMode, H: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-        s = block_scales(H, mode, self.out.weight)  # (H, H)
-        w = self.out.weight.view(H, d, H, d, -1)  # (H, d, H, d, w)
-        b = self.out.bias.view(H, d, H, d)  # (H, d, H, d)
-        w_fused = torch.einsum("ipjqk,ij->ipqk", w, s).reshape(H * d * d, -1)  # (H*d*d, w)
-        b_fused = torch.einsum("ipjq,ij->ipq", b, s).reshape(H * d * d)  # (H*d*d,)
-        return w_fused, b_fused
+        # sum_j s_ij W_ij = s_off * sum_j W_ij + (s_ii - s_off) * W_ii: a reduction and a strided
+        # read, both bandwidth-bound, where an einsum with s is a badly shaped GEMM (and its
+        # backward an outer-product GEMM), 15x slower at D=128, H=8, w=512.
+        return fold_rows(self.out.weight, H, d, mode).reshape(H * d * d, -1), fold_rows(self.out.bias, H, d, mode).reshape(-1)
+
+
+def fold_rows(w: torch.Tensor, H: int, d: int, mode: MetricMode) -> torch.Tensor:
+    """sum_j s_ij w_ij over the column-head index of rows that produce M.
+
+    w: (D*D, k) or (D*D,) read as (H, d, H, d*k) blocks. Returns (H, d, d*k).
+    """
+    s_diag, s_off = mode.scales
+    blocks = w.reshape(H, d, H, -1)  # (H, d, H, d*k)
+    diagonal = blocks.diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (H, d, d*k): the blocks W_ii
+    if s_off == 0:
+        return diagonal * s_diag if s_diag != 1 else diagonal.contiguous()
+    total = blocks.sum(dim=2)  # (H, d, d*k)
+    if s_off != 1:
+        total = total * s_off
+    return total if s_diag == s_off else total + (s_diag - s_off) * diagonal
 
 
 class StaticMetric(nn.Module):
@@ -220,14 +279,20 @@ class MetricSource(nn.Module):
         """
         B, T, D = x.shape
         H, d = x_heads.shape[2], x_heads.shape[3]
-        c = context_means(x, real, True).reshape(B * T, D)  # (B*T, D)
-        xf = x_heads.reshape(B * T, H, 1, d)  # (B*T, H, 1, d)
+        N = B * T
+        c = context_means(x, real, True).reshape(N, D)  # (N, D)
+        xf = x_heads.reshape(N * H, 1, d)  # (N*H, 1, d)
         w_fused, b_fused = self.generator.folded(mode)  # (H*d*d, w), (H*d*d,)
-        q = x.new_empty(B * T, H, d)  # (B*T, H, d)
-        for s in range(0, B * T, CHUNK_TOKENS):
-            h = self.generator.features(c[s:s + CHUNK_TOKENS], stochastic)  # (n, w)
-            m = F.linear(h, w_fused, b_fused).view(-1, H, d, d)  # (n, H, d, d)
-            q[s:s + CHUNK_TOKENS] = (xf[s:s + CHUNK_TOKENS] @ m).squeeze(-2)  # (n, H, d)
+        n = min(CHUNK_TOKENS, N)
+        # One buffer for every chunk's metric: a fresh 8 MB tensor per chunk costs more in page
+        # faults and in copying the bias into it than the bandwidth of filling it.
+        m = x.new_empty(n, H * d * d)  # (n, H*d*d)
+        q = x.new_empty(N * H, 1, d)  # (N*H, 1, d)
+        for s in range(0, N, n):
+            e = min(s + n, N)
+            h = self.generator.features(c[s:e], stochastic)  # (e-s, w)
+            torch.addmm(b_fused, h, w_fused.t(), out=m[:e - s])  # (e-s, H*d*d)
+            torch.bmm(xf[s * H:e * H], m[:e - s].view(-1, d, d), out=q[s * H:e * H])  # ((e-s)*H, 1, d)
         return q.view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
 
     def full_metric(self, c: torch.Tensor) -> torch.Tensor:

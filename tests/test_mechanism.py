@@ -182,7 +182,7 @@ def test_unknown_metric_mode_is_a_clear_error():
 
 
 def test_inference_fold_memo_follows_weight_changes():
-    model = tiny_model("damcha", True)
+    model = tiny_model("damcha", True).requires_grad_(False)  # frozen: the only case the fold is memoised
     tokens = torch.randint(0, 11, (2, 9))
     with torch.no_grad():
         before = model(tokens).logits
@@ -194,6 +194,20 @@ def test_inference_fold_memo_follows_weight_changes():
     with torch.no_grad():
         assert torch.allclose(model(tokens, metric_mode="diagonal").logits,
                               model(tokens, metric_mode="diagonal", explicit=True).logits, atol=1e-10)
+
+
+def test_fold_is_fresh_after_a_fused_optimiser_step():
+    """Fused Adam rewrites parameters without bumping their version counter: evaluation after a
+    step must still use the new weights (a memo keyed on versions would not)."""
+    model = tiny_model("damcha", True)
+    tokens = torch.randint(0, 11, (2, 9))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+    with torch.no_grad():
+        model(tokens)  # an evaluation before the step
+    model(tokens, targets=tokens).loss.backward()
+    opt.step()
+    with torch.no_grad():
+        assert torch.allclose(model(tokens).logits, model(tokens, explicit=True).logits, atol=1e-10)
 
 
 @pytest.mark.parametrize("mode", MODES)
