@@ -106,6 +106,8 @@ def per_sequence_queries(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
 
 def per_position_queries(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """q = x^T m for a metric per position: (..., H, d) and (..., H, d, e) -> (..., H, e)."""
+    if torch.compiler.is_compiling():  # inductor fuses the plain product with its gradients
+        return (x.unsqueeze(-2) @ m).squeeze(-2)  # (..., H, e)
     return _PerPositionQueries.apply(x, m)
 
 
