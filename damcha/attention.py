@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import MetricMode, ModelConfig
-from .metric import HeadMetric, MetricSource, per_position_queries, per_sequence_queries
+from .metric import HeadMetric, MetricSource, per_position_queries
 
 
 @dataclass
@@ -128,7 +128,7 @@ class MetricAttention(nn.Module):
                 metric = shared_metric
             m = metric.head  # (B|1, P, H, d, d) row sum or (B|1, P, H, d, D) bilinear; P in {1, T}
             if m.shape[1] == 1:  # one metric per sequence: a batched GEMM per head
-                q = per_sequence_queries(x_heads, m[:, 0])  # (B, H, T, d|D)
+                q = x_heads.transpose(1, 2) @ m[:, 0]  # (B, H, T, d|D)
             else:  # one metric per query position: q_t = x_t^T m(c_t)
                 q = per_position_queries(x_heads, m).transpose(1, 2)  # (B, H, T, d|D)
         if self.bilinear:

@@ -89,21 +89,6 @@ def block_norms(M: torch.Tensor, n_head: int) -> torch.Tensor:
     return blocks.pow(2).sum(dim=(-3, -1)).sqrt()  # (..., H, H)
 
 
-def per_sequence_queries(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """q = x^T m with one metric per sequence: x (B, T, H, d), m (B|1, H, d, e) -> (B, H, T, e).
-
-    The heads' metrics are placed on the diagonal of one (H*d, H*e) matrix so all heads are one
-    dense GEMM over (B, T, D) rows: H times the multiply-adds of per-head products, but a per-head
-    batched matmul would first copy x into head-major order and run far below the GEMM rate.
-    """
-    B, T, H, d = x.shape
-    e = m.shape[-1]
-    eye = torch.eye(H, dtype=m.dtype, device=m.device)  # (H, H)
-    blocks = m[:, :, :, None, :] * eye[:, None, :, None]  # (B|1, H, d, H, e): zero off the diagonal
-    q = x.reshape(B, T, H * d) @ blocks.reshape(-1, H * d, H * e)  # (B, T, H*e)
-    return q.view(B, T, H, e).transpose(1, 2)  # (B, H, T, e)
-
-
 def per_position_queries(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """q = x^T m for a metric per position: (..., H, d) and (..., H, d, e) -> (..., H, e)."""
     if torch.compiler.is_compiling():  # inductor fuses the plain product with its gradients
