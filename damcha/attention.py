@@ -114,6 +114,9 @@ class MetricAttention(nn.Module):
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         x_heads = x.view(B, T, H, d)  # (B, T, H, d)
+        # One head-major copy of x serves as the keys and, with one metric per sequence, as the
+        # left operand of the per-head GEMM (which would otherwise copy it itself).
+        x_by_head = x_heads.transpose(1, 2).contiguous()  # (B, H, T, d)
         src = self.metric_source
         if (src is not None and self.causal and not self.bilinear and not src.static and not explicit
                 and not need_weights and not torch.is_grad_enabled()):
@@ -128,13 +131,13 @@ class MetricAttention(nn.Module):
                 metric = shared_metric
             m = metric.head  # (B|1, P, H, d, d) row sum or (B|1, P, H, d, D) bilinear; P in {1, T}
             if m.shape[1] == 1:  # one metric per sequence: a batched GEMM per head
-                q = x_heads.transpose(1, 2) @ m[:, 0]  # (B, H, T, d|D)
+                q = x_by_head @ m[:, 0]  # (B, H, T, d|D)
             else:  # one metric per query position: q_t = x_t^T m(c_t)
                 q = per_position_queries(x_heads, m).transpose(1, 2)  # (B, H, T, d|D)
         if self.bilinear:
             k = x[:, None].expand(B, H, T, D)  # (B, H, T, D): every head reads all of x_s
         else:
-            k = x_heads.transpose(1, 2)  # (B, H, T, d)
+            k = x_by_head  # (B, H, T, d)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
 
         out, weights = attend(
