@@ -42,7 +42,7 @@ def _train_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the training step (about 20 s to compile; pays for long runs of large models)")
+                   help="torch.compile the training step (20-40 s to compile; pays for long runs of large models)")
     p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
 
 

@@ -4,9 +4,10 @@ A training step allocates and frees tensors of tens of MB (a DAMCHA per-position
 its gradient are (B*T, H*d*d) floats: 16 MB at B=32, T=64, D=128, H=8). By default glibc hands
 blocks that large back to the kernel on free and page-faults them in again on the next step,
 about 1 us per 4 KB page: 3-4 ms for each such tensor. Serving them from malloc's heap and keeping
-freed memory there removes that cost (a DAMCHA training step about 7% faster, MHA unchanged),
-at the price of the process keeping up to 1 GB it no longer uses. Only entry points that own
-their process call this (the train CLI, the benchmarks); importing damcha never does.
+freed memory there removes that cost (a DAMCHA training step about 7% faster; MHA, whose
+tensors are smaller, gains less), at the price of the process keeping up to 1 GB it no longer
+uses. Only entry points that own their process call this (the train CLI, the benchmarks);
+importing damcha never does.
 """
 
 from __future__ import annotations

@@ -271,8 +271,8 @@ class MetricSource(nn.Module):
         xf = x_heads.reshape(N * H, 1, d)  # (N*H, 1, d)
         w_fused, b_fused = self.generator.folded(mode)  # (H*d*d, w), (H*d*d,)
         n = min(CHUNK_TOKENS, N)
-        # One buffer for every chunk's metric: a fresh 8 MB tensor per chunk costs more in page
-        # faults and in copying the bias into it than the bandwidth of filling it.
+        # One buffer for every chunk's metric: a fresh 8 MB tensor per chunk would be page-faulted
+        # in again each time (about as slow as the GEMM's bias copy into it).
         m = x.new_empty(n, H * d * d)  # (n, H*d*d)
         q = x.new_empty(N * H, 1, d)  # (N*H, 1, d)
         for s in range(0, N, n):
