@@ -132,25 +132,31 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
     return rows
 
 
+def training_step(variant: str, T: int, compiled: bool = False):
+    """One optimiser step of a 4-layer causal model (B=32, Adam fused as in the train CLI), as a
+    callable; the same seeded model and batch for every variant."""
+    cfg = variant_config(ModelConfig(vocab_size=256, block_size=T, n_layer=4, n_head=H, n_embd=D,
+                                     generator_widths=WIDTHS), variant)
+    model = build_model(cfg, seed=0)
+    forward = torch.compile(model) if compiled else model
+    opt = torch.optim.Adam(model.parameters(), 1e-4, fused=True)
+    tokens = torch.randint(0, 256, (32, T), generator=torch.Generator().manual_seed(0))
+
+    def step():
+        opt.zero_grad()
+        forward(tokens, targets=tokens).loss.backward()
+        opt.step()
+    return step
+
+
 def training_cases(repeats: int, quick: bool) -> list[dict]:
-    """One optimiser step of a 4-layer causal model (Adam, fused as in the train CLI), eager for
-    the shared and per-layer metric, then both models under torch.compile (shared)."""
+    """The training step eager for the shared and per-layer metric, then both models under
+    torch.compile (shared)."""
     rows = []
     T = 32 if quick else 64
-    base = ModelConfig(vocab_size=256, block_size=T, n_layer=4, n_head=H, n_embd=D, generator_widths=WIDTHS)
-    tokens = torch.randint(0, 256, (32, T))
     cases = [("damcha", False), ("damcha-unshared", False)] + ([] if quick else [("damcha", True)])
     for variant, compiled in cases:
-        models = {v: build_model(variant_config(base, v), seed=0) for v in (variant, "mha")}
-        opts = {v: torch.optim.Adam(m.parameters(), 1e-4, fused=True) for v, m in models.items()}
-        steps = {v: torch.compile(m) if compiled else m for v, m in models.items()}
-
-        def step(v, steps=steps, opts=opts):
-            opts[v].zero_grad()
-            steps[v](tokens, targets=tokens).loss.backward()
-            opts[v].step()
-
-        td, tm = interleaved(lambda v=variant: step(v), lambda: step("mha"), max(5, repeats // 2))
+        td, tm = interleaved(training_step(variant, T, compiled), training_step("mha", T, compiled), max(5, repeats // 2))
         how = "both compiled" if compiled else "eager"
         rows.append({"case": f"4-layer training step, {variant}, {how} (B=32, T={T})", "damcha_ms": td * 1e3,
                      "mha_ms": tm * 1e3, "ratio": td / tm})

@@ -16,9 +16,8 @@ import torch
 from torch.profiler import profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import WIDTHS, B, D, H, layer_config, make_layer  # noqa: E402
+from bench import B, D, layer_config, make_layer, training_step  # noqa: E402
 
-from damcha import ModelConfig, build_model, variant_config  # noqa: E402
 from damcha.allocator import keep_freed_memory  # noqa: E402
 
 
@@ -28,19 +27,6 @@ def layer_runner(causal: bool, T: int, damcha: bool):
     def call():
         with torch.no_grad():
             run(x)
-    return call
-
-
-def train_step_runner(variant: str):
-    cfg = variant_config(ModelConfig(vocab_size=256, block_size=64, n_layer=4, n_head=H, n_embd=D,
-                                     generator_widths=WIDTHS), variant)
-    model, tokens = build_model(cfg, seed=0), torch.randint(0, 256, (32, 64))
-    opt = torch.optim.Adam(model.parameters(), 1e-4, fused=True)
-
-    def call():
-        opt.zero_grad()
-        model(tokens, targets=tokens).loss.backward()
-        opt.step()
     return call
 
 
@@ -71,7 +57,7 @@ def main(argv=None) -> int:
     keep_freed_memory()
     for name in (args.variant if args.case == "train-step" else "damcha", "mha"):
         if args.case == "train-step":
-            call = train_step_runner(name)
+            call = training_step(name, 64)
         else:
             call = layer_runner(args.case == "causal-layer", args.T, name != "mha")
         print(f"\n== {name}, {args.case}" + ("" if args.case == "train-step" else f" T={args.T}"))

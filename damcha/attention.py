@@ -114,9 +114,9 @@ class MetricAttention(nn.Module):
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         x_heads = x.view(B, T, H, d)  # (B, T, H, d)
-        # One head-major copy of x serves as the keys and, with one metric per sequence, as the
-        # left operand of the per-head GEMM (which would otherwise copy it itself).
-        x_by_head = x_heads.transpose(1, 2).contiguous()  # (B, H, T, d)
+        x_by_head = x_heads.transpose(1, 2)  # (B, H, T, d)
+        if not self.bilinear:  # one head-major copy serves as the keys and as the per-head GEMM's
+            x_by_head = x_by_head.contiguous()  # operand (which would otherwise copy it itself)
         src = self.metric_source
         if (src is not None and self.causal and not self.bilinear and not src.static and not explicit
                 and not need_weights and not torch.is_grad_enabled()):

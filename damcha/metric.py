@@ -138,6 +138,7 @@ class MetricGenerator(nn.Module):
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.out = nn.Linear(widths[-1], D * D)
         self.n_head = config.n_head
+        self.head_dim = config.head_dim
         self.dropout = config.generator_dropout
 
     def features(self, c: torch.Tensor, stochastic: bool) -> torch.Tensor:
@@ -174,21 +175,20 @@ class MetricGenerator(nn.Module):
         Adam does), and a stale fold would be silently wrong. The memo is a pure function of
         the weights, identical for every caller, so sharing it is safe.
         """
-        H = self.n_head
-        d = int(round((self.out.weight.shape[0] // (H * H)) ** 0.5))
         mode = MetricMode.parse(mode)
         weight, bias = self.out.weight, self.out.bias
         if weight.requires_grad or bias.requires_grad or torch.is_grad_enabled():
-            return self._fold(mode, H, d)
+            return self._fold(mode)
         key = (weight._version, bias._version, weight.data_ptr(), bias.data_ptr(), weight.dtype)
         memo = self.__dict__.setdefault("_fold_memo", {})
         hit = memo.get(mode)
         if hit is None or hit[0] != key:
-            hit = (key, *self._fold(mode, H, d))
+            hit = (key, *self._fold(mode))
             memo[mode] = hit
         return hit[1], hit[2]
 
-    def _fold(self, mode: MetricMode, H: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fold(self, mode: MetricMode) -> tuple[torch.Tensor, torch.Tensor]:
+        H, d = self.n_head, self.head_dim
         # sum_j s_ij W_ij = s_off * sum_j W_ij + (s_ii - s_off) * W_ii: a reduction and a strided
         # read, both bandwidth-bound, where an einsum with s is a badly shaped GEMM (and its
         # backward an outer-product GEMM), 15x slower at D=128, H=8, w=512.

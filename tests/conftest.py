@@ -27,6 +27,14 @@ def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtyp
     return model
 
 
+def logits_and_grads(model, tokens, targets, mode, explicit):
+    """One forward and backward: the logits and every parameter's gradient (cloned)."""
+    model.zero_grad()
+    out = model(tokens, targets=targets, metric_mode=mode, explicit=explicit)
+    out.loss.backward()
+    return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_determinism():
     torch.manual_seed(0)

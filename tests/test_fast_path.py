@@ -10,7 +10,7 @@ import torch
 from damcha import MetricMode
 from damcha.allocator import keep_freed_memory
 from damcha.metric import block_scales, context_means, fold_rows, per_position_queries
-from tests.conftest import DAMCHA_VARIANTS, tiny_model
+from tests.conftest import DAMCHA_VARIANTS, logits_and_grads, tiny_model
 
 MODES = list(MetricMode)
 
@@ -70,13 +70,8 @@ def test_fast_and_explicit_paths_agree_under_padding(variant, causal, mode):
     tokens[0, 7:] = 10
     tokens[2, 3:] = 10
     targets = torch.randint(0, 10, (3, 12)) if causal else torch.randint(0, 5, (3,))
-    results = []
-    for explicit in (False, True):
-        model.zero_grad()
-        out = model(tokens, targets=targets, metric_mode=mode, explicit=explicit)
-        out.loss.backward()
-        results.append((out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
-    (lf, gf), (le, ge) = results
+    lf, gf = logits_and_grads(model, tokens, targets, mode, explicit=False)
+    le, ge = logits_and_grads(model, tokens, targets, mode, explicit=True)
     torch.testing.assert_close(lf, le, atol=1e-10, rtol=0)
     assert gf.keys() == ge.keys()
     for name in gf:

@@ -8,16 +8,9 @@ import torch
 
 from damcha import MetricMode, inspect_input
 from damcha.metric import MetricGenerator, context_means
-from tests.conftest import ALL_VARIANTS, DAMCHA_VARIANTS, tiny_model
+from tests.conftest import ALL_VARIANTS, DAMCHA_VARIANTS, logits_and_grads, tiny_model
 
 MODES = [m.value for m in MetricMode]
-
-
-def _grads(model, tokens, targets, mode, explicit):
-    model.zero_grad()
-    out = model(tokens, targets=targets, metric_mode=mode, explicit=explicit)
-    out.loss.backward()
-    return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("variant", DAMCHA_VARIANTS)
@@ -27,8 +20,8 @@ def test_fused_and_explicit_paths_agree_in_values_and_gradients(variant, causal,
     model = tiny_model(variant, causal)
     tokens = torch.randint(0, 11, (3, 12))
     targets = torch.randint(0, 11, (3, 12)) if causal else torch.randint(0, 5, (3,))
-    logits_f, grads_f = _grads(model, tokens, targets, mode, explicit=False)
-    logits_e, grads_e = _grads(model, tokens, targets, mode, explicit=True)
+    logits_f, grads_f = logits_and_grads(model, tokens, targets, mode, explicit=False)
+    logits_e, grads_e = logits_and_grads(model, tokens, targets, mode, explicit=True)
     assert torch.allclose(logits_f, logits_e, atol=1e-10, rtol=0)
     assert grads_f.keys() == grads_e.keys()
     for name in grads_f:
