@@ -16,7 +16,7 @@ from app.ui import export_all_widget, export_settings_widget, run_picker  # noqa
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")
 pages = [
     st.Page(ROOT / "pages" / "home.py", title="Home", icon=":material/home:", default=True),
-    st.Page(ROOT / "pages" / "inspector.py", title="Metric inspector", icon=":material/search:", url_path="inspector"),
+    st.Page(ROOT / "pages" / "inspector.py", title="Inspector", icon=":material/search:", url_path="inspector"),
     st.Page(ROOT / "pages" / "dynamics.py", title="Training dynamics", icon=":material/timeline:", url_path="dynamics"),
     st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
             url_path="gradients"),
@@ -26,6 +26,5 @@ nav = st.navigation(pages)
 st.session_state["selection"] = run_picker()
 export_settings_widget()
 st.session_state["export_registry"] = {}  # filled by the page's figures, for "Export all"
-st.session_state["export_context"] = {}
 nav.run()
 export_all_widget()

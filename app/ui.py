@@ -1,7 +1,11 @@
-"""UI support shared by every page: the checkpoint root, cached loaders, the run picker and the input picker.
+"""UI support shared by every page: the checkpoint root, cached library calls, the run and input
+pickers, and figures with export buttons.
 
-Models are cached with st.cache_resource and shared by every browser session: nothing
-here or in a page mutates one (metric mode, dropout and the like are call arguments).
+Models are cached with st.cache_resource and shared by every browser session: nothing here or
+in a page mutates one (the mechanism's options, dropout and the like are call arguments).
+Every cached call takes the run itself; `HASH_FUNCS` keys it by its path and the modification
+times of its snapshots (a rewritten snapshot loads afresh), and an input by the hash of what the
+model reads.
 """
 
 from __future__ import annotations
@@ -12,22 +16,32 @@ from pathlib import Path
 
 import streamlit as st
 
-from damcha.checkpoints import CheckpointError, Run, list_runs, load_model, load_run
+from damcha.checkpoints import CheckpointError, Run, list_runs, load_model
+from damcha.export import Provenance
 from damcha.inspection import InspectionRecord, inspect_input
+from damcha.mechanisms import ForwardOptions
 from damcha.preprocess import InputError
 from damcha.samples import (
     ModelInput,
     input_from_image,
     input_from_text,
-    is_digit_run,
+    run_modality,
     validation_count,
     validation_input,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_ROOT = ROOT / "checkpoints"
-IMAGE_TYPES = ["png", "jpg", "jpeg", "gif", "bmp", "webp"]
-TEXT_TYPES = ["txt", "md", "py", "csv", "json", "text"]
+UPLOAD_TYPES = {"image": ["png", "jpg", "jpeg", "gif", "bmp", "webp"], "text": ["txt", "md", "py", "csv", "json", "text"]}
+URL = "query-params"  # widgets with this binding keep their value in the page's URL (their key is the name)
+
+
+def run_key(run: Run) -> tuple:
+    """What identifies a run's weights for caching: its path and its snapshots' modification times."""
+    return str(run.path), tuple((e, run.snapshot_path(e).stat().st_mtime_ns) for e in run.epochs)
+
+
+HASH_FUNCS = {Run: run_key, ModelInput: ModelInput.key}
 
 
 def checkpoint_root() -> Path:
@@ -41,44 +55,122 @@ def cached_runs(root: str) -> tuple[list[Run], list[tuple[Path, str]]]:
     return list_runs(root)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def cached_model(run_path: str, epoch: int, mtime: float):
-    """One model per (run, epoch); mtime makes a rewritten snapshot load afresh."""
-    return load_model(load_run(run_path), epoch)
+# ----------------------------------------------------------------------------- cached library calls
 
-
+@st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def model_for(run: Run, epoch: int):
-    return cached_model(str(run.path), epoch, run.snapshot_path(epoch).stat().st_mtime)
+    """One model per (run, epoch), shared by every session; frozen and in eval mode."""
+    return load_model(run, epoch)
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
-def cached_inspection(run_path: str, epoch: int, mtime: float, input_key: str, _inp: ModelInput, mode: str) -> InspectionRecord:
-    """Inspection of one input; keyed by the input's hash (the input itself is not hashed)."""
-    return inspect_input(cached_model(run_path, epoch, mtime), _inp.tokens, _inp.targets, metric_mode=mode)
+def options_for(run: Run, choices: dict) -> ForwardOptions:
+    return run.model_config.mechanism.options_from(choices)
 
 
-def inspect_cached(run: Run, epoch: int, inp: ModelInput, mode: str) -> InspectionRecord:
-    mtime = run.snapshot_path(epoch).stat().st_mtime
-    return cached_inspection(str(run.path), epoch, mtime, inp.key(), inp, mode)
+@st.cache_data(show_spinner=False, max_entries=256, hash_funcs=HASH_FUNCS)
+def inspection(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None) -> InspectionRecord:
+    return inspect_input(model_for(run, epoch), inp.tokens, inp.targets, options=options)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None):
+    """The input through every snapshot, with a progress bar the first time; instant afterwards."""
+    from damcha.dynamics import sweep_epochs
+
+    bar = st.progress(0.0, text="Running every snapshot on this input…")
+    result = sweep_epochs(run, model_for, inp.tokens, inp.targets, options,
+                          progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def dataset_metrics(run: Run, n: int):
+    """M(x) of n validation inputs at their last position, per snapshot: ({epoch: (n, L_m, D, D)}, labels,
+    label name). Inputs without classes (text) are labelled by their share of letters."""
+    from damcha.dynamics import dataset_metrics as metrics_of
+    from damcha.dynamics import letter_share_terciles
+    from damcha.samples import validation_arrays
+
+    x, _, labels = validation_arrays(run)
+    x = x[:n]
+    out = {}
+    bar = st.progress(0.0, text="Metrics of validation inputs…")
+    for k, epoch in enumerate(run.epochs):
+        out[epoch] = metrics_of(model_for(run, epoch), x)
+        bar.progress((k + 1) / len(run.epochs), text=f"Validation metrics, snapshot {k + 1}/{len(run.epochs)}")
+    bar.empty()
+    if labels is None:
+        return out, letter_share_terciles(x), "letter-share tercile"
+    return out, labels[:n], "class"
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def statistic_bands(run: Run, n: int, layer: int, keys: tuple[str, ...]):
+    from damcha.dynamics import statistic_bands as bands
+
+    mats, _, _ = dataset_metrics(run, n)
+    return bands([mats[e][:, layer] for e in run.epochs], run.model_config.n_head, keys)
+
+
+@st.cache_data(show_spinner="Projecting the metrics…", max_entries=64, hash_funcs=HASH_FUNCS)
+def projection(run: Run, n: int, epoch: int, layer: int, method: str):
+    """2D points of n validation metrics at `epoch`, their labels, and the class separation per epoch."""
+    from damcha.dynamics import class_separation, project
+
+    mats, labels, label_name = dataset_metrics(run, n)
+    separation = {e: class_separation(mats[e][:, layer], labels) for e in run.epochs}
+    return project(mats[epoch][:, layer], method), labels, label_name, separation
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def weight_drift(run: Run):
+    from damcha.dynamics import generator_weight_drift
+
+    return generator_weight_drift([model_for(run, e) for e in run.epochs])
+
+
+@st.cache_data(show_spinner="Gradients of the loss with respect to M(x)…", max_entries=128, hash_funcs=HASH_FUNCS)
+def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str):
+    from damcha.attribution import metric_contributions
+
+    return metric_contributions(model_for(run, epoch), inp.tokens, inp.targets, mode, method)
+
+
+@st.cache_data(show_spinner=False, max_entries=128, hash_funcs=HASH_FUNCS)
+def token_attributions(run: Run, epoch: int, inp: ModelInput, target: str, baseline: int, n_steps: int,
+                       options: tuple = ()):
+    from damcha.attribution import token_attributions as attribute
+
+    bar = st.progress(0.0, text="Integrated Gradients…")
+    result = attribute(model_for(run, epoch), inp.tokens, baseline, target, inp.targets, n_steps,
+                       progress=lambda k, n: bar.progress(k / n, text=f"Integrated Gradients: step {k}/{n}"),
+                       **dict(options))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def validation_ablation(run: Run, epoch: int):
+    from damcha.ablation import validation_ablation as ablate
+
+    bar = st.progress(0.0, text=f"Validation set of {run.name} under each metric mode…")
+    rows = ablate(run, model_for(run, epoch), lambda k, n: bar.progress(k / n, text=f"{run.name}: mode {k}/{n}"))
+    bar.empty()
+    return rows
+
+
+@st.cache_data(show_spinner="This input under each metric mode…", max_entries=64, hash_funcs=HASH_FUNCS)
+def input_under_modes(run: Run, epoch: int, inp: ModelInput):
+    from damcha.ablation import input_under_modes as under_modes
+
+    return under_modes(model_for(run, epoch), inp.tokens, inp.targets)
 
 
 # ----------------------------------------------------------------------------- run picker
 
-def _query_int(name: str, default: int, upper: int) -> int:
-    value = st.query_params.get(name)
-    return int(value) if value and value.isdigit() and int(value) < upper else default
-
-
-def _sync_query(**params) -> None:
-    for k, v in params.items():
-        if v is None:
-            st.query_params.pop(k, None)
-        elif st.query_params.get(k) != str(v):
-            st.query_params[k] = str(v)
-
-
 def run_picker() -> tuple[Run | None, int | None]:
-    """Sidebar: checkpoint root, data set, run, epoch; kept in session state and mirrored in the URL."""
+    """Sidebar: checkpoint root, data set, run, epoch. Run and epoch live in the URL (?run=…&epoch=…)."""
     sb = st.sidebar
     with sb.expander("Checkpoint folder", expanded=False):
         root_text = st.text_input("Run root", value=str(checkpoint_root()), key="root_input",
@@ -96,26 +188,18 @@ def run_picker() -> tuple[Run | None, int | None]:
         sb.info("No runs in this folder. Train one with `python -m damcha train --out DIR`.")
         return None, None
 
-    datasets = sorted({r.dataset for r in runs})
-    q = st.query_params
-    wanted_run = q.get("run")
     by_name = {r.name: r for r in runs}
-    if "dataset" not in st.session_state:
-        st.session_state["dataset"] = by_name[wanted_run].dataset if wanted_run in by_name else datasets[0]
-    if st.session_state["dataset"] not in datasets:
-        st.session_state["dataset"] = datasets[0]
+    datasets = sorted({r.dataset for r in runs})
+    wanted = st.session_state.get("run") or st.query_params.get("run")
+    if st.session_state.get("dataset") not in datasets:  # first visit: the data set of the linked run
+        st.session_state["dataset"] = by_name[wanted].dataset if wanted in by_name else datasets[0]
     dataset = sb.selectbox("Data set", datasets, key="dataset")
     names = [r.name for r in runs if r.dataset == dataset]
-    if st.session_state.get("run") not in names:
-        st.session_state["run"] = wanted_run if wanted_run in names else names[0]
-    name = sb.selectbox("Run", names, key="run", format_func=lambda n: f"{n} ({by_name[n].variant})")
+    name = sb.selectbox("Run", names, key="run", bind=URL)  # plain names: the URL holds what the box shows
     run = by_name[name]
-    epoch_key = f"epoch::{run.path}"
-    if epoch_key not in st.session_state:
-        want = _query_int("epoch", run.epochs[-1], run.epochs[-1] + 1)
-        st.session_state[epoch_key] = want if want in run.epochs else run.epochs[-1]
-    epoch = sb.select_slider("Epoch (snapshot)", options=list(run.epochs), key=epoch_key)
-    _sync_query(run=run.name, epoch=epoch)
+    sb.caption(f"{run.variant}: {run.model_config.mechanism.title}")
+    epochs = list(run.epochs)
+    epoch = sb.select_slider("Epoch (snapshot)", options=epochs, value=epochs[-1], key="epoch", bind=URL)
     return run, epoch
 
 
@@ -128,146 +212,72 @@ def selected_run() -> tuple[Run, int]:
     return run, epoch
 
 
+def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = URL, **kw) -> int:
+    """A slider over 0..upper (default: upper) whose kept value (session or URL) is clamped first:
+    a new input may be shorter than the one the value was chosen for."""
+    kept = st.session_state.get(key)
+    if isinstance(kept, int) and kept > upper:
+        st.session_state[key] = upper
+    return where.slider(label, 0, upper, upper, key=key, bind=bind, **kw)
+
+
 # ----------------------------------------------------------------------------- input picker
 
-def input_picker(run: Run, key: str = "input") -> ModelInput | None:
-    """Upload, type, or pick a validation sample; returns the model input or None (with a message shown)."""
-    if run.model_config.input_dim:
-        st.info(f"{run.name} reads continuous patches ({run.dataset}): inspect it with the library "
-                "(damcha.inspect_input) on its local data; the app takes digits and text.")
-        return None
-    digit = is_digit_run(run)
-    sources = ["Validation sample", "Upload an image"] if digit else ["Type text", "Upload a text file", "Validation sample"]
-    source = st.radio("Input", sources, horizontal=True, key=f"{key}_source_{'digit' if digit else 'text'}")
+def input_picker(run: Run) -> ModelInput | None:
+    """Upload, type, or pick a validation sample, as the run's modality allows; returns the model
+    input or None (with a message shown). The source, validation index and typed text are in the URL."""
+    modality = run_modality(run)
+    sources = ["Validation sample"]
+    if modality.upload == "image":
+        sources.append("Upload an image")
+    elif modality.upload == "text":
+        sources = ["Type text", "Upload a text file", "Validation sample"]
+    source = st.radio("Input", sources, horizontal=True, key="source", bind=URL)
     try:
         if source == "Validation sample":
             n = validation_count(run)
-            idx = st.number_input(f"Validation index (0..{n - 1})", 0, n - 1, _query_int("sample", 0, n),
-                                  key=f"{key}_idx_{run.dataset}")
-            _sync_query(sample=int(idx))
+            if isinstance(st.session_state.get("sample"), int) and st.session_state["sample"] >= n:
+                st.session_state["sample"] = n - 1
+            idx = st.number_input(f"Validation index (0..{n - 1})", 0, n - 1, 0, key="sample", bind=URL)
             return validation_input(run, int(idx))
-        _sync_query(sample=None)
         if source == "Upload an image":
-            up = st.file_uploader("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)", type=IMAGE_TYPES,
-                                  key=f"{key}_image")
+            up = st.file_uploader("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)",
+                                  type=UPLOAD_TYPES["image"], key="upload_image")
             if up is None:
                 st.info("Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels.")
                 return None
             return input_from_image(run, up.getvalue(), up.name)
         if source == "Upload a text file":
-            up = st.file_uploader("UTF-8 text file", type=TEXT_TYPES, key=f"{key}_textfile")
+            up = st.file_uploader("UTF-8 text file", type=UPLOAD_TYPES["text"], key="upload_text")
             if up is None:
                 st.info("Upload a UTF-8 text file; the model reads its first bytes, up to its context length.")
                 return None
             return input_from_text(run, up.getvalue(), f"file {up.name}")
-        text = st.text_area("Text", value="The metric of each head is computed from the context.", key=f"{key}_text",
-                            height=100)
+        text = st.text_area("Text", value="The metric of each head is computed from the context.", key="text",
+                            height=100, bind=URL)
         return input_from_text(run, text.encode("utf-8"), "typed text")
     except InputError as e:
         st.error(f"Cannot use this input: {e}")
         return None
 
 
-# ----------------------------------------------------------------------------- sweeps (cached)
-
-def _mtimes(run: Run) -> tuple[float, ...]:
-    return tuple(run.snapshot_path(e).stat().st_mtime for e in run.epochs)
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def cached_sweep(run_path: str, mtimes: tuple[float, ...], input_key: str, _run: Run, _inp: ModelInput, mode: str):
-    """The input through every snapshot, with a progress bar the first time; instant afterwards."""
-    from damcha.dynamics import sweep_epochs
-
-    bar = st.progress(0.0, text="Running every snapshot on this input…")
-    sweep = sweep_epochs(_run, model_for, _inp.tokens, _inp.targets, mode,
-                         progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
-    bar.empty()
-    return sweep
+def option_controls(run: Run, container=None) -> ForwardOptions:
+    """A control for each per-call choice the run's mechanism offers (DAMCHA: the metric mode), in the URL."""
+    mechanism = run.model_config.mechanism
+    where = container or st
+    choices = {}
+    for name, values in mechanism.option_choices.items():
+        choices[name] = where.radio(name.replace("_", " ").capitalize(), list(values), key=_url_key(name), bind=URL,
+                                    help=OPTION_HELP.get(name))
+    return mechanism.options_from(choices)
 
 
-def sweep_cached(run: Run, inp: ModelInput, mode: str):
-    return cached_sweep(str(run.path), _mtimes(run), inp.key(), run, inp, mode)
+OPTION_HELP = {"metric_mode": "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, "
+                              "off-diagonal-only Σ_{j≠i} M_ij."}
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def cached_dataset_metrics(run_path: str, mtimes: tuple[float, ...], n: int, _run: Run):
-    """M(x) of n validation inputs at their last position, per snapshot: {epoch: (n, L_m, D, D)}, labels."""
-    from damcha.dynamics import dataset_metrics
-    from damcha.samples import validation_arrays
-
-    x, _, labels = validation_arrays(_run)
-    x = x[:n]
-    out = {}
-    bar = st.progress(0.0, text="Metrics of validation inputs…")
-    for k, epoch in enumerate(_run.epochs):
-        out[epoch] = dataset_metrics(model_for(_run, epoch), x)
-        bar.progress((k + 1) / len(_run.epochs), text=f"Validation metrics, snapshot {k + 1}/{len(_run.epochs)}")
-    bar.empty()
-    return out, (None if labels is None else labels[:n]), x
-
-
-def dataset_metrics_cached(run: Run, n: int):
-    return cached_dataset_metrics(str(run.path), _mtimes(run), n, run)
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def cached_weight_drift(run_path: str, mtimes: tuple[float, ...], _run: Run):
-    from damcha.dynamics import generator_weight_drift
-
-    return generator_weight_drift([model_for(_run, e) for e in _run.epochs])
-
-
-def weight_drift_cached(run: Run):
-    return cached_weight_drift(str(run.path), _mtimes(run), run)
-
-
-# ----------------------------------------------------------------------------- attribution and ablation (cached)
-
-@st.cache_data(show_spinner="Gradients of the loss with respect to M(x)…", max_entries=128)
-def cached_contributions(run_path: str, epoch: int, mtime: float, input_key: str, _inp: ModelInput, mode: str,
-                         method: str):
-    from damcha.attribution import metric_contributions
-
-    return metric_contributions(cached_model(run_path, epoch, mtime), _inp.tokens, _inp.targets, mode, method)
-
-
-def contributions_cached(run: Run, epoch: int, inp: ModelInput, mode: str, method: str):
-    return cached_contributions(str(run.path), epoch, run.snapshot_path(epoch).stat().st_mtime, inp.key(), inp,
-                                mode, method)
-
-
-@st.cache_data(show_spinner=False, max_entries=128)
-def cached_token_attributions(run_path: str, epoch: int, mtime: float, input_key: str, _inp: ModelInput, target: str,
-                              baseline: int, n_steps: int, options: tuple):
-    from damcha.attribution import token_attributions
-
-    bar = st.progress(0.0, text="Integrated Gradients…")
-    result = token_attributions(cached_model(run_path, epoch, mtime), _inp.tokens, baseline, target, _inp.targets,
-                                n_steps, progress=lambda k, n: bar.progress(k / n, text=f"Integrated Gradients: step {k}/{n}"),
-                                **dict(options))
-    bar.empty()
-    return result
-
-
-def token_attributions_cached(run: Run, epoch: int, inp: ModelInput, target: str, baseline: int, n_steps: int,
-                              **options):
-    return cached_token_attributions(str(run.path), epoch, run.snapshot_path(epoch).stat().st_mtime, inp.key(), inp,
-                                     target, baseline, n_steps, tuple(sorted(options.items())))
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def cached_validation_ablation(run_path: str, mtime: float, epoch: int, _run: Run):
-    from damcha.ablation import validation_ablation
-
-    bar = st.progress(0.0, text=f"Validation set of {_run.name} under each metric mode…")
-    rows = validation_ablation(_run, model_for(_run, epoch), lambda k, n: bar.progress(k / n, text=f"{_run.name}: mode {k}/{n}"))
-    bar.empty()
-    return rows
-
-
-def validation_ablation_cached(run: Run, epoch: int):
-    return cached_validation_ablation(str(run.path), run.snapshot_path(epoch).stat().st_mtime, epoch, run)
+def _url_key(option: str) -> str:
+    return {"metric_mode": "mode"}.get(option, option)
 
 
 # ----------------------------------------------------------------------------- figures with export
@@ -286,34 +296,21 @@ def export_settings_widget() -> None:
     st.session_state["export_settings"] = ExportSettings(int(w), int(h) or None, float(s), bool(paper))
 
 
-def set_export_context(run: Run | None, epoch: int | None, inp: ModelInput | None = None, **params) -> None:
-    """What every figure of this page is about, for its provenance JSON."""
-    st.session_state["export_context"] = dict(run=run, epoch=epoch, inp=inp, params=params)
+def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: ModelInput | None = None,
+               params: dict | None = None, regenerable: bool = False) -> Provenance:
+    """The provenance of a figure on this page. regenerable: a named figure of damcha.figure_sets
+    (`python -m damcha figures --from-provenance` rebuilds it)."""
+    return Provenance.of(figure, run, epoch, None if inp is None else inp.tokens, None if inp is None else inp.targets,
+                         "" if inp is None else inp.source, params, regenerable)
 
 
-def _provenance_for(name: str, figure: str | None, params: dict) -> dict:
-    from damcha.export import provenance
-
-    ctx = st.session_state.get("export_context", {})
-    run, epoch, inp = ctx.get("run"), ctx.get("epoch"), ctx.get("inp")
-    checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
-    prov = provenance(figure or name, run.path if run else None, epoch, checkpoint,
-                      None if inp is None else inp.tokens, None if inp is None else inp.targets,
-                      "" if inp is None else inp.source, {**ctx.get("params", {}), **params},
-                      st.session_state.get("export_settings"))
-    prov["regenerable"] = figure is not None  # a named figure of damcha.figure_sets: `damcha figures --from-provenance`
-    return prov
-
-
-def show(fig, name: str, figure: str | None = None, params: dict | None = None, width: str = "stretch") -> None:
+def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
     """Draw a figure and give it export buttons (PNG/SVG/PDF, offline HTML, CSV/NPZ, provenance);
     it is also registered for this page's "Export all" ZIP."""
     from damcha.export import data_csv, data_npz, figure_bytes, figure_data, static_export_status
 
     st.plotly_chart(fig, width=width, key=f"chart_{name}")
-    params = params or {}
-    registry = st.session_state.setdefault("export_registry", {})
-    registry[name] = (fig, figure, params)
+    st.session_state.setdefault("export_registry", {})[name] = (fig, prov)
     settings = st.session_state.get("export_settings")
     ok, why = static_export_status()
     with st.popover("Export", icon=":material/download:"):
@@ -327,8 +324,7 @@ def show(fig, name: str, figure: str | None = None, params: dict | None = None, 
             for col, fmt in zip(st.columns(3), row):
                 col.download_button(fmt.upper(), makers[fmt], f"{name}.{fmt}", mimes[fmt], key=f"dl_{name}_{fmt}",
                                     disabled=fmt in ("png", "svg", "pdf") and not ok)
-        prov = json.dumps(_provenance_for(name, figure, params), indent=2)  # now: the session is gone in the callable
-        st.download_button("Provenance JSON", prov,
+        st.download_button("Provenance JSON", json.dumps(prov.to_dict(settings), indent=2),
                            f"{name}.provenance.json", "application/json", key=f"dl_{name}_prov",
                            help="Run, epoch, checkpoint and input hashes, settings; "
                                 "`python -m damcha figures --from-provenance` rebuilds named figures")
@@ -350,7 +346,7 @@ def export_all_widget() -> None:
     if not ok and set(formats) & set(STATIC_FORMATS):
         st.warning(why)
         formats = [f for f in formats if f not in STATIC_FORMATS]
-    items = [ExportItem(name, fig, _provenance_for(name, figure, params)) for name, (fig, figure, params) in registry.items()]
+    items = [ExportItem(name, fig, prov) for name, (fig, prov) in registry.items()]
     settings = st.session_state.get("export_settings")  # read now: the callable runs outside the session
     st.download_button(f"Export all {len(items)} figures (ZIP)", lambda: zip_bundle(items, formats, settings),
                        "damcha-figures.zip", "application/zip", key="dl_all", icon=":material/folder_zip:")

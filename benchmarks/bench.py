@@ -23,9 +23,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
+import dataclasses  # noqa: E402
+
+from damcha import DamchaOptions, ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
 from damcha.allocator import keep_freed_memory  # noqa: E402
-from damcha.attention import MetricAttention, MultiHeadAttention  # noqa: E402
 
 B, D, H, WIDTHS = 16, 128, 8, (256, 512)
 
@@ -47,20 +48,18 @@ def layer_flops(cfg: ModelConfig, T: int, damcha: bool) -> float:
     return 2 * (gen + B * T * D * d + 2 * B * T * D * D + attn)
 
 
-def make_layer(cfg: ModelConfig, damcha: bool):
-    """One attention layer for inference, frozen as load_model returns models (a frozen DAMCHA
-    layer keeps its folded generator weights between calls instead of refolding them)."""
+def make_layer(cfg: ModelConfig, variant: str):
+    """One attention layer of a registered variant for inference, frozen as load_model returns
+    models (a frozen DAMCHA layer keeps its folded generator weights between calls)."""
+    cfg = variant_config(cfg, variant)
+    if cfg.is_damcha:  # the layer owns its generator (in a one-layer model shared and per-layer coincide)
+        cfg = dataclasses.replace(cfg, metric_sharing="per_layer")
     torch.manual_seed(0)
-    if damcha:  # one layer with its own generator (in a one-layer model shared and per-layer coincide)
-        attn = MetricAttention(cfg, own_metric=True).requires_grad_(False)
+    attn = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
+    options = cfg.mechanism.options(None)
 
-        def run(x):
-            return attn(x, None, None).y
-    else:
-        attn = MultiHeadAttention(cfg).requires_grad_(False)
-
-        def run(x):
-            return attn(x, None, None).y
+    def run(x):
+        return attn(x, None, None, cfg.causal, options).y
     return run
 
 
@@ -79,7 +78,7 @@ def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
     return statistics.median(ta), statistics.median(tb)
 
 
-def peak_memory_mb(causal: bool, T: int, damcha: bool) -> float:
+def peak_memory_mb(causal: bool, T: int, variant: str) -> float:
     """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
     0.2 ms in a fresh process while the layer runs, minus the level right before it."""
     code = f"""
@@ -91,7 +90,7 @@ class MI(ctypes.Structure):
                                                 "fsmblks", "uordblks", "fordblks", "keepcost")]
 libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
 used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
-cfg = layer_config({causal}, {T}); run = make_layer(cfg, {damcha})
+cfg = layer_config({causal}, {T}); run = make_layer(cfg, {variant!r})
 x = torch.randn(B, {T}, D)
 with torch.no_grad():
     run(x)
@@ -117,15 +116,15 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
         for T in lengths:
             cfg = layer_config(causal, T)
             x = torch.randn(B, T, D)
-            fd, fm = make_layer(cfg, True), make_layer(cfg, False)
+            fd, fm = make_layer(cfg, "damcha"), make_layer(cfg, "mha")
             with torch.no_grad():
                 td, tm = interleaved(lambda fd=fd, x=x: fd(x), lambda fm=fm, x=x: fm(x), repeats)
             flops_d, flops_m = layer_flops(cfg, T, True), layer_flops(cfg, T, False)
             rows.append({
                 "case": f"1 layer {'causal' if causal else 'non-causal'} T={T} (B={B}, D={D}, H={H})",
                 "damcha_ms": td * 1e3, "mha_ms": tm * 1e3, "ratio": td / tm,
-                "damcha_peak_mb": None if quick else peak_memory_mb(causal, T, True),
-                "mha_peak_mb": None if quick else peak_memory_mb(causal, T, False),
+                "damcha_peak_mb": None if quick else peak_memory_mb(causal, T, "damcha"),
+                "mha_peak_mb": None if quick else peak_memory_mb(causal, T, "mha"),
                 "damcha_gflop": flops_d / 1e9, "mha_gflop": flops_m / 1e9,
                 "damcha_gflops": flops_d / td / 1e9, "mha_gflops": flops_m / tm / 1e9,
             })
@@ -174,7 +173,7 @@ def naive_case(repeats: int, quick: bool) -> list[dict]:
 
     def step(explicit):
         model.zero_grad()
-        out = model(tokens, targets=tokens, explicit=explicit, need_intermediates=explicit)
+        out = model(tokens, targets=tokens, options=DamchaOptions(explicit=explicit), need_intermediates=explicit)
         out.loss.backward()
 
     tf, tn = interleaved(lambda: step(False), lambda: step(True), max(3, repeats // 4), warmup=1)

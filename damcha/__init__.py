@@ -1,20 +1,25 @@
 """DAMCHA Lab: data-adaptive Mahalanobis cross-head attention, its ablations and baselines.
 
 Public API (stable names):
-    ModelConfig, MetricMode, VARIANTS, variant_config   -- describe a model
+    ModelConfig, variant_config, variant_names          -- describe a model
     build_model, Transformer, ModelOutput               -- build and run it
+    DamchaOptions, MetricMode                           -- DAMCHA's per-call options
     inspect_input, InspectionRecord, identifiability_note  -- look inside for one input
+    mechanisms                                          -- the registry of attention mechanisms
 """
-
-from .config import VARIANTS, MetricMode, ModelConfig, variant_config
-from .inspection import InspectionRecord, identifiability_note, inspect_input
-from .model import IGNORE_INDEX, ModelOutput, Transformer, build_model
 
 __version__ = "0.1.0"
 
+from . import mechanisms  # noqa: E402
+from .config import ModelConfig, variant_config  # noqa: E402
+from .inspection import InspectionRecord, identifiability_note, inspect_input  # noqa: E402
+from .mechanisms import DamchaOptions, variant_names  # noqa: E402
+from .metric import MetricMode  # noqa: E402
+from .model import IGNORE_INDEX, ModelOutput, Transformer, build_model  # noqa: E402
+
 __all__ = [
     "IGNORE_INDEX",
-    "VARIANTS",
+    "DamchaOptions",
     "InspectionRecord",
     "MetricMode",
     "ModelConfig",
@@ -23,5 +28,7 @@ __all__ = [
     "build_model",
     "identifiability_note",
     "inspect_input",
+    "mechanisms",
     "variant_config",
+    "variant_names",
 ]

@@ -6,8 +6,9 @@ import argparse
 import sys
 
 from .checkpoints import CheckpointError
-from .config import VARIANTS, ModelConfig, variant_config
+from .config import ModelConfig, variant_config
 from .data import DATASETS, DataError
+from .mechanisms import variants
 from .preprocess import InputError
 
 
@@ -20,8 +21,8 @@ def _train_parser(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--data-path", help="local file for textfile / enwik8 / text8")
-    p.add_argument("--variant", choices=VARIANTS, default="damcha",
-                   help="attention: damcha (shared f(x), row sum), -unshared, -static (w/o f(x)), -bilinear, mha")
+    p.add_argument("--variant", choices=[v.name for v in variants()], default="damcha",
+                   help="attention variant: " + "; ".join(f"{v.name}: {v.description}" for v in variants()))
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=32)
@@ -102,7 +103,7 @@ def _figures(args) -> int:
     from tqdm import tqdm
 
     from .checkpoints import load_run
-    from .export import ALL_FORMATS, STATIC_FORMATS, ExportSettings, static_export_status, write_item
+    from .export import ALL_FORMATS, STATIC_FORMATS, ExportSettings, Provenance, static_export_status, write_item
     from .figure_sets import figure_set, regenerate
     from .samples import input_from_image, input_from_text, validation_input
 
@@ -119,9 +120,12 @@ def _figures(args) -> int:
         path = Path(args.from_provenance)
         if not path.is_file():
             raise ValueError(f"{path}: no such provenance file")
-        prov = json.loads(path.read_text())
-        items = [regenerate(prov)]
-        settings = ExportSettings(**prov.get("settings", {})) if "settings" in prov else settings
+        try:
+            raw = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a provenance JSON ({e})") from None
+        items = [regenerate(Provenance.from_dict(raw))]
+        settings = ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
     else:
         if not args.run:
             raise ValueError("--run is required (or --from-provenance)")

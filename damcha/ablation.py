@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .checkpoints import Run
-from .config import MetricMode
+from .evaluation import complete_digits, completion_mse, evaluate
+from .metric import MetricMode
 from .model import Transformer
 from .samples import validation_arrays
-from .train import complete_digits, completion_mse, evaluate
 
 MODES = tuple(m.value for m in MetricMode)
 
@@ -21,7 +22,7 @@ def completed_digit(model: Transformer, tokens: np.ndarray, targets: np.ndarray,
                     seed: int = 0) -> np.ndarray:
     """The bottom half of a digit completed from its top half (expected levels under the model), (8, 8)."""
     seq = torch.as_tensor(np.concatenate([tokens, targets[-1:]]), dtype=torch.long)[None]  # (1, 65)
-    bottom = complete_digits(model, seq, samples, seed, mode)[0].numpy()  # (32,)
+    bottom = complete_digits(model, seq, samples, seed, _options(model, mode))[0].numpy()  # (32,)
     return np.concatenate([seq[0, 1:33].numpy().astype(float), bottom]).reshape(8, 8)
 
 
@@ -32,7 +33,7 @@ def greedy_continuation(model: Transformer, tokens: np.ndarray, n: int = 40, mod
     out = []
     for _ in range(n):
         ctx = seq[:, -model.config.block_size:]
-        nxt = model(ctx, metric_mode=mode, stochastic=False).logits[:, -1].argmax(-1, keepdim=True)
+        nxt = model(ctx, options=_options(model, mode), stochastic=False).logits[:, -1].argmax(-1, keepdim=True)
         seq = torch.cat([seq, nxt], dim=1)
         out.append(int(nxt))
     return bytes(out)
@@ -47,17 +48,60 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
     unit = run.data.get("unit", "token")
     rows = []
     for k, mode in enumerate(MODES):
-        res = evaluate(model, xt, yt, metric_mode=mode)
+        options = _options(model, mode)
+        res = evaluate(model, xt, yt, options=options)
         row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode,
                "nll": res["nll"], f"bits_per_{unit}": res["nll"] / math.log(2)}
         if "accuracy" in res:
             row["accuracy"] = res["accuracy"]
-        if run.dataset == "digits":
-
-            row["completion_mse"] = completion_mse(model, xt, yt, completion_images, completion_samples, mode)
+        if run.model_config.modality == "digit_image" and not run.model_config.n_classes:
+            row["completion_mse"] = completion_mse(model, xt, yt, completion_images, completion_samples, options)
         rows.append(row)
         if progress:
             progress(k + 1, len(MODES))
     return rows
 
 
+
+def _options(model: Transformer, mode: str):
+    return model.mechanism.options_from({"metric_mode": mode})
+
+
+@dataclass(frozen=True)
+class ModeOutcome:
+    """One input under one metric mode: loss, and what the model then predicts.
+    completed: (8, 8) digit with its bottom half completed; continuation: greedy next bytes;
+    next_bytes: the 5 most likely next bytes with their probabilities; predicted class and its probability."""
+
+    mode: str
+    loss: float | None
+    completed: np.ndarray | None = None
+    continuation: str | None = None
+    next_bytes: tuple[tuple[int, float], ...] = ()
+    predicted_class: int | None = None
+    class_probability: float | None = None
+
+
+def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tuple[str, ...] = MODES,
+                      continuation_bytes: int = 40) -> list[ModeOutcome]:
+    """One input under each metric mode: the loss, and the prediction the modality calls for (the
+    completed bottom half of a digit, or the next bytes and a greedy continuation of a text)."""
+    from .inspection import inspect_input, next_token_probabilities
+
+    cfg = model.config
+    outcomes = []
+    for mode in modes:
+        record = inspect_input(model, tokens, targets, options=_options(model, mode))
+        extra = {}
+        if record.task == "classification":
+            probs = next_token_probabilities(record, 0)
+            extra = dict(predicted_class=int(probs.argmax()), class_probability=float(probs.max()))
+        elif cfg.modality == "digit_image" and targets is not None:
+            extra = dict(completed=completed_digit(model, tokens, targets, mode))
+        elif cfg.modality == "byte_text":
+            probs = next_token_probabilities(record, len(tokens) - 1)
+            top = np.argsort(probs)[::-1][:5]
+            extra = dict(next_bytes=tuple((int(t), float(probs[t])) for t in top),
+                         continuation=greedy_continuation(model, tokens, continuation_bytes, mode).decode("utf-8", "replace"))
+        outcomes.append(ModeOutcome(mode, record.loss, **extra))
+    return outcomes

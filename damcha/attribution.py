@@ -17,12 +17,40 @@ import numpy as np
 import torch
 from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
 
-from .config import MetricMode
 from .inspection import as_model_input
-from .metric import as_blocks
+from .mechanisms import DamchaOptions
+from .mechanisms.damcha import metric_sources
+from .metric import MetricMode, as_blocks
 from .model import Transformer
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
+TARGET_NAMES = {"loss": "the loss", "off_diagonal_energy": "off-diagonal energy of M(x)",
+                "block_norm": "one block's norm ‖M_ij‖", "head_metric_norm": "one head's ‖m_i‖"}
+
+
+def attribution_targets(config) -> tuple[str, ...]:
+    """What Integrated Gradients can explain for this model: the loss, and scalars of M(x) when the
+    metric depends on the input."""
+    if config.is_damcha and config.metric_input == "adaptive":
+        return TARGETS
+    return ("loss",)
+
+
+def baseline_token(config) -> int:
+    """The 'absent' input of a modality: a blank pixel for digits, a space for text, 0 otherwise."""
+    return ord(" ") if config.modality == "byte_text" else 0
+
+
+def per_pixel(values: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """(T,) token attributions of a digit -> (8, 8) per pixel. A decoder's token t is pixel t-1 (after
+    its start token) and its last pixel is never an input: that pixel is NaN."""
+    from .data import DIGIT_START
+
+    if int(tokens[0]) == DIGIT_START:
+        out = np.full(64, np.nan)
+        out[:63] = values[1:]
+        return out.reshape(8, 8)
+    return np.asarray(values, dtype=float).reshape(8, 8)
 
 
 @dataclass(frozen=True)
@@ -32,6 +60,19 @@ class MetricContribution:
 
     values: np.ndarray
     method: str  # "gradient_x_metric" | "gradient"
+
+    def map(self, layer: int = 0, position: int | None = None) -> np.ndarray:
+        """(D, D) contributions of one metric layer at one query position index, or summed over
+        positions (None); the plain gradient is shown as its magnitude."""
+        vals = self.values[min(layer, self.values.shape[0] - 1)]  # (P, D, D)
+        vals = vals.sum(0) if position is None or vals.shape[0] == 1 else vals[position]
+        return vals if self.method == "gradient_x_metric" else np.abs(vals)
+
+
+def block_sums(values: np.ndarray, n_head: int) -> np.ndarray:
+    """(D, D) -> (H, H): the sum over each head block."""
+    d = values.shape[-1] // n_head
+    return values.reshape(n_head, d, n_head, d).sum(axis=(1, 3))
 
 
 @dataclass(frozen=True)
@@ -55,7 +96,7 @@ def _private_copy(model: Transformer) -> Transformer:
 
 def _metric_modules(model: Transformer) -> list[torch.nn.Module]:
     """The module whose output is M (flattened for f, (D, D) for a static metric), per generator."""
-    return [src.generator if src.static else src.generator.out for src in model.metric_sources()]
+    return [src.generator if src.static else src.generator.out for src in metric_sources(model)]
 
 
 def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode | str = "full",
@@ -75,7 +116,7 @@ def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode |
     D = net.config.n_embd
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
-        return net(x, targets=tgt, metric_mode=mode, explicit=True, stochastic=False).loss.reshape(1)
+        return net(x, targets=tgt, options=DamchaOptions(mode, explicit=True), stochastic=False).loss.reshape(1)
 
     out = []
     for module in _metric_modules(net):
@@ -94,10 +135,11 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
     head_metric_norm: ‖m_i‖ (under `mode`). Taken at query `position` (causal) of metric `layer`.
     """
     if target == "loss":
-        out = model(tokens, targets=targets, metric_mode=mode, stochastic=False)
+        options = DamchaOptions(mode) if model.config.is_damcha else None
+        out = model(tokens, targets=targets, options=options, stochastic=False)
         per_seq = out.token_loss if out.token_loss.dim() == 1 else out.token_loss.mean(dim=1)
         return per_seq  # (B,)
-    out = model(tokens, metric_mode=mode, explicit=True, need_intermediates=True, stochastic=False)
+    out = model(tokens, options=DamchaOptions(mode, explicit=True), need_intermediates=True, stochastic=False)
     layers = [out.layers[0]] if model.metric_source is not None else out.layers
     hm = layers[layer].metric
     H = model.config.n_head

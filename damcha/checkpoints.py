@@ -4,7 +4,7 @@ A run is a directory:
   config.json               model config, training config, data split, format and package version
   metrics.jsonl             one JSON row per evaluated epoch
   epoch_0000.safetensors    one weights file per snapshot epoch (epoch 0 = the initialisation)
-  training_state.*          optimiser state for resuming (not shipped)
+  training_state.safetensors  weights and optimiser state for resuming (not shipped)
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from .config import ModelConfig
+from .modalities import modality_of_dataset
 from .model import Transformer, build_model
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "training_state.safetensors"
 SNAPSHOT_RE = re.compile(r"^epoch_(\d{4,6})\.safetensors$")
 MAX_CONFIG_BYTES = 1_000_000
 MAX_SNAPSHOT_BYTES = 1_000_000_000
@@ -146,7 +148,10 @@ def load_run(run_dir: str | Path) -> Run:
         raise CheckpointError(f"{run_dir}: no such run directory")
     cfg = read_config(run_dir)
     try:
-        model_config = ModelConfig.from_dict(cfg["model"])
+        fields = dict(cfg["model"])
+        # Runs saved before the config named its modality: the data set decides it, here only.
+        fields.setdefault("modality", modality_of_dataset(cfg.get("data", {}).get("name", "")))
+        model_config = ModelConfig.from_dict(fields)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
     epochs = sorted(int(m.group(1)) for f in run_dir.iterdir() if (m := SNAPSHOT_RE.match(f.name)))
@@ -203,6 +208,51 @@ def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch
             return {k: f.get_tensor(k) for k in expected}
     except Exception as e:  # safetensors raises its own error types for corrupt files
         raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
+
+
+def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:
+    """Weights and optimiser state after `epoch` (global `step`), for an exact resume."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for i, st in opt.state_dict()["state"].items():
+        for name, value in st.items():
+            tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).reshape(-1) if name == "step" else value
+    meta = {"format_version": str(FORMAT_VERSION), "epoch": str(epoch), "step": str(step)}
+    save_tensors_atomic(Path(run_dir) / STATE_FILE, tensors, meta)
+
+
+def load_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer) -> tuple[int, int]:
+    """Restore weights and optimiser state saved by save_training_state; returns (epoch, step).
+
+    Checked like a snapshot: the header before any tensor is read, the model's tensors by name,
+    shape and dtype; the optimiser's by parameter index and shape."""
+    path = Path(run_dir) / STATE_FILE
+    header = _read_header(path)
+    meta = header.get("__metadata__", {}) or {}
+    try:
+        epoch, step = int(meta["epoch"]), int(meta["step"])
+    except (KeyError, ValueError):
+        raise CheckpointError(f"{path}: not a training state (no epoch and step in its metadata)") from None
+    expected = {f"model.{k}": v for k, v in model.state_dict().items()}
+    params = list(model.parameters())
+    for k in header:
+        if not k.startswith("opt."):
+            continue
+        parts = k.split(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(params):
+            raise CheckpointError(f"{path}: optimiser tensor {k} belongs to no parameter of this model")
+        ref = params[int(parts[1])]
+        expected[k] = torch.empty(1) if parts[2] == "step" else torch.empty(ref.shape)
+    tensors = load_state(path, expected)
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    sd = opt.state_dict()
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = v.reshape(()) if name == "step" else v
+    sd["state"] = state
+    opt.load_state_dict(sd)
+    return epoch, step
 
 
 def load_model(run: Run | str | Path, epoch: int | None = None, device: str | torch.device = "cpu") -> Transformer:

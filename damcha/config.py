@@ -1,44 +1,21 @@
-"""Model configuration: one dataclass describes every variant the paper compares."""
+"""Model configuration: one dataclass describes every variant the paper compares.
+
+Which attention a config builds is its `attention` field, a name in the mechanism registry
+(`damcha.mechanisms`); a variant (`--variant`) is a registered preset of the attention fields.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import Any
 
-ATTENTIONS = ("damcha", "mha")
-METRIC_SHARINGS = ("shared", "per_layer")
-METRIC_INPUTS = ("adaptive", "static")
-SCORE_FORMS = ("row_sum", "bilinear")
-
-
-class MetricMode(StrEnum):
-    """Inference-time weighting of the blocks of M(x) in the row sum (paper Eq. 4).
-
-    full: m_i = sum_j M_ij; diagonal: m_i = M_ii; off_diagonal: m_i = sum_{j != i} M_ij.
-    """
-
-    FULL = "full"
-    DIAGONAL = "diagonal"
-    OFF_DIAGONAL = "off_diagonal"
-
-    @property
-    def scales(self) -> tuple[float, float]:
-        """(s_ii, s_ij for i != j)."""
-        return {"full": (1.0, 1.0), "diagonal": (1.0, 0.0), "off_diagonal": (0.0, 1.0)}[self.value]
-
-    @classmethod
-    def parse(cls, value: MetricMode | str) -> MetricMode:
-        try:
-            return cls(value)
-        except ValueError:
-            names = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown metric mode {value!r}; expected one of: {names}") from None
+from . import mechanisms
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A small transformer whose attention is DAMCHA (any ablation) or standard MHA.
+    """A small transformer with a registered attention mechanism (DAMCHA, its ablations, MHA, ...).
 
     Two configs that differ only in the attention fields build transformers that differ
     only in their attention: embeddings, blocks, MLPs and heads are the same code.
@@ -53,7 +30,8 @@ class ModelConfig:
     dropout: float = 0.0
     causal: bool = True  # causal decoder (LM head) or non-causal encoder
     n_classes: int = 0  # > 0: non-causal encoder with a classification head
-    attention: str = "damcha"  # "damcha" | "mha" (the baseline)
+    attention: str = "damcha"  # a registered mechanism: "damcha", "mha", ...
+    # DAMCHA's fields (kept flat: they are the paper's subject and every shipped run has them)
     metric_sharing: str = "shared"  # "shared": one M per stack (paper default) | "per_layer"
     metric_input: str = "adaptive"  # "adaptive": M = f(x) | "static": "w/o f(x)", one learned M
     score_form: str = "row_sum"  # "row_sum": paper Eq. 4 | "bilinear": extension beyond the paper
@@ -61,9 +39,13 @@ class ModelConfig:
     generator_dropout: float = 0.0
     pad_token: int | None = None  # token id that marks padding, if any
     input_dim: int = 0  # > 0: continuous inputs (e.g. 48-dim CIFAR patches): linear embedding, linear head, MSE
+    modality: str = ""  # what a token is (see damcha.modalities); "" for a bare model: plain token ids
+    attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "generator_widths", tuple(int(w) for w in self.generator_widths))
+        options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
+        object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
         self.validate()
 
     @property
@@ -75,18 +57,24 @@ class ModelConfig:
         return self.attention == "damcha"
 
     @property
+    def mechanism(self) -> mechanisms.Mechanism:
+        return mechanisms.get_mechanism(self.attention)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """One of `attention_options` (a mechanism's own setting), or `default`."""
+        return dict(self.attention_options).get(name, default)
+
+    @property
     def variant(self) -> str:
-        """Short human name: 'mha', 'damcha', 'damcha-unshared', 'damcha-static', 'damcha-bilinear'..."""
-        if not self.is_damcha:
-            return "mha"
-        parts = ["damcha"]
-        if self.metric_sharing == "per_layer":
-            parts.append("unshared")
-        if self.metric_input == "static":
-            parts.append("static")
-        if self.score_form == "bilinear":
-            parts.append("bilinear")
-        return "-".join(parts)
+        """The registered variant this config is ('mha', 'damcha', 'damcha-unshared', ...), else
+        '<mechanism> (custom)'."""
+        for v in mechanisms.variants():
+            if v.mechanism == self.attention and all(self._field(k) == val for k, val in v.fields.items()):
+                return v.name
+        return f"{self.attention} (custom)"
+
+    def _field(self, name: str) -> Any:
+        return getattr(self, name) if hasattr(self, name) else self.option(name)
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for any inconsistent or absurd value."""
@@ -99,11 +87,12 @@ class ModelConfig:
             need(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive integer, got {v!r}")
         need(self.n_embd % self.n_head == 0, f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         need(0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
-        need(self.attention in ATTENTIONS, f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
-        need(self.metric_sharing in METRIC_SHARINGS, f"metric_sharing must be one of {METRIC_SHARINGS}, got {self.metric_sharing!r}")
-        need(self.metric_input in METRIC_INPUTS, f"metric_input must be one of {METRIC_INPUTS}, got {self.metric_input!r}")
-        need(self.score_form in SCORE_FORMS, f"score_form must be one of {SCORE_FORMS}, got {self.score_form!r}")
-        need(all(w > 0 for w in self.generator_widths), "generator_widths must be positive")
+        need(self.attention in mechanisms.mechanism_names(),
+             f"attention must be one of {mechanisms.mechanism_names()}, got {self.attention!r}")
+        try:
+            self.mechanism.validate(self)
+        except ValueError as e:
+            need(False, str(e))
         need(self.n_classes >= 0, "n_classes must be >= 0")
         need(not (self.n_classes and self.causal), "a classification head needs a non-causal encoder (causal=False)")
         need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
@@ -123,24 +112,15 @@ class ModelConfig:
         else:
             n += V * D  # token embedding
             n += self.n_classes * D + self.n_classes if self.n_classes else V * D  # head (LM head untied, no bias)
-        per_block = 4 * D + D * self.mlp_ratio * D * 2 + self.mlp_ratio * D + D  # 2 norms + MLP
-        if self.is_damcha:
-            per_block += 2 * D * D + 2 * D  # W_V, W_O with biases
-        else:
-            per_block += 4 * D * D + 4 * D  # W_Q, W_K, W_V, W_O with biases
-        n += L * per_block
-        if self.is_damcha:
-            if self.metric_input == "static":
-                gen = D * D
-            else:
-                widths = (D, *self.generator_widths, D * D)
-                gen = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
-            n += gen * (L if self.metric_sharing == "per_layer" else 1)
-        return n
+        n += L * (4 * D + D * self.mlp_ratio * D * 2 + self.mlp_ratio * D + D)  # 2 norms + MLP per block
+        return n + self.mechanism.parameter_count(self)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["generator_widths"] = list(self.generator_widths)
+        d["attention_options"] = dict(self.attention_options)
+        if not d["attention_options"]:
+            del d["attention_options"]  # configs without them read as before
         return d
 
     @classmethod
@@ -153,17 +133,9 @@ class ModelConfig:
 
 
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
-    """The same model with another attention variant (names as in ModelConfig.variant)."""
-    presets = {
-        "mha": dict(attention="mha"),
-        "damcha": dict(attention="damcha", metric_sharing="shared", metric_input="adaptive", score_form="row_sum"),
-        "damcha-unshared": dict(attention="damcha", metric_sharing="per_layer", metric_input="adaptive", score_form="row_sum"),
-        "damcha-static": dict(attention="damcha", metric_sharing="shared", metric_input="static", score_form="row_sum"),
-        "damcha-bilinear": dict(attention="damcha", metric_sharing="shared", metric_input="adaptive", score_form="bilinear"),
-    }
-    if variant not in presets:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(presets)}")
-    return dataclasses.replace(base, **presets[variant])
-
-
-VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear", "mha")
+    """The same model with another registered attention variant (names as in ModelConfig.variant)."""
+    v = mechanisms.get_variant(variant)
+    own = {f.name for f in dataclasses.fields(ModelConfig)}
+    fields = {k: val for k, val in v.fields.items() if k in own}
+    options = {k: val for k, val in v.fields.items() if k not in own}
+    return dataclasses.replace(base, attention=v.mechanism, attention_options=options, **fields)

@@ -10,6 +10,8 @@ import torch
 
 from .checkpoints import Run
 from .inspection import InspectionRecord, inspect_input
+from .mechanisms import ForwardOptions
+from .mechanisms.damcha import metric_sources
 from .model import Transformer
 
 STATISTICS = {
@@ -76,13 +78,15 @@ class EpochSweep:
         return np.stack([r.metric[layer, position_index] for r in self.records])
 
 
-def sweep_epochs(run: Run, load: Callable[[Run, int], Transformer], tokens, targets=None, mode: str = "full",
-                 epochs: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None) -> EpochSweep:
-    """Inspect one input at every snapshot (or the given epochs). `load` returns a (cached) model."""
+def sweep_epochs(run: Run, load: Callable[[Run, int], Transformer], tokens, targets=None,
+                 options: ForwardOptions | None = None, epochs: Sequence[int] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> EpochSweep:
+    """Inspect one input at every snapshot (or the given epochs) with the mechanism's `options`.
+    `load` returns a (cached) model."""
     chosen = tuple(epochs or run.epochs)
     records = []
     for k, epoch in enumerate(chosen):
-        records.append(inspect_input(load(run, epoch), tokens, targets, metric_mode=mode))
+        records.append(inspect_input(load(run, epoch), tokens, targets, options=options))
         if progress:
             progress(k + 1, len(chosen))
     return EpochSweep(chosen, tuple(records))
@@ -101,7 +105,7 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
         res = model(x[i:i + batch_size], need_intermediates=True, stochastic=False)
         layers = [res.layers[0]] if model.metric_source is not None else res.layers
         mats = []
-        for src, layer in zip(model.metric_sources(), layers):
+        for src, layer in zip(metric_sources(model), layers):
             ctx = layer.metric.context
             if ctx is None:  # static metric
                 mats.append(src.full_metric(torch.zeros(len(res.logits), cfg.n_embd)))
@@ -112,18 +116,25 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
     return np.concatenate(out)
 
 
-def mha_implied_metrics(model: Transformer, layer: int = 0) -> np.ndarray:
-    """MHA's per-head bilinear form B_h = W_Q^h (W_K^h)ᵀ, (H, D, D), so that head h scores
-    q_t·k_s = x_tᵀ B_h x_s (+ bias terms). The closest honest analogue of DAMCHA's metric: it
-    is input-independent and of rank d_h, and acts on the whole x (not on head h's slice)."""
-    cfg = model.config
-    attn = model.blocks[layer].attn
-    if cfg.is_damcha:
-        raise ValueError("this is a DAMCHA model: its metric is M(x) itself")
-    H, d = cfg.n_head, cfg.head_dim
-    wq = attn.query.weight.detach().view(H, d, -1)  # (H, d, D): rows of W_Q for head h
-    wk = attn.key.weight.detach().view(H, d, -1)  # (H, d, D)
-    return torch.einsum("hdi,hdj->hij", wq, wk).numpy()  # (H, D, D)
+def statistic_curves(mats: np.ndarray, n_head: int, keys: Sequence[str]) -> dict[str, list[float]]:
+    """(E, D, D) metrics over epochs -> {label: values per epoch} for the named statistics."""
+    stats = [metric_statistics(M, n_head) for M in mats]
+    return {STATISTICS[k]: [s[k] for s in stats] for k in keys}
+
+
+def statistic_bands(per_epoch: Sequence[np.ndarray], n_head: int, keys: Sequence[str],
+                    quantiles: tuple[float, float, float] = (10, 50, 90)) -> dict[str, tuple[list[float], ...]]:
+    """Each epoch's (N, D, D) metrics of N inputs -> {label: (low, median, high) per epoch}, the
+    10/50/90th percentiles of each statistic over the inputs."""
+    stats = [[metric_statistics(M, n_head) for M in mats] for mats in per_epoch]
+    return {STATISTICS[k]: tuple([float(np.percentile([s[k] for s in epoch], q)) for epoch in stats] for q in quantiles)
+            for k in keys}
+
+
+def letter_share_terciles(inputs: np.ndarray) -> np.ndarray:
+    """Labels for byte windows without classes: the tercile of each window's share of ASCII letters."""
+    letters = np.array([np.mean([(65 <= t <= 90) or (97 <= t <= 122) for t in row]) for row in inputs])
+    return np.digitize(letters, np.quantile(letters, [1 / 3, 2 / 3]))
 
 
 def project(points: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:
@@ -161,7 +172,7 @@ def generator_weight_drift(models: Sequence[Transformer]) -> dict[str, np.ndarra
     cfg = models[0].config
     def parts(model):
         res, mean = [], []
-        for src in model.metric_sources():
+        for src in metric_sources(model):
             for t in src.last_layer():
                 if t is None:
                     continue

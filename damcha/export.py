@@ -16,7 +16,7 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -185,37 +185,69 @@ def file_sha256(path: str | Path) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def provenance(figure: str, run_path: str | Path | None = None, epoch: int | None = None,
-               checkpoint: str | Path | None = None, tokens: np.ndarray | None = None, targets=None,
-               input_source: str = "", params: dict | None = None, settings: ExportSettings | None = None) -> dict:
-    """Everything needed to know, and to regenerate, what a figure shows."""
-    settings = settings or ExportSettings()
-    prov = {
-        "figure": figure,
-        "run": None if run_path is None else str(run_path),
-        "epoch": epoch,
-        "checkpoint_sha256": file_sha256(checkpoint) if checkpoint else None,
-        "input_source": input_source,
-        "params": params or {},
-        "settings": asdict(settings),
-        "package": "damcha", "package_version": __version__,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-    }
-    if tokens is not None:
-        tok = np.asarray(tokens, dtype=np.int64)
-        prov["input_sha256"] = hashlib.sha256(tok.tobytes()).hexdigest()
-        if tok.size <= 4096:
-            prov["input_tokens"] = tok.tolist()
-        if targets is not None:
-            prov["input_targets"] = np.asarray(targets).tolist()
-    return prov
+@dataclass(frozen=True)
+class Provenance:
+    """What a figure shows and how to rebuild it: the run and epoch (with the snapshot's SHA-256),
+    the input (its tokens when small enough, always their hash), and the figure's parameters.
+
+    regenerable: the figure is a named figure of damcha.figure_sets, so `damcha figures
+    --from-provenance` rebuilds it. Written to JSON with the export settings, version and date."""
+
+    figure: str
+    run: str | None = None
+    epoch: int | None = None
+    checkpoint_sha256: str | None = None
+    input_source: str = ""
+    input_sha256: str | None = None
+    input_tokens: list | None = None
+    input_targets: list | int | None = None
+    params: dict = field(default_factory=dict)
+    regenerable: bool = False
+
+    @classmethod
+    def of(cls, figure: str, run=None, epoch: int | None = None, tokens=None, targets=None, input_source: str = "",
+           params: dict | None = None, regenerable: bool = True) -> Provenance:
+        """The provenance of a figure of `run` (a damcha.checkpoints.Run) at `epoch` on an input."""
+        checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
+        prov = dict(figure=figure, run=None if run is None else str(run.path), epoch=epoch,
+                    checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
+                    params=dict(params or {}), regenerable=regenerable and run is not None)
+        if tokens is not None:
+            tok = np.asarray(tokens)
+            tok = tok.astype(np.int64) if np.issubdtype(tok.dtype, np.integer) else tok.astype(np.float32)
+            prov["input_sha256"] = hashlib.sha256(tok.tobytes()).hexdigest()
+            if tok.size <= 4096:
+                prov["input_tokens"] = tok.tolist()
+                if targets is not None:
+                    prov["input_targets"] = np.asarray(targets).tolist()
+        return cls(**prov)
+
+    def tokens_array(self) -> np.ndarray:
+        return np.asarray(self.input_tokens)
+
+    def targets_array(self):
+        t = self.input_targets
+        return np.asarray(t) if isinstance(t, list) else t
+
+    def to_dict(self, settings: ExportSettings | None = None) -> dict:
+        out = {k: v for k, v in asdict(self).items() if v is not None or k in ("run", "epoch")}
+        out.update(settings=asdict(settings or ExportSettings()), package="damcha", package_version=__version__,
+                   created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Provenance:
+        """Read a provenance JSON written by to_dict (older files without `regenerable` count as named figures)."""
+        if not isinstance(d, dict) or "figure" not in d:
+            raise ValueError("not a DAMCHA provenance file (no 'figure')")
+        own = {f.name for f in fields(cls)}
+        values = {k: v for k, v in d.items() if k in own}
+        values.setdefault("regenerable", d.get("run") is not None)
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -224,7 +256,7 @@ class ExportItem:
 
     name: str
     figure: go.Figure
-    provenance: dict
+    provenance: Provenance
 
 
 def item_files(item: ExportItem, formats: Iterable[str], settings: ExportSettings | None = None) -> dict[str, bytes]:
@@ -240,7 +272,7 @@ def item_files(item: ExportItem, formats: Iterable[str], settings: ExportSetting
             files[f"{item.name}.{fmt}"] = data_csv(data) if fmt == "csv" else data_npz(data)
         else:
             raise ValueError(f"unknown format {fmt!r}; expected some of {ALL_FORMATS}")
-    prov = {**item.provenance, "settings": asdict(settings), "files": sorted(files)}
+    prov = {**item.provenance.to_dict(settings), "files": sorted(files)}
     files[f"{item.name}.provenance.json"] = json.dumps(prov, indent=2).encode()
     return files
 

@@ -1,7 +1,11 @@
 """Named figures of one inspection record: what the inspector shows and what `damcha figures` exports.
 
-Every figure is figures.<function>(slice of an InspectionRecord), chosen by a name and a few
-parameters, so a provenance JSON ({figure, run, epoch, input, params}) regenerates it exactly.
+A figure is chosen by a name and a few parameters, so a provenance JSON ({figure, run, epoch,
+input, params}) regenerates it exactly. The names are the record's own structure names (drawn
+by their kind: `metric`, `block_norms`, `head_metrics`, `qk_forms`, ...) and a few views every
+record has or a structure kind implies: `decomposition`, `contour`, `surface` (matrices with a
+head grid), `attention`, `token_loss`, `prediction`, `input`. Nothing here asks which mechanism
+or data set made the record.
 """
 
 from __future__ import annotations
@@ -14,69 +18,144 @@ import plotly.graph_objects as go
 
 from . import figures
 from .checkpoints import Run, load_model, load_run
-from .export import ExportItem, provenance
+from .export import ExportItem, Provenance
 from .inspection import InspectionRecord, expected_digit, inspect_input, next_token_probabilities
+from .mechanisms import Structure, StructureKind
+from .modalities import printable
 
-PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
-METRIC_FIGURES = ("metric", "decomposition", "block_norms", "head_metrics", "contour", "surface")
-ALL_FIGURES = (*METRIC_FIGURES, "attention", "token_loss", "prediction")
-
-
-def _where(record: InspectionRecord, p: int) -> str:
-    return f"position {int(record.positions[p])}" if record.causal else "whole input"
+VIEWS = ("decomposition", "contour", "surface", "attention", "token_loss", "prediction", "input")
+# Matrix names accepted by `part` as they were before structures had names of their own.
+_LEGACY_PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
 
 
-def build_figure(name: str, record: InspectionRecord, n_head: int, params: dict, epoch: int | None = None) -> go.Figure:
-    """params: layer (metric layer), position (index into record.positions), part, shared_scale, attn_layer."""
-    layer = int(params.get("layer", 0))
-    p = int(params.get("position", -1)) % len(record.positions)
-    part = params.get("part", "M(x)")
+def grid_matrices(record: InspectionRecord) -> list[Structure]:
+    """The record's structures drawn as D x D matrices with a head grid (DAMCHA: M, learned, residue)."""
+    return [s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX]
+
+
+def per_head(s: Structure) -> bool:
+    """Whether the drawn array holds one matrix per head (pick one to draw it as a single matrix)."""
+    return s.kind in (StructureKind.PER_HEAD_FORMS, StructureKind.MASK_PATTERN)
+
+
+def drawn_matrix(s: Structure, index: dict, head: int = 0) -> np.ndarray:
+    """The 2-D matrix of a structure at a layer/position (and head, for per-head structures)."""
+    values = s.at(**index)
+    return values[head] if per_head(s) else values
+
+
+def matrix_grid(s: Structure, record: InspectionRecord) -> int | None:
+    """n_head when the structure's 2-D matrices are D x D and read in head blocks, else None."""
+    D = record.n_head * record.head_dim
+    shape = s.values.shape[-2:]
+    return record.n_head if s.kind is not StructureKind.HEAD_BY_HEAD and shape == (D, D) else None
+
+
+def structure_figure(s: Structure, record: InspectionRecord, index: dict, suffix: str = "",
+                     shared_scale: bool = True) -> go.Figure:
+    """One structure at a layer/position, drawn by its kind."""
+    values = s.at(**index)
+    where = f", {record.where(index.get('position', 0))}" if "position" in s.index_axes else ""
+    layer = f", layer {index.get('layer', 0) + 1}" if s.size("layer") > 1 else ""
+    title = f"{s.title}{where}{layer}{suffix}"
+    if s.kind is StructureKind.HEAD_GRID_MATRIX:
+        return figures.metric_heatmap_figure(values, record.n_head, title)
+    if s.kind is StructureKind.HEAD_BY_HEAD:
+        return figures.head_by_head_figure(values, title, colorbar_title=s.name)
+    if s.kind is StructureKind.PER_HEAD_FORMS:
+        return figures.head_metrics_figure(values, title, shared_scale, symbol="m" if s.name == "head_metrics" else "B")
+    if s.kind is StructureKind.TOKEN_GATES:
+        return figures.token_gates_figure(values, record.token_labels, [str(i + 1) for i in range(values.shape[1])], title)
+    if s.kind is StructureKind.MASK_PATTERN:
+        return figures.attention_figure(values.astype(float), record.token_labels, title, colorbar_title="allowed")
+    raise ValueError(f"no figure for structure kind {s.kind}")
+
+
+def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
+    """params: layer, position (index into record.positions), part (a grid-matrix structure name),
+    shared_scale, attn_layer (attention), next_position (text prediction)."""
+    index = {"layer": int(params.get("layer", 0)), "position": int(params.get("position", -1)) % len(record.positions)}
     shared = bool(params.get("shared_scale", True))
     at = f", epoch {epoch}" if epoch is not None else ""
-    where = _where(record, p)
-    if name in METRIC_FIGURES and record.metric is None:
-        raise ValueError("standard multi-head attention has no metric M(x)")
-    if name == "metric":
-        return figures.metric_heatmap_figure(record.metric[layer, p], n_head, f"M(x): {where}, layer {layer + 1}{at}")
-    if name == "decomposition":
-        panels = {"M(x)": record.metric[layer, p], "learned (m_i / H)": record.metric_learned[layer, p],
-                  "residue": record.metric_residue[layer, p]}
-        return figures.metric_panels_figure(panels, n_head, f"Decomposition at {where}{at}", shared)
-    if name == "block_norms":
-        return figures.block_norm_figure(record.block_norms[layer, p], f"Block norms, {where}{at}")
-    if name == "head_metrics":
-        title = "Per-head metrics m_i" if record.score_form == "row_sum" else "Scaled rows of each head (bilinear)"
-        return figures.head_metrics_figure(record.head_metrics[layer, p], f"{title} ({record.metric_mode}){at}", shared)
-    if name in ("contour", "surface"):
-        mat = getattr(record, PARTS[part])[layer, p]
+    where = record.where(index["position"])
+    structure = record.structure(name)
+    if structure is not None:
+        suffix = f" ({record.metric_mode}){at}" if name == "head_metrics" else at
+        return structure_figure(structure, record, index, suffix, shared)
+    if name in ("decomposition", "contour", "surface"):
+        matrices = grid_matrices(record)
+        if not matrices:
+            raise ValueError(f"{record.variant} has no matrix with a head grid to draw as {name!r}")
+        if name == "decomposition":
+            panels = {s.title: s.at(**index) for s in matrices}
+            return figures.metric_panels_figure(panels, record.n_head, f"Decomposition at {where}{at}", shared)
+        part = _LEGACY_PARTS.get(params.get("part", ""), params.get("part") or matrices[0].name)
+        s = record.structure(part)
+        if s is None or s.kind is not StructureKind.HEAD_GRID_MATRIX:
+            raise ValueError(f"unknown matrix {part!r}; expected one of {[m.name for m in matrices]}")
         if name == "contour":
-            return figures.contour_figure(mat, n_head, f"Contours of {part}, {where}{at}")
-        return figures.surface_figure(mat, f"{part} as a surface, {where}{at}")
+            return figures.contour_figure(s.at(**index), record.n_head, f"Contours of {s.title}, {where}{at}")
+        return figures.surface_figure(s.at(**index), f"{s.title} as a surface, {where}{at}")
     if name == "attention":
         a = int(params.get("attn_layer", 0))
-        return figures.attention_figure(record.attention[a], None, f"Attention, layer {a + 1}{at}")
+        return figures.attention_figure(record.attention[a], record.token_labels, f"Attention, layer {a + 1}{at}")
     if name == "token_loss":
-        if record.token_loss is None or record.logits.ndim == 1:
+        if record.token_loss is None or record.task == "classification":
             raise ValueError("this input has no per-token loss")
         loss = np.where(np.isnan(record.token_loss), 0.0, record.token_loss)
-        return figures.token_loss_figure(loss, [str(int(t)) for t in record.tokens], f"Loss per position{at}")
+        vectors = record.task == "next_vector"
+        unit = "squared error" if vectors else "bits"
+        return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit}){at}", unit)
     if name == "prediction":
-        if record.logits.ndim == 1:
-            probs = next_token_probabilities(record, 0)
-            return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
-        if record.logits.shape == (64, 18):
-            return figures.digit_figure(np.round(expected_digit(record), 1), f"Model's expected pixels{at}")
-        raise ValueError("the prediction figure is drawn for digits only")
-    raise ValueError(f"unknown figure {name!r}; expected one of {ALL_FIGURES}")
+        return _prediction_figure(record, params, at)
+    if name == "input":
+        if record.modality.name != "digit_image":
+            raise ValueError(f"the input figure is drawn for images; this input is {record.modality.title}")
+        return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)")
+    raise ValueError(f"unknown figure {name!r}; expected one of {available_figures(record)}")
+
+
+def prediction_takes_position(record: InspectionRecord) -> bool:
+    """Whether the prediction figure shows one position's next-token distribution (text), rather
+    than the whole input (a digit's expected pixels, class probabilities)."""
+    return record.task == "next_token" and record.modality.name == "byte_text"
+
+
+def _prediction_figure(record: InspectionRecord, params: dict, at: str) -> go.Figure:
+    if record.task == "classification":
+        probs = next_token_probabilities(record, 0)
+        return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
+    if record.modality.name == "digit_image" and record.task == "next_token":
+        return figures.digit_figure(np.round(expected_digit(record), 1), f"Model's expected pixels{at}")
+    if prediction_takes_position(record):
+        p = int(params.get("next_position", -1)) % len(record.tokens)
+        probs = next_token_probabilities(record, p)
+        top = np.argsort(probs)[::-1][:10]
+        return figures.probabilities_figure([printable(t) for t in top], probs[top],
+                                            f"Most likely next bytes after position {p}{at}")
+    raise ValueError(f"no prediction figure for {record.modality.title}")
+
+
+def digit_levels(record: InspectionRecord) -> np.ndarray:
+    """(8, 8) grey levels of a digit record: the targets of a decoder, the tokens of a classifier."""
+    pixels = record.targets if record.task == "next_token" else record.tokens
+    return np.asarray(pixels)[-64:].reshape(8, 8)
 
 
 def available_figures(record: InspectionRecord) -> list[str]:
-    names = list(METRIC_FIGURES) if record.metric is not None else []
+    names = [s.name for s in record.structures]
+    matrices = grid_matrices(record)
+    if len(matrices) > 1:
+        names.append("decomposition")
+    if matrices:
+        names += ["contour", "surface"]
     names.append("attention")
-    if record.token_loss is not None and record.logits.ndim == 2:
+    if record.token_loss is not None and record.task != "classification":
         names.append("token_loss")
-    if record.logits.ndim == 1 or record.logits.shape == (64, 18):
+    if record.task == "classification" or record.modality.name in ("digit_image", "byte_text"):
         names.append("prediction")
+    if record.modality.name == "digit_image":
+        names.append("input")
     return names
 
 
@@ -88,33 +167,29 @@ def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mod
     items = []
     for k, epoch in enumerate(epochs):
         model = load_model(run, epoch)
-        record = inspect_input(model, tokens, targets, metric_mode=mode)
+        options = model.mechanism.options_from({"metric_mode": mode})
+        record = inspect_input(model, tokens, targets, options=options)
         for name in names or available_figures(record):
-            fig = build_figure(name, record, run.model_config.n_head, params, epoch)
-            prov = provenance(name, run.path, epoch, run.snapshot_path(epoch), tokens, targets, input_source,
-                              {**params, "mode": mode})
+            fig = build_figure(name, record, params, epoch)
+            prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode})
             items.append(ExportItem(f"{run.name}_e{epoch:04d}_{name}", fig, prov))
         if progress:
             progress(k + 1, len(epochs))
     return items
 
 
-def regenerate(prov: dict, run_root: str | Path | None = None) -> ExportItem:
-    """The figure a provenance JSON describes, rebuilt from its run, epoch and input."""
-    run_path = Path(prov["run"])
+def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportItem:
+    """The figure a provenance describes, rebuilt from its run, epoch and input."""
+    if not prov.regenerable or prov.run is None or prov.epoch is None:
+        raise ValueError(f"figure {prov.figure!r} is not a named figure of a run: it cannot be rebuilt from its provenance")
+    run_path = Path(prov.run)
     if run_root is not None and not run_path.is_absolute():
         run_path = Path(run_root) / run_path
     run = load_run(run_path)
-    if "input_tokens" not in prov:
+    if prov.input_tokens is None:
         raise ValueError("this provenance does not carry its input tokens (input too large); pass the input instead")
-    tokens = np.asarray(prov["input_tokens"], dtype=np.int64)
-    targets = prov.get("input_targets")
-    if isinstance(targets, list):
-        targets = np.asarray(targets, dtype=np.int64)
-    params = dict(prov.get("params", {}))
+    params = dict(prov.params)
     mode = params.pop("mode", "full")
-    (item,) = figure_set(run, [int(prov["epoch"])], tokens, targets, mode, params, [prov["figure"]],
-                         prov.get("input_source", ""))
+    (item,) = figure_set(run, [prov.epoch], prov.tokens_array(), prov.targets_array(), mode, params, [prov.figure],
+                         prov.input_source)
     return item
-
-

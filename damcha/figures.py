@@ -81,29 +81,36 @@ def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str 
     return fig
 
 
-def block_norm_figure(norms: np.ndarray, title: str = "Block norms ||M_ij||_F") -> go.Figure:
-    """H x H map of the Frobenius norm of each block: how strongly head i's rows use head j's columns."""
-    H = norms.shape[0]
+def head_by_head_figure(values: np.ndarray, title: str = "Block norms ‖M_ij‖", colorbar_title: str = "‖M_ij‖",
+                        axis_titles: tuple[str, str] = ("row head i", "column head j")) -> go.Figure:
+    """H x H values, one per pair of heads (block norms, head-mixing matrices), written in each cell.
+    Non-negative values use a sequential scale from 0; signed ones a diverging scale centred at 0."""
+    H = values.shape[0]
     labels = [f"head {i + 1}" for i in range(H)]
-    fig = go.Figure(go.Heatmap(z=norms, x=labels, y=labels, colorscale=SEQUENTIAL, zmin=0,
-                               colorbar=dict(title="‖M_ij‖"), text=np.round(norms, 3), texttemplate="%{text}",
-                               hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"))
+    signed = bool((values < 0).any())
+    z = symmetric_limit(values)
+    scale = dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0) if signed else dict(colorscale=SEQUENTIAL, zmin=0)
+    fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, **scale,
+                               colorbar=dict(title=colorbar_title), text=np.round(values, 3), texttemplate="%{text}",
+                               hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
-    fig.update_xaxes(title="column head j")
-    fig.update_yaxes(title="row head i", autorange="reversed", scaleanchor="x", constrain="domain")
+    fig.update_xaxes(title=axis_titles[1])
+    fig.update_yaxes(title=axis_titles[0], autorange="reversed", scaleanchor="x", constrain="domain")
     return fig
 
 
-def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shared_scale: bool = True) -> go.Figure:
-    """Small multiples of the H per-head metrics, (H, d, d) (or (H, d, D) rows for the bilinear form)."""
+def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shared_scale: bool = True,
+                        symbol: str = "m") -> go.Figure:
+    """Small multiples of one matrix per head, (H, a, b): DAMCHA's m_i (d x d, or d x D rows for the
+    bilinear form), MHA's W_Q^h W_K^hᵀ (D x D). Panels are titled symbol_1 .. symbol_H."""
     H = m.shape[0]
-    fig = make_subplots(rows=1, cols=H, subplot_titles=[f"m_{i + 1}" for i in range(H)], horizontal_spacing=0.03)
+    fig = make_subplots(rows=1, cols=H, subplot_titles=[f"{symbol}_{i + 1}" for i in range(H)], horizontal_spacing=0.03)
     shared = symmetric_limit(m)
     for i in range(H):
         z = shared if shared_scale else symmetric_limit(m[i])
         fig.add_trace(go.Heatmap(z=m[i], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING,
                                  showscale=(i == H - 1) if shared_scale else False,
-                                 hovertemplate=f"m_{i + 1}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
+                                 hovertemplate=f"{symbol}_{i + 1}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1)
         fig.update_xaxes(constrain="domain", row=1, col=i + 1)
     fig.update_layout(title=title, margin=dict(l=40, r=40, t=70, b=30), height=120 + 900 // max(H, 3))
@@ -136,27 +143,54 @@ def surface_figure(M: np.ndarray, title: str = "M(x) as a surface", zmax: float 
     return fig
 
 
-def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention") -> go.Figure:
-    """Small multiples of the H attention maps (H, T, T) of one layer: rows = queries, columns = keys."""
+def _position_ticks(labels: Sequence[str], most: int = 32) -> dict:
+    """Tick labels for a position axis, thinned to at most `most` so they stay readable."""
+    step = max(1, -(-len(labels) // most))
+    idx = list(range(0, len(labels), step))
+    return dict(tickvals=idx, ticktext=[labels[i] for i in idx])
+
+
+def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention",
+                     zmax: float = 1.0, colorbar_title: str = "weight") -> go.Figure:
+    """Small multiples of H maps (H, T, T) of one layer (attention, or allowed-key masks): rows =
+    queries, columns = keys, labelled with the tokens (hover shows query and key tokens)."""
     H, T, _ = attn.shape
+    labels = list(tick_labels) if tick_labels is not None and len(tick_labels) == T else [str(i) for i in range(T)]
+    hover = np.array([[f"{labels[q]}", f"{labels[k]}"] for q in range(T) for k in range(T)], dtype=object).reshape(T, T, 2)
     fig = make_subplots(rows=1, cols=H, subplot_titles=[f"head {i + 1}" for i in range(H)], horizontal_spacing=0.03)
     for i in range(H):
-        fig.add_trace(go.Heatmap(z=attn[i], zmin=0, zmax=1, colorscale=SEQUENTIAL, showscale=i == H - 1,
-                                 colorbar=dict(title="weight"),
-                                 hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
+        fig.add_trace(go.Heatmap(z=attn[i], zmin=0, zmax=zmax, colorscale=SEQUENTIAL, showscale=i == H - 1,
+                                 colorbar=dict(title=colorbar_title), customdata=hover,
+                                 hovertemplate="query %{y} '%{customdata[0]}', key %{x} '%{customdata[1]}': "
+                                               "%{z:.3f}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
-                         showticklabels=i == 0)
-        fig.update_xaxes(constrain="domain", row=1, col=i + 1)
+                         showticklabels=i == 0, **_position_ticks(labels))
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1, **_position_ticks(labels, 16))
     fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=50), height=140 + 900 // max(H, 3))
-    fig.update_xaxes(title="key position")
-    fig.update_yaxes(title="query position", col=1)
+    fig.update_xaxes(title="key")
+    fig.update_yaxes(title="query", col=1)
+    return fig
+
+
+def token_gates_figure(gates: np.ndarray, token_labels: Sequence[str], column_labels: Sequence[str],
+                       title: str = "Gates per token", colorbar_title: str = "gate") -> go.Figure:
+    """(T, E) weights per token (rows) and expert or head type (columns)."""
+    T = gates.shape[0]
+    labels = list(token_labels) if len(token_labels) == T else [str(i) for i in range(T)]
+    fig = go.Figure(go.Heatmap(z=gates, x=list(column_labels), colorscale=SEQUENTIAL, zmin=0,
+                               colorbar=dict(title=colorbar_title), customdata=np.array(labels, dtype=object)[:, None]
+                               .repeat(gates.shape[1], axis=1),
+                               hovertemplate="token %{y} '%{customdata}', %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_yaxes(title="token", autorange="reversed", **_position_ticks(labels))
     return fig
 
 
 def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str = "Loss per token",
                       unit: str = "bits") -> go.Figure:
-    """Bar chart of the per-token loss (converted to bits), labelled with the target tokens."""
-    bits = np.asarray(token_loss, dtype=float) / np.log(2)
+    """Bar chart of the per-token loss, labelled with the target tokens: nats converted to bits
+    (unit "bits"), or drawn as given (any other unit, e.g. a squared error)."""
+    bits = np.asarray(token_loss, dtype=float) / (np.log(2) if unit == "bits" else 1.0)
     fig = go.Figure(go.Bar(x=np.arange(len(bits)), y=bits, customdata=list(labels),
                            hovertemplate="position %{x}: target %{customdata}<br>%{y:.3f} " + unit + "<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
@@ -184,7 +218,8 @@ def probabilities_figure(levels: np.ndarray, probs: np.ndarray, title: str) -> g
 
 
 def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("train_nll", "val_nll"),
-                           title: str = "Training curves", marked_epochs: Sequence[int] = ()) -> go.Figure:
+                           title: str = "Training curves", marked_epochs: Sequence[int] = (),
+                           y_title: str = "nats per token") -> go.Figure:
     """Curves of metrics.jsonl columns over epochs; marked_epochs (snapshots) drawn as markers."""
     fig = go.Figure()
     epochs = [m["epoch"] for m in metrics]
@@ -199,7 +234,7 @@ def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("trai
                                      name=f"{key} (snapshots)", showlegend=False, marker=dict(size=7)))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title="epoch")
-    fig.update_yaxes(title="nats per token")
+    fig.update_yaxes(title=y_title)
     return fig
 
 
@@ -214,10 +249,11 @@ def _matrix_trace(kind: str, M: np.ndarray, z: float, showscale: bool = True, **
     raise ValueError(f"unknown matrix view {kind!r}; expected heatmap, contour or surface")
 
 
-def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int, kind: str = "heatmap",
+def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int | None, kind: str = "heatmap",
                            title: str = "M(x) over training") -> go.Figure:
-    """(E, D, D) matrices as animation frames with a play button and an epoch slider.
-    One colour range for every frame, so frames compare honestly."""
+    """(E, a, b) matrices as animation frames with a play button and an epoch slider.
+    One colour range for every frame, so frames compare honestly. n_head: draw the head grid of a
+    D x D matrix (None: no grid)."""
     z = symmetric_limit(mats)
     frames = [go.Frame(data=[_matrix_trace(kind, m, z)], name=str(e), layout=dict(title=f"{title}: epoch {e}"))
               for m, e in zip(mats, epochs)]
@@ -233,18 +269,22 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int,
         sliders=[dict(active=0, steps=steps, x=0.15, len=0.85, y=-0.05, currentvalue=dict(prefix="epoch "))],
     )
     if kind != "surface":
-        d = mats.shape[-1] // n_head
-        fig.update_layout(shapes=_grid_shapes(n_head, d))
-        fig.update_xaxes(**_head_ticks(n_head, d), constrain="domain")
-        fig.update_yaxes(**_head_ticks(n_head, d), autorange="reversed", scaleanchor="x", constrain="domain")
+        if n_head:
+            d = mats.shape[-1] // n_head
+            fig.update_layout(shapes=_grid_shapes(n_head, d))
+            fig.update_xaxes(**_head_ticks(n_head, d))
+            fig.update_yaxes(**_head_ticks(n_head, d))
+        fig.update_xaxes(constrain="domain")
+        fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain")
     else:
         fig.update_layout(scene=dict(zaxis=dict(range=[-z, z]), xaxis_title="column", yaxis_title="row"))
     return fig
 
 
-def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], n_head: int, kind: str = "heatmap",
+def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], n_head: int | None, kind: str = "heatmap",
                            title: str = "", cols: int | None = None) -> go.Figure:
-    """Matrices in a grid (paper figures 8, 10, 11 style) with one shared colour range and one colour bar."""
+    """Matrices in a grid (paper figures 8, 10, 11 style) with one shared colour range and one colour bar.
+    n_head: draw the head grid of D x D matrices (None: no grid)."""
     n = len(mats)
     cols = cols or n
     rows = (n + cols - 1) // cols
@@ -252,17 +292,19 @@ def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], n_
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), specs=specs,
                         horizontal_spacing=0.03, vertical_spacing=0.08)
     z = symmetric_limit(*mats)
-    d = mats[0].shape[-1] // n_head
+    grid = n_head or 1
+    d = mats[0].shape[-1] // grid
+    ticks = _head_ticks(grid, d) if n_head else {}
     shapes = []
     for k, M in enumerate(mats):
         r, c = k // cols + 1, k % cols + 1
         fig.add_trace(_matrix_trace(kind, M, z, showscale=k == n - 1), row=r, col=c)
         if kind != "surface":
             ax = "" if k == 0 else str(k + 1)
-            shapes += _grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
+            shapes += _grid_shapes(grid, d, xref=f"x{ax}", yref=f"y{ax}")
             fig.update_yaxes(autorange="reversed", scaleanchor=f"x{ax}", constrain="domain", showticklabels=c == 1, row=r, col=c,
-                             **_head_ticks(n_head, d))
-            fig.update_xaxes(constrain="domain", row=r, col=c, **_head_ticks(n_head, d))
+                             **ticks)
+            fig.update_xaxes(constrain="domain", row=r, col=c, **ticks)
         else:
             fig.update_scenes(zaxis=dict(range=[-z, z]), row=r, col=c)
     fig.update_layout(title=title, shapes=shapes, margin=dict(l=50, r=40, t=70, b=30), height=320 * rows + 60)

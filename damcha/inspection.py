@@ -1,4 +1,10 @@
-"""One forward pass on one input -> a plain record of everything the app shows about M(x)."""
+"""One forward pass on one input -> a plain record of everything the app shows about it.
+
+The record describes itself: how many heads, which modality and task, the labels of its
+positions, and the mechanism's cross-head structures (named arrays with axis names, a kind that
+says how to draw them, and what training can determine about them). Figures and pages read the
+record; they never ask which mechanism or data set produced it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .config import MetricMode
-from .metric import block_norms, learned_and_residue
+from .mechanisms import ForwardOptions, Structure
+from .modalities import Modality, loss_unit, modality_named, task_of
 from .model import IGNORE_INDEX, Transformer
 
 
@@ -16,59 +22,93 @@ from .model import IGNORE_INDEX, Transformer
 class InspectionRecord:
     """Internals of one input, as numpy arrays (no batch axis).
 
-    L_m = number of metrics (1 when shared or static-shared, n_layer when per layer);
-    P = number of query positions the metric was taken at (one per sequence if not causal).
-    Arrays are None where the model has no metric (MHA).
-
-    tokens: (T,) input tokens; positions: (P,) query positions of the metric (-1: the
-        whole sequence, non-causal models).
-    metric: (L_m, P, D, D) full M(x) at those positions.
-    metric_learned / metric_residue: (L_m, P, D, D), metric = learned + residue. Under the
-        row sum, block M_ij = m_i / H (learned) + residue with zero row mean; only the
-        learned part reaches the loss. Under the bilinear form every block is learned.
-    head_metrics: (L_m, P, H, d, d) per-head metrics m_i under `metric_mode`
-        (bilinear: (L_m, P, H, d, D), the scaled rows of head i).
-    block_norms: (L_m, P, H, H) Frobenius norm of each block M_ij.
+    variant / mechanism: what computed it; n_head, head_dim: the head layout of its figures.
+    modality: what a token is (labels, uploads); task: next_token | classification | next_vector.
+    tokens: (T,) or (T, input_dim) input; targets: (T,) or (T, input_dim) next tokens (None for a
+        classifier, whose class id is not per position, or without targets); positions: (P,) query positions the per-position
+        structures were taken at (-1: the whole sequence, non-causal models).
+    token_labels: (T,) one label per input position; target_labels: (T,) or empty.
+    structures: the mechanism's cross-head structures (see damcha.mechanisms.Structure).
+    notes: sentences the mechanism wants shown beside its structures (what is learned).
+    options: the mechanism's forward options used (e.g. DAMCHA's metric mode).
     attention: (n_layer, H, T, T) attention probabilities.
-    logits: (T, V) next-token logits, or (C,) class logits.
+    logits: (T, V) next-token logits, (C,) class logits, or (T, input_dim) predicted vectors.
     token_loss: (T,) per-token loss (NaN where no target), or (1,) for a classifier.
     """
 
     variant: str
-    score_form: str
-    metric_mode: str
-    identifiable: str
+    mechanism: str
+    n_head: int
+    head_dim: int
     causal: bool
+    modality: Modality
+    task: str
+    loss_unit: str
+    options: ForwardOptions
     tokens: np.ndarray
+    targets: np.ndarray | None
     positions: np.ndarray
-    metric: np.ndarray | None
-    metric_learned: np.ndarray | None
-    metric_residue: np.ndarray | None
-    head_metrics: np.ndarray | None
-    block_norms: np.ndarray | None
+    token_labels: tuple[str, ...]
+    target_labels: tuple[str, ...]
+    structures: tuple[Structure, ...]
+    notes: tuple[str, ...]
     attention: np.ndarray
     logits: np.ndarray
     token_loss: np.ndarray | None
     loss: float | None
+    score_form: str = ""
+
+    def structure(self, name: str) -> Structure | None:
+        return next((s for s in self.structures if s.name == name), None)
+
+    def values(self, name: str) -> np.ndarray | None:
+        s = self.structure(name)
+        return None if s is None else s.values
+
+    # DAMCHA's structures by name (None for other mechanisms), for the metric-specific views.
+    metric = property(lambda self: self.values("metric"))
+    metric_learned = property(lambda self: self.values("metric_learned"))
+    metric_residue = property(lambda self: self.values("metric_residue"))
+    head_metrics = property(lambda self: self.values("head_metrics"))
+    block_norms = property(lambda self: self.values("block_norms"))
+
+    @property
+    def metric_mode(self) -> str:
+        return str(getattr(self.options, "metric_mode", "full"))
+
+    @property
+    def has_metric(self) -> bool:
+        return self.structure("metric") is not None
+
+    @property
+    def metric_layers(self) -> int:
+        """How many layers the per-layer structures have (1 when shared across layers)."""
+        return max((s.size("layer") for s in self.structures), default=1)
+
+    def where(self, position_index: int) -> str:
+        return f"position {int(self.positions[position_index])}" if self.causal else "whole input"
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{s.name} {'x'.join(map(str, s.values.shape))}" for s in self.structures)
+        return (f"InspectionRecord({self.variant}, {self.modality.name}, {self.task}, T={len(self.tokens)}, "
+                f"H={self.n_head}, loss={self.loss}, structures: {parts or 'none'})")
 
 
-def identifiability_note(score_form: str | None) -> str:
-    """One sentence, for every view of M, on which part of it training can determine."""
-    if score_form == "row_sum":
-        return (
-            "Row-sum form (paper Eq. 4): every block of row i reaches the loss only through "
-            "m_i = sum_j M_ij, so only the learned part (each block = m_i / H) is identifiable; "
-            "the residue (zero row mean) is a fixed random read-out of the generator's "
-            "features set at initialisation, and the diagonal/off-diagonal split it creates "
-            "is not learned."
-        )
-    if score_form == "bilinear":
-        return (
-            "Bilinear form (an extension beyond the paper): each block M_ij scores head i's "
-            "queries against head j's keys, so every block, and the diagonal/off-diagonal "
-            "split, is learned."
-        )
-    return "Standard multi-head attention has no metric M(x)."
+def matrix_energy_shares(record: InspectionRecord, layer: int = 0, position: int = 0) -> dict[str, float]:
+    """Share of the first head-grid matrix's energy ‖·‖² held by each of the others (DAMCHA: the
+    learned part and the residue of M(x), which are orthogonal, so their shares add to 1)."""
+    from .mechanisms import StructureKind
+
+    mats = [s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX]
+    if len(mats) < 2:
+        return {}
+    total = float((mats[0].at(layer=layer, position=position) ** 2).sum()) or 1.0
+    return {s.title: float((s.at(layer=layer, position=position) ** 2).sum()) / total for s in mats[1:]}
+
+
+def identifiability_note(config) -> str:
+    """One sentence, for every view of a mechanism's structures, on which part training can determine."""
+    return config.mechanism.identifiability_note(config) or " ".join(config.mechanism.notes(config))
 
 
 @torch.no_grad()
@@ -77,16 +117,17 @@ def inspect_input(
     tokens: torch.Tensor | np.ndarray | list[int],
     targets: torch.Tensor | np.ndarray | list[int] | int | None = None,
     positions: list[int] | np.ndarray | None = None,
-    metric_mode: MetricMode | str = MetricMode.FULL,
+    options: ForwardOptions | None = None,
 ) -> InspectionRecord:
     """Run one input through `model` in eval mode without gradients and record its internals.
 
-    tokens: (T,) ints. targets: (T,) next tokens (IGNORE_INDEX to skip) or a class id.
-    positions: query positions at which to take M(x) (causal models; default: all).
+    tokens: (T,) ints (or (T, input_dim) vectors). targets: (T,) next tokens (IGNORE_INDEX to skip),
+    a class id, or (T, input_dim) next vectors. positions: query positions at which to take
+    per-position structures (causal models; default: all). options: the mechanism's options.
     The model is not changed: dropout is switched off by argument, not by model.eval().
     """
     cfg = model.config
-    mode = MetricMode.parse(metric_mode)
+    options = model.mechanism.options(options)
     device = next(model.parameters()).device
     tok = as_model_input(tokens, cfg, device)  # (1, T) ids or (1, T, input_dim) vectors
     T = tok.shape[1]
@@ -96,34 +137,16 @@ def inspect_input(
     if targets is not None:
         tgt = as_model_input(targets, cfg, device)  # (1, T), (1, 1) class id, or (1, T, input_dim)
         tgt = tgt[:, 0] if cfg.n_classes else tgt
-    out = model(tok, targets=tgt, metric_mode=mode, need_intermediates=True, stochastic=False)
+    out = model(tok, targets=tgt, options=options, need_intermediates=True, stochastic=False)
     attention = torch.stack([layer.attention[0] for layer in out.layers])  # (L, H, T, T)
 
-    metric = learned = residue = heads = norms = None
     if cfg.causal:
         pos = np.arange(T) if positions is None else np.asarray(positions, dtype=np.int64)
         if pos.size and (pos.min() < 0 or pos.max() >= T):
             raise ValueError(f"positions must lie in [0, {T - 1}]")
     else:
         pos = np.array([-1])
-    if cfg.is_damcha:
-        sources = model.metric_sources()
-        shared = model.metric_source is not None
-        layer_metrics = [out.layers[0].metric] if shared else [layer.metric for layer in out.layers]
-        fulls, head_list = [], []
-        sel = torch.as_tensor(pos if cfg.causal else [0], device=device)  # (P,)
-        for source, hm in zip(sources, layer_metrics):
-            head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
-            head = head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:])  # (P, H, d, d|D)
-            ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
-            ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
-            fulls.append(source.full_metric(ctx))  # (P, D, D)
-            head_list.append(head)
-        M = torch.stack(fulls)  # (L_m, P, D, D)
-        learned_t, residue_t = learned_and_residue(M, cfg.n_head)  # (L_m, P, D, D) each
-        metric, learned, residue = _np(M), _np(learned_t), _np(residue_t)
-        heads = _np(torch.stack(head_list))  # (L_m, P, H, d, d|D)
-        norms = _np(block_norms(M, cfg.n_head))  # (L_m, P, H, H)
+    structures = model.mechanism.structures(model, [layer.internals for layer in out.layers], pos, options)
 
     token_loss = None
     if out.token_loss is not None:
@@ -131,23 +154,31 @@ def inspect_input(
         if not cfg.n_classes and not cfg.input_dim:
             token_loss[_np(tgt[0]) == IGNORE_INDEX] = np.nan
         token_loss = np.atleast_1d(token_loss)
+    modality = modality_named(cfg.modality)
+    tokens_np = _np(tok[0])
+    targets_np = None if tgt is None or cfg.n_classes else _np(tgt[0])
     return InspectionRecord(
         variant=cfg.variant,
-        score_form=cfg.score_form if cfg.is_damcha else "mha",
-        metric_mode=mode.value,
-        identifiable=_identifiable(cfg),
+        mechanism=cfg.attention,
+        n_head=cfg.n_head,
+        head_dim=cfg.head_dim,
         causal=cfg.causal,
-        tokens=_np(tok[0]),
+        modality=modality,
+        task=task_of(cfg),
+        loss_unit=loss_unit(cfg),
+        options=options,
+        tokens=tokens_np,
+        targets=targets_np,
         positions=pos,
-        metric=metric,
-        metric_learned=learned,
-        metric_residue=residue,
-        head_metrics=heads,
-        block_norms=norms,
+        token_labels=tuple(modality.token_labels(tokens_np)),
+        target_labels=tuple(modality.target_labels(targets_np)),
+        structures=tuple(structures),
+        notes=tuple(model.mechanism.notes(cfg)),
         attention=_np(attention),
         logits=_np(out.logits[0]),
         token_loss=token_loss,
         loss=None if out.loss is None else float(out.loss),
+        score_form=cfg.score_form if cfg.is_damcha else "",
     )
 
 
@@ -156,12 +187,6 @@ def as_model_input(values, cfg, device) -> torch.Tensor:
     if cfg.input_dim:
         return torch.as_tensor(np.asarray(values), dtype=torch.float32, device=device).reshape(1, -1, cfg.input_dim)
     return torch.as_tensor(np.asarray(values), dtype=torch.long, device=device).reshape(1, -1)
-
-
-def _identifiable(cfg) -> str:
-    if not cfg.is_damcha:
-        return "none"
-    return "learned" if cfg.score_form == "row_sum" else "all"
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -175,10 +200,12 @@ def next_token_probabilities(record: InspectionRecord, position: int) -> np.ndar
     return p / p.sum()
 
 
-def expected_digit(record: InspectionRecord, levels: int = 17) -> np.ndarray:
+def expected_digit(record: InspectionRecord) -> np.ndarray:
     """Teacher-forced prediction of each pixel of a digit decoder: the expected grey level of
     p(pixel | the true pixels before it). (64, V) logits -> (8, 8)."""
-    logits = record.logits[:, :levels]  # (64, 17)
+    from .data import DIGIT_LEVELS, DIGIT_SIDE
+
+    logits = record.logits[:, :DIGIT_LEVELS]  # (64, 17)
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    return (p @ np.arange(levels)).reshape(8, 8)
+    return (p @ np.arange(DIGIT_LEVELS)).reshape(DIGIT_SIDE, DIGIT_SIDE)

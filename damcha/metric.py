@@ -8,14 +8,41 @@ m_i = sum_j s_ij M_ij (paper Eq. 4) gives each head one d x d metric.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import MetricMode, ModelConfig
+if TYPE_CHECKING:
+    from .config import ModelConfig
 
 CHUNK_TOKENS = 1024  # tokens per chunk of chunked_queries: ~8 MB of metric at D=128, H=8
+
+
+class MetricMode(StrEnum):
+    """Inference-time weighting of the blocks of M(x) in the row sum (paper Eq. 4).
+
+    full: m_i = sum_j M_ij; diagonal: m_i = M_ii; off_diagonal: m_i = sum_{j != i} M_ij.
+    """
+
+    FULL = "full"
+    DIAGONAL = "diagonal"
+    OFF_DIAGONAL = "off_diagonal"
+
+    @property
+    def scales(self) -> tuple[float, float]:
+        """(s_ii, s_ij for i != j)."""
+        return {"full": (1.0, 1.0), "diagonal": (1.0, 0.0), "off_diagonal": (0.0, 1.0)}[self.value]
+
+    @classmethod
+    def parse(cls, value: MetricMode | str) -> MetricMode:
+        try:
+            return cls(value)
+        except ValueError:
+            names = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown metric mode {value!r}; expected one of: {names}") from None
 
 
 def context_means(x: torch.Tensor, real: torch.Tensor | None, causal: bool) -> torch.Tensor:

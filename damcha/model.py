@@ -1,16 +1,20 @@
-"""A small pre-LN transformer whose attention is DAMCHA (any ablation) or standard MHA."""
+"""A small pre-LN transformer around any registered attention mechanism (DAMCHA, its ablations, MHA, ...).
+
+Read top to bottom: the task heads (each owns its loss), the block, the transformer. The
+attention itself lives in `damcha.mechanisms`; this file only calls its shared interface.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MetricAttention, MultiHeadAttention, attention_mask
-from .config import MetricMode, ModelConfig
-from .metric import HeadMetric, MetricSource
+from .config import ModelConfig
+from .mechanisms import ForwardOptions, attention_mask
 
 IGNORE_INDEX = -100
 
@@ -18,22 +22,87 @@ IGNORE_INDEX = -100
 @dataclass
 class LayerIntermediates:
     """What one layer computed, returned only when asked for.
-    attention: (B, H, T, T); metric: the HeadMetric the layer used (None for MHA)."""
+    attention: (B, H, T, T); internals: the mechanism's own record (DAMCHA: the HeadMetric it used)."""
 
     attention: torch.Tensor | None
-    metric: HeadMetric | None
+    internals: Any
+
+    @property
+    def metric(self):
+        """DAMCHA's HeadMetric (the internals of a DAMCHA layer)."""
+        return self.internals
 
 
 @dataclass
 class ModelOutput:
-    """logits: (B, T, V) for a decoder, (B, C) for a classifier.
-    loss: mean loss over real targets; token_loss: (B, T) per-token loss (0 where ignored)."""
+    """logits: (B, T, V) for a decoder, (B, C) for a classifier, (B, T, input_dim) for vectors.
+    loss: mean loss over real targets; token_loss: (B, T) per-token loss (0 where ignored), (B,) for a classifier."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
     token_loss: torch.Tensor | None = None
     layers: list[LayerIntermediates] | None = None
 
+
+# ----------------------------------------------------------------------------- task heads
+
+# Each head is the final linear map itself (so its weights keep the checkpoint name `head.*`)
+# with a forward that returns (output, mean loss, per-token loss).
+
+class NextTokenHead(nn.Linear):
+    """Next-token logits at every position; cross-entropy over targets that are not IGNORE_INDEX."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.n_embd, config.vocab_size, bias=False)
+
+    def forward(self, x, real, targets):
+        logits = super().forward(x)  # (B, T, V)
+        if targets is None:
+            return logits, None, None
+        B, T = targets.shape
+        token_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                     reduction="none").view(B, T)  # (B, T)
+        return logits, token_loss.sum() / (targets != IGNORE_INDEX).sum().clamp_min(1), token_loss
+
+
+class ClassificationHead(nn.Linear):
+    """Class logits from the mean of the real tokens' features; cross-entropy per sequence."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.n_embd, config.n_classes)
+
+    def forward(self, x, real, targets):
+        B, T, _ = x.shape
+        w = torch.ones(B, T, 1, dtype=x.dtype, device=x.device) if real is None else real.unsqueeze(-1).to(x.dtype)
+        pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (B, D)
+        logits = super().forward(pooled)  # (B, C)
+        if targets is None:
+            return logits, None, None
+        token_loss = F.cross_entropy(logits, targets, reduction="none")  # (B,)
+        return logits, token_loss.mean(), token_loss
+
+
+class NextVectorHead(nn.Linear):
+    """Continuous next-vector prediction (image patches); mean squared error per vector."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.n_embd, config.input_dim)
+
+    def forward(self, x, real, targets):
+        pred = super().forward(x)  # (B, T, input_dim)
+        if targets is None:
+            return pred, None, None
+        token_loss = (pred - targets).pow(2).mean(dim=-1)  # (B, T)
+        return pred, token_loss.mean(), token_loss
+
+
+def task_head(config: ModelConfig) -> nn.Linear:
+    if config.input_dim:
+        return NextVectorHead(config)
+    return ClassificationHead(config) if config.n_classes else NextTokenHead(config)
+
+
+# ----------------------------------------------------------------------------- the transformer
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
@@ -47,115 +116,82 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig):
+    """Pre-LN: x + attention(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd)
         self.ln_2 = nn.LayerNorm(config.n_embd)
-        if config.is_damcha:
-            self.attn = MetricAttention(config, own_metric=config.metric_sharing == "per_layer")
-        else:
-            self.attn = MultiHeadAttention(config)
+        self.attn = config.mechanism.build_layer(config, layer_index)
         self.mlp = MLP(config)
         self.dropout = config.dropout
 
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool, stochastic: bool,
+                shared=None) -> tuple[torch.Tensor, LayerIntermediates]:
+        a = self.attn(self.ln_1(x), real, mask, causal, options, need_weights=need_weights, stochastic=stochastic,
+                      shared=shared)
+        x = x + F.dropout(a.y, self.dropout, training=stochastic)  # (B, T, D)
+        x = x + self.mlp(self.ln_2(x), stochastic)  # (B, T, D)
+        return x, LayerIntermediates(attention=a.weights, internals=a.internals)
+
 
 class Transformer(nn.Module):
-    """Token embedding + positions -> n_layer pre-LN blocks -> final norm -> LM or class head.
+    """Token embedding + positions -> n_layer pre-LN blocks -> final norm -> task head.
 
-    Every choice that could differ between requests (metric mode, explicit path, returned
-    internals, dropout on or off) is an argument of forward, never module state, so one
-    model can serve many callers at once.
+    Every choice that could differ between requests (the mechanism's options such as DAMCHA's
+    metric mode, returned internals, dropout on or off) is an argument of forward, never module
+    state, so one model can serve many callers at once.
     """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        # Tokens are embedded by a table; continuous inputs (CIFAR patches) by a linear map.
+        self.mechanism = config.mechanism
+        # Tokens are embedded by a table; continuous inputs (image patches) by a linear map.
         self.tok_emb = nn.Linear(config.input_dim, config.n_embd) if config.input_dim else nn.Embedding(config.vocab_size, config.n_embd)
         self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
-        shared = config.is_damcha and config.metric_sharing == "shared"
-        self.metric_source = MetricSource(config) if shared else None
-        out = config.input_dim or config.n_classes or config.vocab_size
-        self.head = nn.Linear(config.n_embd, out, bias=bool(config.n_classes or config.input_dim))
+        # A module the mechanism runs once per stack (DAMCHA's shared metric); the name is kept
+        # from the first checkpoint format, whose files name their tensors after it.
+        self.metric_source = self.mechanism.build_shared(config)
+        self.head = task_head(config)
         self.apply(_init_weights)
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        targets: torch.Tensor | None = None,
-        real: torch.Tensor | None = None,
-        metric_mode: MetricMode | str = MetricMode.FULL,
-        explicit: bool = False,
-        need_intermediates: bool = False,
-        stochastic: bool | None = None,
-    ) -> ModelOutput:
-        """tokens: (B, T) int64, or (B, T, input_dim) floats for continuous inputs. targets: (B, T)
-        next tokens (IGNORE_INDEX to skip) for a decoder, (B,) class ids for a classifier,
-        (B, T, input_dim) next vectors (loss: mean squared error) for continuous inputs. real: (B, T) bool, True for real tokens
-        (default: every token not equal to config.pad_token). explicit: build the full
-        M(x) and explicit scores (inspection and tests). stochastic: dropout on; None
-        follows self.training.
-        """
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
+                options: ForwardOptions | None = None, need_intermediates: bool = False,
+                stochastic: bool | None = None) -> ModelOutput:
+        """tokens: (B, T) ids, or (B, T, input_dim) vectors. targets: (B, T) next tokens (IGNORE_INDEX to
+        skip), (B,) class ids, or (B, T, input_dim) next vectors. real: (B, T) bool, True for real tokens
+        (default: tokens not equal to config.pad_token). options: the mechanism's per-call options
+        (None: its defaults). stochastic: dropout on; None follows self.training."""
         cfg = self.config
         B, T = tokens.shape[:2]
         if T > cfg.block_size:
             raise ValueError(f"sequence of {T} tokens is longer than the model's block_size {cfg.block_size}")
+        options = self.mechanism.options(options)
         stochastic = self.training if stochastic is None else stochastic
-        if real is None and cfg.pad_token is not None and not cfg.input_dim:
-            real = tokens != cfg.pad_token  # (B, T)
-        if real is not None and bool(real.all()):
-            real = None  # no padding: the plain causal path is exact and faster
+        real = self._real_tokens(tokens, real)  # (B, T) or None: no padding
         mask = attention_mask(real, cfg.causal, T, tokens.device)  # (B, 1, T, T) or None
 
         pos = torch.arange(T, device=tokens.device)  # (T,)
         x = self.tok_emb(tokens) + self.pos_emb(pos)  # (B, T, D)
         x = F.dropout(x, cfg.dropout, training=stochastic)  # (B, T, D)
         shared = None
-        if self.metric_source is not None:  # stack-wise sharing: M from the stack input, once
-            shared = self.metric_source(x, real, metric_mode, explicit=explicit, stochastic=stochastic)
-
-        layers: list[LayerIntermediates] = []
+        if self.metric_source is not None:  # computed once from the stack input, used by every layer
+            shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
+        layers = []
         for block in self.blocks:
-            a = block.attn(
-                block.ln_1(x), real, mask, metric_mode,
-                shared_metric=shared, explicit=explicit, need_weights=need_intermediates, stochastic=stochastic,
-            )
-            x = x + F.dropout(a.y, cfg.dropout, training=stochastic)  # (B, T, D)
-            x = x + block.mlp(block.ln_2(x), stochastic)  # (B, T, D)
-            if need_intermediates:
-                layers.append(LayerIntermediates(attention=a.weights, metric=a.metric))
+            x, inter = block(x, real, mask, cfg.causal, options, need_intermediates, stochastic, shared)  # (B, T, D)
+            layers.append(inter)
         x = self.ln_f(x)  # (B, T, D)
+        logits, loss, token_loss = self.head(x, real, targets)
+        return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None)
 
-        if cfg.n_classes:
-            w = torch.ones(B, T, 1, dtype=x.dtype, device=x.device) if real is None else real.unsqueeze(-1).to(x.dtype)
-            pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (B, D)
-            logits = self.head(pooled)  # (B, C)
-        else:
-            logits = self.head(x)  # (B, T, V)
-
-        loss = token_loss = None
-        if targets is not None:
-            if cfg.input_dim:
-                token_loss = (logits - targets).pow(2).mean(dim=-1)  # (B, T) squared error per vector
-                loss = token_loss.mean()
-            elif cfg.n_classes:
-                token_loss = F.cross_entropy(logits, targets, reduction="none")  # (B,)
-                loss = token_loss.mean()
-            else:
-                token_loss = F.cross_entropy(
-                    logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
-                ).view(B, T)  # (B, T)
-                n = (targets != IGNORE_INDEX).sum().clamp_min(1)
-                loss = token_loss.sum() / n
-        return ModelOutput(logits=logits, loss=loss, token_loss=token_loss, layers=layers if need_intermediates else None)
-
-    def metric_sources(self) -> list[MetricSource]:
-        """The generator(s) of M: one for a shared metric, one per layer otherwise, none for MHA."""
-        if self.metric_source is not None:
-            return [self.metric_source]
-        return [b.attn.metric_source for b in self.blocks if getattr(b.attn, "metric_source", None) is not None]
+    def _real_tokens(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
+        if real is None and self.config.pad_token is not None and not self.config.input_dim:
+            real = tokens != self.config.pad_token  # (B, T)
+        return None if real is None or bool(real.all()) else real  # no padding: the plain path is exact and faster
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

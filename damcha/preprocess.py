@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .data import DIGIT_LEVELS, digit_levels_to_tokens, digit_sequence
 
@@ -59,6 +59,8 @@ def decode_image(data: bytes) -> Image.Image:
                 raise InputError(f"the image is {w}x{h}: too elongated for a digit (aspect ratio above {MAX_ASPECT:g})")
             img.seek(0)  # animated: the first frame
             img.load()
+            # A phone stores its photo sideways with an EXIF orientation tag: turn it upright first.
+            img = ImageOps.exif_transpose(img)
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):

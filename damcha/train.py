@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from tqdm import tqdm
 
 from . import __version__
@@ -26,17 +25,19 @@ from .checkpoints import (
     CONFIG_FILE,
     FORMAT_VERSION,
     METRICS_FILE,
+    STATE_FILE,
     CheckpointError,
+    load_training_state,
     read_metrics,
     save_snapshot,
-    save_tensors_atomic,
+    save_training_state,
     write_text_atomic,
 )
 from .config import ModelConfig
-from .data import DIGIT_LEVELS, DataSet, fixed_val_windows, load_dataset, windows
+from .data import DataSet, load_dataset, windows
+from .evaluation import evaluate_epoch
+from .modalities import modality_of_dataset
 from .model import Transformer, build_model
-
-STATE_FILE = "training_state.safetensors"
 
 
 @dataclass(frozen=True)
@@ -94,91 +95,11 @@ def model_config_for(data: DataSet, base: ModelConfig) -> ModelConfig:
     input_dim = int(data.train_inputs.shape[-1]) if data.kind == "patches" else 0
     return dataclasses.replace(
         base, vocab_size=data.vocab_size or 1, block_size=data.block_size, causal=causal,
-        n_classes=data.n_classes if not causal else 0, input_dim=input_dim,
+        n_classes=data.n_classes if not causal else 0, input_dim=input_dim, modality=modality_of_dataset(data.name),
     )
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-@torch.no_grad()
-def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 256,
-             metric_mode: str = "full") -> dict:
-    """Mean loss (nats per token, or per sample for a classifier) and accuracy for classifiers."""
-    device = next(model.parameters()).device
-    total, count, correct = 0.0, 0, 0
-    for i in range(0, len(inputs), batch_size):
-        x, y = inputs[i:i + batch_size].to(device), targets[i:i + batch_size].to(device)
-        out = model(x, targets=y, metric_mode=metric_mode, stochastic=False)
-        total += float(out.token_loss.sum())
-        count += out.token_loss.numel()
-        if model.config.n_classes:
-            correct += int((out.logits.argmax(-1) == y).sum())
-    result = {"nll": total / max(count, 1)}
-    if model.config.n_classes:
-        result["accuracy"] = correct / max(count, 1)
-    return result
-
-
-@torch.no_grad()
-def complete_digits(model: Transformer, sequences: torch.Tensor, samples: int, seed: int, mode: str = "full") -> torch.Tensor:
-    """Expected bottom halves given top halves, by sampling: (N, 65) decoder sequences -> (N, 32) grey levels in [0, 16].
-
-    The expectation of each bottom pixel under the model is estimated as the mean of
-    `samples` autoregressive completions (seeded, so the same every call).
-    """
-    device = next(model.parameters()).device
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    top = sequences[:, :33].repeat_interleave(samples, dim=0).to(device)  # (N*S, 33): start + 32 pixels
-    seq = top
-    for _ in range(32):
-        logits = model(seq, metric_mode=mode, stochastic=False).logits[:, -1, :DIGIT_LEVELS]  # (N*S, 17)
-        probs = logits.softmax(-1).cpu()
-        nxt = torch.multinomial(probs, 1, generator=gen).to(device)  # (N*S, 1)
-        seq = torch.cat([seq, nxt], dim=1)
-    bottom = seq[:, 33:].float().view(-1, samples, 32)  # (N, S, 32)
-    return bottom.mean(1).cpu()  # (N, 32)
-
-
-def completion_mse(model: Transformer, val_inputs: torch.Tensor, val_targets: torch.Tensor, n_images: int, samples: int,
-                   mode: str = "full") -> float:
-    """MSE (pixel values scaled to [0, 1]) of the expected bottom half against the truth."""
-    seqs = torch.cat([val_inputs[:n_images], val_targets[:n_images, -1:]], dim=1)  # (N, 65)
-    pred = complete_digits(model, seqs, samples, seed=1234, mode=mode)  # (N, 32)
-    truth = seqs[:, 33:].float()  # (N, 32)
-    return float(((pred - truth) / (DIGIT_LEVELS - 1)).pow(2).mean())
-
-
-def validation_tensors(data: DataSet, tcfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    if data.kind == "corpus":
-        return fixed_val_windows(data.val_stream, data.block_size, tcfg.val_windows)
-    return data.val_inputs, data.val_targets
-
-
-def train_subset(data: DataSet, tcfg: TrainConfig, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed slice of the training data, evaluated like validation for the train-loss curve."""
-    if data.kind == "corpus":
-        return fixed_val_windows(data.train_stream, data.block_size, min(n, tcfg.val_windows))
-    return data.train_inputs[:n], data.train_targets[:n]
-
-
-def evaluate_epoch(model: Transformer, data: DataSet, tcfg: TrainConfig) -> dict:
-    vx, vy = validation_tensors(data, tcfg)
-    val = evaluate(model, vx, vy)
-    if data.kind == "patches":  # a squared error, not a likelihood: no bits
-        tx, ty = train_subset(data, tcfg)
-        return {"val_mse": val["nll"], "train_mse": evaluate(model, tx, ty)["nll"]}
-    row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
-    if "accuracy" in val:
-        row["val_accuracy"] = val["accuracy"]
-    tx, ty = train_subset(data, tcfg)
-    row["train_nll"] = evaluate(model, tx, ty)["nll"]
-    if data.name == "digits":
-        row["val_completion_mse"] = completion_mse(model, data.val_inputs, data.val_targets,
-                                                   tcfg.completion_images, tcfg.completion_samples)
-    return row
-
-
-# ----------------------------------------------------------------------------- optimiser state
+# ----------------------------------------------------------------------------- optimiser
 
 def make_optimizer(model: Transformer, tcfg: TrainConfig) -> torch.optim.Optimizer:
     cls = torch.optim.Adam if tcfg.optimizer == "adam" else torch.optim.AdamW
@@ -196,34 +117,6 @@ def lr_at(step: int, total: int, tcfg: TrainConfig) -> float:
     progress = min(1.0, (step - tcfg.warmup_steps) / max(1, total - tcfg.warmup_steps))
     floor = tcfg.lr * tcfg.min_lr_fraction
     return floor + 0.5 * (tcfg.lr - floor) * (1 + math.cos(math.pi * progress))
-
-
-def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:
-    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
-    for i, st in opt.state_dict()["state"].items():
-        for name, value in st.items():
-            tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).reshape(-1) if name == "step" else value
-    save_tensors_atomic(run_dir / STATE_FILE, tensors, {"epoch": str(epoch), "step": str(step)})
-
-
-def load_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer) -> tuple[int, int]:
-    path = run_dir / STATE_FILE
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata()
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:
-        raise CheckpointError(f"{path}: cannot resume from this training state ({e})") from None
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    sd = opt.state_dict()
-    state: dict[int, dict] = {}
-    for k, v in tensors.items():
-        if k.startswith("opt."):
-            _, i, name = k.split(".", 2)
-            state.setdefault(int(i), {})[name] = v.reshape(()) if name == "step" else v
-    sd["state"] = state
-    opt.load_state_dict(sd)
-    return int(meta["epoch"]), int(meta["step"])
 
 
 # ----------------------------------------------------------------------------- the loop

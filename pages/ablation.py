@@ -8,17 +8,15 @@ from app.ui import (
     cached_runs,
     checkpoint_root,
     input_picker,
-    inspect_cached,
-    model_for,
+    input_under_modes,
+    provenance,
     selected_run,
-    set_export_context,
     show,
-    validation_ablation_cached,
+    validation_ablation,
 )
 from damcha import figures
-from damcha.ablation import MODES, completed_digit, greedy_continuation
-from damcha.inspection import identifiability_note, next_token_probabilities
-from damcha.samples import printable
+from damcha.inspection import identifiability_note
+from damcha.modalities import loss_unit, printable
 
 st.title("Metric ablations")
 run, epoch = selected_run()
@@ -30,55 +28,56 @@ ROW_SUM_NOTE = ("**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + 
                 "1 : (H−1) scaling, not what cross-head blocks learned.")
 BILINEAR_NOTE = ("**Bilinear runs:** every block M_ij is trained for its own role (head i's queries against head j's "
                  "keys), so the diagonal/off-diagonal split is meaningful there.")
-if cfg.is_damcha:
-    st.info(identifiability_note(cfg.score_form))
+
+
+def has_metric_modes(r) -> bool:
+    return "metric_mode" in r.model_config.mechanism.option_choices
+
+
+if not has_metric_modes(run):
+    st.info(f"{cfg.mechanism.title} has no metric to ablate; the table below compares the runs of this data set "
+            "that have one.")
+else:
+    st.info(identifiability_note(cfg))
     st.markdown(ROW_SUM_NOTE if cfg.score_form == "row_sum" else BILINEAR_NOTE)
 
-st.subheader("This input under each metric mode")
-inp = input_picker(run, key="abl")
-if inp is not None and cfg.is_damcha:
-    set_export_context(run, epoch, inp)
-    model = model_for(run, epoch)
-    records = {m: inspect_cached(run, epoch, inp, m) for m in MODES}
-    unit = "pixel" if inp.kind == "digit" else ("image" if cfg.n_classes else "char")
-    rows = []
-    for m, r in records.items():
-        row = {"metric mode": m, "loss (nats)": r.loss}
-        if r.loss is not None:
-            row[f"bits/{unit}"] = r.loss / np.log(2)
-        if cfg.n_classes:
-            probs = next_token_probabilities(r, 0)
-            row["predicted class"] = int(probs.argmax())
-            row["p(class)"] = float(probs.max())
-        rows.append(row)
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
-    if inp.kind == "digit" and not cfg.n_classes:
-        st.caption("Bottom half completed from the true top half (expected grey level over 16 samples).")
-        cols = st.columns(len(MODES) + 1)
-        with cols[0]:
-            show(figures.digit_figure(inp.levels, "truth"), "abl_truth", width="content")
-        for c, m in zip(cols[1:], MODES):
-            img = completed_digit(model, inp.tokens, inp.targets, m)
-            with c:
-                show(figures.digit_figure(np.round(img, 1), m), f"abl_completion_{m}", width="content")
-    elif inp.kind == "text":
-        st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
-        for m, r in records.items():
-            probs = next_token_probabilities(r, len(inp.tokens) - 1)
-            top = np.argsort(probs)[::-1][:5]
-            cont = greedy_continuation(model, inp.tokens, 40, m).decode("utf-8", "replace")
-            st.markdown(f"**{m}**: next " + ", ".join(f"`{printable(t)}` {probs[t]:.2f}" for t in top)
-                        + f" — continues: `{cont!r}`")
-elif inp is not None:
-    st.caption("Standard multi-head attention has no metric to ablate.")
+    st.subheader("This input under each metric mode")
+    inp = input_picker(run)
+    if inp is not None:
+        outcomes = input_under_modes(run, epoch, inp)
+        unit = loss_unit(cfg)
+        rows = []
+        for o in outcomes:
+            row = {"metric mode": o.mode, "loss (nats)": o.loss}
+            if o.loss is not None:
+                row[f"bits/{unit}"] = o.loss / np.log(2)
+            if o.predicted_class is not None:
+                row["predicted class"] = o.predicted_class
+                row["p(class)"] = o.class_probability
+            rows.append(row)
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        if any(o.completed is not None for o in outcomes):
+            st.caption("Bottom half completed from the true top half (expected grey level over 16 samples).")
+            cols = st.columns(len(outcomes) + 1)
+            with cols[0]:
+                show(figures.digit_figure(inp.levels, "truth"), "abl_truth", provenance("abl_truth", run, epoch, inp),
+                     width="content")
+            for c, o in zip(cols[1:], outcomes):
+                with c:
+                    show(figures.digit_figure(np.round(o.completed, 1), o.mode), f"abl_completion_{o.mode}",
+                         provenance(f"abl_completion_{o.mode}", run, epoch, inp, {"mode": o.mode}), width="content")
+        if any(o.continuation is not None for o in outcomes):
+            st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
+            for o in outcomes:
+                st.markdown(f"**{o.mode}**: next " + ", ".join(f"`{printable(t)}` {p:.2f}" for t, p in o.next_bytes)
+                            + f" — continues: `{o.continuation!r}`")
 
 st.subheader("Validation set, every run on this data set")
 runs, _ = cached_runs(str(checkpoint_root()))
 table = []
 for r in runs:
-    if r.dataset != run.dataset or not r.model_config.is_damcha:
-        continue
-    table.extend(validation_ablation_cached(r, r.epochs[-1]))
+    if r.dataset == run.dataset and has_metric_modes(r):
+        table.extend(validation_ablation(r, r.epochs[-1]))
 if table:
     df = pd.DataFrame(table)
     st.caption("Each run at its last snapshot; NLL in nats, the same evaluation code as training uses "

@@ -1,20 +1,23 @@
-"""Gradient contributions: which entries of M(x) drive the loss, and which input tokens drive M(x)."""
+"""Gradient contributions: which entries of M(x) drive the loss, and which input tokens drive a scalar of the model."""
 
 import numpy as np
 import streamlit as st
 
 from app.ui import (
+    URL,
+    bounded_slider,
     cached_runs,
     checkpoint_root,
-    contributions_cached,
+    contributions,
     input_picker,
+    inspection,
+    provenance,
     selected_run,
-    set_export_context,
     show,
-    token_attributions_cached,
+    token_attributions,
 )
 from damcha import figures
-from damcha.data import DIGIT_START
+from damcha.attribution import TARGET_NAMES, attribution_targets, baseline_token, block_sums, per_pixel
 from damcha.inspection import identifiability_note
 
 st.title("Gradient contributions")
@@ -22,51 +25,48 @@ run, epoch = selected_run()
 cfg = run.model_config
 st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**. Computed with captum on a private copy of "
            "the model; the shared model is never hooked.")
-inp = input_picker(run, key="grad")
+inp = input_picker(run)
 if inp is None:
     st.stop()
-set_export_context(run, epoch, inp)
+record = inspection(run, epoch, inp, None)
 
-if cfg.is_damcha:
+if record.has_metric:
     st.subheader("Contribution of each entry of M(x) to the loss")
-    st.info(identifiability_note(cfg.score_form) + " Under the row sum every block of a row gets the same "
+    st.info(identifiability_note(cfg) + " Under the row sum every block of a row gets the same "
             "gradient, so gradient × metric differs between blocks of a row only through M itself.")
     c1, c2, c3 = st.columns(3)
-    method = c1.radio("Method", ["gradient_x_metric", "gradient"], key="grad_method",
+    method = c1.radio("Method", ["gradient_x_metric", "gradient"], key="method", bind=URL,
                       format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
-    mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], key="grad_mode", horizontal=True)
+    mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], key="mode", horizontal=True, bind=URL)
     T = len(inp.tokens)
-    where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_pos") if cfg.causal \
+    where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
         else "whole input"
-    n_metric = cfg.n_layer if cfg.metric_sharing == "per_layer" else 1
-    layer = c3.selectbox("Layer", list(range(n_metric)), format_func=lambda i: f"layer {i + 1}", key="grad_layer") \
-        if n_metric > 1 else 0
+    position = where if isinstance(where, int) else None
+    layer = c3.selectbox("Layer", list(range(record.metric_layers)), format_func=lambda i: f"layer {i + 1}",
+                         key="layer", bind=URL) if record.metric_layers > 1 else 0
     if inp.targets is None:
         st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
         st.stop()
-
-    def contribution_map(r, e):
-        c = contributions_cached(r, e, inp, mode, method)
-        vals = c.values[min(layer, c.values.shape[0] - 1)]  # (P, D, D)
-        vals = vals.sum(0) if (where in ("sum over positions", "whole input") or vals.shape[0] == 1) else vals[where]
-        return vals if method == "gradient_x_metric" else np.abs(vals)
-
-    contrib = contribution_map(run, epoch)
-    H = cfg.n_head
+    params = {"method": method, "mode": mode, "position": where, "layer": layer}
+    contrib = contributions(run, epoch, inp, mode, method).map(layer, position)
+    H = record.n_head
+    symbol = "∂L/∂M × M" if method == "gradient_x_metric" else "|∂L/∂M|"
     left, right = st.columns([3, 2])
     with left:
-        show(figures.metric_heatmap_figure(contrib, H, f"{'∂L/∂M × M' if method == 'gradient_x_metric' else '|∂L/∂M|'}, "
-                                                        f"{where}, epoch {epoch}", colorbar_title="contribution"), "contribution")
-    blocks = contrib.reshape(H, cfg.head_dim, H, cfg.head_dim).sum(axis=(1, 3))
+        show(figures.metric_heatmap_figure(contrib, H, f"{symbol}, {where}, epoch {epoch}", colorbar_title="contribution"),
+             "contribution", provenance("contribution", run, epoch, inp, params))
     with right:
-        show(figures.metric_heatmap_figure(blocks, H, "Summed per block (H × H)", colorbar_title="Σ"), "contribution_blocks")
+        show(figures.head_by_head_figure(block_sums(contrib, H), "Summed per block (H × H)", colorbar_title="Σ"),
+             "contribution_blocks", provenance("contribution_blocks", run, epoch, inp, params))
 
     with st.expander("Across epochs (same colour range for every frame)"):
-        maps = np.stack([contribution_map(run, e) for e in run.epochs])
-        show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs")
+        maps = np.stack([contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs])
+        show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs",
+             provenance("contribution_epochs", run, epoch, inp, params))
 
     runs, _ = cached_runs(str(checkpoint_root()))
-    partners = [r for r in runs if r.dataset == run.dataset and r.name != run.name and r.model_config.is_damcha]
+    partners = [r for r in runs if r.dataset == run.dataset and r.name != run.name
+                and inspection(r, r.epochs[-1], inp, None).has_metric]
     if partners:
         st.subheader("Side by side (paper figure 9: shared against unshared)")
         want = "per_layer" if cfg.metric_sharing == "shared" else "shared"
@@ -75,45 +75,41 @@ if cfg.is_damcha:
         other = st.selectbox("Other run", partners, index=default, format_func=lambda r: f"{r.name} ({r.variant})",
                              key="grad_other")
         other_epoch = other.epochs[-1] if epoch not in other.epochs else epoch
-        theirs = contribution_map(other, other_epoch)
+        theirs = contributions(other, other_epoch, inp, mode, method).map(layer, position)
         show(figures.metric_panels_figure({f"{run.name} (epoch {epoch})": contrib,
-                                                      f"{other.name} (epoch {other_epoch})": theirs}, H,
-                                                     "Contribution of M(x) to the loss, one colour range"), "contribution_side_by_side")
+                                           f"{other.name} (epoch {other_epoch})": theirs}, H,
+                                          "Contribution of M(x) to the loss, one colour range"),
+             "contribution_side_by_side", provenance("contribution_side_by_side", run, epoch, inp,
+                                                     {**params, "other_run": other.name, "other_epoch": other_epoch}))
 
 st.subheader("Attribution to the input (Integrated Gradients)")
-targets = ["loss"] + (["off_diagonal_energy", "block_norm", "head_metric_norm"]
-                      if cfg.is_damcha and cfg.metric_input == "adaptive" else [])
-names = {"loss": "the loss", "off_diagonal_energy": "off-diagonal energy of M(x)", "block_norm": "one block's norm ‖M_ij‖",
-         "head_metric_norm": "one head's ‖m_i‖"}
 a1, a2, a3 = st.columns(3)
-target = a1.selectbox("Explain", targets, format_func=names.get, key="ig_target")
+target = a1.selectbox("Explain", attribution_targets(cfg), format_func=TARGET_NAMES.get, key="ig_target", bind=URL)
 n_steps = a2.select_slider("IG steps", [8, 16, 32, 64], value=16, key="ig_steps")
 options = {}
 if target != "loss":
     T = len(inp.tokens)
-    options["position"] = a3.slider("at query position", 0, T - 1, T - 1, key="ig_pos") if cfg.causal else 0
+    options["position"] = bounded_slider(a3, "at query position", T - 1, "ig_position", bind=None) if record.causal else 0
     if target == "block_norm":
-        i = a3.number_input("row head i", 1, cfg.n_head, 1, key="ig_i") - 1
-        j = a3.number_input("column head j", 1, cfg.n_head, 2, key="ig_j") - 1
+        i = a3.number_input("row head i", 1, record.n_head, 1, key="ig_i") - 1
+        j = a3.number_input("column head j", 1, record.n_head, 2, key="ig_j") - 1
         options["block"] = (int(i), int(j))
     if target == "head_metric_norm":
-        options["head"] = int(a3.number_input("head i", 1, cfg.n_head, 1, key="ig_head")) - 1
+        options["head"] = int(a3.number_input("head i", 1, record.n_head, 1, key="ig_head")) - 1
 if target == "loss" and inp.targets is None:
     st.warning("This input has no target: pick a scalar of M(x) instead.")
     st.stop()
-baseline = 0 if inp.kind == "digit" else ord(" ")
-attr = token_attributions_cached(run, epoch, inp, target, baseline, n_steps, **options)
-st.caption(f"Baseline: every {'pixel blank (level 0)' if inp.kind == 'digit' else 'character a space'}. "
+baseline = baseline_token(cfg)
+attr = token_attributions(run, epoch, inp, target, baseline, n_steps, tuple(sorted(options.items())))
+ig_params = {"target": target, "n_steps": n_steps, "baseline": baseline, **options}
+st.caption(f"Baseline: every token `{record.modality.token_labels(np.array([baseline]))[0]}`. "
            f"F(input) = {attr.value:.4g}, F(baseline) = {attr.baseline_value:.4g}; the attributions add up to "
            f"{attr.values.sum():.4g} (captum's convergence delta {attr.delta:.2g}).")
-if inp.kind == "digit":
-    if inp.tokens[0] == DIGIT_START:  # decoder: token t is pixel t-1; the last pixel is never an input
-        per_pixel = np.full(64, np.nan)
-        per_pixel[:63] = attr.values[1:]
-    else:
-        per_pixel = attr.values
-    show(figures.digit_attribution_figure(np.nan_to_num(per_pixel).reshape(8, 8), inp.levels,
-                                                     f"Which pixels drive {names[target]}"), "pixel_attribution", width="content")
+if record.modality.grid and record.modality.upload == "image":
+    show(figures.digit_attribution_figure(np.nan_to_num(per_pixel(attr.values, inp.tokens)), inp.levels,
+                                          f"Which pixels drive {TARGET_NAMES[target]}"), "pixel_attribution",
+         provenance("pixel_attribution", run, epoch, inp, ig_params), width="content")
 else:
     st.markdown(figures.highlighted_text_html(inp.token_labels(), attr.values), unsafe_allow_html=True)
-    show(figures.token_attribution_figure(attr.values, inp.token_labels(), f"Which characters drive {names[target]}"), "token_attribution")
+    show(figures.token_attribution_figure(attr.values, inp.token_labels(), f"Which tokens drive {TARGET_NAMES[target]}"),
+         "token_attribution", provenance("token_attribution", run, epoch, inp, ig_params))

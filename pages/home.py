@@ -3,15 +3,17 @@
 import pandas as pd
 import streamlit as st
 
-from app.ui import cached_runs, checkpoint_root, set_export_context, show
+from app.ui import cached_runs, checkpoint_root, provenance, show
 from damcha import figures
+from damcha.modalities import loss_label, modality_named
 
 st.title("DAMCHA Lab")
 st.markdown(
     "**Data-adaptive Mahalanobis cross-head attention**, seen from the inside. DAMCHA replaces "
     "the Q/K projections of attention with a metric M(x) that a small network computes from the "
     "input; each head i scores tokens with m_i = Σ_j M_ij. Pick a run and an epoch in the sidebar, "
-    "then open the **Metric inspector** to see the metric an image or a text induces."
+    "then open the **Inspector** to see the metric an image or a text induces. Beside DAMCHA, the "
+    "baselines it is compared with are inspectable the same way."
 )
 st.info(
     "Under the paper's row sum only the per-head metrics m_i are learned: the split of M(x) into "
@@ -45,7 +47,7 @@ for r in runs:
     unit = r.data.get("unit", "token")
     rows.append({
         "run": r.name, "data set": r.dataset, "variant": r.variant,
-        "score form": r.model_config.score_form if r.model_config.is_damcha else "—",
+        "mechanism": r.model_config.mechanism.title,
         "layers×heads×width": f"{r.model_config.n_layer}×{r.model_config.n_head}×{r.model_config.n_embd}",
         "parameters": r.model_config.parameter_estimate(),
         "snapshots": ", ".join(map(str, r.epochs)),
@@ -68,15 +70,17 @@ if run is not None:
     with left:
         st.markdown(
             f"- **variant** `{run.variant}` ({'causal decoder' if c.causal else 'non-causal classifier'})\n"
-            f"- **data** {_data_line(run)}\n"
-            f"- **sizes** {c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, generator widths {list(c.generator_widths)}\n"
+            f"- **attention** {c.mechanism.title} ({c.mechanism.reference})"
+            + "".join(f"; {k} {v}" for k, v in c.mechanism.settings(c).items()) + "\n"
+            f"- **data** {_data_line(run)}; tokens are {modality_named(c.modality).title}\n"
+            f"- **sizes** {c.n_layer} layers, {c.n_head} heads, width {c.n_embd}\n"
             f"- **parameters** {c.parameter_estimate():,}\n"
             f"- **training** {run.train_config.get('epochs')} epochs, {run.train_config.get('optimizer')}, lr {run.train_config.get('lr')}\n"
             f"- **snapshots** {list(run.epochs)}"
         )
     with right:
-        set_export_context(run, epoch)
         keys = ["train_mse", "val_mse"] if c.input_dim else ["train_nll", "val_nll"]
-        show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs), "training_curves")
-st.markdown("**Where to start:** open the *Metric inspector*, keep the validation sample or upload your own "
+        show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs, loss_label(c)),
+             "training_curves", provenance("training_curves", run, epoch))
+st.markdown("**Where to start:** open the *Inspector*, keep the validation sample or upload your own "
             "image or text, and move the query position and the metric mode.")

@@ -1,17 +1,13 @@
-"""Metric inspector: the metric M(x) one input induces, and what the model does with it."""
+"""Inspector: the cross-head structures one input induces in any mechanism, and what the model does with it."""
 
-import numpy as np
 import streamlit as st
 
-from app.ui import input_picker, inspect_cached, selected_run, set_export_context, show
-from damcha import figures
-from damcha.figure_sets import build_figure
-from damcha.inspection import identifiability_note, next_token_probabilities
-from damcha.samples import printable
+from app.ui import URL, bounded_slider, input_picker, inspection, option_controls, provenance, selected_run, show
+from damcha.figure_sets import available_figures, build_figure, grid_matrices, prediction_takes_position
+from damcha.inspection import matrix_energy_shares
 
-st.title("Metric inspector")
+st.title("Inspector")
 run, epoch = selected_run()
-cfg = run.model_config
 st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}** of {run.epochs[-1]}.")
 
 left, right = st.columns([1, 1])
@@ -20,115 +16,92 @@ with left:
 if inp is None:
     st.stop()
 
+c1, c2, c3, c4 = st.columns(4)
+options = option_controls(run, c1)
+with st.status("Running the model on this input…", expanded=False) as status:
+    record = inspection(run, epoch, inp, options)
+    status.update(label="Model run on this input", state="complete")
+figures_here = available_figures(record)
+
 with right:
     st.markdown(f"**Input:** {inp.source}. {inp.note}")
-    if inp.kind == "digit":
-        show(figures.digit_figure(inp.levels), "input", width="content")
-    else:
+    if "input" in figures_here:
+        show(build_figure("input", record, {}), "input", provenance("input", run, epoch, inp, regenerable=True),
+             width="content")
+    elif inp.text is not None:
         st.markdown("**The bytes the model reads** (⏎ newline, ␣ space):")
         st.code(inp.text, language=None, wrap_lines=True)
 
-if not cfg.is_damcha:
-    mode = "full"
-else:
-    c1, c2, c3, c4 = st.columns(4)
-    mode = c1.radio("Metric mode", ["full", "diagonal", "off_diagonal"], horizontal=False, key="metric_mode",
-                    help="Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only Σ_{j≠i} M_ij.")
-    shared_scale = c4.toggle("One colour scale for all panels", value=True, key="shared_scale")
-
-with st.status("Running the model on this input…", expanded=False) as status:
-    record = inspect_cached(run, epoch, inp, mode)
-    status.update(label="Model run on this input", state="complete")
+if record.loss is not None:
+    st.metric(f"Loss on this input ({'squared error' if record.task == 'next_vector' else 'nats'})",
+              f"{record.loss:.4f}", help=f"mean over known targets, per {record.loss_unit}")
 
 T = len(record.tokens)
-labels = inp.token_labels()
-if record.loss is not None:
-    unit = "pixel" if inp.kind == "digit" else "char"
-    extra = f" = {record.loss / np.log(2):.3f} bits/{unit}" if cfg.causal else ""
-    st.metric("Loss on this input (nats)", f"{record.loss:.4f}", help=f"mean over known targets{extra}")
+if record.causal:
+    pos = bounded_slider(c2, "Query position", T - 1, "position",
+                         help="A causal model has one metric per query position: M(c_t), c_t = mean of tokens 1..t.")
+    c2.caption(f"position {pos}: `{record.token_labels[pos]}`")
+else:
+    pos = 0
+    c2.caption("Non-causal: one set of structures for the whole input.")
+n_layers = record.metric_layers
+layer = c3.selectbox("Layer", list(range(n_layers)), key="layer", bind=URL,
+                     format_func=lambda i: f"layer {i + 1}") if n_layers > 1 else 0
+shared_scale = c4.toggle("One colour scale for all panels", value=True, key="shared_scale")
+params = {"layer": layer, "position": pos, "shared_scale": shared_scale, "mode": record.metric_mode}
+for note in record.notes:
+    st.info(note)
 
-if cfg.is_damcha:
-    if cfg.causal:
-        pos = c2.slider("Query position", 0, T - 1, T - 1, key="position",
-                        help="A causal model has one metric per query position: M(c_t), c_t = mean of tokens 1..t.")
-        c2.caption(f"position {pos}: `{labels[pos]}`")
-    else:
-        pos = 0
-        c2.caption("Non-causal: one metric for the whole input.")
-    n_metric = record.metric.shape[0]
-    layer = c3.selectbox("Layer", list(range(n_metric)), key="layer",
-                         format_func=lambda i: f"layer {i + 1}") if n_metric > 1 else 0
-    if n_metric == 1:
-        c3.caption("Shared metric: one M(x) for every layer." if cfg.metric_sharing == "shared" else "")
-    p_idx = pos if cfg.causal else 0
-    M = record.metric[layer, p_idx]
-    learned = record.metric_learned[layer, p_idx]
-    residue = record.metric_residue[layer, p_idx]
-    H = cfg.n_head
-    params = {"layer": layer, "position": p_idx, "shared_scale": shared_scale}
-    set_export_context(run, epoch, inp, mode=mode)
-    st.info(identifiability_note(record.score_form))
 
-    def named(name, **extra):
-        """A named figure (regenerable from its provenance by `damcha figures`), shown with export buttons."""
-        p = {**params, **extra}
-        show(build_figure(name, record, H, p, epoch), name + "".join(f"_{v}" for v in extra.values()), name, p)
+def named(name: str, **extra) -> None:
+    """A named figure (regenerable from its provenance by `damcha figures`), shown with export buttons."""
+    p = {**params, **extra}
+    label = name + "".join(f"_{v}" for v in extra.values())
+    show(build_figure(name, record, p, epoch), label, provenance(name, run, epoch, inp, p, regenerable=True))
 
-    tabs = st.tabs(["M(x)", "Learned vs residue", "Block norms", "Per-head m_i", "Contour & 3D", "Attention",
-                    "Loss & prediction"])
-    with tabs[0]:
-        st.caption("The full D×D metric at this input, with the H×H head blocks outlined. Row block i is head i's "
-                   "query side. Colour centred at 0.")
-        named("metric")
-    with tabs[1]:
-        st.caption("M = learned + residue. Learned: each block replaced by its row mean m_i/H (what the row sum "
-                   "can see). Residue: what is left, zero mean along each block row.")
+
+matrices = grid_matrices(record)
+tab_names = [s.title for s in record.structures]
+if "decomposition" in figures_here:
+    tab_names.append("Decomposition")
+if matrices:
+    tab_names.append("Contour & 3D")
+tab_names += ["Attention", "Loss & prediction"]
+tabs = dict(zip(tab_names, st.tabs(tab_names, key="tab", bind=URL)))
+
+for s in record.structures:
+    with tabs[s.title]:
+        st.caption(f"{s.description} **{s.identifiability.capitalize()}.** Axes: {', '.join(s.axes)}.")
+        named(s.name)
+if "Decomposition" in tabs:
+    with tabs["Decomposition"]:
+        st.caption(" + ".join(s.title for s in matrices[1:]) + f" = {matrices[0].title}, side by side on one scale.")
         named("decomposition")
-        energy = (M**2).sum()
-        st.markdown(f"Residue share of ‖M‖²: **{(residue**2).sum() / energy:.1%}**; learned share "
-                    f"**{(learned**2).sum() / energy:.1%}** (the two are orthogonal, so they add to 100%).")
-    with tabs[2]:
-        st.caption("Frobenius norm of each block M_ij: how strongly head i's rows read head j's columns.")
-        named("block_norms")
-    with tabs[3]:
-        st.caption(f"What each head actually scores with under the '{mode}' metric mode.")
-        named("head_metrics")
-    with tabs[4]:
-        target = st.radio("Matrix", ["M(x)", "learned part", "residue"], horizontal=True, key="surface_target")
+        shares = matrix_energy_shares(record, layer=layer, position=pos)
+        st.markdown(f"Share of ‖{matrices[0].title}‖²: " + "; ".join(f"{t} **{v:.1%}**" for t, v in shares.items())
+                    + " (orthogonal parts: their shares add to 100%).")
+if "Contour & 3D" in tabs:
+    with tabs["Contour & 3D"]:
+        part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",
+                        format_func=lambda n: record.structure(n).title)
         a, b = st.columns(2)
         with a:
-            named("contour", part=target)
+            named("contour", part=part)
         with b:
-            named("surface", part=target)
-else:
-    set_export_context(run, epoch, inp)
-    params = {}
-
-attn_container = tabs[5] if cfg.is_damcha else st.container()
-with attn_container:
-    st.caption("Attention probabilities per head (rows: queries, columns: keys).")
-    n_layers = record.attention.shape[0]
-    a_layer = st.selectbox("Attention layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}",
-                           key="attn_layer")
-    show(build_figure("attention", record, cfg.n_head, {**params, "attn_layer": a_layer}, epoch), "attention",
-         "attention", {**params, "attn_layer": a_layer})
-
-pred_container = tabs[6] if cfg.is_damcha else st.container()
-with pred_container:
-    if cfg.n_classes:
-        show(build_figure("prediction", record, cfg.n_head, params, epoch), "prediction", "prediction", params)
-    else:
-        if record.token_loss is not None:
-            ok = ~np.isnan(record.token_loss)
-            show(figures.token_loss_figure(np.where(ok, record.token_loss, 0), inp.target_labels(),
-                                           "Loss per position (bits)"), "token_loss")
-        if inp.kind == "digit":
-            st.caption("Teacher-forced prediction: the expected grey level of each pixel given the true pixels before it.")
-            show(build_figure("prediction", record, cfg.n_head, params, epoch), "prediction", "prediction", params,
-                 width="content")
+            named("surface", part=part)
+with tabs["Attention"]:
+    st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
+    a_layer = st.selectbox("Attention layer", list(range(record.attention.shape[0])), key="attn_layer",
+                           format_func=lambda i: f"layer {i + 1}")
+    named("attention", attn_layer=a_layer)
+with tabs["Loss & prediction"]:
+    if "token_loss" in figures_here:
+        named("token_loss")
+    if "prediction" in figures_here:
+        if prediction_takes_position(record):
+            nxt = bounded_slider(st, "Next-token distribution after position", T - 1, "next_position", bind=None)
+            named("prediction", next_position=nxt)
         else:
-            p = st.slider("Next-character distribution after position", 0, T - 1, T - 1, key="next_pos")
-            probs = next_token_probabilities(record, p)
-            top = np.argsort(probs)[::-1][:10]
-            show(figures.probabilities_figure([printable(t) for t in top], probs[top],
-                                              f"Most likely next bytes after position {p}"), "next_bytes")
+            st.caption("Teacher-forced prediction: the expected value of each position given the true ones before it."
+                       if record.task == "next_token" else "Predicted class probabilities.")
+            named("prediction")

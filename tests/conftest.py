@@ -3,7 +3,8 @@ import dataclasses
 import pytest
 import torch
 
-from damcha import ModelConfig, build_model, variant_config
+from damcha import DamchaOptions, ModelConfig, build_model, variant_config
+from damcha.mechanisms.damcha import metric_sources
 
 DAMCHA_VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear")
 ALL_VARIANTS = (*DAMCHA_VARIANTS, "mha")
@@ -22,15 +23,23 @@ def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtyp
     if variant == "damcha-static":  # an identity metric hides block mix-ups; perturb it
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1)
-            for src in model.metric_sources():
+            for src in metric_sources(model):
                 src.generator.weight.add_(0.3 * torch.randn_like(src.generator.weight))
     return model
+
+
+def opts(model, mode="full", explicit=False):
+    """The forward options of a call: DAMCHA's metric mode and explicit path; other mechanisms take
+    only the full model (asking them for another metric mode is an error)."""
+    if model.config.is_damcha:
+        return DamchaOptions(mode, explicit=explicit)
+    return model.mechanism.options_from({"metric_mode": mode})
 
 
 def logits_and_grads(model, tokens, targets, mode, explicit):
     """One forward and backward: the logits and every parameter's gradient (cloned)."""
     model.zero_grad()
-    out = model(tokens, targets=targets, metric_mode=mode, explicit=explicit)
+    out = model(tokens, targets=targets, options=opts(model, mode, explicit))
     out.loss.backward()
     return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from damcha import ModelConfig, variant_config
+from damcha import ModelConfig, inspect_input, variant_config
 from damcha.ablation import validation_ablation
 from damcha.checkpoints import load_model, load_run
-from damcha.dynamics import generator_weight_drift, metric_statistics, mha_implied_metrics, symmetric_spectrum
+from damcha.dynamics import generator_weight_drift, metric_statistics, symmetric_spectrum
+from damcha.mechanisms.mha import qk_forms
 from damcha.train import TrainConfig, train
-from tests.conftest import tiny_model
+from tests.conftest import opts, tiny_model
 
 
 def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tmp_path):
@@ -26,7 +27,7 @@ def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tm
     d = load_dataset("digits")
     for row in rows:
         with torch.no_grad():
-            out = model(d.val_inputs, targets=d.val_targets, metric_mode=row["mode"], stochastic=False)
+            out = model(d.val_inputs, targets=d.val_targets, options=opts(model, row["mode"]), stochastic=False)
         assert row["nll"] == pytest.approx(float(out.loss), rel=1e-6)
         assert row["bits_per_pixel"] == pytest.approx(float(out.loss) / math.log(2), rel=1e-6)
     assert len({round(r["nll"], 6) for r in rows}) == 3  # the modes do differ
@@ -70,9 +71,11 @@ def test_weight_drift_separates_row_sum_from_bilinear():
         assert (drift["residual"][1] < 1e-12) == frozen
 
 
-def test_mha_implied_metric_reproduces_its_scores():
+def test_mha_qk_forms_reproduce_its_scores_and_are_its_inspected_structure():
     model = tiny_model("mha", True)
-    B = mha_implied_metrics(model, 0)  # (H, D, D)
+    B = qk_forms(model.blocks[0].attn).numpy()  # (H, D, D)
+    record = inspect_input(model, [1, 2, 3])
+    np.testing.assert_array_equal(record.structure("qk_forms").at(layer=0), B)
     attn = model.blocks[0].attn
     x = torch.randn(5, 16, dtype=torch.float64)
     with torch.no_grad():

@@ -61,17 +61,17 @@ def test_inspector_runs_on_every_shipped_run(run):
 
 def test_digit_upload_and_controls():
     at = new_app("digits-damcha", "inspector")
-    at.radio(key="input_source_digit").set_value("Upload an image").run()
-    at.file_uploader(key="input_image").upload("zero.png", handwritten_digit("0"), "image/png").run()
+    at.radio(key="source").set_value("Upload an image").run()
+    at.file_uploader(key="upload_image").upload("zero.png", handwritten_digit("0"), "image/png").run()
     assert_clean(at)
     assert not at.error
     assert any("image zero.png" in m.value for m in at.markdown)
     n = charts(at)
     assert n >= 8
     at.slider(key="position").set_value(10).run()
-    at.radio(key="metric_mode").set_value("diagonal").run()
+    at.radio(key="mode").set_value("diagonal").run()
     at.toggle(key="shared_scale").set_value(False).run()
-    at.radio(key="surface_target").set_value("residue").run()
+    at.radio(key="part").set_value("metric_residue").run()
     at.selectbox(key="attn_layer").set_value(1).run()
     assert_clean(at)
     assert charts(at) == n
@@ -79,11 +79,11 @@ def test_digit_upload_and_controls():
 
 def test_bad_image_upload_shows_a_message_and_the_page_keeps_working():
     at = new_app("digits-damcha", "inspector")
-    at.radio(key="input_source_digit").set_value("Upload an image").run()
-    at.file_uploader(key="input_image").upload("fake.png", b"not really a png", "image/png").run()
+    at.radio(key="source").set_value("Upload an image").run()
+    at.file_uploader(key="upload_image").upload("fake.png", b"not really a png", "image/png").run()
     assert_clean(at)
     assert any("Cannot use this input" in e.value and "not a readable image" in e.value for e in at.error)
-    at.radio(key="input_source_digit").set_value("Validation sample").run()
+    at.radio(key="source").set_value("Validation sample").run()
     assert_clean(at)
     assert not at.error and charts(at) >= 8
 
@@ -98,17 +98,17 @@ def test_unshared_run_has_a_layer_control():
 def test_text_typed_uploaded_and_bad():
     at = new_app("text-damcha", "inspector")
     assert_clean(at)
-    at.text_area(key="input_text").set_value("Attention is a metric between tokens. " * 10).run()
+    at.text_area(key="text").set_value("Attention is a metric between tokens. " * 10).run()
     assert_clean(at)
     assert any("the model reads the first 128" in m.value for m in at.markdown)
-    at.radio(key="input_source_text").set_value("Upload a text file").run()
-    at.file_uploader(key="input_textfile").upload("para.txt", b"A short paragraph of text.\n", "text/plain").run()
+    at.radio(key="source").set_value("Upload a text file").run()
+    at.file_uploader(key="upload_text").upload("para.txt", b"A short paragraph of text.\n", "text/plain").run()
     assert_clean(at)
     assert not at.error and charts(at) >= 8
-    at.file_uploader(key="input_textfile").upload("blob.txt", b"\x00\x01\x02binary", "text/plain").run()
+    at.file_uploader(key="upload_text").upload("blob.txt", b"\x00\x01\x02binary", "text/plain").run()
     assert any("binary" in e.value for e in at.error)
-    at.radio(key="input_source_text").set_value("Type text").run()
-    at.text_area(key="input_text").set_value("").run()
+    at.radio(key="source").set_value("Type text").run()
+    at.text_area(key="text").set_value("").run()
     assert any("empty" in e.value for e in at.error)
     assert_clean(at)
 
@@ -126,7 +126,7 @@ def test_wrong_root_and_broken_runs_do_not_hide_good_ones(tmp_path):
     at = new_app(root=tmp_path, page="inspector")
     assert_clean(at)
     assert any("broken" in w.value and "format version" in w.value for w in at.sidebar.warning)
-    assert at.selectbox(key="run").options == ["good (mha)"]
+    assert at.selectbox(key="run").options == ["good"]
     assert charts(at) >= 2
 
 
@@ -135,18 +135,18 @@ def test_dynamics_page_slider_comparison_and_projection():
     assert_clean(at)
     assert charts(at) >= 8
     assert any("within-row residual" in m.value for m in at.markdown)
-    at.radio(key="dyn_kind").set_value("contour").run()
-    at.selectbox(key="dyn_diff_a").set_value(at.selectbox(key="dyn_diff_a").options[1]).run()
-    other = at.selectbox(key="dyn_other")
+    at.radio(key="view").set_value("contour").run()
+    at.selectbox(key="diff_from").set_value(at.selectbox(key="diff_from").options[1]).run()
+    other = at.selectbox(key="other")
     unshared = next(o for o in other.options if o.startswith("digits-damcha-unshared"))
     other.set_value(next(r for r in list_runs(SHIPPED)[0] if r.name == "digits-damcha-unshared")).run()
     assert_clean(at)
     assert unshared
     mha = next(r for r in list_runs(SHIPPED)[0] if r.name == "digits-mha")
-    at.selectbox(key="dyn_other").set_value(mha).run()
+    at.selectbox(key="other").set_value(mha).run()
     assert_clean(at)
-    assert any("B_h" in c.value for c in at.caption)
-    at.radio(key="dyn_geo_method").set_value("tsne").run()
+    assert any("Per-head bilinear forms W_Q^h" in c.proto.spec for c in at.get("plotly_chart"))  # MHA: its own structure
+    at.radio(key="geo_method").set_value("tsne").run()
     assert_clean(at)
     assert any("Class separation" in m.value for m in at.markdown)
 
@@ -155,7 +155,7 @@ def test_gradients_page_methods_and_integrated_gradients():
     at = new_app("digits-damcha", "gradients")
     assert_clean(at)
     assert charts(at) >= 4
-    at.radio(key="grad_method").set_value("gradient").run()
+    at.radio(key="method").set_value("gradient").run()
     at.selectbox(key="ig_target").set_value("off_diagonal_energy").run()
     assert_clean(at)
     assert any("convergence delta" in c.value for c in at.caption)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from damcha.attribution import has_hooks, metric_contributions, token_attributions
+from damcha.mechanisms.damcha import metric_sources
 from tests.conftest import tiny_model
 
 
@@ -22,7 +23,7 @@ def test_metric_gradient_matches_finite_differences_of_the_generator_bias(varian
     grads = metric_contributions(model, tok, tgt, method="gradient").values  # (L_m, P, D, D)
     D = model.config.n_embd
     rng = np.random.default_rng(0)
-    for layer, src in enumerate(model.metric_sources()):
+    for layer, src in enumerate(metric_sources(model)):
         bias = src.generator.out.bias
         for k in rng.choice(D * D, 6, replace=False):
             eps = 1e-6
@@ -40,7 +41,7 @@ def test_static_metric_gradient_matches_finite_differences():
     model = tiny_model("damcha-static", True)
     tok, tgt = np.array([1, 4, 2, 8, 5]), np.array([4, 2, 8, 5, 7])
     c = metric_contributions(model, tok, tgt, method="gradient_x_metric").values[0, 0]  # (D, D)
-    W = model.metric_sources()[0].generator.weight
+    W = metric_sources(model)[0].generator.weight
     for (a, b) in [(0, 0), (3, 9), (15, 2)]:
         eps = 1e-6
         with torch.no_grad():

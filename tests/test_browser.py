@@ -96,7 +96,7 @@ def test_inspector_with_an_uploaded_digit_photo(server, page, tmp_path):
     page.locator("input[type=file]").set_input_files(str(photo))
     assert _wait_for_figures(page, 3) >= 3
     page.get_by_text("image digit-photo.jpg").wait_for(timeout=60_000)
-    page.get_by_role("tab", name="Learned vs residue").click()
+    page.get_by_role("tab", name="Decomposition").click()
     page.wait_for_timeout(1500)
     assert page.locator(".stException").count() == 0
     page.screenshot(path=str(ARTIFACTS / "inspector-digit-upload.png"), full_page=True)

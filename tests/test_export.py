@@ -19,11 +19,11 @@ from damcha import figures
 from damcha.export import (
     ExportItem,
     ExportSettings,
+    Provenance,
     data_csv,
     data_npz,
     figure_bytes,
     figure_data,
-    provenance,
     read_data_csv,
     static_export_status,
     write_item,
@@ -105,7 +105,8 @@ def test_without_chromium_static_formats_say_how_to_enable_them(monkeypatch):
 
 
 def test_zip_holds_what_it_lists_and_interrupted_writes_leave_nothing(tmp_path, monkeypatch):
-    items = [ExportItem("one", FIG, provenance("metric")), ExportItem("two", figures.block_norm_figure(np.ones((2, 2))), {})]
+    items = [ExportItem("one", FIG, Provenance.of("metric")),
+             ExportItem("two", figures.head_by_head_figure(np.ones((2, 2))), Provenance("two"))]
     raw = zip_bundle(items, ["html", "csv", "npz"])
     z = zipfile.ZipFile(io.BytesIO(raw))
     manifest = json.loads(z.read("manifest.json"))

@@ -30,7 +30,7 @@ def test_panels_share_one_scale_and_one_colour_bar():
 def test_other_figures_build():
     rng = np.random.default_rng(0)
     M = rng.normal(size=(8, 8))
-    assert isinstance(figures.block_norm_figure(np.abs(rng.normal(size=(4, 4)))), go.Figure)
+    assert isinstance(figures.head_by_head_figure(np.abs(rng.normal(size=(4, 4)))), go.Figure)
     fig = figures.head_metrics_figure(rng.normal(size=(4, 2, 2)))
     assert len(fig.data) == 4 and sum(bool(t.showscale) for t in fig.data) == 1
     assert isinstance(figures.contour_figure(M, 4).data[0], go.Contour)

@@ -27,7 +27,11 @@ def test_inspection_leaves_the_model_untouched_and_is_deterministic(variant, cau
     assert all(p.grad is None for p in model.parameters())
     for field in a.__dataclass_fields__:
         x, y = getattr(a, field), getattr(b, field)
-        if isinstance(x, np.ndarray):
+        if field == "structures":
+            assert [s.name for s in x] == [s.name for s in y]
+            for sx, sy in zip(x, y):
+                np.testing.assert_array_equal(sx.values, sy.values)
+        elif isinstance(x, np.ndarray):
             np.testing.assert_array_equal(x, y)
         else:
             assert x == y
@@ -69,7 +73,24 @@ def test_bad_positions_and_empty_input_are_clear_errors():
 
 def test_mha_record_has_no_metric_and_notes_differ():
     rec = inspect_input(tiny_model("mha"), [1, 2, 3])
-    assert rec.metric is None and rec.identifiable == "none"
-    notes = {identifiability_note(f) for f in ("row_sum", "bilinear", None)}
+    assert rec.metric is None and not rec.has_metric
+    assert [s.name for s in rec.structures] == ["qk_forms"]
+    notes = {identifiability_note(tiny_model(v).config) for v in ("damcha", "damcha-bilinear", "mha")}
     assert len(notes) == 3
-    assert "only the learned part" in identifiability_note("row_sum")
+    assert "only the learned part" in identifiability_note(tiny_model("damcha").config)
+
+
+def test_record_describes_itself():
+    """Heads, modality, task, labels and structures come with the record; nobody guesses them."""
+    model = tiny_model("damcha", True, modality="byte_text", vocab_size=256)
+    rec = inspect_input(model, [72, 105, 10], [105, 10, -100])
+    assert (rec.n_head, rec.head_dim, rec.task, rec.modality.name) == (4, 4, "next_token", "byte_text")
+    assert rec.token_labels == ("H", "i", "⏎") and rec.target_labels == ("i", "⏎", "?")
+    kinds = {s.name: (s.kind.value, s.identifiability.value) for s in rec.structures}
+    assert kinds["metric_residue"] == ("head_grid_matrix", "unidentifiable")
+    assert kinds["metric_learned"] == ("head_grid_matrix", "learned")
+    assert kinds["block_norms"][0] == "head_by_head" and kinds["head_metrics"][0] == "per_head_forms"
+    bilinear = inspect_input(tiny_model("damcha-bilinear"), [1, 2, 3])
+    assert bilinear.structure("metric_residue").identifiability == "learned"
+    assert "learned" not in bilinear.structure("metric_learned").title  # every block is learned there
+    assert "metric_residue" in repr(rec) and "Structure(" in repr(rec.structures[0])

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from damcha import MetricMode, inspect_input
+from damcha import DamchaOptions, MetricMode, inspect_input
 from damcha.metric import MetricGenerator, context_means
-from tests.conftest import ALL_VARIANTS, DAMCHA_VARIANTS, logits_and_grads, tiny_model
+from tests.conftest import ALL_VARIANTS, DAMCHA_VARIANTS, logits_and_grads, opts, tiny_model
 
 MODES = [m.value for m in MetricMode]
 
@@ -37,7 +37,7 @@ def test_fused_row_sum_never_builds_the_full_metric(monkeypatch):
     monkeypatch.setattr(MetricGenerator, "full_metric", forbidden)
     model(torch.randint(0, 11, (2, 10)), targets=torch.randint(0, 11, (2, 10))).loss.backward()
     with pytest.raises(AssertionError, match="fused path"):
-        model(torch.randint(0, 11, (2, 10)), explicit=True)
+        model(torch.randint(0, 11, (2, 10)), options=opts(model, explicit=True))
 
 
 def _independent_first_layer_attention(model, tokens, bilinear):
@@ -87,7 +87,7 @@ def test_metric_modes_use_exactly_the_named_blocks(variant, causal):
     tokens = [1, 2, 3, 4, 5, 6]
     for mode in MODES:
         # Per-layer metrics depend on earlier layers, hence on the mode: compare within one pass.
-        record = inspect_input(model, tokens, metric_mode=mode)
+        record = inspect_input(model, tokens, options=opts(model, mode))
         M = record.metric  # (L_m, P, D, D)
         blocks = M.reshape(*M.shape[:2], H, d, H, d)
         diag = np.stack([blocks[:, :, i, :, i, :] for i in range(H)], axis=2)  # (L_m, P, H, d, d)
@@ -100,7 +100,7 @@ def test_bilinear_metric_modes_scale_the_named_blocks():
     model = tiny_model("damcha-bilinear", True)
     H, d = model.config.n_head, model.config.head_dim
     rec_full = inspect_input(model, [1, 2, 3])
-    rec_diag = inspect_input(model, [1, 2, 3], metric_mode="diagonal")
+    rec_diag = inspect_input(model, [1, 2, 3], options=opts(model, "diagonal"))
     rows = rec_full.head_metrics.reshape(*rec_full.head_metrics.shape[:4], H, d)  # (L, P, H, d, H, d)
     for i in range(H):
         for j in range(H):
@@ -116,8 +116,8 @@ def test_future_tokens_change_no_earlier_output(variant):
     b[:, 7:] = torch.randint(0, 11, (2, 5))
     assert not torch.equal(a, b)
     for explicit in (False, True):
-        la = model(a, explicit=explicit).logits
-        lb = model(b, explicit=explicit).logits
+        la = model(a, options=opts(model, explicit=explicit)).logits
+        lb = model(b, options=opts(model, explicit=explicit)).logits
         assert torch.allclose(la[:, :7], lb[:, :7], atol=1e-12)
         assert not torch.allclose(la[:, 7:], lb[:, 7:])  # the test can fail: later outputs do change
     if variant != "mha":
@@ -134,8 +134,8 @@ def test_appended_padding_changes_no_real_output_or_metric(variant, causal):
     real = torch.randint(0, 10, (1, 7))
     padded = torch.cat([real, torch.full((1, 5), pad)], dim=1)
     for explicit in (False, True):
-        out_r = model(real, explicit=explicit, need_intermediates=True)
-        out_p = model(padded, explicit=explicit, need_intermediates=True)
+        out_r = model(real, options=opts(model, explicit=explicit), need_intermediates=True)
+        out_p = model(padded, options=opts(model, explicit=explicit), need_intermediates=True)
         got = out_p.logits[:, :7] if causal else out_p.logits
         want = out_r.logits if causal else out_r.logits
         assert torch.allclose(got, want, atol=1e-12)
@@ -162,8 +162,10 @@ def test_context_means_are_prefix_means_over_real_tokens():
 def test_mha_rejects_metric_modes_and_explicit_scores_match_sdpa():
     model = tiny_model("mha", True)
     tokens = torch.randint(0, 11, (2, 9))
-    with pytest.raises(ValueError, match="no metric"):
-        model(tokens, metric_mode="diagonal")
+    with pytest.raises(ValueError, match="no option 'metric_mode'"):
+        model(tokens, options=opts(model, "diagonal"))
+    with pytest.raises(ValueError, match="takes ForwardOptions, not DamchaOptions"):
+        model(tokens, options=DamchaOptions("diagonal"))
     fast = model(tokens).logits
     slow = model(tokens, need_intermediates=True).logits
     assert torch.allclose(fast, slow, atol=1e-12)
@@ -171,7 +173,7 @@ def test_mha_rejects_metric_modes_and_explicit_scores_match_sdpa():
 
 def test_unknown_metric_mode_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown metric mode"):
-        tiny_model()(torch.zeros(1, 3, dtype=torch.long), metric_mode="both")
+        tiny_model()(torch.zeros(1, 3, dtype=torch.long), options=DamchaOptions("both"))
 
 
 def test_inference_fold_memo_follows_weight_changes():
@@ -181,12 +183,12 @@ def test_inference_fold_memo_follows_weight_changes():
         before = model(tokens).logits
         model.metric_source.generator.out.weight.mul_(1.5)  # an in-place change, as an optimiser step makes
         after = model(tokens).logits
-        explicit = model(tokens, explicit=True).logits
+        explicit = model(tokens, options=opts(model, explicit=True)).logits
     assert not torch.allclose(before, after)
     assert torch.allclose(after, explicit, atol=1e-10)
     with torch.no_grad():
-        assert torch.allclose(model(tokens, metric_mode="diagonal").logits,
-                              model(tokens, metric_mode="diagonal", explicit=True).logits, atol=1e-10)
+        assert torch.allclose(model(tokens, options=opts(model, "diagonal")).logits,
+                              model(tokens, options=opts(model, "diagonal", True)).logits, atol=1e-10)
 
 
 def test_fold_is_fresh_after_a_fused_optimiser_step():
@@ -200,7 +202,7 @@ def test_fold_is_fresh_after_a_fused_optimiser_step():
     model(tokens, targets=tokens).loss.backward()
     opt.step()
     with torch.no_grad():
-        assert torch.allclose(model(tokens).logits, model(tokens, explicit=True).logits, atol=1e-10)
+        assert torch.allclose(model(tokens).logits, model(tokens, options=opts(model, explicit=True)).logits, atol=1e-10)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -213,10 +215,10 @@ def test_chunked_inference_equals_unchunked(monkeypatch, mode):
     tokens = torch.randint(0, 10, (3, 13))
     tokens[1, 9:] = 10  # padding inside the batch
     with torch.no_grad():
-        reference = model(tokens, metric_mode=mode, explicit=True).logits
+        reference = model(tokens, options=opts(model, mode, True)).logits
         monkeypatch.setattr(metric, "CHUNK_TOKENS", 5)
-        chunked = model(tokens, metric_mode=mode).logits
+        chunked = model(tokens, options=opts(model, mode)).logits
         monkeypatch.setattr(metric, "CHUNK_TOKENS", 1024)
-        whole = model(tokens, metric_mode=mode).logits
+        whole = model(tokens, options=opts(model, mode)).logits
     assert torch.allclose(chunked, reference, atol=1e-10)
     assert torch.allclose(whole, reference, atol=1e-10)

@@ -80,3 +80,18 @@ def test_text_inputs():
                           (b"caf\xe9", "not valid UTF-8"), (bytes(range(1, 32)) * 10, "binary")]:
         with pytest.raises(InputError, match=message):
             text_from_bytes(data, 64)
+
+
+def test_a_phone_photo_stored_sideways_is_read_upright():
+    """Phones store the sensor's pixels and an EXIF orientation tag; the tag is applied first."""
+    import io
+
+    upright = Image.open(io.BytesIO(handwritten_digit("1", fmt="JPEG")))
+    sideways = upright.transpose(Image.Transpose.ROTATE_90)  # what the sensor recorded
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90° clockwise to display
+    tagged = encode(sideways, "JPEG", exif=exif.tobytes(), quality=95)
+    assert np.abs(digit_from_bytes(tagged).levels - digit_from_bytes(encode(upright, "JPEG", quality=95)).levels).mean() < 1
+    untagged = digit_from_bytes(encode(sideways, "JPEG", quality=95)).levels  # the same pixels without the tag:
+    rows = untagged.mean(axis=1)  # a one lying on its side, a horizontal stroke
+    assert rows[3:5].mean() > 3 * rows[[0, 7]].mean() + 1

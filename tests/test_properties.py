@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from damcha import ModelConfig, build_model, variant_config
+from tests.conftest import opts
 
 VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear", "mha")
 
@@ -37,12 +38,12 @@ def test_any_shape_and_mask_gives_finite_agreeing_paths_and_padding_invariance(c
     tokens = torch.randint(0, 6, (B, T), generator=gen)
     for b, n in enumerate(lengths):
         tokens[b, n:] = cfg.pad_token
-    fast = model(tokens, metric_mode=mode).logits
-    slow = model(tokens, metric_mode=mode, explicit=True, need_intermediates=True).logits
+    fast = model(tokens, options=opts(model, mode)).logits
+    slow = model(tokens, options=opts(model, mode, True), need_intermediates=True).logits
     assert torch.isfinite(fast).all()
     assert torch.allclose(fast, slow, atol=1e-10)
     for b, n in enumerate(lengths):  # each row alone, without its padding, gives the same outputs
-        alone = model(tokens[b:b + 1, :n], metric_mode=mode).logits[0]
+        alone = model(tokens[b:b + 1, :n], options=opts(model, mode)).logits[0]
         got = fast[b, :n] if cfg.causal else fast[b]
         assert torch.allclose(got, alone, atol=1e-10)
 

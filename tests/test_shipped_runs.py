@@ -8,18 +8,18 @@ import torch
 
 from damcha.checkpoints import list_runs, load_model
 from damcha.dynamics import generator_weight_drift
+from damcha.evaluation import evaluate
 from damcha.samples import validation_arrays
-from damcha.train import evaluate
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 RUNS = {r.name: r for r in list_runs(SHIPPED)[0]} if SHIPPED.is_dir() else {}
 
 
-def test_nine_runs_under_40_mb_none_broken():
+def test_shipped_runs_within_the_60_mb_budget_none_broken():
     runs, bad = list_runs(SHIPPED)
-    assert not bad and len(runs) == 9
+    assert not bad and len(runs) >= 9
     size = sum(f.stat().st_size for f in SHIPPED.rglob("*") if f.is_file())
-    assert size < 40 * 2**20
+    assert size < 60 * 2**20
     assert not list(SHIPPED.rglob("training_state*"))
     for r in runs:
         assert r.epochs[0] == 0 and len(r.epochs) >= 6 and r.epochs[-1] == r.train_config["epochs"]

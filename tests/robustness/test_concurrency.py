@@ -11,6 +11,7 @@ from damcha import inspect_input
 from damcha.attribution import has_hooks, metric_contributions, token_attributions
 from damcha.checkpoints import load_model, load_run
 from damcha.samples import validation_input
+from tests.conftest import opts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,7 @@ def _job(model, run, k):
     mode = ("full", "diagonal", "off_diagonal")[k % 3]
     kind = k % 3
     if kind == 0:
-        r = inspect_input(model, inp.tokens, inp.targets, metric_mode=mode)
+        r = inspect_input(model, inp.tokens, inp.targets, options=opts(model, mode))
         return ("inspect", r.metric, r.attention, r.loss)
     if kind == 1:
         c = metric_contributions(model, inp.tokens, inp.targets, mode)

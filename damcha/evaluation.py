@@ -1,0 +1,92 @@
+"""Evaluation: validation loss, digit completions, and the per-epoch evaluation row of training.
+
+Used by training (every epoch), the ablations and the app; it never trains anything.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .data import DIGIT_LEVELS, DataSet, fixed_val_windows
+from .mechanisms import ForwardOptions
+from .model import Transformer
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 256,
+             options: ForwardOptions | None = None) -> dict:
+    """Mean loss (nats per token, per sample for a classifier, squared error for vectors) and
+    accuracy for classifiers."""
+    device = next(model.parameters()).device
+    total, count, correct = 0.0, 0, 0
+    for i in range(0, len(inputs), batch_size):
+        x, y = inputs[i:i + batch_size].to(device), targets[i:i + batch_size].to(device)
+        out = model(x, targets=y, options=options, stochastic=False)
+        total += float(out.token_loss.sum())
+        count += out.token_loss.numel()
+        if model.config.n_classes:
+            correct += int((out.logits.argmax(-1) == y).sum())
+    result = {"nll": total / max(count, 1)}
+    if model.config.n_classes:
+        result["accuracy"] = correct / max(count, 1)
+    return result
+
+
+@torch.no_grad()
+def complete_digits(model: Transformer, sequences: torch.Tensor, samples: int, seed: int,
+                    options: ForwardOptions | None = None) -> torch.Tensor:
+    """Expected bottom halves given top halves, by sampling: (N, 65) decoder sequences -> (N, 32) grey levels in [0, 16].
+
+    The expectation of each bottom pixel under the model is estimated as the mean of
+    `samples` autoregressive completions (seeded, so the same every call).
+    """
+    device = next(model.parameters()).device
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    seq = sequences[:, :33].repeat_interleave(samples, dim=0).to(device)  # (N*S, 33): start + 32 pixels
+    for _ in range(32):
+        logits = model(seq, options=options, stochastic=False).logits[:, -1, :DIGIT_LEVELS]  # (N*S, 17)
+        nxt = torch.multinomial(logits.softmax(-1).cpu(), 1, generator=gen).to(device)  # (N*S, 1)
+        seq = torch.cat([seq, nxt], dim=1)
+    bottom = seq[:, 33:].float().view(-1, samples, 32)  # (N, S, 32)
+    return bottom.mean(1).cpu()  # (N, 32)
+
+
+def completion_mse(model: Transformer, val_inputs: torch.Tensor, val_targets: torch.Tensor, n_images: int,
+                   samples: int, options: ForwardOptions | None = None) -> float:
+    """MSE (pixel values scaled to [0, 1]) of the expected bottom half against the truth."""
+    seqs = torch.cat([val_inputs[:n_images], val_targets[:n_images, -1:]], dim=1)  # (N, 65)
+    pred = complete_digits(model, seqs, samples, seed=1234, options=options)  # (N, 32)
+    truth = seqs[:, 33:].float()  # (N, 32)
+    return float(((pred - truth) / (DIGIT_LEVELS - 1)).pow(2).mean())
+
+
+def validation_tensors(data: DataSet, val_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if data.kind == "corpus":
+        return fixed_val_windows(data.val_stream, data.block_size, val_windows)
+    return data.val_inputs, data.val_targets
+
+
+def train_subset(data: DataSet, val_windows: int, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed slice of the training data, evaluated like validation for the train-loss curve."""
+    if data.kind == "corpus":
+        return fixed_val_windows(data.train_stream, data.block_size, min(n, val_windows))
+    return data.train_inputs[:n], data.train_targets[:n]
+
+
+def evaluate_epoch(model: Transformer, data: DataSet, tcfg) -> dict:
+    """The metrics row of one epoch: validation and training-subset loss, bits, accuracy, completion MSE."""
+    vx, vy = validation_tensors(data, tcfg.val_windows)
+    tx, ty = train_subset(data, tcfg.val_windows)
+    val = evaluate(model, vx, vy)
+    if data.kind == "patches":  # a squared error, not a likelihood: no bits
+        return {"val_mse": val["nll"], "train_mse": evaluate(model, tx, ty)["nll"]}
+    row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
+    if "accuracy" in val:
+        row["val_accuracy"] = val["accuracy"]
+    row["train_nll"] = evaluate(model, tx, ty)["nll"]
+    if data.name == "digits":
+        row["val_completion_mse"] = completion_mse(model, data.val_inputs, data.val_targets,
+                                                   tcfg.completion_images, tcfg.completion_samples)
+    return row

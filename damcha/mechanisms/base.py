@@ -1,0 +1,253 @@
+"""What every attention mechanism shares: its call signature, its returned record, the masks and
+the softmax step, and the description of the cross-head structures it exposes for inspection.
+
+A mechanism is one module that subclasses `Mechanism` and registers itself (see
+`damcha.mechanisms.register`). The transformer, inspection, figures and pages only ever talk to
+this interface, never to a particular mechanism.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
+
+
+# ----------------------------------------------------------------------------- forward options
+
+@dataclass(frozen=True)
+class ForwardOptions:
+    """Per-call choices of one mechanism (inference-time ablations, explicit paths, ...).
+
+    Each mechanism declares its own subclass with typed fields; a mechanism without per-call
+    choices uses this empty one. Options are call arguments, never module state, so one cached
+    model serves every caller.
+    """
+
+
+# ----------------------------------------------------------------------------- returned records
+
+@dataclass
+class AttentionOutput:
+    """y: (B, T, D). weights: (B, H, T, T) attention probabilities, when asked for.
+    internals: the mechanism's own record of what it computed (e.g. DAMCHA's HeadMetric), or None."""
+
+    y: torch.Tensor
+    weights: torch.Tensor | None = None
+    internals: Any = None
+
+
+class StructureKind(StrEnum):
+    """How a cross-head structure is drawn; the number of trailing axes each kind draws."""
+
+    HEAD_GRID_MATRIX = "head_grid_matrix"  # (D, D) read as H x H blocks: heatmap with the head grid
+    HEAD_BY_HEAD = "head_by_head"  # (H, H): one value per pair of heads (mixing, block norms)
+    PER_HEAD_FORMS = "per_head_forms"  # (H, a, b): one small matrix per head, small multiples
+    TOKEN_GATES = "token_gates"  # (T, E): a weight per token and expert or type
+    MASK_PATTERN = "mask_pattern"  # (H, T, T): which keys each head may see
+
+    @property
+    def drawn_axes(self) -> int:
+        return {"head_grid_matrix": 2, "head_by_head": 2, "per_head_forms": 3, "token_gates": 2,
+                "mask_pattern": 3}[self.value]
+
+
+class Identifiability(StrEnum):
+    """What training can determine about a structure."""
+
+    LEARNED = "learned"  # every entry reaches the loss on its own
+    FIXED = "fixed"  # not a trained quantity (a mask, a constant)
+    UNIDENTIFIABLE = "unidentifiable"  # receives no gradient signal of its own (initialisation residue)
+    PARTLY = "partly identifiable"  # a learned part plus an unidentifiable residue
+
+
+@dataclass(frozen=True)
+class Structure:
+    """One named array a mechanism exposes for inspection.
+
+    values: numpy array whose leading axes index where it was taken (among "layer", "position")
+    and whose trailing `kind.drawn_axes` axes are drawn. axes: one name per axis of values.
+    """
+
+    name: str
+    title: str
+    values: np.ndarray
+    axes: tuple[str, ...]
+    kind: StructureKind
+    description: str
+    identifiability: Identifiability
+
+    def __post_init__(self) -> None:
+        if len(self.axes) != self.values.ndim:
+            raise ValueError(f"structure {self.name}: {len(self.axes)} axis names for a {self.values.ndim}-d array")
+        if self.values.ndim < self.kind.drawn_axes:
+            raise ValueError(f"structure {self.name}: a {self.kind} needs at least {self.kind.drawn_axes} axes")
+
+    @property
+    def index_axes(self) -> tuple[str, ...]:
+        return self.axes[: self.values.ndim - self.kind.drawn_axes]
+
+    def size(self, axis: str) -> int:
+        """How many values the structure has along an index axis (1 when it has no such axis)."""
+        return self.values.shape[self.axes.index(axis)] if axis in self.index_axes else 1
+
+    def at(self, **index: int) -> np.ndarray:
+        """The drawn array at the given layer/position indices; an axis the structure lacks, or of
+        size 1 (shared across layers, one metric per sequence), is taken at 0."""
+        out = self.values
+        for axis in self.index_axes:
+            n = out.shape[0]
+            out = out[min(int(index.get(axis, 0)), n - 1) if n > 1 else 0]
+        return out
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.values.shape))
+        return f"Structure({self.name!r}: {shape} {self.axes}, {self.kind}, {self.identifiability})"
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+class Mechanism:
+    """An attention mechanism: how to build its layers, and what it shows about itself.
+
+    Subclasses set `name`, `title`, `reference` and `options_type`, implement `build_layer`, and
+    may override `build_shared` (a module run once per stack, its output handed to every layer),
+    `validate`, `structures` and `parameter_count`.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    reference: ClassVar[str] = ""
+    options_type: ClassVar[type[ForwardOptions]] = ForwardOptions
+    # Per-call choices a page may offer as controls: option field -> (default first, then the others).
+    option_choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def build_layer(self, config: ModelConfig, layer_index: int) -> nn.Module:
+        raise NotImplementedError
+
+    def build_shared(self, config: ModelConfig) -> nn.Module | None:
+        return None
+
+    def run_shared(self, module: nn.Module, x: torch.Tensor, real: torch.Tensor | None, options: ForwardOptions,
+                   stochastic: bool) -> Any:
+        """Run the shared module on the stack input x (B, T, D); its result goes to every layer."""
+        return module(x, real, options, stochastic)
+
+    def validate(self, config: ModelConfig) -> None:
+        """Raise ValueError for configs this mechanism cannot build."""
+
+    def options(self, options: ForwardOptions | None) -> ForwardOptions:
+        """The options of one call, checked against this mechanism's type (None: defaults)."""
+        if options is None:
+            return self.options_type()
+        own = type(options) is self.options_type or (
+            isinstance(options, self.options_type) and self.options_type is not ForwardOptions)
+        if not own:
+            raise ValueError(f"{self.title} takes {self.options_type.__name__}, not {type(options).__name__}")
+        return options
+
+    def options_from(self, choices: dict[str, Any]) -> ForwardOptions:
+        """Options from named choices (e.g. {"metric_mode": "diagonal"}). A choice this mechanism does
+        not have is refused unless it asks for that choice's default (the whole model)."""
+        own = {f.name for f in dataclasses.fields(self.options_type)}
+        for name, value in choices.items():
+            if name not in own and str(value) != _default_choice(name):
+                raise ValueError(f"{self.title} has no option {name!r}: only the default applies")
+        return self.options_type(**{k: v for k, v in choices.items() if k in own})
+
+    def parameter_count(self, config: ModelConfig) -> int:
+        """Exact number of attention parameters of the whole stack (layers and shared module)."""
+        raise NotImplementedError
+
+    def structures(self, model: nn.Module, layer_internals: Sequence[Any], positions: np.ndarray,
+                   options: ForwardOptions) -> list[Structure]:
+        """The cross-head structures of one input (batch of one), from what the layers returned.
+        positions: the query positions to take per-position structures at (-1: whole sequence)."""
+        return []
+
+    def settings(self, config: ModelConfig) -> dict[str, Any]:
+        """This mechanism's settings in a config, for model cards (name -> value)."""
+        return dict(config.attention_options)
+
+    def notes(self, config: ModelConfig) -> list[str]:
+        """Sentences a page shows beside this mechanism's structures (what is learned, caveats)."""
+        return []
+
+    def identifiability_note(self, config: ModelConfig) -> str:
+        return ""
+
+
+_CHOICE_DEFAULTS = {"metric_mode": "full"}
+
+
+def _default_choice(name: str) -> str | None:
+    """The value of a per-call choice that means 'the model as trained' for mechanisms without it."""
+    return _CHOICE_DEFAULTS.get(name)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named configuration of a mechanism: `--variant NAME` sets `fields` on the model config."""
+
+    name: str
+    mechanism: str
+    fields: dict = field(default_factory=dict)
+    description: str = ""
+
+
+# ----------------------------------------------------------------------------- shared attention maths
+
+def attention_mask(real: torch.Tensor | None, causal: bool, T: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean mask of allowed (query, key) pairs, (B, 1, T, T), or None when plain causal/none.
+
+    A padded query that could see no key at all attends to itself, so no row is empty
+    (its output is never used, but NaN must not appear).
+    """
+    if real is None:
+        return None  # is_causal covers the causal case
+    allowed = real[:, None, None, :]  # (B, 1, 1, T)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (B, 1, T, T)
+    else:
+        allowed = allowed.expand(-1, 1, T, T)  # (B, 1, T, T)
+    eye = torch.eye(T, dtype=torch.bool, device=device)  # (T, T)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, T, 1)
+    return allowed | (empty & eye)  # (B, 1, T, T)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+           scale: float, dropout: float, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T * scale) v with the masks. q, k: (B, H, T, e); v: (B, H, T, d).
+
+    Without need_weights this is one fused scaled_dot_product_attention call that never
+    builds the (B, H, T, T) scores; with it, the scores are explicit and returned.
+    """
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None, scale=scale
+        )  # (B, H, T, d)
+        return out, None
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    if mask is None and causal:
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, T, T)
+    weights = scores.softmax(dim=-1)  # (B, H, T, T)
+    out = F.dropout(weights, dropout) @ v if dropout > 0 else weights @ v  # (B, H, T, d)
+    return out, weights
+
+
+def head_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

@@ -1,0 +1,220 @@
+"""DAMCHA (Duan et al. 2026): scores under an input-dependent cross-head metric M(x), and its ablations.
+
+The metric maths (context pooling, the generator f, the row sum and its fused form) lives in
+`damcha.metric`; this module is the attention layer that uses it, the mechanism's description
+for the registry, and the structures it exposes (M(x), learned part, residue, block norms, m_i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..metric import HeadMetric, MetricMode, MetricSource, block_norms, learned_and_residue, per_position_queries
+from .base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Mechanism,
+    Structure,
+    StructureKind,
+    attend,
+    head_scale,
+)
+
+METRIC_SHARINGS = ("shared", "per_layer")
+METRIC_INPUTS = ("adaptive", "static")
+SCORE_FORMS = ("row_sum", "bilinear")
+
+
+@dataclass(frozen=True)
+class DamchaOptions(ForwardOptions):
+    """metric_mode: inference-time row sum (full, diagonal-only, off-diagonal-only).
+    explicit: build the full M(x) and explicit scores (inspection and tests), not the fused path."""
+
+    metric_mode: MetricMode | str = MetricMode.FULL
+    explicit: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric_mode", MetricMode.parse(self.metric_mode))
+
+
+class MetricAttention(nn.Module):
+    """DAMCHA attention. Head i scores query t against key s with its own metric:
+
+    row sum (paper):   S_i[t, s] = x_{t,i}^T m_i(c_t) x_{s,i} / sqrt(d)
+    bilinear (extension beyond the paper):
+                       S_i[t, s] = x_{t,i}^T (sum_j M_ij(c_t) x_{s,j}) / sqrt(d)
+
+    There are no Q/K projections; values and output are the usual V = x W_V, y = O W_O.
+    With per-layer metrics the layer owns its MetricSource; with a shared metric the
+    transformer passes in the HeadMetric it computed once from the stack input.
+    """
+
+    def __init__(self, config, own_metric: bool):
+        super().__init__()
+        D = config.n_embd
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.bilinear = config.score_form == "bilinear"
+        self.dropout = config.dropout
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+        self.metric_source = MetricSource(config) if own_metric else None
+
+    def forward(self, x: torch.Tensor, real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool,
+                options: DamchaOptions, need_weights: bool = False, stochastic: bool = False,
+                shared: HeadMetric | None = None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        if self._streams_metric(causal, options, need_weights):
+            metric = None  # built chunk by chunk, never whole
+            q = self.metric_source.chunked_queries(x, real, x.view(B, T, H, d), options.metric_mode, stochastic)  # (B, H, T, d)
+            k = x.view(B, T, H, d).transpose(1, 2).contiguous()  # (B, H, T, d)
+        else:
+            metric = self._metric(x, real, options, stochastic, shared)
+            q, k = self.queries_and_keys(x, metric)  # (B, H, T, d|D) each
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights, internals=metric)
+
+    def _streams_metric(self, causal: bool, options: DamchaOptions, need_weights: bool) -> bool:
+        """Inference with this layer's own per-position row-sum metric: the chunked path."""
+        src = self.metric_source
+        return (src is not None and causal and not self.bilinear and not src.static and not options.explicit
+                and not need_weights and not torch.is_grad_enabled())
+
+    def _metric(self, x, real, options: DamchaOptions, stochastic: bool, shared: HeadMetric | None) -> HeadMetric:
+        if self.metric_source is None:
+            assert shared is not None, "a layer without its own metric needs the shared one"
+            return shared
+        return self.metric_source(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
+
+    def queries_and_keys(self, x: torch.Tensor, metric: HeadMetric) -> tuple[torch.Tensor, torch.Tensor]:
+        """q_t = x_{t,i}^T m_i(c_t) (per head), k_s = x_{s,i} (row sum) or all of x_s (bilinear)."""
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        x_heads = x.view(B, T, H, d)  # (B, T, H, d)
+        # One head-major copy serves as the keys and as the per-head GEMM's operand (which would
+        # otherwise copy it itself).
+        x_by_head = x_heads.transpose(1, 2) if self.bilinear else x_heads.transpose(1, 2).contiguous()  # (B, H, T, d)
+        m = metric.head  # (B|1, P, H, d, d) row sum or (B|1, P, H, d, D) bilinear; P in {1, T}
+        if m.shape[1] == 1:  # one metric per sequence: a batched GEMM per head
+            q = x_by_head @ m[:, 0]  # (B, H, T, d|D)
+        else:  # one metric per query position
+            q = per_position_queries(x_heads, m).transpose(1, 2)  # (B, H, T, d|D)
+        k = x[:, None].expand(B, H, T, D) if self.bilinear else x_by_head  # (B, H, T, D|d)
+        return q, k
+
+
+class Damcha(Mechanism):
+    name = "damcha"
+    title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
+    reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
+    options_type = DamchaOptions
+    option_choices = {"metric_mode": tuple(m.value for m in MetricMode)}
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return MetricAttention(config, own_metric=config.metric_sharing == "per_layer")
+
+    def build_shared(self, config) -> nn.Module | None:
+        return MetricSource(config) if config.metric_sharing == "shared" else None
+
+    def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
+        return module(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
+
+    def validate(self, config) -> None:
+        for name, allowed in (("metric_sharing", METRIC_SHARINGS), ("metric_input", METRIC_INPUTS),
+                              ("score_form", SCORE_FORMS)):
+            if getattr(config, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")
+        if not all(w > 0 for w in config.generator_widths):
+            raise ValueError("generator_widths must be positive")
+
+    def parameter_count(self, config) -> int:
+        D = config.n_embd
+        n = config.n_layer * (2 * D * D + 2 * D)  # W_V, W_O with biases
+        if config.metric_input == "static":
+            gen = D * D
+        else:
+            widths = (D, *config.generator_widths, D * D)
+            gen = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+        return n + gen * (config.n_layer if config.metric_sharing == "per_layer" else 1)
+
+    def structures(self, model, layer_internals: Sequence[HeadMetric], positions: np.ndarray,
+                   options: DamchaOptions) -> list[Structure]:
+        cfg = model.config
+        H = cfg.n_head
+        sources = metric_sources(model)
+        metrics = [layer_internals[0]] if model.metric_source is not None else list(layer_internals)
+        device = next(model.parameters()).device
+        sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
+        fulls, heads = [], []
+        for source, hm in zip(sources, metrics):
+            head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
+            heads.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
+            ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
+            ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
+            fulls.append(source.full_metric(ctx))  # (P, D, D)
+        M = torch.stack(fulls)  # (L_m, P, D, D)
+        learned, residue = learned_and_residue(M, H)  # (L_m, P, D, D) each
+        row_sum = cfg.score_form == "row_sum"
+        axes = ("layer", "position", "row", "col")
+        part = Identifiability.PARTLY if row_sum else Identifiability.LEARNED
+        learned_title = "learned (m_i / H)" if row_sum else "row mean (m_i / H)"
+        residue_title = "residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)"
+        return [
+            Structure("metric", "M(x)", _np(M), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "The full D×D metric at this input, H×H head blocks outlined; row block i is head i's query side.",
+                      part),
+            Structure("metric_learned", learned_title, _np(learned), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "Each block replaced by the mean of its block row, m_i / H: all the row sum can see.",
+                      Identifiability.LEARNED),
+            Structure("metric_residue", residue_title, _np(residue), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "M minus the learned part: zero mean along each block row."
+                      + (" It receives no gradient of its own under the row sum." if row_sum else ""),
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED),
+            Structure("block_norms", "Block norms ‖M_ij‖", _np(block_norms(M, H)), ("layer", "position", "head_q", "head_k"),
+                      StructureKind.HEAD_BY_HEAD, "Frobenius norm of each block M_ij: how strongly head i's rows read "
+                      "head j's columns.", part),
+            Structure("head_metrics", "Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
+                      _np(torch.stack(heads)), ("layer", "position", "head", "d", "d" if row_sum else "D"),
+                      StructureKind.PER_HEAD_FORMS,
+                      f"What each head scores with under the '{options.metric_mode}' metric mode.",
+                      Identifiability.LEARNED),
+        ]
+
+    def settings(self, config) -> dict:
+        return {"metric": config.metric_input, "sharing": config.metric_sharing, "score form": config.score_form,
+                "generator widths": list(config.generator_widths)}
+
+    def identifiability_note(self, config) -> str:
+        if config.score_form == "row_sum":
+            return ("Row-sum form (paper Eq. 4): every block of row i reaches the loss only through "
+                    "m_i = sum_j M_ij, so only the learned part (each block = m_i / H) is identifiable; "
+                    "the residue (zero row mean) is a fixed random read-out of the generator's "
+                    "features set at initialisation, and the diagonal/off-diagonal split it creates "
+                    "is not learned.")
+        return ("Bilinear form (an extension beyond the paper): each block M_ij scores head i's "
+                "queries against head j's keys, so every block, and the diagonal/off-diagonal "
+                "split, is learned.")
+
+    def notes(self, config) -> list[str]:
+        return [self.identifiability_note(config)]
+
+
+def metric_sources(model) -> list[MetricSource]:
+    """The generator(s) of M: one for a shared metric, one per layer otherwise."""
+    if model.metric_source is not None:
+        return [model.metric_source]
+    return [b.attn.metric_source for b in model.blocks if getattr(b.attn, "metric_source", None) is not None]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()

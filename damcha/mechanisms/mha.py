@@ -1,0 +1,84 @@
+"""Standard multi-head attention (Vaswani et al. 2017), the baseline every variant is measured against."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Mechanism,
+    Structure,
+    StructureKind,
+    attend,
+    head_scale,
+)
+
+
+class MultiHeadAttention(nn.Module):
+    """Q = x W_Q, K = x W_K, V = x W_V per head; y = concat_h softmax(Q_h K_h^T / sqrt(d)) V_h W_O."""
+
+    def __init__(self, config):
+        super().__init__()
+        D = config.n_embd
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.dropout = config.dropout
+        self.query = nn.Linear(D, D)
+        self.key = nn.Linear(D, D)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+
+    def forward(self, x: torch.Tensor, real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool,
+                options: ForwardOptions, need_weights: bool = False, stochastic: bool = False,
+                shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights)
+
+
+def qk_forms(attn: MultiHeadAttention) -> torch.Tensor:
+    """Each head's bilinear form B_h = W_Q^h (W_K^h)^T, (H, D, D): head h scores q_t . k_s =
+    x_t^T B_h x_s (+ bias terms). Input-independent, of rank d_h, acting on the whole of x."""
+    H, d = attn.n_head, attn.head_dim
+    wq = attn.query.weight.detach().view(H, d, -1)  # (H, d, D): rows of W_Q for head h
+    wk = attn.key.weight.detach().view(H, d, -1)  # (H, d, D)
+    return torch.einsum("hdi,hdj->hij", wq, wk)  # (H, D, D)
+
+
+class MHA(Mechanism):
+    name = "mha"
+    title = "Multi-head attention (MHA)"
+    reference = "Vaswani et al. 2017, arXiv 1706.03762"
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return MultiHeadAttention(config)
+
+    def parameter_count(self, config) -> int:
+        D = config.n_embd
+        return config.n_layer * (4 * D * D + 4 * D)  # W_Q, W_K, W_V, W_O with biases
+
+    def structures(self, model, layer_internals: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        forms = np.stack([qk_forms(block.attn).cpu().numpy() for block in model.blocks])  # (L, H, D, D)
+        return [Structure(
+            "qk_forms", "Per-head bilinear forms W_Q^h W_K^hᵀ", forms, ("layer", "head", "row", "col"),
+            StructureKind.PER_HEAD_FORMS,
+            "Head h scores x_tᵀ B_h x_s (biases omitted): the same for every input, rank d_h, reading all of x. "
+            "The closest static analogue of DAMCHA's per-head metric.",
+            Identifiability.LEARNED,
+        )]
+
+    def notes(self, config) -> list[str]:
+        return ["Standard multi-head attention has no input-dependent metric: its per-head bilinear forms "
+                "W_Q^h W_K^hᵀ are fixed after training."]
