@@ -124,6 +124,20 @@ def projection(run: Run, n: int, epoch: int, layer: int, method: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None = None):
+    """The run's structures averaged over its first n validation inputs, with a progress bar."""
+    from damcha.inspection import mean_structures as average
+    from damcha.samples import validation_arrays
+
+    x, y, _ = validation_arrays(run)
+    bar = st.progress(0.0, text="Structures of validation inputs…")
+    result = average(model_for(run, epoch), x[:n], y[:n], options,
+                     progress=lambda k, m: bar.progress(k / m, text=f"Validation input {k}/{m}"))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def weight_drift(run: Run):
     from damcha.dynamics import generator_weight_drift
 

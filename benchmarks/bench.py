@@ -1,4 +1,5 @@
-"""Speed and memory of DAMCHA against standard MHA, measured side by side in one process.
+"""Speed and memory of DAMCHA, and of every registered attention mechanism, against standard MHA,
+measured side by side in one process.
 
     .venv/bin/python benchmarks/bench.py [--repeats 20] [--json results.json] [--quick]
 
@@ -78,7 +79,7 @@ def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
     return statistics.median(ta), statistics.median(tb)
 
 
-def peak_memory_mb(causal: bool, T: int, variant: str) -> float:
+def peak_memory_mb(causal: bool, T: int, variant: str, batch: int = B) -> float:
     """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
     0.2 ms in a fresh process while the layer runs, minus the level right before it."""
     code = f"""
@@ -91,7 +92,7 @@ class MI(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
 used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
 cfg = layer_config({causal}, {T}); run = make_layer(cfg, {variant!r})
-x = torch.randn(B, {T}, D)
+x = torch.randn({batch}, {T}, D)
 with torch.no_grad():
     run(x)
     base = used(); peak = [base]; done = threading.Event()
@@ -129,6 +130,67 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
                 "damcha_gflops": flops_d / td / 1e9, "mha_gflops": flops_m / tm / 1e9,
             })
     return rows
+
+
+MECHANISM_BATCH = 4  # explicit-score mechanisms hold several (B, H, T, T) tensors: 128 MB each at B=4, T=1024
+
+
+def layer_flops_counted(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
+    """FLOPs of one inference layer as torch's FlopCounterMode counts them (matmuls, attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    run = make_layer(cfg, variant)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        run(torch.randn(batch, T, D))
+    return float(counter.get_total_flops())
+
+
+def layer_parameters(cfg: ModelConfig, variant: str) -> int:
+    cfg = variant_config(cfg, variant)
+    return cfg.mechanism.parameter_count(dataclasses.replace(cfg, n_layer=1))
+
+
+def mechanism_cases(repeats: int, quick: bool, variants: tuple[str, ...] | None = None) -> list[dict]:
+    """Every registered attention variant against MHA in one layer (the paper's table 2): parameters,
+    FLOPs (counted by torch), time and peak memory, each as a ratio to MHA measured in the same run."""
+    from damcha import variant_names
+
+    b = MECHANISM_BATCH
+    chosen = [v for v in (variants or variant_names()) if v != "mha" and v not in ("damcha-unshared", "damcha-static")]
+    rows = []
+    lengths = (64,) if quick else (64, 256, 1024)
+    for causal in (False, True):
+        for T in lengths:
+            cfg = layer_config(causal, T)
+            x = torch.randn(b, T, D)
+            mha = make_layer(cfg, "mha")
+            flops_m, params_m = layer_flops_counted(cfg, "mha", T, b), layer_parameters(cfg, "mha")
+            peak_m = None if quick else peak_memory_mb(causal, T, "mha", b)
+            for variant in chosen:
+                layer = make_layer(cfg, variant)
+                with torch.no_grad():
+                    tv, tm = interleaved(lambda f=layer, x=x: f(x), lambda m=mha, x=x: m(x), max(3, repeats // 2))
+                peak_v = None if quick else peak_memory_mb(causal, T, variant, b)
+                rows.append({
+                    "case": f"mechanism {variant}, 1 layer {'causal' if causal else 'non-causal'} T={T} (B={b})",
+                    "variant": variant, "damcha_ms": tv * 1e3, "mha_ms": tm * 1e3, "ratio": tv / tm,
+                    "params_ratio": layer_parameters(cfg, variant) / params_m,
+                    "flops_ratio": layer_flops_counted(cfg, variant, T, b) / flops_m,
+                    "peak_ratio": None if quick or not peak_m else peak_v / peak_m,
+                    "damcha_peak_mb": peak_v, "mha_peak_mb": peak_m,
+                })
+    return rows
+
+
+def print_mechanism_table(rows: list[dict]) -> None:
+    head = f"{'mechanism (one layer, B=' + str(MECHANISM_BATCH) + ')':54s} {'params':>7s} {'FLOPs':>7s} {'time':>7s} {'memory':>7s}   (ratios to MHA)"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        mem = f"{r['peak_ratio']:.2f}" if r.get("peak_ratio") is not None else "-"
+        case = r["case"].replace("mechanism ", "").replace(f" (B={MECHANISM_BATCH})", "")
+        print(f"{case:54s} {r['params_ratio']:7.2f} {r['flops_ratio']:7.2f} {r['ratio']:7.2f} {mem:>7s}")
 
 
 def training_step(variant: str, T: int, compiled: bool = False):
@@ -259,6 +321,10 @@ def main(argv=None) -> int:
     rows += [] if args.quick else export_cases()
     rows += app_cases(repeats) + training_cases(repeats, args.quick) + naive_case(repeats, args.quick)
     print_table(rows)
+    mechanisms = mechanism_cases(repeats, args.quick)
+    print()
+    print_mechanism_table(mechanisms)
+    rows += mechanisms
     if args.json:
         Path(args.json).write_text(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                                                "repeats": repeats, "malloc_keeps_freed_memory": tuned, "rows": rows}, indent=2))

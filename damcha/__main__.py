@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from .checkpoints import CheckpointError
@@ -16,6 +17,19 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(",") if t.strip())
 
 
+def _option(text: str) -> tuple[str, object]:
+    """NAME=VALUE, the value read as an integer or a number when it is one."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    for kind in (int, float):
+        try:
+            return name, kind(value)
+        except ValueError:
+            pass
+    return name, value
+
+
 def _train_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model, with per-epoch metrics and snapshots",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -23,6 +37,9 @@ def _train_parser(sub) -> None:
     p.add_argument("--data-path", help="local file for textfile / enwik8 / text8")
     p.add_argument("--variant", choices=[v.name for v in variants()], default="damcha",
                    help="attention variant: " + "; ".join(f"{v.name}: {v.description}" for v in variants()))
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", type=_option,
+                   help="a setting of the variant's mechanism, e.g. tha_init=identity, colmha_init=uniform, "
+                        "colmha_dk=16 (repeatable)")
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=32)
@@ -59,7 +76,11 @@ def _train(args) -> int:
         warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
         snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch,
     )
-    result = train(variant_config(base, args.variant), tcfg, args.out, compile_model=args.compile)
+    model_config = variant_config(base, args.variant)
+    if args.option:
+        model_config = dataclasses.replace(model_config, attention_options={**dict(model_config.attention_options),
+                                                                            **dict(args.option)})
+    result = train(model_config, tcfg, args.out, compile_model=args.compile)
     print(f"done: {result.run_dir} ({result.seconds:.1f} s)")
     return 0
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ModelConfig
@@ -206,7 +206,7 @@ def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch
     try:
         with safe_open(str(path), framework="pt") as f:
             return {k: f.get_tensor(k) for k in expected}
-    except Exception as e:  # safetensors raises its own error types for corrupt files
+    except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
 
 

@@ -89,6 +89,8 @@ class ModelConfig:
         need(0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
         need(self.attention in mechanisms.mechanism_names(),
              f"attention must be one of {mechanisms.mechanism_names()}, got {self.attention!r}")
+        unknown = sorted(set(dict(self.attention_options)) - set(self.mechanism.config_options))
+        need(not unknown, f"{self.attention} has no settings {unknown}; it has {list(self.mechanism.config_options)}")
         try:
             self.mechanism.validate(self)
         except ValueError as e:

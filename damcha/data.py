@@ -193,7 +193,7 @@ def read_cifar_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{p}: no such file (expected a CIFAR python batch such as data_batch_1 or train)")
     try:
         d = _ArrayOnlyUnpickler(io.BytesIO(p.read_bytes()), encoding="bytes").load()
-    except Exception as e:
+    except Exception as e:  # a damaged or hostile pickle can fail with almost any error type
         raise DataError(f"{p}: not a CIFAR python batch ({e})") from None
     if not isinstance(d, dict):
         raise DataError(f"{p}: not a CIFAR python batch (expected a dict with b'data' and labels)")

@@ -28,6 +28,10 @@ DEMO_RUNS: dict[str, tuple[ModelConfig, TrainConfig]] = {
     "digits-damcha-static": (variant_config(DIGITS_MODEL, "damcha-static"), DIGITS_TRAIN),
     "digits-damcha-bilinear": (variant_config(DIGITS_MODEL, "damcha-bilinear"), DIGITS_TRAIN),
     "digits-mha": (variant_config(DIGITS_MODEL, "mha"), DIGITS_TRAIN),
+    # The paper's comparison systems, as their original papers define them (same sizes, seed, schedule)
+    "digits-tha": (variant_config(DIGITS_MODEL, "tha"), DIGITS_TRAIN),
+    "digits-dcmha": (variant_config(DIGITS_MODEL, "dcmha"), DIGITS_TRAIN),
+    "digits-colmha": (variant_config(DIGITS_MODEL, "colmha"), DIGITS_TRAIN),
     "digits-cls-damcha": (variant_config(DIGITS_MODEL, "damcha"), DIGITS_CLS_TRAIN),
     "digits-cls-mha": (variant_config(DIGITS_MODEL, "mha"), DIGITS_CLS_TRAIN),
     "text-damcha": (variant_config(TEXT_MODEL, "damcha"), TEXT_TRAIN),

@@ -75,7 +75,23 @@ class EpochSweep:
 
     def metric_at(self, layer: int, position_index: int) -> np.ndarray:
         """(E, D, D) M(x) of one layer at one query position, across epochs."""
-        return np.stack([r.metric[layer, position_index] for r in self.records])
+        return self.over_epochs("metric", {"layer": layer, "position": position_index})
+
+    def over_epochs(self, structure: str, index: dict, head: int | None = None) -> np.ndarray:
+        """(E, a, b) one structure's matrix at a layer/position (and head, for per-head structures), per epoch."""
+        mats = [r.structure(structure).at(**index) for r in self.records]
+        return np.stack([m[head] if head is not None else m for m in mats])
+
+    def difference(self, structure: str, index: dict, head: int | None, first: int, last: int) -> np.ndarray:
+        """The structure's matrix at epoch `last` minus at epoch `first`."""
+        mats = self.over_epochs(structure, index, head)
+        return mats[self.epochs.index(last)] - mats[self.epochs.index(first)]
+
+
+def spread_epochs(epochs: Sequence[int], n: int = 5) -> list[int]:
+    """At most n epochs spread evenly over the list, first and last included (paper-style grids)."""
+    idx = np.unique(np.linspace(0, len(epochs) - 1, min(n, len(epochs))).round().astype(int))
+    return [epochs[i] for i in idx]
 
 
 def sweep_epochs(run: Run, load: Callable[[Run, int], Transformer], tokens, targets=None,

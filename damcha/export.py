@@ -81,18 +81,34 @@ def _ensure_server() -> None:
             _server_started = True
 
 
+def paper_template(font_size: int = 14) -> str:
+    """The name of a registered plotly template in paper style at `font_size`: plotly_white with a
+    white background, one sans-serif family at sizes that survive scaling to a single column, thin
+    black axes without grid lines (colour scales stay as each figure sets them)."""
+    import plotly.io as pio
+
+    name = f"damcha_paper_{font_size}"
+    if name not in pio.templates:
+        template = go.layout.Template(pio.templates["plotly_white"])
+        template.layout.update(
+            paper_bgcolor="white", plot_bgcolor="white", font=dict(family=PAPER_FONT, size=font_size, color="black"),
+            title=dict(font=dict(size=font_size + 1)), margin=dict(l=50, r=20, t=50, b=45),
+            xaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size))),
+            yaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size))),
+        )
+        pio.templates[name] = template
+    return name
+
+
 def paper_style(fig: go.Figure, settings: ExportSettings | None = None) -> go.Figure:
-    """A copy in paper style: white background, one sans-serif family at sizes that survive
-    scaling to a single column, thin black axes; colour scales are left as they are (diverging
-    RdBu centred at 0, colour-blind safe)."""
-    out = go.Figure(copy.deepcopy(fig.to_dict()))
+    """A copy of the figure under the paper template (see paper_template)."""
     base = (settings or ExportSettings()).font_size
-    out.update_layout(template="plotly_white", paper_bgcolor="white", plot_bgcolor="white",
-                      font=dict(family=PAPER_FONT, size=base, color="black"),
-                      title=dict(font=dict(size=base + 1)), margin=dict(l=50, r=20, t=50, b=45))
-    out.update_annotations(font=dict(family=PAPER_FONT, size=base))
-    out.update_xaxes(title_font=dict(size=base), showgrid=False, zeroline=False)
-    out.update_yaxes(title_font=dict(size=base), showgrid=False, zeroline=False)
+    out = go.Figure(copy.deepcopy(fig.to_dict()))
+    # A figure's own margins and subplot axes were set for the screen: the template's take over.
+    out.update_layout(template=paper_template(base), margin=None, font=None)
+    out.update_annotations(font=dict(family=PAPER_FONT, size=base))  # subplot titles are annotations
+    out.update_xaxes(showgrid=False, zeroline=False, title_font=dict(size=base))
+    out.update_yaxes(showgrid=False, zeroline=False, title_font=dict(size=base))
     return out
 
 

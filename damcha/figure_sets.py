@@ -33,15 +33,30 @@ def grid_matrices(record: InspectionRecord) -> list[Structure]:
     return [s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX]
 
 
+def structure_index(record: InspectionRecord, layer: int, position: int) -> dict:
+    """Where to take per-layer and per-position structures: layer, the index of `position` among
+    the record's query positions (negative: from the end), and the token at that position."""
+    p = position % len(record.positions)
+    token = int(record.positions[p]) if record.causal else position % len(record.tokens)
+    return {"layer": layer, "position": p, "token": token}
+
+
+def positions_only(record: InspectionRecord) -> InspectionRecord:
+    """The record with its token labels replaced by position numbers: for structures averaged over
+    inputs, whose positions hold different tokens."""
+    import dataclasses
+
+    return dataclasses.replace(record, token_labels=tuple(f"position {i}" for i in range(len(record.token_labels))))
+
+
+def uses_positions(record: InspectionRecord) -> bool:
+    """Whether any structure differs between positions (a query-position control applies)."""
+    return any(s.size("position") > 1 or "token" in s.index_axes for s in record.structures)
+
+
 def per_head(s: Structure) -> bool:
     """Whether the drawn array holds one matrix per head (pick one to draw it as a single matrix)."""
-    return s.kind in (StructureKind.PER_HEAD_FORMS, StructureKind.MASK_PATTERN)
-
-
-def drawn_matrix(s: Structure, index: dict, head: int = 0) -> np.ndarray:
-    """The 2-D matrix of a structure at a layer/position (and head, for per-head structures)."""
-    values = s.at(**index)
-    return values[head] if per_head(s) else values
+    return s.kind in (StructureKind.PER_HEAD_FORMS, StructureKind.MASK_PATTERN, StructureKind.ATTENTION_MAPS)
 
 
 def matrix_grid(s: Structure, record: InspectionRecord) -> int | None:
@@ -55,26 +70,41 @@ def structure_figure(s: Structure, record: InspectionRecord, index: dict, suffix
                      shared_scale: bool = True) -> go.Figure:
     """One structure at a layer/position, drawn by its kind."""
     values = s.at(**index)
-    where = f", {record.where(index.get('position', 0))}" if "position" in s.index_axes else ""
+    if "token" in s.index_axes:
+        t = min(int(index.get("token", 0)), s.size("token") - 1)
+        where = f", token {t} '{record.token_labels[t]}'"
+    else:
+        where = f", {record.where(index.get('position', 0))}" if "position" in s.index_axes else ""
     layer = f", layer {index.get('layer', 0) + 1}" if s.size("layer") > 1 else ""
     title = f"{s.title}{where}{layer}{suffix}"
     if s.kind is StructureKind.HEAD_GRID_MATRIX:
         return figures.metric_heatmap_figure(values, record.n_head, title)
     if s.kind is StructureKind.HEAD_BY_HEAD:
-        return figures.head_by_head_figure(values, title, colorbar_title=s.name)
+        return figures.head_by_head_figure(values, title, colorbar_title=s.name, axis_titles=(s.axes[-2], s.axes[-1]))
     if s.kind is StructureKind.PER_HEAD_FORMS:
         return figures.head_metrics_figure(values, title, shared_scale, symbol="m" if s.name == "head_metrics" else "B")
-    if s.kind is StructureKind.TOKEN_GATES:
-        return figures.token_gates_figure(values, record.token_labels, [str(i + 1) for i in range(values.shape[1])], title)
-    if s.kind is StructureKind.MASK_PATTERN:
-        return figures.attention_figure(values.astype(float), record.token_labels, title, colorbar_title="allowed")
+    if s.kind in (StructureKind.TOKEN_GATES, StructureKind.MATRIX):
+        row_axis, col_axis = s.axes[-2:]
+        rows = record.token_labels if row_axis == "token" else s.labels.get(row_axis, _numbered(row_axis, values.shape[0]))
+        cols = s.labels.get(col_axis, _numbered(col_axis, values.shape[1]))
+        return figures.labelled_matrix_figure(values, rows, cols, title, row_axis, col_axis, s.name)
+    if s.kind in (StructureKind.MASK_PATTERN, StructureKind.ATTENTION_MAPS):
+        panels = s.labels.get(s.axes[-3])
+        if s.kind is StructureKind.MASK_PATTERN:
+            return figures.attention_figure(values.astype(float), record.token_labels, title, colorbar_title="allowed",
+                                            panel_titles=panels)
+        return figures.attention_figure(values, record.token_labels, title, panel_titles=panels)
     raise ValueError(f"no figure for structure kind {s.kind}")
+
+
+def _numbered(axis: str, n: int) -> list[str]:
+    return [f"{axis} {i + 1}" for i in range(n)]
 
 
 def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
     """params: layer, position (index into record.positions), part (a grid-matrix structure name),
     shared_scale, attn_layer (attention), next_position (text prediction)."""
-    index = {"layer": int(params.get("layer", 0)), "position": int(params.get("position", -1)) % len(record.positions)}
+    index = structure_index(record, int(params.get("layer", 0)), int(params.get("position", -1)))
     shared = bool(params.get("shared_scale", True))
     at = f", epoch {epoch}" if epoch is not None else ""
     where = record.where(index["position"])

@@ -91,7 +91,7 @@ def head_by_head_figure(values: np.ndarray, title: str = "Block norms ‖M_ij‖
     z = symmetric_limit(values)
     scale = dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0) if signed else dict(colorscale=SEQUENTIAL, zmin=0)
     fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, **scale,
-                               colorbar=dict(title=colorbar_title), text=np.round(values, 3), texttemplate="%{text}",
+                               colorbar=dict(title=colorbar_title), texttemplate="%{z:.3f}",
                                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title=axis_titles[1])
@@ -151,15 +151,21 @@ def _position_ticks(labels: Sequence[str], most: int = 32) -> dict:
 
 
 def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention",
-                     zmax: float = 1.0, colorbar_title: str = "weight") -> go.Figure:
+                     zmax: float = 1.0, colorbar_title: str = "weight", panel_titles: Sequence[str] | None = None) -> go.Figure:
     """Small multiples of H maps (H, T, T) of one layer (attention, or allowed-key masks): rows =
     queries, columns = keys, labelled with the tokens (hover shows query and key tokens)."""
     H, T, _ = attn.shape
     labels = list(tick_labels) if tick_labels is not None and len(tick_labels) == T else [str(i) for i in range(T)]
+    if (attn < 0).any():  # mixed weights (talking heads, composed heads) can be negative
+        z = symmetric_limit(attn)
+        scale = dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
+    else:
+        scale = dict(zmin=0, zmax=zmax, colorscale=SEQUENTIAL)
     hover = np.array([[f"{labels[q]}", f"{labels[k]}"] for q in range(T) for k in range(T)], dtype=object).reshape(T, T, 2)
-    fig = make_subplots(rows=1, cols=H, subplot_titles=[f"head {i + 1}" for i in range(H)], horizontal_spacing=0.03)
+    panels = list(panel_titles) if panel_titles is not None and len(panel_titles) == H else [f"head {i + 1}" for i in range(H)]
+    fig = make_subplots(rows=1, cols=H, subplot_titles=panels, horizontal_spacing=0.03)
     for i in range(H):
-        fig.add_trace(go.Heatmap(z=attn[i], zmin=0, zmax=zmax, colorscale=SEQUENTIAL, showscale=i == H - 1,
+        fig.add_trace(go.Heatmap(z=attn[i], **scale, showscale=i == H - 1,
                                  colorbar=dict(title=colorbar_title), customdata=hover,
                                  hovertemplate="query %{y} '%{customdata[0]}', key %{x} '%{customdata[1]}': "
                                                "%{z:.3f}<extra></extra>"), row=1, col=i + 1)
@@ -172,17 +178,23 @@ def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None,
     return fig
 
 
-def token_gates_figure(gates: np.ndarray, token_labels: Sequence[str], column_labels: Sequence[str],
-                       title: str = "Gates per token", colorbar_title: str = "gate") -> go.Figure:
-    """(T, E) weights per token (rows) and expert or head type (columns)."""
-    T = gates.shape[0]
-    labels = list(token_labels) if len(token_labels) == T else [str(i) for i in range(T)]
-    fig = go.Figure(go.Heatmap(z=gates, x=list(column_labels), colorscale=SEQUENTIAL, zmin=0,
-                               colorbar=dict(title=colorbar_title), customdata=np.array(labels, dtype=object)[:, None]
-                               .repeat(gates.shape[1], axis=1),
-                               hovertemplate="token %{y} '%{customdata}', %{x}: %{z:.3f}<extra></extra>"))
+def labelled_matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: Sequence[str],
+                           title: str = "", row_title: str = "", column_title: str = "",
+                           colorbar_title: str = "value") -> go.Figure:
+    """(a, b) values with named rows and columns (per-token gates, mixing vectors, ...): a sequential
+    scale from 0 for non-negative values, a diverging one centred at 0 otherwise."""
+    rows, cols = values.shape
+    row_labels = list(row_labels) if len(row_labels) == rows else [str(i) for i in range(rows)]
+    column_labels = list(column_labels) if len(column_labels) == cols else [str(i) for i in range(cols)]
+    z = symmetric_limit(values)
+    scale = dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0) if (values < 0).any() else \
+        dict(colorscale=SEQUENTIAL, zmin=0)
+    hover = np.array([[r, c] for r in row_labels for c in column_labels], dtype=object).reshape(rows, cols, 2)
+    fig = go.Figure(go.Heatmap(z=values, **scale, colorbar=dict(title=colorbar_title), customdata=hover,
+                               hovertemplate="%{customdata[0]}, %{customdata[1]}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
-    fig.update_yaxes(title="token", autorange="reversed", **_position_ticks(labels))
+    fig.update_xaxes(title=column_title, **_position_ticks(column_labels, 16))
+    fig.update_yaxes(title=row_title, autorange="reversed", **_position_ticks(row_labels))
     return fig
 
 
@@ -254,6 +266,7 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int 
     """(E, a, b) matrices as animation frames with a play button and an epoch slider.
     One colour range for every frame, so frames compare honestly. n_head: draw the head grid of a
     D x D matrix (None: no grid)."""
+    mats = np.asarray(mats)
     z = symmetric_limit(mats)
     frames = [go.Frame(data=[_matrix_trace(kind, m, z)], name=str(e), layout=dict(title=f"{title}: epoch {e}"))
               for m, e in zip(mats, epochs)]

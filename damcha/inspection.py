@@ -94,16 +94,39 @@ class InspectionRecord:
                 f"H={self.n_head}, loss={self.loss}, structures: {parts or 'none'})")
 
 
-def matrix_energy_shares(record: InspectionRecord, layer: int = 0, position: int = 0) -> dict[str, float]:
-    """Share of the first head-grid matrix's energy ‖·‖² held by each of the others (DAMCHA: the
-    learned part and the residue of M(x), which are orthogonal, so their shares add to 1)."""
+def matrix_energy_shares(record: InspectionRecord, **index: int) -> dict[str, float]:
+    """Share of the first head-grid matrix's energy ‖·‖² held by each of the others, at a
+    layer/position index (DAMCHA: the learned part and the residue of M(x), which are orthogonal,
+    so their shares add to 1)."""
     from .mechanisms import StructureKind
 
     mats = [s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX]
     if len(mats) < 2:
         return {}
-    total = float((mats[0].at(layer=layer, position=position) ** 2).sum()) or 1.0
-    return {s.title: float((s.at(layer=layer, position=position) ** 2).sum()) / total for s in mats[1:]}
+    total = float((mats[0].at(**index) ** 2).sum()) or 1.0
+    return {s.title: float((s.at(**index) ** 2).sum()) / total for s in mats[1:]}
+
+
+def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOptions | None = None,
+                    progress=None) -> tuple[Structure, ...]:
+    """Every structure averaged over several inputs of one length (validation samples): MoA's expert
+    usage and co-selection over a data set, DCMHA's composition strength per position, M(x) on average...
+    Returns structures shaped like one input's, their titles marked as means."""
+    import dataclasses
+
+    sums: dict[str, np.ndarray] = {}
+    first = None
+    for i in range(len(inputs)):
+        record = inspect_input(model, inputs[i], None if targets is None else targets[i], options=options)
+        first = first or record
+        for s in record.structures:
+            sums[s.name] = sums.get(s.name, 0) + s.values.astype(np.float64)
+        if progress:
+            progress(i + 1, len(inputs))
+    if first is None:
+        return ()
+    return tuple(dataclasses.replace(s, values=sums[s.name] / len(inputs), title=f"{s.title} (mean of {len(inputs)} inputs)")
+                 for s in first.structures)
 
 
 def identifiability_note(config) -> str:
@@ -146,7 +169,7 @@ def inspect_input(
             raise ValueError(f"positions must lie in [0, {T - 1}]")
     else:
         pos = np.array([-1])
-    structures = model.mechanism.structures(model, [layer.internals for layer in out.layers], pos, options)
+    structures = model.mechanism.structures(model, out.layers, pos, options)
 
     token_loss = None
     if out.token_loss is not None:
@@ -177,7 +200,7 @@ def inspect_input(
         attention=_np(attention),
         logits=_np(out.logits[0]),
         token_loss=token_loss,
-        loss=None if out.loss is None else float(out.loss),
+        loss=None if out.task_loss is None else float(out.task_loss),
         score_form=cfg.score_form if cfg.is_damcha else "",
     )
 

@@ -21,11 +21,12 @@ IGNORE_INDEX = -100
 
 @dataclass
 class LayerIntermediates:
-    """What one layer computed, returned only when asked for.
-    attention: (B, H, T, T); internals: the mechanism's own record (DAMCHA: the HeadMetric it used)."""
+    """What one layer computed. attention: (B, H, T, T) when asked for; internals: the mechanism's
+    own record (DAMCHA: the HeadMetric it used); aux_loss: what it adds to the training loss."""
 
     attention: torch.Tensor | None
     internals: Any
+    aux_loss: torch.Tensor | None = None
 
     @property
     def metric(self):
@@ -36,12 +37,16 @@ class LayerIntermediates:
 @dataclass
 class ModelOutput:
     """logits: (B, T, V) for a decoder, (B, C) for a classifier, (B, T, input_dim) for vectors.
-    loss: mean loss over real targets; token_loss: (B, T) per-token loss (0 where ignored), (B,) for a classifier."""
+    loss: what training minimises, the task loss plus the mechanism's auxiliary losses (if any);
+    task_loss: mean loss over real targets; token_loss: (B, T) per-token task loss (0 where
+    ignored), (B,) for a classifier; aux_loss: the sum of the layers' auxiliary losses, or None."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
     token_loss: torch.Tensor | None = None
     layers: list[LayerIntermediates] | None = None
+    task_loss: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
 
 
 # ----------------------------------------------------------------------------- task heads
@@ -132,7 +137,7 @@ class Block(nn.Module):
                       shared=shared)
         x = x + F.dropout(a.y, self.dropout, training=stochastic)  # (B, T, D)
         x = x + self.mlp(self.ln_2(x), stochastic)  # (B, T, D)
-        return x, LayerIntermediates(attention=a.weights, internals=a.internals)
+        return x, LayerIntermediates(attention=a.weights, internals=a.internals, aux_loss=a.aux_loss)
 
 
 class Transformer(nn.Module):
@@ -185,8 +190,11 @@ class Transformer(nn.Module):
             x, inter = block(x, real, mask, cfg.causal, options, need_intermediates, stochastic, shared)  # (B, T, D)
             layers.append(inter)
         x = self.ln_f(x)  # (B, T, D)
-        logits, loss, token_loss = self.head(x, real, targets)
-        return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None)
+        logits, task_loss, token_loss = self.head(x, real, targets)
+        aux = [inter.aux_loss for inter in layers if inter.aux_loss is not None]
+        aux_loss = torch.stack(aux).sum() if aux else None
+        loss = task_loss if aux_loss is None or task_loss is None else task_loss + aux_loss
+        return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None, task_loss, aux_loss)
 
     def _real_tokens(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
         if real is None and self.config.pad_token is not None and not self.config.input_dim:

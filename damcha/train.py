@@ -191,11 +191,14 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     t0 = time.perf_counter()
     for epoch in range(start_epoch, tcfg.epochs + 1):
         te = time.perf_counter()
-        running = None
+        running = running_aux = None
         if epoch > 0:
-            running, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress)
+            running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
+                                                          steps_per_epoch, device, progress)
         row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg),
                "train_loss_running": running, "epoch_seconds": round(time.perf_counter() - te, 3)}
+        if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
+            row["train_aux_loss_running"] = running_aux
         if epoch in snapshots:
             save_snapshot(out, epoch, model)
         metrics.append(row)
@@ -229,20 +232,22 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
         perm = torch.randperm(len(data.train_inputs), generator=gen)
         batches = ((data.train_inputs[idx], data.train_targets[idx]) for idx in perm.split(tcfg.batch_size))
     model.train()
-    total = 0.0
+    total, total_aux = 0.0, None
     bar = tqdm(batches, total=steps_per_epoch, desc=f"epoch {epoch}", leave=False, disable=not progress, mininterval=1.0)
     for x, y in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total_steps, tcfg)
-        loss = model(x.to(device), targets=y.to(device)).loss
+        out = model(x.to(device), targets=y.to(device))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        out.loss.backward()  # the task loss plus the mechanism's auxiliary losses, if any
         if tcfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
         opt.step()
         step += 1
-        loss_value = loss.item()
+        loss_value = out.task_loss.item()
         total += loss_value
+        if out.aux_loss is not None:
+            total_aux = (total_aux or 0.0) + out.aux_loss.item()
         bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
     model.eval()
-    return total / steps_per_epoch, step
+    return total / steps_per_epoch, None if total_aux is None else total_aux / steps_per_epoch, step

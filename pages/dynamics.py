@@ -1,6 +1,5 @@
 """Training dynamics: how a mechanism's structures form over epochs for one input, across runs, and over the data set."""
 
-import numpy as np
 import streamlit as st
 
 from app.ui import (
@@ -10,6 +9,7 @@ from app.ui import (
     checkpoint_root,
     input_picker,
     inspection,
+    mean_structures,
     option_controls,
     projection,
     provenance,
@@ -20,8 +20,8 @@ from app.ui import (
     weight_drift,
 )
 from damcha import figures
-from damcha.dynamics import statistic_curves, symmetric_spectrum
-from damcha.figure_sets import drawn_matrix, matrix_grid, per_head, structure_figure
+from damcha.dynamics import spread_epochs, statistic_curves, symmetric_spectrum
+from damcha.figure_sets import matrix_grid, per_head, positions_only, structure_figure, structure_index
 
 st.title("Training dynamics")
 run, epoch = selected_run()
@@ -40,22 +40,24 @@ if not first.structures:
     st.info(f"{run.variant} exposes no cross-head structure to follow over training.")
     st.stop()
 names = [s.name for s in first.structures]
-name = c2.selectbox("Structure", names, key="structure", bind=URL, format_func=lambda n: first.structure(n).title)
+name = c2.selectbox("Structure", names, key="structure", bind=URL)  # plain names: the URL holds what the box shows
 chosen = first.structure(name)
 T = len(first.tokens)
 pos = bounded_slider(c2, "Query position", T - 1, "position") \
-    if first.causal and "position" in chosen.index_axes else 0
-layer = c3.selectbox("Layer", list(range(chosen.size("layer"))), format_func=lambda i: f"layer {i + 1}", key="layer",
-                     bind=URL) if chosen.size("layer") > 1 else 0
+    if chosen.size("position") > 1 or "token" in chosen.index_axes else 0
+layer = c3.selectbox("Layer", list(range(1, chosen.size("layer") + 1)), key="layer", bind=URL) - 1 \
+    if chosen.size("layer") > 1 else 0
 head = c3.selectbox("Head", list(range(first.n_head)), format_func=lambda i: f"head {i + 1}", key="head") \
     if per_head(chosen) else 0
 for note in first.notes:
     st.info(note)
-index = {"layer": layer, "position": pos}
+index = structure_index(first, layer, pos)
 params = {"structure": name, "layer": layer, "position": pos, "head": head, "mode": first.metric_mode}
-mats = np.stack([drawn_matrix(r.structure(name), index, head) for r in result.records])  # (E, a, b)
+head_index = head if per_head(chosen) else None
+mats = result.over_epochs(name, index, head_index)  # (E, a, b)
 grid = matrix_grid(chosen, first)
-where = first.where(pos) if "position" in chosen.index_axes else "whole input"
+where = first.where(index["position"]) if "position" in chosen.index_axes else \
+    (f"token {pos}" if "token" in chosen.index_axes else "whole input")
 label = chosen.title + (f", head {head + 1}" if per_head(chosen) else "")
 
 
@@ -71,8 +73,7 @@ show(figures.epoch_animation_figure(mats, epochs, grid, kind, f"{label}, {where}
      here("epoch_animation", view=kind))
 
 st.subheader("Paper-style grids")
-default = [epochs[i] for i in np.unique(np.linspace(0, len(epochs) - 1, min(5, len(epochs))).round().astype(int))]
-chosen_epochs = st.multiselect("Epochs shown", epochs, default=default, key="grid_epochs")
+chosen_epochs = st.multiselect("Epochs shown", epochs, default=spread_epochs(epochs), key="grid_epochs")
 if chosen_epochs:
     idx = [epochs.index(e) for e in sorted(chosen_epochs)]
     titles = [f"epoch {epochs[i]}" for i in idx]
@@ -90,7 +91,7 @@ if chosen_epochs:
 
 if first.has_metric:
     st.subheader("Statistics of M(x) over the epochs")
-    full = np.stack([r.structure("metric").at(**index) for r in result.records])  # (E, D, D)
+    full = result.over_epochs("metric", index)  # (E, D, D)
     shown = ("frobenius", "off_diagonal_share", "residue_share", "asymmetry", "negative_share", "effective_rank")
     curves = statistic_curves(full, first.n_head, shown)
     with_band = st.toggle("Band over validation inputs (64 samples)", value=True, key="band")
@@ -115,7 +116,7 @@ st.subheader("Difference between two epochs")
 a, b = st.columns(2)
 ea = a.selectbox("From epoch", epochs, index=0, key="diff_from")
 eb = b.selectbox("To epoch", epochs, index=len(epochs) - 1, key="diff_to")
-diff = mats[epochs.index(eb)] - mats[epochs.index(ea)]
+diff = result.difference(name, index, head_index, ea, eb)
 show(figures.metric_heatmap_figure(diff, grid or 1, f"{label}: epoch {eb} − epoch {ea}", colorbar_title="Δ"),
      "epoch_difference", here("epoch_difference", diff_from=ea, diff_to=eb))
 
@@ -142,6 +143,17 @@ else:
             st.caption(f"{other.name}: {s.description} **{s.identifiability.capitalize()}.**")
             show(structure_figure(s, theirs, index, f", {other.name} epoch {other_epoch}"), "comparison_other",
                  provenance("comparison_other", other, other_epoch, inp, {"structure": their_name, **index}))
+
+st.subheader("Averaged over validation inputs")
+st.caption("Each structure averaged over the first validation inputs at this epoch (for MoA: expert usage and "
+           "co-selection over the data set; for DCMHA: composition strength per position).")
+m1, m2 = st.columns(2)
+n_mean = m1.select_slider("Inputs", [16, 64, 128], value=64, key="mean_n")
+mean_epoch = m2.select_slider("Epoch", epochs, value=epoch if epoch in epochs else epochs[-1], key="mean_epoch")
+means = {s.name: s for s in mean_structures(run, mean_epoch, n_mean, options)}
+positions_record = positions_only(first)
+show(structure_figure(means[name], positions_record, index, f", epoch {mean_epoch}"), "structure_mean",
+     here("structure_mean", n=n_mean, mean_epoch=mean_epoch))
 
 if first.has_metric:
     st.subheader("Data-set geometry")

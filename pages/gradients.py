@@ -42,8 +42,8 @@ if record.has_metric:
     where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
         else "whole input"
     position = where if isinstance(where, int) else None
-    layer = c3.selectbox("Layer", list(range(record.metric_layers)), format_func=lambda i: f"layer {i + 1}",
-                         key="layer", bind=URL) if record.metric_layers > 1 else 0
+    layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), key="layer", bind=URL) - 1 \
+        if record.metric_layers > 1 else 0
     if inp.targets is None:
         st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
         st.stop()
@@ -60,7 +60,7 @@ if record.has_metric:
              "contribution_blocks", provenance("contribution_blocks", run, epoch, inp, params))
 
     with st.expander("Across epochs (same colour range for every frame)"):
-        maps = np.stack([contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs])
+        maps = [contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs]
         show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs",
              provenance("contribution_epochs", run, epoch, inp, params))
 

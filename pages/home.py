@@ -5,6 +5,7 @@ import streamlit as st
 
 from app.ui import cached_runs, checkpoint_root, provenance, show
 from damcha import figures
+from damcha.checkpoints import CheckpointError
 from damcha.modalities import loss_label, modality_named
 
 st.title("DAMCHA Lab")
@@ -23,7 +24,7 @@ st.info(
 
 try:
     runs, bad = cached_runs(str(checkpoint_root()))
-except Exception as e:  # a wrong folder must not break the page
+except CheckpointError as e:  # a wrong folder must not break the page
     st.error(f"Cannot read the checkpoint folder: {e}")
     st.stop()
 

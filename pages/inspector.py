@@ -3,7 +3,14 @@
 import streamlit as st
 
 from app.ui import URL, bounded_slider, input_picker, inspection, option_controls, provenance, selected_run, show
-from damcha.figure_sets import available_figures, build_figure, grid_matrices, prediction_takes_position
+from damcha.figure_sets import (
+    available_figures,
+    build_figure,
+    grid_matrices,
+    prediction_takes_position,
+    structure_index,
+    uses_positions,
+)
 from damcha.inspection import matrix_energy_shares
 
 st.title("Inspector")
@@ -37,16 +44,16 @@ if record.loss is not None:
               f"{record.loss:.4f}", help=f"mean over known targets, per {record.loss_unit}")
 
 T = len(record.tokens)
-if record.causal:
+if uses_positions(record):
     pos = bounded_slider(c2, "Query position", T - 1, "position",
                          help="A causal model has one metric per query position: M(c_t), c_t = mean of tokens 1..t.")
     c2.caption(f"position {pos}: `{record.token_labels[pos]}`")
 else:
     pos = 0
-    c2.caption("Non-causal: one set of structures for the whole input.")
+    c2.caption("Its structures are the same at every position." if record.causal
+               else "One set of structures for the whole input.")
 n_layers = record.metric_layers
-layer = c3.selectbox("Layer", list(range(n_layers)), key="layer", bind=URL,
-                     format_func=lambda i: f"layer {i + 1}") if n_layers > 1 else 0
+layer = c3.selectbox("Layer", list(range(1, n_layers + 1)), key="layer", bind=URL) - 1 if n_layers > 1 else 0
 shared_scale = c4.toggle("One colour scale for all panels", value=True, key="shared_scale")
 params = {"layer": layer, "position": pos, "shared_scale": shared_scale, "mode": record.metric_mode}
 for note in record.notes:
@@ -77,7 +84,7 @@ if "Decomposition" in tabs:
     with tabs["Decomposition"]:
         st.caption(" + ".join(s.title for s in matrices[1:]) + f" = {matrices[0].title}, side by side on one scale.")
         named("decomposition")
-        shares = matrix_energy_shares(record, layer=layer, position=pos)
+        shares = matrix_energy_shares(record, **structure_index(record, layer, pos))
         st.markdown(f"Share of ‖{matrices[0].title}‖²: " + "; ".join(f"{t} **{v:.1%}**" for t, v in shares.items())
                     + " (orthogonal parts: their shares add to 100%).")
 if "Contour & 3D" in tabs:

@@ -64,7 +64,7 @@ class Tied(Mechanism):
         D, H = config.n_embd, config.n_head
         return config.n_layer * (3 * D * D + 2 * D + H * H)
 
-    def structures(self, model, layer_internals, positions, options):
+    def structures(self, model, layers, positions, options):
         mix = np.stack([b.attn.mix.detach().numpy() for b in model.blocks])  # (L, H, H)
         forms = []
         for b in model.blocks:

@@ -22,8 +22,13 @@ from .base import (
     attend,
     attention_mask,
 )
+from .colmha import ColMHA, ColMHAAuthors
 from .damcha import Damcha, DamchaOptions
+from .dcmha import DCMHA, DCMHAAuthors
 from .mha import MHA
+from .mma import MMA
+from .moa import MoA, MoAAuthors
+from .tha import TalkingHeads
 
 _MECHANISMS: dict[str, Mechanism] = {}
 _VARIANTS: dict[str, Variant] = {}
@@ -81,6 +86,19 @@ register(
             "full cross-head bilinear form (an extension beyond the paper)"),
 )
 register(MHA(), Variant("mha", "mha", {}, "standard multi-head attention, the baseline"))
+register(TalkingHeads(),
+         Variant("tha", "tha", {"tha_init": "random"}, "talking heads, P_l and P_w drawn at random (the original)"),
+         Variant("tha-identity", "tha", {"tha_init": "identity"}, "talking heads started from the identity (the "
+                 "DAMCHA authors' code)"))
+register(DCMHA(), Variant("dcmha", "dcmha", {}, "dynamically composable heads (DCFormer), pre and post softmax"))
+register(DCMHAAuthors(), Variant("dcmha-authors", "dcmha-authors", {}, "the DAMCHA authors' simplified DCMHA"))
+register(ColMHA(), Variant("colmha", "colmha", {"colmha_init": "concatenate"},
+                           "collaborative heads sharing one query/key space (the original)"))
+register(ColMHAAuthors(), Variant("colmha-authors", "colmha-authors", {}, "the DAMCHA authors' ColMHA (a "
+                                  "re-parametrisation of MHA)"))
+register(MMA(), Variant("mma", "mma", {}, "mixed heads: global, local, forward and backward masks"))
+register(MoA(), Variant("moa", "moa", {}, "mixture of attention heads: top-k of 2H experts, shared keys and values"))
+register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense, renormalised gates"))
 
 __all__ = [
     "AttentionOutput", "DamchaOptions", "ForwardOptions", "Identifiability", "Mechanism", "Structure",

@@ -41,11 +41,13 @@ class ForwardOptions:
 @dataclass
 class AttentionOutput:
     """y: (B, T, D). weights: (B, H, T, T) attention probabilities, when asked for.
-    internals: the mechanism's own record of what it computed (e.g. DAMCHA's HeadMetric), or None."""
+    internals: the mechanism's own record of what it computed (e.g. DAMCHA's HeadMetric), or None.
+    aux_loss: a scalar the mechanism adds to the training loss (e.g. MoA's load balancing), or None."""
 
     y: torch.Tensor
     weights: torch.Tensor | None = None
     internals: Any = None
+    aux_loss: torch.Tensor | None = None
 
 
 class StructureKind(StrEnum):
@@ -55,12 +57,14 @@ class StructureKind(StrEnum):
     HEAD_BY_HEAD = "head_by_head"  # (H, H): one value per pair of heads (mixing, block norms)
     PER_HEAD_FORMS = "per_head_forms"  # (H, a, b): one small matrix per head, small multiples
     TOKEN_GATES = "token_gates"  # (T, E): a weight per token and expert or type
+    MATRIX = "matrix"  # (a, b): any other matrix, its axes named by the structure
     MASK_PATTERN = "mask_pattern"  # (H, T, T): which keys each head may see
+    ATTENTION_MAPS = "attention_maps"  # (H, T, T): a weight per head, query and key
 
     @property
     def drawn_axes(self) -> int:
         return {"head_grid_matrix": 2, "head_by_head": 2, "per_head_forms": 3, "token_gates": 2,
-                "mask_pattern": 3}[self.value]
+                "mask_pattern": 3, "attention_maps": 3, "matrix": 2}[self.value]
 
 
 class Identifiability(StrEnum):
@@ -76,8 +80,9 @@ class Identifiability(StrEnum):
 class Structure:
     """One named array a mechanism exposes for inspection.
 
-    values: numpy array whose leading axes index where it was taken (among "layer", "position")
-    and whose trailing `kind.drawn_axes` axes are drawn. axes: one name per axis of values.
+    values: numpy array whose leading axes index where it was taken (among "layer", "position",
+    "token") and whose trailing `kind.drawn_axes` axes are drawn. axes: one name per axis of values.
+    labels: optional names of the entries along a drawn axis (axis name -> labels).
     """
 
     name: str
@@ -87,6 +92,7 @@ class Structure:
     kind: StructureKind
     description: str
     identifiability: Identifiability
+    labels: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.axes) != self.values.ndim:
@@ -130,6 +136,8 @@ class Mechanism:
     title: ClassVar[str]
     reference: ClassVar[str] = ""
     options_type: ClassVar[type[ForwardOptions]] = ForwardOptions
+    # Names of this mechanism's settings in ModelConfig.attention_options (e.g. "tha_init").
+    config_options: ClassVar[tuple[str, ...]] = ()
     # Per-call choices a page may offer as controls: option field -> (default first, then the others).
     option_choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -170,10 +178,11 @@ class Mechanism:
         """Exact number of attention parameters of the whole stack (layers and shared module)."""
         raise NotImplementedError
 
-    def structures(self, model: nn.Module, layer_internals: Sequence[Any], positions: np.ndarray,
+    def structures(self, model: nn.Module, layers: Sequence[Any], positions: np.ndarray,
                    options: ForwardOptions) -> list[Structure]:
-        """The cross-head structures of one input (batch of one), from what the layers returned.
-        positions: the query positions to take per-position structures at (-1: whole sequence)."""
+        """The cross-head structures of one input (batch of one), from what the layers returned
+        (each with .attention (1, H, T, T) and .internals, the layer's own record). positions: the
+        query positions to take per-position structures at (-1: whole sequence)."""
         return []
 
     def settings(self, config: ModelConfig) -> dict[str, Any]:
@@ -238,15 +247,25 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None, scale=scale
         )  # (B, H, T, d)
         return out, None
-    T = q.shape[-2]
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
-    if mask is None and causal:
-        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()  # (T, T)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, T, T)
-    weights = scores.softmax(dim=-1)  # (B, H, T, T)
+    weights = masked_softmax(scores, mask, causal)  # (B, H, T, T)
     out = F.dropout(weights, dropout) @ v if dropout > 0 else weights @ v  # (B, H, T, d)
     return out, weights
+
+
+def allowed_keys(mask: torch.Tensor | None, causal: bool, T: int, device: torch.device) -> torch.Tensor | None:
+    """The boolean mask of allowed (query, key) pairs, (B|1, 1, T, T), or None when every pair is allowed."""
+    if mask is None and causal:
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+    return mask
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """softmax over keys of explicit scores (B, H, T, T), with the causal and padding masks."""
+    allowed = allowed_keys(mask, causal, scores.shape[-1], scores.device)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))  # (B, H, T, T)
+    return scores.softmax(dim=-1)  # (B, H, T, T)
 
 
 def head_scale(head_dim: int) -> float:

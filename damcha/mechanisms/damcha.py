@@ -147,12 +147,12 @@ class Damcha(Mechanism):
             gen = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
         return n + gen * (config.n_layer if config.metric_sharing == "per_layer" else 1)
 
-    def structures(self, model, layer_internals: Sequence[HeadMetric], positions: np.ndarray,
+    def structures(self, model, layers: Sequence, positions: np.ndarray,
                    options: DamchaOptions) -> list[Structure]:
         cfg = model.config
         H = cfg.n_head
         sources = metric_sources(model)
-        metrics = [layer_internals[0]] if model.metric_source is not None else list(layer_internals)
+        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
         device = next(model.parameters()).device
         sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
         fulls, heads = [], []

@@ -69,7 +69,7 @@ class MHA(Mechanism):
         D = config.n_embd
         return config.n_layer * (4 * D * D + 4 * D)  # W_Q, W_K, W_V, W_O with biases
 
-    def structures(self, model, layer_internals: Sequence, positions: np.ndarray, options) -> list[Structure]:
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         forms = np.stack([qk_forms(block.attn).cpu().numpy() for block in model.blocks])  # (L, H, D, D)
         return [Structure(
             "qk_forms", "Per-head bilinear forms W_Q^h W_K^hᵀ", forms, ("layer", "head", "row", "col"),

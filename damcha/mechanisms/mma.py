@@ -1,0 +1,138 @@
+"""Mixed Multi-Head Self-Attention (Cui, Iida, Hung, Utsuro, Nagata, WNGT 2019, ACL Anthology D19-5622).
+
+MHA whose heads are split into four types by fixed masks: global (every allowed key), local (keys
+within a window of w tokens around the query, |t - s| <= w // 2), forward (keys at or before the
+query) and backward (keys at or after the query). No extra parameters; the cost is MHA's (per-head
+boolean masks still go through the fused attention kernel).
+
+Every type is intersected with the model's own masks. In a causal decoder that makes forward heads
+equal to global heads and leaves backward heads only the query itself; the non-causal classifier
+is where the four types differ. (A version of the DAMCHA authors' code did not intersect the
+causal mask, letting backward heads see future tokens; that is never done here.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Mechanism,
+    Structure,
+    StructureKind,
+    attend,
+    head_scale,
+)
+
+TYPES = ("global", "local", "forward", "backward")
+
+
+def head_types(n_head: int) -> list[int]:
+    """Type index of each head: the heads are dealt out in blocks, as evenly as H allows."""
+    return [min(h * len(TYPES) // n_head, len(TYPES) - 1) for h in range(n_head)]
+
+
+def type_masks(T: int, window: int, device=None) -> torch.Tensor:
+    """(4, T, T) allowed (query, key) pairs of each head type, before the model's own masks."""
+    t = torch.arange(T, device=device)
+    offset = t[None, :] - t[:, None]  # (T, T): key - query
+    return torch.stack([torch.ones(T, T, dtype=torch.bool, device=device), offset.abs() <= window // 2,
+                        offset <= 0, offset >= 0])
+
+
+def head_masks(real: torch.Tensor | None, causal: bool, T: int, window: int, n_head: int,
+               device=None) -> torch.Tensor:
+    """(B|1, H, T, T) allowed pairs per head: its type's pattern and the causal and padding masks.
+    A query left with no key attends to itself (never the case for a real query: it sees itself)."""
+    allowed = type_masks(T, window, device)[head_types(n_head)][None]  # (1, H, T, T)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if real is not None:
+        allowed = allowed & real[:, None, None, :]  # (B, H, T, T)
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    return allowed | (~allowed.any(dim=-1, keepdim=True) & eye)
+
+
+class MixedAttention(nn.Module):
+    def __init__(self, config, window: int):
+        super().__init__()
+        D = config.n_embd
+        self.n_head, self.head_dim, self.window = config.n_head, config.head_dim, window
+        self.dropout = config.dropout
+        self.query = nn.Linear(D, D)
+        self.key = nn.Linear(D, D)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        masks = head_masks(real, causal, T, self.window, H, x.device)  # (B|1, H, T, T)
+        out, weights = attend(q, k, v, masks, False, head_scale(d), self.dropout if stochastic else 0.0, need_weights)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights, internals=masks if need_weights else None)
+
+
+def _window(config) -> int:
+    return int(config.option("mma_window", 5))
+
+
+class MMA(Mechanism):
+    name = "mma"
+    title = "Mixed multi-head self-attention (MMA)"
+    reference = "Cui et al., WNGT 2019, ACL Anthology D19-5622"
+    config_options = ("mma_window",)
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return MixedAttention(config, _window(config))
+
+    def validate(self, config) -> None:
+        if _window(config) < 1:
+            raise ValueError(f"mma_window must be a positive number of tokens, got {_window(config)}")
+
+    def parameter_count(self, config) -> int:
+        D = config.n_embd
+        return config.n_layer * (4 * D * D + 4 * D)
+
+    def settings(self, config) -> dict:
+        types = head_types(config.n_head)
+        return {"local window": _window(config), "head types": ", ".join(TYPES[t] for t in types)}
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        H = model.config.n_head
+        types = head_types(H)
+        masks = layers[0].internals[0].cpu().numpy()  # (H, T, T): the same in every layer
+        one_hot = np.eye(len(TYPES))[types]  # (H, 4)
+        present = sorted(set(types))
+        by_type = np.stack([np.stack([layer.attention[0, [h for h in range(H) if types[h] == t]].mean(0).cpu().numpy()
+                                      for t in present]) for layer in layers])  # (L, types, T, T)
+        return [
+            Structure("head_masks", "Keys each head may see", masks, ("head", "query", "key"), StructureKind.MASK_PATTERN,
+                      "Its type's pattern intersected with the causal and padding masks"
+                      + (": in a causal decoder forward heads equal global ones and backward heads see only the query."
+                         if model.config.causal else "."), Identifiability.FIXED,
+                      labels={"head": [f"head {h + 1}: {TYPES[t]}" for h, t in enumerate(types)]}),
+            Structure("head_types", "Head types", one_hot, ("head", "type"), StructureKind.MATRIX,
+                      "Which type each head is (fixed by its index).", Identifiability.FIXED,
+                      labels={"head": [f"head {h + 1}" for h in range(H)], "type": list(TYPES)}),
+            Structure("attention_by_type", "Attention per head type", by_type, ("layer", "type", "query", "key"),
+                      StructureKind.ATTENTION_MAPS, "The attention of the heads of each type, averaged over them.",
+                      Identifiability.LEARNED, labels={"type": [TYPES[t] for t in present]}),
+        ]
+
+    def notes(self, config) -> list[str]:
+        if config.causal:
+            return ["MMA in a causal decoder: every head type is intersected with the causal mask, so forward "
+                    "heads equal global heads and backward heads can only see the query itself. The four types "
+                    "differ only in a non-causal model (the classifier)."]
+        return ["MMA: heads of four fixed types (global, local, forward, backward); no extra parameters."]

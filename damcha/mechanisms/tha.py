@@ -1,0 +1,111 @@
+"""Talking-Heads Attention (Shazeer, Lan, Cheng, Ding, Hou 2020, arXiv 2003.02436).
+
+Per head h the logits are J_h = Q_h K_h^T / sqrt(d). They are mixed across heads before the
+softmax by a learned H x H matrix P_l, L_h' = sum_h J_h P_l[h, h'], masked and normalised over
+keys, then mixed again after it by P_w: W_h'' = sum_h' softmax(L_h') P_w[h', h''], and head h''
+returns W_h'' V_h''. P_l and P_w are static (the same for every input); the mixed weights can be
+negative and need not sum to one. The scores are explicit: no fused attention kernel applies.
+
+Initialisation: the original draws P_l and P_w at random (variance scaling: normal with
+variance 1/H, the fan-in); the DAMCHA authors' code starts from the identity, where THA is MHA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Mechanism,
+    Structure,
+    StructureKind,
+    head_scale,
+    masked_softmax,
+)
+
+INITS = ("random", "identity")
+
+
+class TalkingHeadsAttention(nn.Module):
+    def __init__(self, config, init: str):
+        super().__init__()
+        D, H = config.n_embd, config.n_head
+        self.n_head, self.head_dim = H, config.head_dim
+        self.dropout = config.dropout
+        self.query = nn.Linear(D, D)
+        self.key = nn.Linear(D, D)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+        if init == "identity":
+            self.logits_mix = nn.Parameter(torch.eye(H))  # P_l (H, H)
+            self.weights_mix = nn.Parameter(torch.eye(H))  # P_w (H, H)
+        else:
+            self.logits_mix = nn.Parameter(torch.randn(H, H) / H**0.5)
+            self.weights_mix = nn.Parameter(torch.randn(H, H) / H**0.5)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T) J_h
+        mixed = torch.einsum("bhts,hg->bgts", logits, self.logits_mix)  # (B, H, T, T) L_h'
+        probs = masked_softmax(mixed, mask, causal)  # (B, H, T, T)
+        weights = torch.einsum("bhts,hg->bgts", probs, self.weights_mix)  # (B, H, T, T) W_h''
+        dropped = F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights
+        out = dropped @ v  # (B, H, T, d)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        internals = {"unmixed": masked_softmax(logits, mask, causal)} if need_weights else None
+        return AttentionOutput(y=y, weights=weights if need_weights else None, internals=internals)
+
+
+class TalkingHeads(Mechanism):
+    name = "tha"
+    title = "Talking-heads attention (THA)"
+    reference = "Shazeer et al. 2020, arXiv 2003.02436"
+    config_options = ("tha_init",)
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return TalkingHeadsAttention(config, config.option("tha_init", "random"))
+
+    def validate(self, config) -> None:
+        if config.option("tha_init", "random") not in INITS:
+            raise ValueError(f"tha_init must be one of {INITS}, got {config.option('tha_init')!r}")
+
+    def parameter_count(self, config) -> int:
+        D, H = config.n_embd, config.n_head
+        return config.n_layer * (4 * D * D + 4 * D + 2 * H * H)
+
+    def settings(self, config) -> dict:
+        return {"initialisation": config.option("tha_init", "random")}
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        p_l = np.stack([b.attn.logits_mix.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
+        p_w = np.stack([b.attn.weights_mix.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
+        unmixed = np.stack([layer.internals["unmixed"][0].cpu().numpy() for layer in layers])  # (L, H, T, T)
+        axes = ("layer", "head_in", "head_out")
+        return [
+            Structure("logits_mix", "Logits mixing P_l", p_l, axes, StructureKind.HEAD_BY_HEAD,
+                      "Row h, column h': how much head h's logits feed head h' before the softmax. The same for "
+                      "every input.", Identifiability.LEARNED),
+            Structure("weights_mix", "Weights mixing P_w", p_w, axes, StructureKind.HEAD_BY_HEAD,
+                      "Row h', column h'': how much head h''s attention weights feed head h'' after the softmax.",
+                      Identifiability.LEARNED),
+            Structure("unmixed_attention", "Attention before mixing", unmixed, ("layer", "head", "query", "key"),
+                      StructureKind.ATTENTION_MAPS, "softmax(Q_h K_hᵀ / √d) of each head, as MHA would compute it "
+                      "with these projections; the Attention tab shows the mixed weights that multiply V.",
+                      Identifiability.LEARNED),
+        ]
+
+    def notes(self, config) -> list[str]:
+        return ["Talking heads mix the heads' logits before the softmax (P_l) and their weights after it (P_w), "
+                "with the same matrices for every input; the mixed weights may be negative and need not sum to one."]

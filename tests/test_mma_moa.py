@@ -1,0 +1,182 @@
+"""MMA and MoA (and the DAMCHA authors' MoA) against recomputations written here; causality for every
+head type and expert; padding; gradients; the auxiliary losses; the top-k selection."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from damcha import build_model, inspect_input
+from damcha.mechanisms import attention_mask
+from damcha.mechanisms.mma import TYPES, head_types
+from tests.test_comparison_mechanisms import D, H, allowed, config, d, lin, perturbed, softmax_rows
+
+VARIANTS = ("mma", "moa", "moa-authors")
+
+
+def mma_reference(attn, x, real, causal, window=5):
+    B, T, _ = x.shape
+    ok = allowed(real, causal, T)
+    types = head_types(H)
+    out = np.zeros((B, T, H, d))
+    for b in range(B):
+        q, k, v = (lin(m, x[b]).reshape(T, H, d) for m in (attn.query, attn.key, attn.value))
+        for h in range(H):
+            kind = TYPES[types[h]]
+            for t in range(T):
+                sees = np.array([ok[b, t, s] and {"global": True, "local": abs(s - t) <= window // 2,
+                                                   "forward": s <= t, "backward": s >= t}[kind] for s in range(T)])
+                if not sees.any():
+                    sees[t] = True
+                w = softmax_rows(np.array([q[t, h] @ k[s, h] / math.sqrt(d) for s in range(T)]), sees)
+                out[b, t, h] = w @ v[:, h]
+    return lin(attn.proj, out.reshape(B, T, D))
+
+
+def moa_reference(attn, x, real, causal, authors):
+    B, T, _ = x.shape
+    ok = allowed(real, causal, T)
+    E, kk = attn.E, attn.k
+    Wo = attn.out.detach().numpy()
+    y = np.zeros((B, T, D))
+    for b in range(B):
+        logits = lin(attn.router, x[b])  # (T, E)
+        q = lin(attn.query, x[b]).reshape(T, E, d)
+        k = lin(attn.key, x[b]).reshape(T, -1, d)
+        v = lin(attn.value, x[b]).reshape(T, -1, d)
+        for t in range(T):
+            p = np.exp(logits[t] - logits[t].max())
+            p /= p.sum()
+            chosen = np.argsort(-p)[:kk]
+            gates = p[chosen] / (p[chosen].sum() if authors else 1.0)
+            for e, g in zip(chosen, gates):
+                ke, ve = (k[:, e], v[:, e]) if authors else (k[:, 0], v[:, 0])
+                w = softmax_rows(np.array([q[t, e] @ ke[s] / math.sqrt(d) for s in range(T)]), ok[b, t])
+                y[b, t] += g * ((w @ ve) @ Wo[e])
+        y[b] += attn.out_bias.detach().numpy()
+    return y
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_layer_equals_its_independent_recomputation_with_padding(variant, causal):
+    model = perturbed(build_model(config(variant, causal), seed=0).double())
+    attn = model.blocks[0].attn
+    T = 7
+    x = torch.randn(2, T, D, dtype=torch.float64)
+    real = torch.tensor([[True] * T, [True] * 5 + [False] * 2])
+    with torch.no_grad():
+        y = attn(x, real, attention_mask(real, causal, T, x.device), causal, model.mechanism.options(None)).y.numpy()
+    ref = (mma_reference(attn, x.numpy(), real.numpy(), causal) if variant == "mma"
+           else moa_reference(attn, x.numpy(), real.numpy(), causal, variant == "moa-authors"))
+    rows = real.numpy()
+    np.testing.assert_allclose(y[rows], ref[rows], atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_no_head_type_and_no_expert_sees_the_future(variant):
+    model = perturbed(build_model(config(variant), seed=0).double())
+    a = torch.randint(0, 11, (1, 10))
+    b = a.clone()
+    b[0, 5:] = (b[0, 5:] + 4) % 11
+    with torch.no_grad():
+        ra, rb = (model(t, need_intermediates=True) for t in (a, b))
+    assert torch.allclose(ra.logits[:, :5], rb.logits[:, :5], atol=1e-12)
+    for la, lb in zip(ra.layers, rb.layers):  # per head (and per expert): earlier rows untouched
+        assert torch.allclose(la.attention[..., :5, :], lb.attention[..., :5, :], atol=1e-12)
+        assert la.attention[..., :5, 5:].abs().max() == 0
+
+
+def test_mma_masks_in_a_decoder_and_in_a_classifier():
+    decoder = inspect_input(build_model(config("mma", True), seed=0), list(range(8)))
+    masks = decoder.structure("head_masks").values  # (H, T, T)
+    lower = np.tril(np.ones((8, 8), dtype=bool))
+    types = [TYPES[t] for t in head_types(H)]
+    assert types == ["global", "local", "forward", "backward"]
+    np.testing.assert_array_equal(masks[types.index("forward")], masks[types.index("global")])  # equal in a decoder
+    np.testing.assert_array_equal(masks[types.index("backward")], np.eye(8, dtype=bool))  # only the query itself
+    assert not (masks & ~lower).any()  # never a future key
+    assert any("backward heads can only see the query itself" in n for n in decoder.notes)
+    encoder = inspect_input(build_model(config("mma", False), seed=0), list(range(8)), 1)
+    m = encoder.structure("head_masks").values
+    assert len({m[h].tobytes() for h in range(H)}) == 4  # four different types without the causal mask
+    np.testing.assert_array_equal(m[types.index("backward")], np.triu(np.ones((8, 8), dtype=bool)))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_padding_changes_nothing_for_real_tokens(variant, causal):
+    model = perturbed(build_model(config(variant, causal, pad_token=10), seed=0).double())
+    tokens = torch.randint(0, 10, (1, 7))
+    padded = torch.cat([tokens, torch.full((1, 3), 10)], dim=1)
+    with torch.no_grad():
+        plain, more = model(tokens).logits, model(padded).logits
+    assert torch.allclose(plain, more[:, :7] if causal else more, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gradients_reach_every_parameter_the_router_too(variant):
+    model = perturbed(build_model(config(variant), seed=0).double())
+    tokens = torch.randint(0, 11, (4, 12))
+    model(tokens, targets=tokens).loss.backward()
+    dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not dead
+
+
+def test_moa_auxiliary_losses_equal_a_direct_computation():
+    torch.manual_seed(0)
+    for balance in ("cv", "switch"):
+        options = {"moa_balance": balance, "moa_balance_weight": 0.3, "moa_z_weight": 0.05}
+        model = perturbed(build_model(config("moa", attention_options=options), seed=0).double())
+        tokens = torch.randint(0, 11, (3, 9))
+        out = model(tokens, targets=tokens)
+        x = model.tok_emb(tokens) + model.pos_emb(torch.arange(9))
+        expected = 0.0
+        for block in model.blocks:  # replay the stack to get each layer's router input
+            logits = block.attn.router(block.ln_1(x)).reshape(-1, 8).detach().numpy()
+            p = np.exp(logits - logits.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            top = np.argsort(-p, axis=1)[:, :4]
+            gates = np.zeros_like(p)
+            np.put_along_axis(gates, top, np.take_along_axis(p, top, 1), 1)
+            if balance == "cv":
+                def cv2(v):
+                    return v.var() / (v.mean() ** 2 + 1e-10)
+                bal = cv2(gates.sum(0)) + cv2((gates > 0).sum(0).astype(float))
+            else:
+                bal = 8 * ((gates > 0).mean(0) * p.mean(0)).sum() / 4
+            z = (np.log(np.exp(logits).sum(1)) ** 2).mean()
+            expected += 0.3 * bal + 0.05 * z
+            x = block(x, None, None, True, model.mechanism.options(None), False, False)[0]
+        assert out.aux_loss.item() == pytest.approx(expected, rel=1e-9)
+        assert out.loss.item() == pytest.approx(out.task_loss.item() + expected, rel=1e-9)
+    with torch.no_grad():
+        assert model(tokens, targets=tokens).aux_loss is None  # only training adds them
+    assert build_model(config("moa-authors"))(tokens, targets=tokens).aux_loss is None
+
+
+def test_an_unchosen_expert_contributes_exactly_nothing():
+    model = perturbed(build_model(config("moa"), seed=0).double())
+    attn = model.blocks[0].attn
+    x = torch.randn(1, 6, D, dtype=torch.float64)
+    options = model.mechanism.options(None)
+    with torch.no_grad():
+        gates = attn(x, None, None, True, options, need_weights=True).internals["gates"][0]  # (T, E)
+        t = 3
+        unchosen = int((gates[t] == 0).nonzero()[0])
+        assert (gates[t] > 0).sum() == attn.k
+        before = attn(x, None, None, True, options).y[0, t].clone()
+        attn.out[unchosen].mul_(1000)
+        attn.query.weight.view(attn.E, d, D)[unchosen].mul_(-50)
+        after = attn(x, None, None, True, options).y[0, t]
+    assert torch.equal(before, after)
+
+
+def test_moa_structures_describe_the_routing():
+    record = inspect_input(perturbed(build_model(config("moa"), seed=0)), list(range(9)), list(range(1, 10)))
+    gates = record.structure("gates").values  # (L, T, E)
+    assert ((gates > 0).sum(-1) == 4).all()
+    co = record.structure("co_selection").at(layer=0)
+    np.testing.assert_allclose(np.diag(co), record.structure("experts_used").at(layer=0)[0])
+    np.testing.assert_allclose(np.diag(co).sum(), 4)  # each token chose four experts
