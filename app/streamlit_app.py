@@ -21,6 +21,8 @@ pages = [
     st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
             url_path="gradients"),
     st.Page(ROOT / "pages" / "ablation.py", title="Metric ablations", icon=":material/tune:", url_path="ablation"),
+    st.Page(ROOT / "pages" / "interventions.py", title="Interventions", icon=":material/science:",
+            url_path="interventions"),
 ]
 nav = st.navigation(pages)
 st.session_state["selection"] = run_picker()

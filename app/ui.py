@@ -181,6 +181,103 @@ def input_under_modes(run: Run, epoch: int, inp: ModelInput):
     return under_modes(model_for(run, epoch), inp.tokens, inp.targets)
 
 
+# ----------------------------------------------------------------------------- interventions (cached)
+
+def _validation(run: Run, n: int):
+    from damcha.samples import validation_arrays
+
+    x, y, _ = validation_arrays(run)
+    return x[:n], y[:n]
+
+
+@st.cache_resource(show_spinner="The validation mean metric M-bar…", max_entries=32, hash_funcs=HASH_FUNCS)
+def mean_metric(run: Run, epoch: int, n: int = 256):
+    from damcha.interventions import mean_metric as average
+
+    return average(model_for(run, epoch), _validation(run, n)[0])
+
+
+def intervention_by_name(run: Run, name: str):
+    from damcha.interventions import available_interventions
+
+    return next(iv for iv in available_interventions(run.model_config) if iv.name == name)
+
+
+@st.cache_data(show_spinner="Running the model with the intervention…", max_entries=128, hash_funcs=HASH_FUNCS)
+def intervened(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple, other: ModelInput | None = None):
+    """(record without, record with) the intervention, and the loss change."""
+    from damcha.interventions import intervention_options
+
+    model = model_for(run, epoch)
+    iv = intervention_by_name(run, name)
+    needs_mean = any(p.kind == "mean" for p in iv.params)
+    options = intervention_options(model, iv, inp.tokens, dict(params), None if other is None else other.tokens,
+                                   mean_metric(run, epoch) if needs_mean else None)
+    return inspection(run, epoch, inp, None), inspect_input(model, inp.tokens, inp.targets, options=options)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def block_grid(run: Run, epoch: int, inp: ModelInput | None, keep: bool, n: int = 64):
+    """Loss change per zeroed (or kept) block M_ij, for the input or averaged over n validation inputs."""
+    from damcha import interventions
+
+    bar = st.progress(0.0, text="One forward pass per block…")
+    tick = lambda k, m: bar.progress(k / m, text=f"Block {k}/{m}")  # noqa: E731
+    model = model_for(run, epoch)
+    if inp is None:
+        x, y = _validation(run, n)
+        grid = interventions.block_grid_over(model, x, y, keep, progress=tick)
+    else:
+        grid = interventions.block_grid(model, inp.tokens, inp.targets, keep, progress=tick)
+    bar.empty()
+    return grid
+
+
+@st.cache_data(show_spinner="Loss along the curve…", max_entries=64, hash_funcs=HASH_FUNCS)
+def metric_curves(run: Run, epoch: int, inp: ModelInput):
+    """Interpolation from M-bar to M(x) (and beyond), off-diagonal scaling, head ablation, residue check."""
+    from damcha import interventions
+
+    model = model_for(run, epoch)
+    return {
+        "interpolation": interventions.interpolation_curve(model, inp.tokens, inp.targets, mean_metric(run, epoch)),
+        "off_diagonal": interventions.off_diagonal_curve(model, inp.tokens, inp.targets),
+        "heads": interventions.head_ablation(model, inp.tokens, inp.targets),
+        "residue": interventions.residue_check(model, inp.tokens, inp.targets),
+    }
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def adaptivity_over_epochs(run: Run, n: int = 256):
+    """Per snapshot: the adaptivity gap loss(M-bar) - loss(M(x)) over n validation inputs (mean, 95% interval)."""
+    from damcha import interventions
+
+    x, y = _validation(run, n)
+    bar = st.progress(0.0, text="Adaptivity gap per snapshot…")
+    rows = []
+    for k, epoch in enumerate(run.epochs):
+        gap = interventions.adaptivity_gap(model_for(run, epoch), x, y, mean_metric(run, epoch))
+        rows.append((epoch, *interventions.interval(gap)))
+        bar.progress((k + 1) / len(run.epochs), text=f"Snapshot {k + 1}/{len(run.epochs)}")
+    bar.empty()
+    return rows
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def validation_effects(run: Run, epoch: int, n: int = 128):
+    from damcha import interventions
+
+    model = model_for(run, epoch)
+    ivs = interventions.available_interventions(run.model_config)
+    needs_mean = any(p.kind == "mean" for iv in ivs for p in iv.params)
+    x, y = _validation(run, n)
+    bar = st.progress(0.0, text="Each intervention over the validation inputs…")
+    rows = interventions.validation_effects(model, x, y, ivs, mean_metric(run, epoch) if needs_mean else None,
+                                            progress=lambda k, m: bar.progress(k / m, text=f"Intervention {k}/{m}"))
+    bar.empty()
+    return rows
+
+
 # ----------------------------------------------------------------------------- run picker
 
 def run_picker() -> tuple[Run | None, int | None]:

@@ -359,6 +359,27 @@ def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[fl
     return fig
 
 
+def curve_figure(xs: Sequence[float], curves: dict[str, Sequence[float]], title: str = "", x_title: str = "",
+                 y_title: str = "", bands: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+                 marks: dict[str, float] | None = None) -> go.Figure:
+    """Lines over a common x (loss against alpha, gamma or epoch), optional (low, high) bands per line
+    and vertical marks (name -> x)."""
+    fig = go.Figure()
+    for name, ys in curves.items():
+        if bands and name in bands:
+            lo, hi = bands[name]
+            fig.add_trace(go.Scatter(x=list(xs) + list(xs)[::-1], y=list(hi) + list(lo)[::-1], fill="toself",
+                                     fillcolor="rgba(99,110,250,0.2)", line=dict(width=0), hoverinfo="skip",
+                                     name=f"{name} (95% interval)"))
+        fig.add_trace(go.Scatter(x=list(xs), y=list(ys), mode="lines+markers", name=name))
+    for name, x in (marks or {}).items():
+        fig.add_vline(x=x, line=dict(color="grey", dash="dot"), annotation_text=name)
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title=y_title)
+    return fig
+
+
 def spectrum_figure(epochs: Sequence[int], spectra: Sequence[np.ndarray], title: str = "Spectrum of (M + Mᵀ)/2") -> go.Figure:
     """Sorted eigenvalues of the symmetric part at each epoch: negative values mean M is not PSD."""
     fig = go.Figure()

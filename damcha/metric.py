@@ -67,8 +67,11 @@ def context_means(x: torch.Tensor, real: torch.Tensor | None, causal: bool) -> t
     return sums / counts.clamp_min(1.0)  # a prefix of padding only gets a zero context
 
 
-def block_scales(n_head: int, mode: MetricMode | str, like: torch.Tensor) -> torch.Tensor:
-    """s_ij of the row sum as an (H, H) matrix: s_ii on the diagonal, s_ij elsewhere."""
+def block_scales(n_head: int, mode, like: torch.Tensor) -> torch.Tensor:
+    """s_ij of the row sum as an (H, H) matrix: from a metric mode (s_ii on the diagonal, s_ij
+    elsewhere), or given whole as a nested sequence or tensor (interventions on single blocks)."""
+    if not isinstance(mode, (str, MetricMode)):
+        return torch.as_tensor(mode, dtype=like.dtype, device=like.device).reshape(n_head, n_head)  # (H, H)
     s_diag, s_off = MetricMode.parse(mode).scales
     eye = torch.eye(n_head, dtype=like.dtype, device=like.device)  # (H, H)
     return s_diag * eye + s_off * (1 - eye)  # (H, H)
@@ -283,6 +286,26 @@ class MetricSource(nn.Module):
             return HeadMetric(head=head, full=M if explicit else None, context=c)
         head = self.generator.fused_row_sum(c, mode, stochastic)  # (B, P, H, d, d)
         return HeadMetric(head=head, context=c)
+
+    def intervened(self, x: torch.Tensor, real: torch.Tensor | None, scales, reference: torch.Tensor | None = None,
+                   alpha: float = 1.0, drop_residue: bool = False, stochastic: bool = False) -> HeadMetric:
+        """The metric under an intervention, always explicit: M' = reference + alpha (M(x) - reference)
+        (reference (P|1, D, D): another input's M, or the validation mean), then optionally only its
+        learned part, then the row sum (or the bilinear rows) with block scales s_ij = scales (a
+        metric mode or an H x H matrix)."""
+        H = self.n_head
+        if self.static:
+            c = None
+            M = self.generator()[None, None]  # (1, 1, D, D)
+        else:
+            c = context_means(x, real, self.causal)  # (B, P, D)
+            M = self.generator.full_metric(c, stochastic)  # (B, P, D, D)
+        if reference is not None:
+            M = reference.to(M.dtype) + alpha * (M - reference.to(M.dtype))  # (B|1, P, D, D)
+        if drop_residue:
+            M = learned_and_residue(M, H)[0]
+        head = scaled_rows(M, H, scales) if self.bilinear else explicit_row_sum(M, H, scales)  # (B|1, P, H, d, d|D)
+        return HeadMetric(head=head, full=M, context=c)
 
     def chunked_queries(self, x: torch.Tensor, real: torch.Tensor | None, x_heads: torch.Tensor,
                         mode: MetricMode | str, stochastic: bool = False) -> torch.Tensor:

@@ -185,3 +185,22 @@ def test_ablation_page_table_and_csv():
     at = new_app("text-damcha", "ablation")
     assert_clean(at)
     assert any("continues:" in m.value for m in at.markdown)
+
+
+def test_interventions_page_on_damcha_and_on_a_comparison_run():
+    at = new_app("digits-damcha", "interventions")
+    assert_clean(at)
+    assert any("unchanged up to float rounding" in i.value for i in at.info)  # the residue check, row sum
+    assert charts(at) >= 7
+    at.selectbox(key="intervention").set_value("zero_block").run()
+    assert_clean(at)
+    at.selectbox(key="intervention").set_value("swap_metric").run()
+    assert_clean(at)
+    frames = [d.value for d in at.dataframe]
+    assert "mean loss change" in frames[-1].columns
+    at = new_app("digits-damcha-bilinear", "interventions")
+    assert_clean(at)
+    assert any("changed: the residue is used" in i.value for i in at.info)
+    at = new_app("digits-mha", "interventions")
+    assert_clean(at)
+    assert any("declares no intervention" in i.value for i in at.info)

@@ -15,7 +15,9 @@ from .base import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,
+    Intervention,
     Mechanism,
+    Param,
     Structure,
     StructureKind,
     Variant,
@@ -101,7 +103,8 @@ register(MoA(), Variant("moa", "moa", {}, "mixture of attention heads: top-k of 
 register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense, renormalised gates"))
 
 __all__ = [
-    "AttentionOutput", "DamchaOptions", "ForwardOptions", "Identifiability", "Mechanism", "Structure",
+    "AttentionOutput", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param",
+    "Structure",
     "StructureKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
     "register", "unregister", "variant_names", "variants",
 ]

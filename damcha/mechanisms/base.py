@@ -185,6 +185,10 @@ class Mechanism:
         query positions to take per-position structures at (-1: whole sequence)."""
         return []
 
+    def interventions(self, config: ModelConfig) -> list[Intervention]:
+        """The interventions this mechanism supports (the interventions page offers only these)."""
+        return []
+
     def settings(self, config: ModelConfig) -> dict[str, Any]:
         """This mechanism's settings in a config, for model cards (name -> value)."""
         return dict(config.attention_options)
@@ -203,6 +207,31 @@ _CHOICE_DEFAULTS = {"metric_mode": "full"}
 def _default_choice(name: str) -> str | None:
     """The value of a per-call choice that means 'the model as trained' for mechanisms without it."""
     return _CHOICE_DEFAULTS.get(name)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter of an intervention: kind "head" (an index 0..H-1), "fraction" (a number in
+    [low, high]), "input" (another input of the same length), "mean" (the validation mean; no control)."""
+
+    name: str
+    kind: str
+    low: float = 0.0
+    high: float = 1.0
+    default: float = 0.0
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A change of a mechanism's forward pass, given as forward options (never as state on the
+    model). `make(model, tokens, **params)` returns the options; interventions with an "input" or
+    "mean" parameter receive what they need from damcha.interventions."""
+
+    name: str
+    title: str
+    description: str
+    params: tuple[Param, ...] = ()
+    make: Any = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ keys as in MHA. A linear re-parametrisation of W_Q: expressively the same as MHA
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from .base import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,
+    Intervention,
     Mechanism,
     Structure,
     StructureKind,
@@ -37,6 +39,14 @@ from .base import (
 )
 
 MIXING_INITS = ("concatenate", "all_ones", "uniform")
+
+
+@dataclass(frozen=True)
+class CollaborativeOptions(ForwardOptions):
+    """Intervention: concatenate_mixing replaces the learned m_h by block indicators (each head its own
+    D~_k / H coordinates, as MHA's heads have)."""
+
+    concatenate_mixing: bool = False
 
 
 def mixing_init(H: int, dk: int, how: str) -> torch.Tensor:
@@ -65,7 +75,8 @@ class CollaborativeAttention(nn.Module):
                 stochastic: bool = False, shared=None) -> AttentionOutput:
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
-        q = self.query(x)[:, None] * self.mixing[None, :, None, :]  # (B, H, T, dk): x_t W~_Q diag(m_h)
+        mixing = mixing_init(H, self.dk, "concatenate").to(x) if options.concatenate_mixing else self.mixing  # (H, dk)
+        q = self.query(x)[:, None] * mixing[None, :, None, :]  # (B, H, T, dk): x_t W~_Q diag(m_h)
         k = self.key(x)[:, None].expand(B, H, T, self.dk)  # (B, H, T, dk)
         bias = self.content_bias(x).transpose(1, 2)[:, :, None, :]  # (B, H, 1, T): x_s W_b[:, h]
         scale = head_scale(self.dk // H)
@@ -115,6 +126,12 @@ class ColMHA(Mechanism):
     title = "Collaborative multi-head attention (ColMHA)"
     reference = "Cordonnier, Loukas, Jaggi 2020, arXiv 2006.16362"
     config_options = ("colmha_init", "colmha_dk")
+    options_type = CollaborativeOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        return [Intervention("concatenate_mixing", "'Concatenate' mixing", "Each head keeps only its own block of "
+                             "D~_k / H shared coordinates, weighted 1.",
+                             make=lambda model, tokens: CollaborativeOptions(concatenate_mixing=True))]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return CollaborativeAttention(config, _dk(config), config.option("colmha_init", "concatenate"))

@@ -31,16 +31,47 @@ METRIC_INPUTS = ("adaptive", "static")
 SCORE_FORMS = ("row_sum", "bilinear")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DamchaOptions(ForwardOptions):
     """metric_mode: inference-time row sum (full, diagonal-only, off-diagonal-only).
-    explicit: build the full M(x) and explicit scores (inspection and tests), not the fused path."""
+    explicit: build the full M(x) and explicit scores (inspection and tests), not the fused path.
+
+    Interventions (damcha.interventions), each computed exactly on the explicit path:
+    block_scales: an H x H matrix s_ij replacing the metric mode's (zero a block, keep one block,
+        ablate a head's metric, scale the off-diagonal blocks);
+    reference, alpha: use M' = reference + alpha (M(x) - reference) instead of M(x), reference of
+        shape (L_m, P|1, D, D) with one entry per metric source (another input's M, the mean M);
+    drop_residue: keep only the learned part of M (each block = its row mean)."""
 
     metric_mode: MetricMode | str = MetricMode.FULL
     explicit: bool = False
+    block_scales: tuple[tuple[float, ...], ...] | None = None
+    reference: torch.Tensor | None = None
+    alpha: float = 1.0
+    drop_residue: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metric_mode", MetricMode.parse(self.metric_mode))
+        if self.block_scales is not None:
+            object.__setattr__(self, "block_scales", tuple(tuple(float(v) for v in row) for row in self.block_scales))
+
+    @property
+    def intervened(self) -> bool:
+        return self.block_scales is not None or self.reference is not None or self.drop_residue or self.alpha != 1.0
+
+    @property
+    def scales(self):
+        return self.block_scales if self.block_scales is not None else self.metric_mode
+
+    def _key(self) -> tuple:
+        ref = None if self.reference is None else (tuple(self.reference.shape), self.reference.detach().cpu().numpy().tobytes())
+        return (self.metric_mode, self.explicit, self.block_scales, ref, self.alpha, self.drop_residue)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DamchaOptions) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 class MetricAttention(nn.Module):
@@ -55,8 +86,9 @@ class MetricAttention(nn.Module):
     transformer passes in the HeadMetric it computed once from the stack input.
     """
 
-    def __init__(self, config, own_metric: bool):
+    def __init__(self, config, own_metric: bool, index: int = 0):
         super().__init__()
+        self.index = index  # which metric source this is (interventions give one reference per source)
         D = config.n_embd
         self.n_head = config.n_head
         self.head_dim = config.head_dim
@@ -88,13 +120,13 @@ class MetricAttention(nn.Module):
         """Inference with this layer's own per-position row-sum metric: the chunked path."""
         src = self.metric_source
         return (src is not None and causal and not self.bilinear and not src.static and not options.explicit
-                and not need_weights and not torch.is_grad_enabled())
+                and not options.intervened and not need_weights and not torch.is_grad_enabled())
 
     def _metric(self, x, real, options: DamchaOptions, stochastic: bool, shared: HeadMetric | None) -> HeadMetric:
         if self.metric_source is None:
             assert shared is not None, "a layer without its own metric needs the shared one"
             return shared
-        return self.metric_source(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
+        return run_source(self.metric_source, self.index, x, real, options, stochastic)
 
     def queries_and_keys(self, x: torch.Tensor, metric: HeadMetric) -> tuple[torch.Tensor, torch.Tensor]:
         """q_t = x_{t,i}^T m_i(c_t) (per head), k_s = x_{s,i} (row sum) or all of x_s (bilinear)."""
@@ -121,13 +153,13 @@ class Damcha(Mechanism):
     option_choices = {"metric_mode": tuple(m.value for m in MetricMode)}
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
-        return MetricAttention(config, own_metric=config.metric_sharing == "per_layer")
+        return MetricAttention(config, own_metric=config.metric_sharing == "per_layer", index=layer_index)
 
     def build_shared(self, config) -> nn.Module | None:
         return MetricSource(config) if config.metric_sharing == "shared" else None
 
     def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
-        return module(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
+        return run_source(module, 0, x, real, options, stochastic)
 
     def validate(self, config) -> None:
         for name, allowed in (("metric_sharing", METRIC_SHARINGS), ("metric_input", METRIC_INPUTS),
@@ -207,6 +239,14 @@ class Damcha(Mechanism):
 
     def notes(self, config) -> list[str]:
         return [self.identifiability_note(config)]
+
+
+def run_source(source: MetricSource, index: int, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
+    """The HeadMetric of metric source `index`, under the options' interventions if any."""
+    if options.intervened:
+        reference = None if options.reference is None else options.reference[index]
+        return source.intervened(x, real, options.scales, reference, options.alpha, options.drop_residue, stochastic)
+    return source(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
 
 
 def metric_sources(model) -> list[MetricSource]:

@@ -23,6 +23,7 @@ gate; no post-softmax compose and no key-wise term.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from .base import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,
+    Intervention,
     Mechanism,
     Structure,
     StructureKind,
@@ -42,6 +44,13 @@ from .base import (
 
 RANK = 2
 USES = ("pre_q", "pre_k", "post_q", "post_k")
+
+
+@dataclass(frozen=True)
+class ComposeOptions(ForwardOptions):
+    """Intervention: without_composition sets the dynamic weights to zero (DCMHA becomes MHA)."""
+
+    without_composition: bool = False
 
 
 class DynamicWeights(nn.Module):
@@ -103,6 +112,8 @@ class ComposedAttention(nn.Module):
         k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         dw = self.dynamic(x)
+        if options.without_composition:
+            dw = {use: tuple(torch.zeros_like(t) for t in w) for use, w in dw.items()}
         logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T)
         probs = masked_softmax(compose(logits, dw["pre_q"], dw["pre_k"]), mask, causal)  # (B, H, T, T)
         weights = compose(probs, dw["post_q"], dw["post_k"])  # (B, H, T, T)
@@ -149,6 +160,12 @@ class DCMHA(Mechanism):
     name = "dcmha"
     title = "Dynamically composable multi-head attention (DCMHA)"
     reference = "Xiao et al., ICML 2024, arXiv 2405.08553"
+    options_type = ComposeOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        return [Intervention("without_composition", "Dynamic weights set to zero (MHA)",
+                             "Compose becomes the identity before and after the softmax.",
+                             make=lambda model, tokens: ComposeOptions(without_composition=True))]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return ComposedAttention(config)

@@ -14,6 +14,7 @@ causal mask, letting backward heads see future tokens; that is never done here.)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from .base import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,
+    Intervention,
     Mechanism,
     Structure,
     StructureKind,
@@ -31,6 +33,13 @@ from .base import (
 )
 
 TYPES = ("global", "local", "forward", "backward")
+
+
+@dataclass(frozen=True)
+class MixedOptions(ForwardOptions):
+    """Intervention: the heads of type `as_global` see every allowed key, like global heads."""
+
+    as_global: str = ""
 
 
 def head_types(n_head: int) -> list[int]:
@@ -47,10 +56,12 @@ def type_masks(T: int, window: int, device=None) -> torch.Tensor:
 
 
 def head_masks(real: torch.Tensor | None, causal: bool, T: int, window: int, n_head: int,
-               device=None) -> torch.Tensor:
+               device=None, as_global: str = "") -> torch.Tensor:
     """(B|1, H, T, T) allowed pairs per head: its type's pattern and the causal and padding masks.
-    A query left with no key attends to itself (never the case for a real query: it sees itself)."""
-    allowed = type_masks(T, window, device)[head_types(n_head)][None]  # (1, H, T, T)
+    A query left with no key attends to itself (never the case for a real query: it sees itself).
+    as_global: a type whose heads get the global pattern instead (an intervention)."""
+    types = [0 if as_global and TYPES[t] == as_global else t for t in head_types(n_head)]
+    allowed = type_masks(T, window, device)[types][None]  # (1, H, T, T)
     if causal:
         allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
     if real is not None:
@@ -77,7 +88,7 @@ class MixedAttention(nn.Module):
         q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        masks = head_masks(real, causal, T, self.window, H, x.device)  # (B|1, H, T, T)
+        masks = head_masks(real, causal, T, self.window, H, x.device, options.as_global)  # (B|1, H, T, T)
         out, weights = attend(q, k, v, masks, False, head_scale(d), self.dropout if stochastic else 0.0, need_weights)
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return AttentionOutput(y=y, weights=weights, internals=masks if need_weights else None)
@@ -92,6 +103,14 @@ class MMA(Mechanism):
     title = "Mixed multi-head self-attention (MMA)"
     reference = "Cui et al., WNGT 2019, ACL Anthology D19-5622"
     config_options = ("mma_window",)
+    options_type = MixedOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        present = sorted(set(head_types(config.n_head)))
+        return [Intervention(f"{TYPES[t]}_as_global", f"{TYPES[t].capitalize()} heads turned global",
+                             f"The {TYPES[t]} heads see every allowed key.",
+                             make=lambda model, tokens, name=TYPES[t]: MixedOptions(as_global=name))
+                for t in present if TYPES[t] != "global"]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return MixedAttention(config, _window(config))

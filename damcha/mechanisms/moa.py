@@ -22,6 +22,7 @@ no auxiliary loss.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from .base import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,
+    Intervention,
     Mechanism,
     Structure,
     StructureKind,
@@ -40,6 +42,15 @@ from .base import (
 )
 
 BALANCES = ("cv", "switch")
+
+
+@dataclass(frozen=True)
+class MoAOptions(ForwardOptions):
+    """Interventions: uniform_gates gives each chosen expert the gate 1/k; fixed_experts makes every
+    token choose these experts (with the router's probabilities as gates)."""
+
+    uniform_gates: bool = False
+    fixed_experts: tuple[int, ...] = ()
 
 
 def cv_squared(x: torch.Tensor) -> torch.Tensor:
@@ -82,6 +93,12 @@ class MixtureOfAttentionHeads(nn.Module):
         E, d = self.E, self.d
         logits = self.router(x)  # (B, T, E)
         gates = top_k_gates(logits, self.k, self.renormalise)  # (B, T, E)
+        if options.fixed_experts:
+            keep = torch.zeros(E, dtype=torch.bool, device=x.device)
+            keep[list(options.fixed_experts)] = True
+            gates = torch.where(keep, logits.softmax(-1), torch.zeros_like(gates))  # (B, T, E)
+        if options.uniform_gates:
+            gates = (gates > 0).to(gates.dtype) / (gates > 0).sum(-1, keepdim=True).clamp_min(1)  # (B, T, E)
         q = self.query(x).view(B, T, E, d).transpose(1, 2)  # (B, E, T, d)
         k = self.key(x).view(B, T, -1, d).transpose(1, 2)  # (B, 1|E, T, d)
         v = self.value(x).view(B, T, -1, d).transpose(1, 2)  # (B, 1|E, T, d)
@@ -119,6 +136,17 @@ def _aux(config) -> dict:
 
 class _MoABase(Mechanism):
     authors = False
+    options_type = MoAOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        E, k = _sizes(config, self.authors)
+        return [
+            Intervention("uniform_gates", "Uniform gates", f"Each chosen expert weighted 1/{k}.",
+                         make=lambda model, tokens: MoAOptions(uniform_gates=True)),
+            Intervention("fixed_experts", f"Experts 1..{k} for every token", "The same experts for every token, "
+                         "gated by the router's probabilities.",
+                         make=lambda model, tokens: MoAOptions(fixed_experts=tuple(range(k)))),
+        ]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         E, k = _sizes(config, self.authors)

@@ -13,6 +13,7 @@ variance 1/H, the fan-in); the DAMCHA authors' code starts from the identity, wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from .base import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,
+    Intervention,
     Mechanism,
     Structure,
     StructureKind,
@@ -31,6 +33,14 @@ from .base import (
 )
 
 INITS = ("random", "identity")
+
+
+@dataclass(frozen=True)
+class TalkingHeadsOptions(ForwardOptions):
+    """Interventions: replace the logits mixing P_l, or the weights mixing P_w, by the identity."""
+
+    identity_logits_mix: bool = False
+    identity_weights_mix: bool = False
 
 
 class TalkingHeadsAttention(nn.Module):
@@ -58,9 +68,11 @@ class TalkingHeadsAttention(nn.Module):
         k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T) J_h
-        mixed = torch.einsum("bhts,hg->bgts", logits, self.logits_mix)  # (B, H, T, T) L_h'
+        p_l = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_logits_mix else self.logits_mix
+        p_w = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_weights_mix else self.weights_mix
+        mixed = torch.einsum("bhts,hg->bgts", logits, p_l)  # (B, H, T, T) L_h'
         probs = masked_softmax(mixed, mask, causal)  # (B, H, T, T)
-        weights = torch.einsum("bhts,hg->bgts", probs, self.weights_mix)  # (B, H, T, T) W_h''
+        weights = torch.einsum("bhts,hg->bgts", probs, p_w)  # (B, H, T, T) W_h''
         dropped = F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights
         out = dropped @ v  # (B, H, T, d)
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
@@ -73,6 +85,18 @@ class TalkingHeads(Mechanism):
     title = "Talking-heads attention (THA)"
     reference = "Shazeer et al. 2020, arXiv 2003.02436"
     config_options = ("tha_init",)
+    options_type = TalkingHeadsOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        return [
+            Intervention("identity_logits_mix", "P_l replaced by the identity", "No mixing of the logits before the "
+                         "softmax.", make=lambda model, tokens: TalkingHeadsOptions(identity_logits_mix=True)),
+            Intervention("identity_weights_mix", "P_w replaced by the identity", "No mixing of the weights after the "
+                         "softmax.", make=lambda model, tokens: TalkingHeadsOptions(identity_weights_mix=True)),
+            Intervention("no_talking", "Both replaced by the identity (MHA)", "The same projections without any "
+                         "talking: standard MHA.",
+                         make=lambda model, tokens: TalkingHeadsOptions(identity_logits_mix=True, identity_weights_mix=True)),
+        ]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return TalkingHeadsAttention(config, config.option("tha_init", "random"))
