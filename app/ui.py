@@ -22,8 +22,10 @@ from damcha.inspection import InspectionRecord, inspect_input
 from damcha.mechanisms import ForwardOptions
 from damcha.preprocess import InputError
 from damcha.samples import (
+    BUNDLED_DATASETS,
     ModelInput,
     input_from_image,
+    input_from_photo,
     input_from_text,
     run_modality,
     validation_count,
@@ -87,9 +89,9 @@ def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None):
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def dataset_metrics(run: Run, n: int):
     """M(x) of n validation inputs at their last position, per snapshot: ({epoch: (n, L_m, D, D)}, labels,
-    label name). Inputs without classes (text) are labelled by their share of letters."""
+    label name). Inputs without classes are grouped by brightness (images) or share of letters (text)."""
     from damcha.dynamics import dataset_metrics as metrics_of
-    from damcha.dynamics import letter_share_terciles
+    from damcha.dynamics import input_groups
     from damcha.samples import validation_arrays
 
     x, _, labels = validation_arrays(run)
@@ -101,7 +103,7 @@ def dataset_metrics(run: Run, n: int):
         bar.progress((k + 1) / len(run.epochs), text=f"Validation metrics, snapshot {k + 1}/{len(run.epochs)}")
     bar.empty()
     if labels is None:
-        return out, letter_share_terciles(x), "letter-share tercile"
+        return out, *input_groups(x, bool(run.model_config.input_dim))
     return out, labels[:n], "class"
 
 
@@ -179,6 +181,14 @@ def input_under_modes(run: Run, epoch: int, inp: ModelInput):
     from damcha.ablation import input_under_modes as under_modes
 
     return under_modes(model_for(run, epoch), inp.tokens, inp.targets)
+
+
+@st.cache_data(show_spinner="Computing from the model…", max_entries=64, hash_funcs=HASH_FUNCS)
+def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
+    """What a figure computed from the model itself draws (damcha.figure_sets.MODEL_FIGURES)."""
+    from damcha.figure_sets import model_figure_values as values
+
+    return values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params))
 
 
 # ----------------------------------------------------------------------------- interventions (cached)
@@ -338,11 +348,16 @@ def input_picker(run: Run) -> ModelInput | None:
     """Upload, type, or pick a validation sample, as the run's modality allows; returns the model
     input or None (with a message shown). The source, validation index and typed text are in the URL."""
     modality = run_modality(run)
-    sources = ["Validation sample"]
+    sources = ["Validation sample"] if run.dataset in BUNDLED_DATASETS else []
     if modality.upload == "image":
         sources.append("Upload an image")
+    elif modality.upload == "photo":
+        sources.append("Upload a colour photo")
     elif modality.upload == "text":
-        sources = ["Type text", "Upload a text file", "Validation sample"]
+        sources = ["Type text", "Upload a text file", *sources]
+    if not sources:
+        st.info(f"{run.name} reads {modality.title} from local files ({run.dataset}) and takes no uploads.")
+        return None
     source = st.radio("Input", sources, horizontal=True, key="source", bind=URL)
     try:
         if source == "Validation sample":
@@ -358,6 +373,14 @@ def input_picker(run: Run) -> ModelInput | None:
                 st.info("Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels.")
                 return None
             return input_from_image(run, up.getvalue(), up.name)
+        if source == "Upload a colour photo":
+            up = st.file_uploader("A colour photo (PNG, JPEG, GIF, BMP, WebP)", type=UPLOAD_TYPES["image"],
+                                  key="upload_photo")
+            if up is None:
+                st.info("Upload any colour photo; it is turned upright, centre-cropped to a square and resized to "
+                        "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels.")
+                return None
+            return input_from_photo(run, up.getvalue(), up.name)
         if source == "Upload a text file":
             up = st.file_uploader("UTF-8 text file", type=UPLOAD_TYPES["text"], key="upload_text")
             if up is None:

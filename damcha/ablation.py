@@ -10,7 +10,14 @@ import numpy as np
 import torch
 
 from .checkpoints import Run
-from .evaluation import complete_digits, completion_mse, evaluate
+from .evaluation import (
+    complete_digits,
+    complete_patches,
+    completion_mse,
+    completion_statistics,
+    evaluate,
+    patch_completion_errors,
+)
 from .metric import MetricMode
 from .model import Transformer
 from .samples import validation_arrays
@@ -50,8 +57,13 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
     for k, mode in enumerate(MODES):
         options = _options(model, mode)
         res = evaluate(model, xt, yt, options=options)
-        row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode,
-               "nll": res["nll"], f"bits_per_{unit}": res["nll"] / math.log(2)}
+        row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode}
+        if run.model_config.input_dim:  # next-patch MSE and the paper's table-1 statistics of completions
+            row["mse"] = res["nll"]
+            row.update(completion_statistics(patch_completion_errors(model, xt[:completion_images],
+                                                                     yt[:completion_images], options)))
+        else:
+            row.update({"nll": res["nll"], f"bits_per_{unit}": res["nll"] / math.log(2)})
         if "accuracy" in res:
             row["accuracy"] = res["accuracy"]
         if run.model_config.modality == "digit_image" and not run.model_config.n_classes:
@@ -78,6 +90,7 @@ class ModeOutcome:
     completed: np.ndarray | None = None
     continuation: str | None = None
     next_bytes: tuple[tuple[int, float], ...] = ()
+    completed_patches: np.ndarray | None = None  # (64, 48) an image completed from its top half
     predicted_class: int | None = None
     class_probability: float | None = None
 
@@ -96,6 +109,9 @@ def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tu
         if record.task == "classification":
             probs = next_token_probabilities(record, 0)
             extra = dict(predicted_class=int(probs.argmax()), class_probability=float(probs.max()))
+        elif cfg.input_dim:
+            x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
+            extra = dict(completed_patches=complete_patches(model, x, _options(model, mode))[0].numpy())
         elif cfg.modality == "digit_image" and targets is not None:
             extra = dict(completed=completed_digit(model, tokens, targets, mode))
         elif cfg.modality == "byte_text":

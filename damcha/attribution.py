@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
+from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerIntegratedGradients
 
 from .inspection import as_model_input
 from .mechanisms import DamchaOptions
 from .mechanisms.damcha import metric_sources
 from .metric import MetricMode, as_blocks
+from .modalities import modality_named
 from .model import Transformer
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
@@ -36,21 +37,28 @@ def attribution_targets(config) -> tuple[str, ...]:
     return ("loss",)
 
 
+def baseline_description(config) -> str:
+    """What the Integrated-Gradients baseline of this model's inputs is, in words."""
+    if config.input_dim:
+        return "a black image (every patch zero; the start vector kept)"
+    return {"byte_text": "every character a space", "digit_image": "every pixel blank (level 0; the start token kept)"}.get(
+        config.modality, "every token 0")
+
+
 def baseline_token(config) -> int:
     """The 'absent' input of a modality: a blank pixel for digits, a space for text, 0 otherwise."""
     return ord(" ") if config.modality == "byte_text" else 0
 
 
-def per_pixel(values: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """(T,) token attributions of a digit -> (8, 8) per pixel. A decoder's token t is pixel t-1 (after
-    its start token) and its last pixel is never an input: that pixel is NaN."""
-    from .data import DIGIT_START
-
-    if int(tokens[0]) == DIGIT_START:
-        out = np.full(64, np.nan)
-        out[:63] = values[1:]
-        return out.reshape(8, 8)
-    return np.asarray(values, dtype=float).reshape(8, 8)
+def per_cell(values: np.ndarray, tokens: np.ndarray, modality) -> np.ndarray:
+    """(T,) token attributions of an image input -> (rows, cols) per pixel or patch. After a start
+    token, token t holds cell t-1, and the last cell is never an input: that cell is NaN."""
+    rows, cols = modality.grid
+    starts = modality.token_labels(np.asarray(tokens))[:1] == ["start"]
+    out = np.full(rows * cols, np.nan)
+    cells = np.asarray(values, dtype=float)[1:] if starts else np.asarray(values, dtype=float)
+    out[:len(cells)] = cells
+    return out.reshape(rows, cols)
 
 
 @dataclass(frozen=True)
@@ -161,10 +169,10 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
 
 def token_attributions(model: Transformer, tokens, baseline_token: int, target: str = "loss", targets=None,
                        n_steps: int = 32, progress: Callable[[int, int], None] | None = None, **scalar_kw) -> TokenAttribution:
-    """Integrated Gradients (captum's LayerIntegratedGradients on the token embedding) of a scalar
-    of the model, from a baseline input made of `baseline_token` everywhere."""
-    if model.config.input_dim:
-        raise ValueError("Integrated Gradients over token embeddings needs token inputs; this model reads vectors")
+    """Integrated Gradients of a scalar of the model, per input position: captum's
+    LayerIntegratedGradients on the token embedding, from a baseline made of `baseline_token`
+    everywhere; for continuous inputs (image patches) IntegratedGradients on the input vectors,
+    from a black image (`baseline_token` ignored). A start token is kept in the baseline."""
     if target != "loss" and (not model.config.is_damcha or model.config.metric_input == "static"):
         raise ValueError("this model's metric does not depend on the input: only the loss can be attributed to tokens")
     net = _private_copy(model)
@@ -176,9 +184,9 @@ def token_attributions(model: Transformer, tokens, baseline_token: int, target: 
         tgt = tgt[:, 0] if net.config.n_classes else tgt
     if target == "loss" and tgt is None:
         raise ValueError("the loss needs targets")
-    base = torch.full_like(tok, baseline_token)
-    if not net.config.n_classes and tok[0, 0] != baseline_token and net.config.vocab_size == 18:
-        base[0, 0] = tok[0, 0]  # keep the start token of a digit: attribute to the pixels only
+    base = torch.zeros_like(tok) if net.config.input_dim else torch.full_like(tok, baseline_token)
+    if modality_named(net.config.modality).token_labels(tok[0].cpu().numpy())[:1] == ["start"]:
+        base[0, 0] = tok[0, 0]  # keep the start token: attribute to the pixels or patches only
     calls = {"n": 0}
     total_calls = n_steps + 1
 
@@ -189,7 +197,7 @@ def token_attributions(model: Transformer, tokens, baseline_token: int, target: 
         t = None if tgt is None else tgt.expand(x.shape[0], *tgt.shape[1:])
         return metric_scalar(net, x, target, targets=t, **scalar_kw)
 
-    ig = LayerIntegratedGradients(forward, net.tok_emb)
+    ig = IntegratedGradients(forward) if net.config.input_dim else LayerIntegratedGradients(forward, net.tok_emb)
     attr, delta = ig.attribute(tok, baselines=base, n_steps=n_steps, internal_batch_size=1,
                                return_convergence_delta=True)
     with torch.no_grad():

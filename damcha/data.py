@@ -20,7 +20,7 @@ DIGIT_LEVELS = 17  # load_digits pixels are integers 0..16
 DIGIT_START = DIGIT_LEVELS  # start token of a digit sequence
 DIGIT_SIDE = 8
 BYTE_VOCAB = 256
-DATASETS = ("digits", "digits-cls", "text", "textfile", "enwik8", "text8", "cifar10", "cifar100")
+DATASETS = ("digits", "digits-cls", "text", "textfile", "enwik8", "text8", "cifar10", "cifar100", "sample-images")
 
 
 class DataError(ValueError):
@@ -241,13 +241,66 @@ def cifar_dataset(name: str, directory: str | Path) -> DataSet:
     train, train_labels, test, test_labels = load_cifar_patches(directory, name)
     test, test_labels = test[:CIFAR_VAL_IMAGES], test_labels[:CIFAR_VAL_IMAGES]
 
-    def shift(p: np.ndarray) -> torch.Tensor:
-        start = np.zeros((len(p), 1, p.shape[-1]), dtype=np.float32)
-        return torch.from_numpy(np.concatenate([start, p[:, :-1]], axis=1))
-
+    train_x, train_y = next_patch_sequences(train)
+    val_x, val_y = next_patch_sequences(test)
     split = {"source": str(directory), "n_train": len(train), "n_val": len(test), "val": f"first {len(test)} test images"}
-    return DataSet(name, "patches", 0, 64, shift(train), torch.from_numpy(train), shift(test), torch.from_numpy(test),
-                   val_labels=test_labels, split=split)
+    return DataSet(name, "patches", 0, 64, train_x, train_y, val_x, val_y, val_labels=test_labels, split=split)
+
+
+def patches_to_image(patches: np.ndarray, patch: int = 4) -> np.ndarray:
+    """(64, 48) patches in raster order -> (32, 32, 3) image: the inverse of cifar_patches for one image."""
+    g = int(round(np.sqrt(len(patches))))
+    x = np.asarray(patches).reshape(g, g, patch, patch, 3).transpose(0, 2, 1, 3, 4)  # (g, p, g, p, 3)
+    return x.reshape(g * patch, g * patch, 3)
+
+
+def next_patch_sequences(patches: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, 64, 48) patches -> model inputs (a zero start vector, then patches 0..62) and targets (patches 0..63)."""
+    start = np.zeros((len(patches), 1, patches.shape[-1]), dtype=np.float32)
+    return torch.from_numpy(np.concatenate([start, patches[:, :-1]], axis=1)), torch.from_numpy(patches)
+
+
+# ----------------------------------------------------------------------------- colour photographs (offline)
+
+SAMPLE_IMAGE_TRAIN_FRACTION = 0.75  # of each photograph's width: crops left of the cut train, right of it validate
+SAMPLE_IMAGE_CROPS = (2048, 256)  # training and validation crops (over both photographs)
+
+
+def sample_image_crops(seed: int = 0) -> dict:
+    """Seeded 32x32 crops (with horizontal flips) of scikit-learn's two bundled photographs (a temple
+    and a flower, 427x640). Training crops lie in the left 75% of each photograph and validation
+    crops in the right 25%, so no validation pixel is seen in training. A stand-in for CIFAR-10.
+
+    Returns {"train": (N, 32, 32, 3) uint8, "val": (M, 32, 32, 3) uint8, "regions": [...]}."""
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images()
+    rng = np.random.default_rng(seed)
+    out = {"train": [], "val": []}
+    regions = []
+    for photo, path in zip(photos.images, photos.filenames):
+        h, w, _ = photo.shape
+        cut = int(w * SAMPLE_IMAGE_TRAIN_FRACTION)
+        spans = {"train": (0, cut), "val": (cut, w)}
+        regions.append({"image": Path(path).name, "size": [h, w], "train_columns": [0, cut], "val_columns": [cut, w]})
+        for split, n in zip(("train", "val"), SAMPLE_IMAGE_CROPS):
+            lo, hi = spans[split]
+            for _ in range(n // len(photos.images)):
+                y = int(rng.integers(0, h - 32 + 1))
+                x = int(rng.integers(lo, hi - 32 + 1))
+                crop = photo[y:y + 32, x:x + 32]
+                out[split].append(crop[:, ::-1] if rng.random() < 0.5 else crop)
+    return {"train": np.stack(out["train"]), "val": np.stack(out["val"]), "regions": regions}
+
+
+def sample_images_dataset(split_seed: int = 0) -> DataSet:
+    """Next-patch prediction (MSE) on 32x32 crops of the bundled photographs: a CIFAR-like task offline."""
+    crops = sample_image_crops(split_seed)
+    train_x, train_y = next_patch_sequences(cifar_patches(crops["train"]))
+    val_x, val_y = next_patch_sequences(cifar_patches(crops["val"]))
+    split = {"seed": split_seed, "n_train": len(train_x), "n_val": len(val_x), "regions": crops["regions"],
+             "note": "32x32 crops with flips of scikit-learn's two sample photographs; a stand-in for CIFAR-10"}
+    return DataSet("sample-images", "patches", 0, 64, train_x, train_y, val_x, val_y, split=split)
 
 
 def load_dataset(name: str, path: str | None = None, block_size: int = 128, split_seed: int = 0) -> DataSet:
@@ -263,6 +316,8 @@ def load_dataset(name: str, path: str | None = None, block_size: int = 128, spli
             raise DataError(f"data set {name!r} needs --data-path to a local file")
         loader = {"textfile": load_text_file, "enwik8": load_enwik8, "text8": load_text8}[name]
         return loader(path, block_size)
+    if name == "sample-images":
+        return sample_images_dataset(split_seed)
     if name in ("cifar10", "cifar100"):
         if not path:
             raise DataError(f"data set {name!r} needs --data-path to the extracted python-batches folder")

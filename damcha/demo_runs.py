@@ -18,6 +18,8 @@ TEXT_MODEL = ModelConfig(n_layer=2, n_head=4, n_embd=32, generator_widths=(64, 1
 
 DIGITS_TRAIN = TrainConfig(dataset="digits", epochs=40, batch_size=32, lr=3e-3, snapshot_epochs=default_snapshot_epochs(40, 6))
 DIGITS_CLS_TRAIN = TrainConfig(dataset="digits-cls", epochs=40, batch_size=32, lr=2e-3, snapshot_epochs=default_snapshot_epochs(40, 6))
+IMAGES_TRAIN = TrainConfig(dataset="sample-images", epochs=40, batch_size=32, lr=3e-3,
+                           snapshot_epochs=default_snapshot_epochs(40, 6))
 TEXT_TRAIN = TrainConfig(dataset="text", epochs=40, batch_size=32, lr=3e-3, steps_per_epoch=100,
                          snapshot_epochs=default_snapshot_epochs(40, 6))
 
@@ -37,6 +39,10 @@ DEMO_RUNS: dict[str, tuple[ModelConfig, TrainConfig]] = {
     "digits-moa": (variant_config(DIGITS_MODEL, "moa"), DIGITS_TRAIN),
     "digits-cls-damcha": (variant_config(DIGITS_MODEL, "damcha"), DIGITS_CLS_TRAIN),
     "digits-cls-mha": (variant_config(DIGITS_MODEL, "mha"), DIGITS_CLS_TRAIN),
+    # Colour images (a CIFAR-10 stand-in that ships offline): figs. 8, 10, 11 compare DAMCHA and w/o f(x)
+    "images-damcha": (variant_config(DIGITS_MODEL, "damcha"), IMAGES_TRAIN),
+    "images-damcha-static": (variant_config(DIGITS_MODEL, "damcha-static"), IMAGES_TRAIN),
+    "images-mha": (variant_config(DIGITS_MODEL, "mha"), IMAGES_TRAIN),
     "text-damcha": (variant_config(TEXT_MODEL, "damcha"), TEXT_TRAIN),
     "text-mha": (variant_config(TEXT_MODEL, "mha"), TEXT_TRAIN),
 }

@@ -147,10 +147,16 @@ def statistic_bands(per_epoch: Sequence[np.ndarray], n_head: int, keys: Sequence
             for k in keys}
 
 
-def letter_share_terciles(inputs: np.ndarray) -> np.ndarray:
-    """Labels for byte windows without classes: the tercile of each window's share of ASCII letters."""
-    letters = np.array([np.mean([(65 <= t <= 90) or (97 <= t <= 122) for t in row]) for row in inputs])
-    return np.digitize(letters, np.quantile(letters, [1 / 3, 2 / 3]))
+def input_groups(inputs: np.ndarray, continuous: bool) -> tuple[np.ndarray, str]:
+    """Labels for inputs without classes, to colour a projection: the tercile of each image's mean
+    brightness (continuous patches), or of each byte window's share of ASCII letters."""
+    if continuous:
+        score = np.asarray(inputs, dtype=float).reshape(len(inputs), -1).mean(1)
+        name = "brightness tercile"
+    else:
+        score = np.array([np.mean([(65 <= t <= 90) or (97 <= t <= 122) for t in row]) for row in inputs])
+        name = "letter-share tercile"
+    return np.digitize(score, np.quantile(score, [1 / 3, 2 / 3])), name
 
 
 def project(points: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:

@@ -62,6 +62,35 @@ def completion_mse(model: Transformer, val_inputs: torch.Tensor, val_targets: to
     return float(((pred - truth) / (DIGIT_LEVELS - 1)).pow(2).mean())
 
 
+@torch.no_grad()
+def complete_patches(model: Transformer, inputs: torch.Tensor, options: ForwardOptions | None = None,
+                     given: int = 32) -> torch.Tensor:
+    """Free-running completion of images from their top half, as the paper's generation task:
+    (N, 64, 48) next-patch inputs (a zero start, then patches 0..62) -> (N, 64, 48) patches, the first
+    `given` copied from the input and the rest each predicted from the ones before (the model's
+    prediction is its expected patch; it is fed back as the next input)."""
+    device = next(model.parameters()).device
+    seq = inputs[:, :given + 1].to(device)  # (N, given+1, 48): start vector and the true top half
+    for _ in range(inputs.shape[1] - given - 1):
+        nxt = model(seq, options=options, stochastic=False).logits[:, -1:]  # (N, 1, 48)
+        seq = torch.cat([seq, nxt.clamp(0, 1)], dim=1)
+    last = model(seq, options=options, stochastic=False).logits[:, -1:].clamp(0, 1)  # the final patch
+    return torch.cat([seq[:, 1:], last], dim=1).cpu()  # (N, 64, 48)
+
+
+def patch_completion_errors(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor,
+                            options: ForwardOptions | None = None, given: int = 32) -> torch.Tensor:
+    """Per-image MSE of the completed bottom half against the truth (pixels in [0, 1]). (N,)"""
+    completed = complete_patches(model, inputs, options, given)  # (N, 64, 48)
+    return (completed[:, given:] - targets[:, given:]).pow(2).mean(dim=(1, 2))
+
+
+def completion_statistics(errors: torch.Tensor) -> dict:
+    """The paper's Table 1 statistics of per-image completion MSE: mean, q25, q75."""
+    q25, q75 = torch.quantile(errors.double(), torch.tensor([0.25, 0.75], dtype=torch.float64)).tolist()
+    return {"val_completion_mse": float(errors.mean()), "val_completion_mse_q25": q25, "val_completion_mse_q75": q75}
+
+
 def validation_tensors(data: DataSet, val_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
     if data.kind == "corpus":
         return fixed_val_windows(data.val_stream, data.block_size, val_windows)
@@ -81,7 +110,9 @@ def evaluate_epoch(model: Transformer, data: DataSet, tcfg) -> dict:
     tx, ty = train_subset(data, tcfg.val_windows)
     val = evaluate(model, vx, vy)
     if data.kind == "patches":  # a squared error, not a likelihood: no bits
-        return {"val_mse": val["nll"], "train_mse": evaluate(model, tx, ty)["nll"]}
+        n = tcfg.completion_images
+        errors = patch_completion_errors(model, vx[:n], vy[:n])
+        return {"val_mse": val["nll"], "train_mse": evaluate(model, tx, ty)["nll"], **completion_statistics(errors)}
     row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
     if "accuracy" in val:
         row["val_accuracy"] = val["accuracy"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 
 from . import figures
 from .checkpoints import Run, load_model, load_run
@@ -23,7 +24,8 @@ from .inspection import InspectionRecord, expected_digit, inspect_input, next_to
 from .mechanisms import Structure, StructureKind
 from .modalities import printable
 
-VIEWS = ("decomposition", "contour", "surface", "attention", "token_loss", "prediction", "input")
+VIEWS = ("decomposition", "contour", "surface", "attention", "attention_grid", "token_loss", "patch_error",
+         "prediction", "input")
 # Matrix names accepted by `part` as they were before structures had names of their own.
 _LEGACY_PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
 
@@ -139,9 +141,29 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
     if name == "prediction":
         return _prediction_figure(record, params, at)
     if name == "input":
+        if record.modality.name == "image_patches":
+            t = index["token"]
+            cell = _grid_cell(record, t)
+            label = f"query position {t} reads {record.token_labels[t]}" if cell else f"query position {t} reads the start"
+            return figures.rgb_image_figure(record_image(record), "What the model sees (32x32, 8x8 patches)",
+                                            highlight=cell, highlight_label=label)
         if record.modality.name != "digit_image":
             raise ValueError(f"the input figure is drawn for images; this input is {record.modality.title}")
         return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)")
+    if name == "attention_grid":
+        if not record.modality.grid:
+            raise ValueError("attention over the image grid needs an image input")
+        a = int(params.get("attn_layer", 0))
+        t = index["token"]
+        maps = attention_on_grid(record, a, t)
+        return figures.grid_maps_figure(maps, [f"head {h + 1}" for h in range(len(maps))],
+                                        f"Attention of query position {t} over the image, layer {a + 1}{at}", "weight")
+    if name == "patch_error":
+        if record.task != "next_vector" or record.token_loss is None:
+            raise ValueError("the per-patch error map is drawn for next-patch models")
+        rows, cols = record.modality.grid
+        return figures.grid_maps_figure(record.token_loss.reshape(1, rows, cols), ["squared error"],
+                                        f"Error of each patch given the true ones before it{at}", "MSE")
     raise ValueError(f"unknown figure {name!r}; expected one of {available_figures(record)}")
 
 
@@ -152,6 +174,10 @@ def prediction_takes_position(record: InspectionRecord) -> bool:
 
 
 def _prediction_figure(record: InspectionRecord, params: dict, at: str) -> go.Figure:
+    if record.task == "next_vector" and record.modality.name == "image_patches":
+        return figures.image_row_figure({"truth": record_image(record), "predicted, each patch from the true ones "
+                                         "before it": patches_image(np.clip(record.logits, 0, 1))},
+                                        f"Next-patch prediction (teacher forcing){at}")
     if record.task == "classification":
         probs = next_token_probabilities(record, 0)
         return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
@@ -164,6 +190,39 @@ def _prediction_figure(record: InspectionRecord, params: dict, at: str) -> go.Fi
         return figures.probabilities_figure([printable(t) for t in top], probs[top],
                                             f"Most likely next bytes after position {p}{at}")
     raise ValueError(f"no prediction figure for {record.modality.title}")
+
+
+def patches_image(patches: np.ndarray) -> np.ndarray:
+    """(64, 48) patches in [0, 1] -> (32, 32, 3) uint8 image."""
+    from .data import patches_to_image
+
+    return np.rint(patches_to_image(np.clip(patches, 0, 1)) * 255).astype(np.uint8)
+
+
+def record_image(record: InspectionRecord) -> np.ndarray:
+    """The image a next-patch record is about (its targets are all 64 patches)."""
+    return patches_image(record.targets)
+
+
+def _grid_cell(record: InspectionRecord, position: int) -> tuple[int, int] | None:
+    """The (row, col) of the patch or pixel an input position holds (None for a start token)."""
+    rows, cols = record.modality.grid
+    offset = 1 if record.token_labels and record.token_labels[0] == "start" else 0
+    k = position - offset
+    return None if k < 0 or k >= rows * cols else (k // cols, k % cols)
+
+
+def attention_on_grid(record: InspectionRecord, layer: int, query: int) -> np.ndarray:
+    """(H, rows, cols) attention of one query position to every key, each key placed at the patch or
+    pixel it holds (cells that are no key of this query, or no input at all, are NaN)."""
+    rows, cols = record.modality.grid
+    attn = record.attention[layer][:, query]  # (H, T)
+    maps = np.full((attn.shape[0], rows * cols), np.nan)
+    for s in range(attn.shape[1]):
+        cell = _grid_cell(record, s)
+        if cell is not None:
+            maps[:, cell[0] * cols + cell[1]] = attn[:, s]
+    return maps.reshape(-1, rows, cols)
 
 
 def digit_levels(record: InspectionRecord) -> np.ndarray:
@@ -180,13 +239,67 @@ def available_figures(record: InspectionRecord) -> list[str]:
     if matrices:
         names += ["contour", "surface"]
     names.append("attention")
+    if record.modality.grid:
+        names.append("attention_grid")
     if record.token_loss is not None and record.task != "classification":
         names.append("token_loss")
-    if record.task == "classification" or record.modality.name in ("digit_image", "byte_text"):
+    if record.task == "next_vector" and record.modality.grid:
+        names.append("patch_error")
+    if record.task == "classification" or record.modality.name in ("digit_image", "byte_text", "image_patches"):
         names.append("prediction")
-    if record.modality.name == "digit_image":
+    if record.modality.name in ("digit_image", "image_patches"):
         names.append("input")
     return names
+
+
+# Figures computed from the model itself (interventions, free-running completion), not from one record.
+MODEL_FIGURES = ("block_grid", "interpolation", "off_diagonal", "completion")
+
+
+def model_figure_values(name: str, model, run: Run, tokens, targets, params: dict) -> np.ndarray:
+    """What a model figure draws: the block grid (params: keep), the loss along M-bar + alpha (M(x) -
+    M-bar) (M-bar over the run's first 256 validation inputs), the loss with the off-diagonal blocks
+    scaled by gamma, or (truth, completion from the top half) of a next-patch input."""
+    from . import interventions
+    from .samples import validation_arrays
+
+    if name == "block_grid":
+        return interventions.block_grid(model, tokens, targets, bool(params.get("keep", False)))
+    if name == "interpolation":
+        mbar = interventions.mean_metric(model, validation_arrays(run)[0][:256])
+        return interventions.interpolation_curve(model, tokens, targets, mbar)
+    if name == "off_diagonal":
+        return interventions.off_diagonal_curve(model, tokens, targets)
+    if name == "completion":
+        from .evaluation import complete_patches
+
+        options = model.mechanism.options_from({"metric_mode": params.get("mode", "full")})
+        x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
+        return np.stack([np.asarray(targets), complete_patches(model, x, options)[0].numpy()])
+    raise ValueError(f"unknown model figure {name!r}; expected one of {MODEL_FIGURES}")
+
+
+def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input") -> go.Figure:
+    """The figure of a model figure's values (see model_figure_values); the app and the CLI share it."""
+    from .interventions import ALPHAS, GAMMAS
+
+    if name == "block_grid":
+        what = "keeping only" if params.get("keep") else "zeroing"
+        return figures.head_by_head_figure(values, f"Loss change from {what} M_ij, {where}", colorbar_title="Δ loss",
+                                           axis_titles=("row head i", "column head j"))
+    if name == "interpolation":
+        return figures.curve_figure(ALPHAS, {where: values}, "Loss at M-bar + α (M(x) − M-bar)",
+                                    "α (0: M-bar, 1: M(x))", "loss (nats)", marks={"M(x)": 1.0})
+    if name == "off_diagonal":
+        return figures.curve_figure(GAMMAS, {where: values}, "Loss with the off-diagonal blocks scaled by γ",
+                                    "γ (0: diagonal-only, 1: the model)", "loss (nats)")
+    if name == "completion":
+        truth, completed = values
+        mse = float(((completed[32:] - truth[32:]) ** 2).mean())
+        return figures.image_row_figure({"truth": patches_image(truth), "top half given": patches_image(
+            np.concatenate([truth[:32], np.zeros_like(truth[32:])])), "completed from the top half": patches_image(completed)},
+            f"Completion from the top half (free-running), bottom-half MSE {mse:.4f}")
+    raise ValueError(f"unknown model figure {name!r}; expected one of {MODEL_FIGURES}")
 
 
 def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mode: str = "full",
@@ -200,7 +313,11 @@ def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mod
         options = model.mechanism.options_from({"metric_mode": mode})
         record = inspect_input(model, tokens, targets, options=options)
         for name in names or available_figures(record):
-            fig = build_figure(name, record, params, epoch)
+            if name in MODEL_FIGURES:
+                values = model_figure_values(name, model, run, tokens, targets, {**params, "mode": mode})
+                fig = model_figure(name, values, params)
+            else:
+                fig = build_figure(name, record, params, epoch)
             prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode})
             items.append(ExportItem(f"{run.name}_e{epoch:04d}_{name}", fig, prov))
         if progress:

@@ -91,7 +91,7 @@ def head_by_head_figure(values: np.ndarray, title: str = "Block norms ‖M_ij‖
     z = symmetric_limit(values)
     scale = dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0) if signed else dict(colorscale=SEQUENTIAL, zmin=0)
     fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, **scale,
-                               colorbar=dict(title=colorbar_title), texttemplate="%{z:.3f}",
+                               colorbar=dict(title=colorbar_title), texttemplate="%{z:.3g}",
                                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title=axis_titles[1])
@@ -442,3 +442,68 @@ def highlighted_text_html(chars: Sequence[str], values: np.ndarray) -> str:
         text = html.escape(ch).replace("\n", "⏎<br>")
         spans.append(f'<span title="{float(v):.4g}" style="background: rgba({rgb},{a:.2f}); padding: 1px 0">{text}</span>')
     return '<div style="font-family: monospace; line-height: 1.8; white-space: pre-wrap">' + "".join(spans) + "</div>"
+
+
+def _patch_grid_shapes(side: int, cells: int, xref: str = "x", yref: str = "y") -> list[dict]:
+    """Thin lines between the cells x cells patches of a side x side image."""
+    step = side / cells
+    line = dict(color="rgba(255,255,255,0.6)", width=0.5)
+    return [dict(type="line", x0=k * step - 0.5, x1=k * step - 0.5, y0=-0.5, y1=side - 0.5, xref=xref, yref=yref,
+                 line=line) for k in range(1, cells)] + \
+           [dict(type="line", y0=k * step - 0.5, y1=k * step - 0.5, x0=-0.5, x1=side - 0.5, xref=xref, yref=yref,
+                 line=line) for k in range(1, cells)]
+
+
+def rgb_image_figure(image: np.ndarray, title: str = "What the model sees", cells: int | None = 8,
+                     highlight: tuple[int, int] | None = None, highlight_label: str = "") -> go.Figure:
+    """An RGB image (h, w, 3) uint8 with its patch grid and, optionally, one patch outlined."""
+    side = image.shape[0]
+    fig = go.Figure(go.Image(z=image, hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"))
+    shapes = _patch_grid_shapes(side, cells) if cells else []
+    if highlight is not None and cells:
+        step = side / cells
+        r, c = highlight
+        shapes.append(dict(type="rect", x0=c * step - 0.5, x1=(c + 1) * step - 0.5, y0=r * step - 0.5,
+                           y1=(r + 1) * step - 0.5, line=dict(color="#ff2d2d", width=3)))
+    fig.update_layout(title=title, shapes=shapes, margin=dict(l=20, r=20, t=50, b=20), width=380, height=400)
+    if highlight_label:
+        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.04, showarrow=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False)
+    return fig
+
+
+def image_row_figure(images: dict[str, np.ndarray], title: str = "", cells: int | None = 8) -> go.Figure:
+    """RGB images side by side (truth, prediction, completion), each with its patch grid."""
+    names = list(images)
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, horizontal_spacing=0.04)
+    shapes = []
+    for k, name in enumerate(names, start=1):
+        fig.add_trace(go.Image(z=images[name], hovertemplate=f"{name}<br>row %{{y}}, col %{{x}}: %{{z}}<extra></extra>"),
+                      row=1, col=k)
+        ax = "" if k == 1 else str(k)
+        if cells:
+            shapes += _patch_grid_shapes(images[name].shape[0], cells, f"x{ax}", f"y{ax}")
+        fig.update_xaxes(showticklabels=False, row=1, col=k)
+        fig.update_yaxes(showticklabels=False, row=1, col=k)
+    fig.update_layout(title=title, shapes=shapes, margin=dict(l=20, r=20, t=70, b=20), height=360)
+    return fig
+
+
+def grid_maps_figure(maps: np.ndarray, titles: Sequence[str], title: str = "", colorbar_title: str = "value",
+                     sequential: bool = True) -> go.Figure:
+    """Small multiples of (n, rows, cols) maps over an image's patch or pixel grid (attention of each
+    head over the keys, error per patch), one colour range; NaN cells are left blank."""
+    n = maps.shape[0]
+    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.03)
+    finite = maps[np.isfinite(maps)]
+    z = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
+    scale = dict(zmin=0, zmax=z, colorscale=SEQUENTIAL) if sequential else dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
+    for i in range(n):
+        fig.add_trace(go.Heatmap(z=maps[i], **scale, showscale=i == n - 1, colorbar=dict(title=colorbar_title),
+                                 hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"), row=1, col=i + 1)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain",
+                         showticklabels=False, row=1, col=i + 1)
+        fig.update_xaxes(constrain="domain", showticklabels=False, row=1, col=i + 1)
+    fig.update_layout(title=title, margin=dict(l=20, r=40, t=70, b=20), height=120 + 900 // max(n, 3))
+    return fig

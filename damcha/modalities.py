@@ -85,13 +85,13 @@ MODALITIES: dict[str, Modality] = {m.name: m for m in (
     Modality("tokens", "token ids", None),
     DigitImage("digit_image", "8x8 digit image, 17 grey levels", "image", (DIGIT_SIDE, DIGIT_SIDE)),
     ByteText("byte_text", "UTF-8 bytes", "text"),
-    ImagePatches("image_patches", "32x32 colour image as 8x8 patches of 4x4x3", None, (8, 8)),
+    ImagePatches("image_patches", "32x32 colour image as 8x8 patches of 4x4x3", "photo", (8, 8)),
 )}
 
 DATASET_MODALITY = {
     "digits": "digit_image", "digits-cls": "digit_image",
     "text": "byte_text", "textfile": "byte_text", "enwik8": "byte_text", "text8": "byte_text",
-    "cifar10": "image_patches", "cifar100": "image_patches",
+    "cifar10": "image_patches", "cifar100": "image_patches", "sample-images": "image_patches",
 }
 
 

@@ -42,6 +42,11 @@ class TextInput:
 
 def decode_image(data: bytes) -> Image.Image:
     """Bytes -> a single-frame greyscale PIL image, or InputError."""
+    return _to_grey(open_image(data))
+
+
+def open_image(data: bytes) -> Image.Image:
+    """Bytes -> a single-frame PIL image, upright (EXIF orientation applied), in its own mode; or InputError."""
     if not data:
         raise InputError("the file is empty; upload a PNG, JPEG, GIF, BMP or WebP image")
     if len(data) > MAX_UPLOAD_BYTES:
@@ -56,7 +61,7 @@ def decode_image(data: bytes) -> Image.Image:
             if w * h > MAX_IMAGE_PIXELS:
                 raise InputError(f"the image is {w}x{h} pixels; at most {MAX_IMAGE_PIXELS:,} pixels are accepted")
             if max(w, h) / min(w, h) > MAX_ASPECT:
-                raise InputError(f"the image is {w}x{h}: too elongated for a digit (aspect ratio above {MAX_ASPECT:g})")
+                raise InputError(f"the image is {w}x{h}: too elongated (aspect ratio above {MAX_ASPECT:g})")
             img.seek(0)  # animated: the first frame
             img.load()
             # A phone stores its photo sideways with an EXIF orientation tag: turn it upright first.
@@ -70,7 +75,34 @@ def decode_image(data: bytes) -> Image.Image:
         raise InputError(f"not a readable image ({type(e).__name__}); upload a PNG, JPEG, GIF, BMP or WebP image") from None
     except (OSError, ValueError, SyntaxError, EOFError, MemoryError, struct.error) as e:
         raise InputError(f"the image is corrupt or truncated ({e}); upload a complete PNG, JPEG, GIF, BMP or WebP image") from None
-    return _to_grey(img)
+    return img
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """Any mode (palette, 16-bit, CMYK, alpha, greyscale) -> 8-bit 'RGB'; transparency becomes white."""
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        return _to_grey(img).convert("RGB")
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+    return img.convert("RGB")
+
+
+@dataclass(frozen=True)
+class PhotoInput:
+    image: np.ndarray  # (32, 32, 3) uint8, what the model sees
+    note: str
+
+
+def photo_from_bytes(data: bytes, side: int = 32) -> PhotoInput:
+    """A colour photo -> a side x side RGB image the way CIFAR images are: upright, centre-cropped to a
+    square, resized with a Lanczos filter."""
+    img = _to_rgb(open_image(data))
+    w, h = img.size
+    small = ImageOps.fit(img, (side, side), Image.Resampling.LANCZOS, centering=(0.5, 0.5))
+    note = (f"{w}x{h} {'' if w == h else 'centre-cropped to a square, '}resized to {side}x{side} "
+            f"(Lanczos), RGB; 8x8 patches of 4x4x3 in raster order")
+    return PhotoInput(np.asarray(small, dtype=np.uint8), note)
 
 
 def _to_grey(img: Image.Image) -> Image.Image:

@@ -9,10 +9,10 @@ from functools import lru_cache
 import numpy as np
 
 from .checkpoints import Run
-from .data import fixed_val_windows, load_dataset
+from .data import cifar_patches, fixed_val_windows, load_dataset, next_patch_sequences, patches_to_image
 from .modalities import Modality, modality_named
 from .model import IGNORE_INDEX
-from .preprocess import InputError, digit_from_bytes, digit_tokens, text_from_bytes
+from .preprocess import InputError, digit_from_bytes, digit_tokens, photo_from_bytes, text_from_bytes
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class ModelInput:
     label: int | None = None
     text: str | None = None
     validation_index: int | None = None
+    image: np.ndarray | None = None  # (32, 32, 3) uint8 for colour-image runs
 
     def key(self) -> str:
         """Stable hash of what the model sees (cache key and provenance)."""
@@ -64,6 +65,16 @@ def input_from_image(run: Run, data: bytes, name: str = "upload") -> ModelInput:
     return ModelInput(modality, tokens, targets, f"image {name}", digit.note, levels=digit.levels)
 
 
+def input_from_photo(run: Run, data: bytes, name: str = "upload") -> ModelInput:
+    """A colour photo -> the patch sequence of a next-patch model (inputs: a zero start then patches
+    0..62; targets: patches 0..63)."""
+    modality = _needs_upload(run, "photo")
+    photo = photo_from_bytes(data)
+    patches = cifar_patches(photo.image[None])  # (1, 64, 48)
+    tokens, targets = next_patch_sequences(patches)
+    return ModelInput(modality, tokens[0].numpy(), targets[0].numpy(), f"photo {name}", photo.note, image=photo.image)
+
+
 def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInput:
     modality = _needs_upload(run, "text")
     T = run.model_config.block_size
@@ -76,7 +87,7 @@ def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInp
     return ModelInput(modality, tokens, targets, name, note, text=bytes(tokens.astype(np.uint8)).decode("utf-8", "replace"))
 
 
-BUNDLED_DATASETS = ("digits", "digits-cls", "text")  # validation data that ships with Python and scikit-learn
+BUNDLED_DATASETS = ("digits", "digits-cls", "text", "sample-images")  # validation data that ships with Python and scikit-learn
 
 
 @lru_cache(maxsize=8)
@@ -112,6 +123,10 @@ def validation_input(run: Run, index: int) -> ModelInput:
         targets = int(y[index]) if run.model_config.n_classes else y[index].copy()
         return ModelInput(modality, tokens, targets, f"validation sample {index} (digit {label})",
                           levels=pixels.reshape(8, 8), label=label, validation_index=index)
+    if modality.name == "image_patches":
+        image = np.rint(patches_to_image(y[index]) * 255).astype(np.uint8)
+        return ModelInput(modality, tokens, y[index].copy(), f"validation crop {index} ({run.dataset})",
+                          image=image, validation_index=index)
     text = bytes(tokens.astype(np.uint8)).decode("utf-8", "replace")
     return ModelInput(modality, tokens, y[index].copy(), f"validation window {index}", text=text,
                       validation_index=index)

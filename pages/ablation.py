@@ -15,6 +15,7 @@ from app.ui import (
     validation_ablation,
 )
 from damcha import figures
+from damcha.figure_sets import patches_image
 from damcha.inspection import identifiability_note
 from damcha.modalities import loss_unit, printable
 
@@ -48,8 +49,9 @@ else:
         unit = loss_unit(cfg)
         rows = []
         for o in outcomes:
-            row = {"metric mode": o.mode, "loss (nats)": o.loss}
-            if o.loss is not None:
+            vectors = bool(cfg.input_dim)  # a squared error, not a likelihood
+            row = {"metric mode": o.mode, "squared error" if vectors else "loss (nats)": o.loss}
+            if o.loss is not None and not vectors:
                 row[f"bits/{unit}"] = o.loss / np.log(2)
             if o.predicted_class is not None:
                 row["predicted class"] = o.predicted_class
@@ -66,6 +68,12 @@ else:
                 with c:
                     show(figures.digit_figure(np.round(o.completed, 1), o.mode), f"abl_completion_{o.mode}",
                          provenance(f"abl_completion_{o.mode}", run, epoch, inp, {"mode": o.mode}), width="content")
+        if any(o.completed_patches is not None for o in outcomes):
+            st.caption("The bottom half completed from the true top half under each mode (free-running, as the "
+                       "paper's generation task).")
+            images = {"truth": patches_image(inp.targets), **{o.mode: patches_image(o.completed_patches) for o in outcomes}}
+            show(figures.image_row_figure(images, "Completion under each metric mode"), "abl_completions",
+                 provenance("abl_completions", run, epoch, inp))
         if any(o.continuation is not None for o in outcomes):
             st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
             for o in outcomes:
@@ -80,8 +88,9 @@ for r in runs:
         table.extend(validation_ablation(r, r.epochs[-1]))
 if table:
     df = pd.DataFrame(table)
-    st.caption("Each run at its last snapshot; NLL in nats, the same evaluation code as training uses "
-               "(completion MSE on 64 validation images, 4 samples each).")
+    st.caption("Each run at its last snapshot, the same evaluation code as training uses: NLL in nats (completion "
+               "MSE on 64 validation digits, 4 samples each); for image patches the next-patch MSE and the per-image "
+               "MSE of bottom halves completed from the top half (mean, q25, q75: the paper's table 1).")
     st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv")
     st.markdown(ROW_SUM_NOTE + "\n\n" + BILINEAR_NOTE)

@@ -17,7 +17,14 @@ from app.ui import (
     token_attributions,
 )
 from damcha import figures
-from damcha.attribution import TARGET_NAMES, attribution_targets, baseline_token, block_sums, per_pixel
+from damcha.attribution import (
+    TARGET_NAMES,
+    attribution_targets,
+    baseline_description,
+    baseline_token,
+    block_sums,
+    per_cell,
+)
 from damcha.inspection import identifiability_note
 
 st.title("Gradient contributions")
@@ -102,13 +109,17 @@ if target == "loss" and inp.targets is None:
 baseline = baseline_token(cfg)
 attr = token_attributions(run, epoch, inp, target, baseline, n_steps, tuple(sorted(options.items())))
 ig_params = {"target": target, "n_steps": n_steps, "baseline": baseline, **options}
-st.caption(f"Baseline: every token `{record.modality.token_labels(np.array([baseline]))[0]}`. "
+st.caption(f"Baseline: {baseline_description(cfg)}. "
            f"F(input) = {attr.value:.4g}, F(baseline) = {attr.baseline_value:.4g}; the attributions add up to "
            f"{attr.values.sum():.4g} (captum's convergence delta {attr.delta:.2g}).")
-if record.modality.grid and record.modality.upload == "image":
-    show(figures.digit_attribution_figure(np.nan_to_num(per_pixel(attr.values, inp.tokens)), inp.levels,
-                                          f"Which pixels drive {TARGET_NAMES[target]}"), "pixel_attribution",
-         provenance("pixel_attribution", run, epoch, inp, ig_params), width="content")
+if record.modality.grid:
+    cells = per_cell(attr.values, inp.tokens, record.modality)
+    if inp.levels is not None:  # a digit: its grey levels written in the cells
+        fig = figures.digit_attribution_figure(np.nan_to_num(cells), inp.levels, f"Which pixels drive {TARGET_NAMES[target]}")
+    else:
+        fig = figures.grid_maps_figure(cells[None], ["attribution per patch"], f"Which patches drive "
+                                       f"{TARGET_NAMES[target]}", "attribution", sequential=False)
+    show(fig, "pixel_attribution", provenance("pixel_attribution", run, epoch, inp, ig_params), width="content")
 else:
     st.markdown(figures.highlighted_text_html(inp.token_labels(), attr.values), unsafe_allow_html=True)
     show(figures.token_attribution_figure(attr.values, inp.token_labels(), f"Which tokens drive {TARGET_NAMES[target]}"),

@@ -2,11 +2,22 @@
 
 import streamlit as st
 
-from app.ui import URL, bounded_slider, input_picker, inspection, option_controls, provenance, selected_run, show
+from app.ui import (
+    URL,
+    bounded_slider,
+    input_picker,
+    inspection,
+    model_figure_values,
+    option_controls,
+    provenance,
+    selected_run,
+    show,
+)
 from damcha.figure_sets import (
     available_figures,
     build_figure,
     grid_matrices,
+    model_figure,
     prediction_takes_position,
     structure_index,
     uses_positions,
@@ -32,10 +43,8 @@ figures_here = available_figures(record)
 
 with right:
     st.markdown(f"**Input:** {inp.source}. {inp.note}")
-    if "input" in figures_here:
-        show(build_figure("input", record, {}), "input", provenance("input", run, epoch, inp, regenerable=True),
-             width="content")
-    elif inp.text is not None:
+    input_slot = st.container()  # the input is drawn once the query position is known
+    if inp.text is not None:
         st.markdown("**The bytes the model reads** (⏎ newline, ␣ space):")
         st.code(inp.text, language=None, wrap_lines=True)
 
@@ -58,6 +67,11 @@ shared_scale = c4.toggle("One colour scale for all panels", value=True, key="sha
 params = {"layer": layer, "position": pos, "shared_scale": shared_scale, "mode": record.metric_mode}
 for note in record.notes:
     st.info(note)
+if "input" in figures_here:
+    with input_slot:
+        named_input = {"position": pos}
+        show(build_figure("input", record, named_input), "input",
+             provenance("input", run, epoch, inp, named_input, regenerable=True), width="content")
 
 
 def named(name: str, **extra) -> None:
@@ -101,14 +115,25 @@ with tabs["Attention"]:
     a_layer = st.selectbox("Attention layer", list(range(record.attention.shape[0])), key="attn_layer",
                            format_func=lambda i: f"layer {i + 1}")
     named("attention", attn_layer=a_layer)
+    if "attention_grid" in figures_here:
+        st.caption(f"The same attention of query position {pos}, each key drawn at the patch or pixel it holds.")
+        named("attention_grid", attn_layer=a_layer)
 with tabs["Loss & prediction"]:
     if "token_loss" in figures_here:
         named("token_loss")
+    if "patch_error" in figures_here:
+        named("patch_error")
     if "prediction" in figures_here:
         if prediction_takes_position(record):
             nxt = bounded_slider(st, "Next-token distribution after position", T - 1, "next_position", bind=None)
             named("prediction", next_position=nxt)
         else:
-            st.caption("Teacher-forced prediction: the expected value of each position given the true ones before it."
-                       if record.task == "next_token" else "Predicted class probabilities.")
+            st.caption("Teacher-forced prediction: each position predicted from the true ones before it."
+                       if record.task != "classification" else "Predicted class probabilities.")
             named("prediction")
+    if record.task == "next_vector":
+        st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
+                   "patch fed back as the next input.")
+        values = model_figure_values(run, epoch, inp, "completion", (("mode", record.metric_mode),))
+        show(model_figure("completion", values, {}), "completion",
+             provenance("completion", run, epoch, inp, {"mode": record.metric_mode}, regenerable=True))

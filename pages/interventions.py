@@ -17,8 +17,8 @@ from app.ui import (
     validation_effects,
 )
 from damcha import figures
-from damcha.figure_sets import available_figures, build_figure
-from damcha.interventions import ALPHAS, GAMMAS, available_interventions
+from damcha.figure_sets import available_figures, build_figure, model_figure
+from damcha.interventions import available_interventions
 from damcha.samples import validation_count, validation_input
 
 st.title("Interventions")
@@ -89,24 +89,20 @@ if after.has_metric:
     keep = st.toggle("Keep only the block (instead of zeroing it)", value=False, key="iv_keep")
     what = "keeping only" if keep else "zeroing"
     with grid_cols[0]:
-        show(figures.head_by_head_figure(block_grid(run, epoch, inp, keep), f"Loss change from {what} M_ij, this input",
-                                         colorbar_title="Δ loss", axis_titles=("row head i", "column head j")),
-             "block_grid_input", provenance("block_grid", run, epoch, inp, {"keep": keep}))
+        show(model_figure("block_grid", block_grid(run, epoch, inp, keep), {"keep": keep}),
+             "block_grid_input", provenance("block_grid", run, epoch, inp, {"keep": keep}, regenerable=True))
     with grid_cols[1]:
-        show(figures.head_by_head_figure(block_grid(run, epoch, None, keep),
-                                         f"Loss change from {what} M_ij, mean of 64 validation inputs",
-                                         colorbar_title="Δ loss", axis_titles=("row head i", "column head j")),
+        show(model_figure("block_grid", block_grid(run, epoch, None, keep), {"keep": keep},
+                                 "mean of 64 validation inputs"),
              "block_grid_validation", provenance("block_grid_validation", run, epoch, None, {"keep": keep, "n": 64}))
     curves = metric_curves(run, epoch, inp)
     a, b = st.columns(2)
     with a:
-        show(figures.curve_figure(ALPHAS, {"this input": curves["interpolation"]},
-                                  "Loss at M-bar + α (M(x) − M-bar)", "α (0: M-bar, 1: M(x))", "loss (nats)",
-                                  marks={"M(x)": 1.0}), "interpolation", provenance("interpolation", run, epoch, inp))
+        show(model_figure("interpolation", curves["interpolation"], {}), "interpolation",
+             provenance("interpolation", run, epoch, inp, regenerable=True))
     with b:
-        show(figures.curve_figure(GAMMAS, {"this input": curves["off_diagonal"]},
-                                  "Loss with the off-diagonal blocks scaled by γ", "γ (0: diagonal-only, 1: the model)",
-                                  "loss (nats)"), "off_diagonal", provenance("off_diagonal", run, epoch, inp))
+        show(model_figure("off_diagonal", curves["off_diagonal"], {}), "off_diagonal",
+             provenance("off_diagonal", run, epoch, inp, regenerable=True))
     heads = curves["heads"]
     st.markdown("Loss change when head i's metric m_i is ablated (the head attends uniformly): "
                 + ", ".join(f"head {i + 1}: **{v:+.4f}**" for i, v in enumerate(heads)))

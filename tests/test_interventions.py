@@ -178,3 +178,22 @@ def test_a_reference_of_another_length_is_a_clear_error():
 
     with pytest.raises(ValueError, match="same length"):
         metric_swap(model, TOKENS, TARGETS, options.reference)
+
+
+def test_model_figures_are_named_figures_the_cli_can_rebuild():
+    from pathlib import Path
+
+    from damcha.checkpoints import load_run
+    from damcha.export import figure_data
+    from damcha.figure_sets import figure_set, regenerate
+    from damcha.samples import validation_arrays, validation_input
+
+    run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / "digits-damcha")
+    inp = validation_input(run, 2)
+    (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["interpolation"])
+    model = __import__("damcha.checkpoints", fromlist=["load_model"]).load_model(run)
+    expected = interpolation_curve(model, inp.tokens, inp.targets, mean_metric(model, validation_arrays(run)[0][:256]))
+    shown = [v for k, v in figure_data(item.figure).items() if k.endswith("_y")][0]
+    np.testing.assert_allclose(shown, expected)
+    again = regenerate(item.provenance)
+    np.testing.assert_allclose([v for k, v in figure_data(again.figure).items() if k.endswith("_y")][0], expected)
