@@ -101,7 +101,7 @@ def _figures_parser(sub) -> None:
     p.add_argument("--run", help="run directory")
     p.add_argument("--epochs", type=_ints, default=(), help="e.g. 0,40 (default: every snapshot)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--image", help="image file (digit runs)")
+    src.add_argument("--image", help="image file (a digit for digit runs, any colour photo for patch runs)")
     src.add_argument("--text", help="UTF-8 text file (text runs)")
     src.add_argument("--val-index", type=int, default=None, help="validation sample index")
     p.add_argument("--figures", default="", help="comma-separated names (default: all that apply)")
@@ -114,6 +114,8 @@ def _figures_parser(sub) -> None:
     p.add_argument("--scale", type=float, default=2.0)
     p.add_argument("--no-paper-style", action="store_true")
     p.add_argument("--from-provenance", help="a *.provenance.json written by an earlier export")
+    p.add_argument("--paper", help="comma-separated DAMCHA run directories (e.g. the w/o f(x) run, then DAMCHA): "
+                                   "write the paper's figs. 8, 10 and 11 for the input instead")
     p.add_argument("--out", required=True, help="output directory")
 
 
@@ -125,8 +127,8 @@ def _figures(args) -> int:
 
     from .checkpoints import load_run
     from .export import ALL_FORMATS, STATIC_FORMATS, ExportSettings, Provenance, static_export_status, write_item
-    from .figure_sets import figure_set, regenerate
-    from .samples import input_from_image, input_from_text, validation_input
+    from .figure_sets import figure_set, paper_figures, regenerate
+    from .samples import input_from_image, input_from_photo, input_from_text, validation_input
 
     formats = [f for f in args.formats.split(",") if f]
     bad = set(formats) - set(ALL_FORMATS)
@@ -136,7 +138,8 @@ def _figures(args) -> int:
     if not ok and set(formats) & set(STATIC_FORMATS):
         print(f"warning: {message}; writing only {[f for f in formats if f not in STATIC_FORMATS]}", file=sys.stderr)
         formats = [f for f in formats if f not in STATIC_FORMATS]
-    settings = ExportSettings(args.width, args.height or None, args.scale, not args.no_paper_style)
+    width = 940 if args.paper and args.width == 460 else args.width  # multi-panel paper figures: a double column
+    settings = ExportSettings(width, args.height or None, args.scale, not args.no_paper_style)
     if args.from_provenance:
         path = Path(args.from_provenance)
         if not path.is_file():
@@ -148,22 +151,28 @@ def _figures(args) -> int:
         items = [regenerate(Provenance.from_dict(raw))]
         settings = ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
     else:
-        if not args.run:
-            raise ValueError("--run is required (or --from-provenance)")
-        run = load_run(args.run)
-        if args.image:
+        if not args.run and not args.paper:
+            raise ValueError("--run is required (or --from-provenance, or --paper)")
+        paper_runs = [load_run(p) for p in args.paper.split(",") if p] if args.paper else []
+        run = paper_runs[0] if paper_runs else load_run(args.run)
+        if args.image and run.model_config.input_dim:
+            inp = input_from_photo(run, Path(args.image).read_bytes(), Path(args.image).name)
+        elif args.image:
             inp = input_from_image(run, Path(args.image).read_bytes(), Path(args.image).name)
         elif args.text:
             inp = input_from_text(run, Path(args.text).read_bytes(), Path(args.text).name)
         else:
             inp = validation_input(run, args.val_index or 0)
-        epochs = args.epochs or run.epochs
-        names = [n for n in args.figures.split(",") if n] or None
-        bar = tqdm(total=len(epochs), desc="inspecting snapshots")
-        items = figure_set(run, epochs, inp.tokens, inp.targets, args.mode,
-                           {"layer": args.layer, "position": args.position}, names, inp.source,
-                           progress=lambda k, n: bar.update(1))
-        bar.close()
+        if paper_runs:
+            items = paper_figures(paper_runs, inp.tokens, inp.targets, inp.source)
+        else:
+            epochs = args.epochs or run.epochs
+            names = [n for n in args.figures.split(",") if n] or None
+            bar = tqdm(total=len(epochs), desc="inspecting snapshots")
+            items = figure_set(run, epochs, inp.tokens, inp.targets, args.mode,
+                               {"layer": args.layer, "position": args.position}, names, inp.source,
+                               progress=lambda k, n: bar.update(1))
+            bar.close()
     written = []
     for item in tqdm(items, desc="writing figures"):
         written += write_item(item, args.out, formats, settings)

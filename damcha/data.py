@@ -271,14 +271,16 @@ def sample_image_crops(seed: int = 0) -> dict:
     and a flower, 427x640). Training crops lie in the left 75% of each photograph and validation
     crops in the right 25%, so no validation pixel is seen in training. A stand-in for CIFAR-10.
 
-    Returns {"train": (N, 32, 32, 3) uint8, "val": (M, 32, 32, 3) uint8, "regions": [...]}."""
+    Returns {"train": (N, 32, 32, 3) uint8, "val": (M, 32, 32, 3) uint8, "regions": [...], "origins":
+    {"train": [(image, y, x, flipped)], "val": [...]}}."""
     from sklearn.datasets import load_sample_images
 
     photos = load_sample_images()
     rng = np.random.default_rng(seed)
     out = {"train": [], "val": []}
+    origins = {"train": [], "val": []}
     regions = []
-    for photo, path in zip(photos.images, photos.filenames):
+    for image_index, (photo, path) in enumerate(zip(photos.images, photos.filenames)):
         h, w, _ = photo.shape
         cut = int(w * SAMPLE_IMAGE_TRAIN_FRACTION)
         spans = {"train": (0, cut), "val": (cut, w)}
@@ -289,8 +291,10 @@ def sample_image_crops(seed: int = 0) -> dict:
                 y = int(rng.integers(0, h - 32 + 1))
                 x = int(rng.integers(lo, hi - 32 + 1))
                 crop = photo[y:y + 32, x:x + 32]
-                out[split].append(crop[:, ::-1] if rng.random() < 0.5 else crop)
-    return {"train": np.stack(out["train"]), "val": np.stack(out["val"]), "regions": regions}
+                flipped = bool(rng.random() < 0.5)
+                out[split].append(crop[:, ::-1] if flipped else crop)
+                origins[split].append((image_index, y, x, flipped))
+    return {"train": np.stack(out["train"]), "val": np.stack(out["val"]), "regions": regions, "origins": origins}
 
 
 def sample_images_dataset(split_seed: int = 0) -> DataSet:

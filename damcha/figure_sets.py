@@ -325,6 +325,39 @@ def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mod
     return items
 
 
+def paper_figures(runs: Sequence[Run], tokens, targets, input_source: str = "", epochs: int = 5) -> list[ExportItem]:
+    """The paper's metric figures from runs on one input, M(x) at the last query position:
+    fig. 8 (each run's M at its first and last snapshot), fig. 10 (contours across snapshots, one row per
+    run: w/o f(x) above DAMCHA, as in the paper) and fig. 11 (3D surfaces at the last snapshot, side by side)."""
+    from .dynamics import spread_epochs
+
+    mats, titles, last = {}, {}, {}
+    for run in runs:
+        chosen = spread_epochs(list(run.epochs), epochs)
+        records = [inspect_input(load_model(run, e), tokens, targets, positions=[len(tokens) - 1]) for e in chosen]
+        if not records[0].has_metric:
+            raise ValueError(f"{run.name} has no metric M(x): the paper's metric figures need DAMCHA runs")
+        mats[run.name] = [r.structure("metric").at(layer=0, position=0) for r in records]
+        titles[run.name] = [f"{run.name}: epoch {e}" if k == 0 else f"epoch {e}" for k, e in enumerate(chosen)]
+        last[run.name] = chosen[-1]
+    H = runs[0].model_config.n_head
+    names = [r.name for r in runs]
+    fig8 = figures.small_multiples_figure([m for n in names for m in (mats[n][0], mats[n][-1])],
+                                          [t for n in names for t in (titles[n][0], f"epoch {last[n]}")], H, "heatmap",
+                                          "M(x): first against last snapshot (paper fig. 8)", cols=2)
+    fig10 = figures.small_multiples_figure([m for n in names for m in mats[n]], [t for n in names for t in titles[n]], H,
+                                           "contour", "Contours of M(x) across snapshots (paper fig. 10)",
+                                           cols=len(mats[names[0]]))
+    fig11 = figures.small_multiples_figure([mats[n][-1] for n in names], [f"{n}: epoch {last[n]}" for n in names], H, "surface",
+                                           "M(x) as a surface (paper fig. 11)", cols=len(names))
+    items = []
+    for name, fig in (("fig8_first_vs_last", fig8), ("fig10_contours", fig10), ("fig11_surfaces", fig11)):
+        prov = Provenance.of(name, runs[0], last[runs[0].name], tokens, targets, input_source,
+                             {"runs": [str(r.path) for r in runs]}, regenerable=False)
+        items.append(ExportItem(name, fig, prov))
+    return items
+
+
 def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportItem:
     """The figure a provenance describes, rebuilt from its run, epoch and input."""
     if not prov.regenerable or prov.run is None or prov.epoch is None:

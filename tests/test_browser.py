@@ -117,6 +117,25 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
     page.screenshot(path=str(ARTIFACTS / "inspector-text-upload.png"), full_page=True)
 
 
+def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
+    from PIL import Image
+
+    from damcha.data import sample_image_crops
+
+    photo = tmp_path / "holiday.jpg"
+    Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)
+    page.goto(f"{server}/inspector?run=images-damcha&position=30")
+    page.get_by_text("Upload a colour photo").click()
+    page.locator("input[type=file]").set_input_files(str(photo))
+    page.get_by_text("photo holiday.jpg").wait_for(timeout=60_000)
+    assert _wait_for_figures(page, 3) >= 3
+    page.get_by_role("tab", name="Loss & prediction").click()
+    assert _wait_for_figures(page, 3) >= 3
+    page.get_by_text("Completion from the top half").first.wait_for(timeout=60_000)
+    assert page.locator(".stException").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "inspector-colour-photo.png"), full_page=True)
+
+
 def test_export_a_pdf_and_the_zip_from_the_app(server, page, tmp_path):
     page.goto(f"{server}/inspector?run=digits-damcha&sample=4")
     assert _wait_for_figures(page, 3) >= 3

@@ -157,3 +157,21 @@ def test_cli_reports_bad_input_clearly(tmp_path):
                              "--image", str(bad), "--formats", "csv", "--out", str(tmp_path / "o")],
                             capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2 and "not a readable image" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_writes_the_papers_metric_figures_from_two_runs(tmp_path):
+    out = tmp_path / "paper"
+    runs = f"{ROOT / 'checkpoints' / 'digits-damcha-static'},{ROOT / 'checkpoints' / 'digits-damcha'}"
+    result = subprocess.run([sys.executable, "-m", "damcha", "figures", "--paper", runs, "--val-index", "1",
+                             "--formats", "csv,html", "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    names = {p.name for p in out.iterdir()}
+    for fig in ("fig8_first_vs_last", "fig10_contours", "fig11_surfaces"):
+        assert {f"{fig}.csv", f"{fig}.html", f"{fig}.provenance.json"} <= names
+    contours = read_data_csv((out / "fig10_contours.csv").read_bytes())
+    assert len(contours) == 10  # 5 snapshots x 2 runs
+    bad = subprocess.run([sys.executable, "-m", "damcha", "figures", "--paper", str(ROOT / "checkpoints" / "digits-mha"),
+                          "--formats", "csv", "--out", str(tmp_path / "bad")], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert bad.returncode == 2 and "no metric M(x)" in bad.stderr
