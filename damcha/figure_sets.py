@@ -24,8 +24,6 @@ from .inspection import InspectionRecord, expected_digit, inspect_input, next_to
 from .mechanisms import Structure, StructureKind
 from .modalities import printable
 
-VIEWS = ("decomposition", "contour", "surface", "attention", "attention_grid", "token_loss", "patch_error",
-         "prediction", "input")
 # Matrix names accepted by `part` as they were before structures had names of their own.
 _LEGACY_PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
 

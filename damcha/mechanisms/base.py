@@ -299,3 +299,32 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, causal: bool
 
 def head_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
+
+
+class ProjectedAttention(nn.Module):
+    """The parts most mechanisms share with MHA: per-head projections query, key, value and the
+    output projection proj (D -> D each, with biases; created in that order, so seeded models
+    initialise alike), and the head layout."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        D = config.n_embd
+        self.n_head, self.head_dim, self.dropout = config.n_head, config.head_dim, config.dropout
+        self.query = nn.Linear(D, D)
+        self.key = nn.Linear(D, D)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+
+    def heads(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, H, T, d) through one of the projections."""
+        B, T, _ = x.shape
+        return layer(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, d) head outputs -> (B, T, D) through the output projection."""
+        B, H, T, d = out.shape
+        return self.proj(out.transpose(1, 2).reshape(B, T, H * d))
+
+    def weighted(self, weights: torch.Tensor, v: torch.Tensor, stochastic: bool) -> torch.Tensor:
+        """Explicit weights (B, H, T, T) applied to values (B, H, T, d), with attention dropout in training."""
+        return (F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights) @ v

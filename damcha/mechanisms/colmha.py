@@ -32,6 +32,7 @@ from .base import (
     Identifiability,
     Intervention,
     Mechanism,
+    ProjectedAttention,
     Structure,
     StructureKind,
     attend,
@@ -90,31 +91,20 @@ class CollaborativeAttention(nn.Module):
         return AttentionOutput(y=y, weights=weights)
 
 
-class AuthorsCollaborativeAttention(nn.Module):
+class AuthorsCollaborativeAttention(ProjectedAttention):
     """colmha-authors: MHA whose per-head queries are mixed, Q_h = sum_j C[h, j] chunk_j(x W_Q)."""
 
     def __init__(self, config):
-        super().__init__()
-        D, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim = H, config.head_dim
-        self.dropout = config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
-        self.mixing = nn.Parameter(torch.eye(H))  # C (H, H)
+        super().__init__(config)
+        self.mixing = nn.Parameter(torch.eye(config.n_head))  # C (H, H)
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
-        B, T, D = x.shape
-        H, d = self.n_head, self.head_dim
-        chunks = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        chunks, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         q = torch.einsum("hj,bjtd->bhtd", self.mixing, chunks)  # (B, H, T, d)
-        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0, need_weights)
-        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
-        return AttentionOutput(y=y, weights=weights)
+        out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        return AttentionOutput(y=self.merge(out), weights=weights)
 
 
 def _dk(config) -> int:

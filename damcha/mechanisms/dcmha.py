@@ -36,6 +36,7 @@ from .base import (
     Identifiability,
     Intervention,
     Mechanism,
+    ProjectedAttention,
     Structure,
     StructureKind,
     head_scale,
@@ -92,48 +93,30 @@ def head_map(w1: torch.Tensor, w2: torch.Tensor, dd: torch.Tensor) -> torch.Tens
     return torch.einsum("...rh,...rg->...hg", w1, w2) + torch.diag_embed(dd)
 
 
-class ComposedAttention(nn.Module):
+class ComposedAttention(ProjectedAttention):
     def __init__(self, config):
-        super().__init__()
-        D, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim = H, config.head_dim
-        self.dropout = config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
-        self.dynamic = DynamicWeights(D, H)
+        super().__init__(config)
+        self.dynamic = DynamicWeights(config.n_embd, config.n_head)
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
-        B, T, D = x.shape
-        H, d = self.n_head, self.head_dim
-        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         dw = self.dynamic(x)
         if options.without_composition:
             dw = {use: tuple(torch.zeros_like(t) for t in w) for use, w in dw.items()}
-        logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T)
+        logits = (q @ k.transpose(-2, -1)) * head_scale(self.head_dim)  # (B, H, T, T)
         probs = masked_softmax(compose(logits, dw["pre_q"], dw["pre_k"]), mask, causal)  # (B, H, T, T)
         weights = compose(probs, dw["post_q"], dw["post_k"])  # (B, H, T, T)
-        dropped = F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights
-        y = self.proj((dropped @ v).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        y = self.merge(self.weighted(weights, v, stochastic))  # (B, T, D)
         return AttentionOutput(y=y, weights=weights if need_weights else None, internals=dw if need_weights else None)
 
 
-class AuthorsComposedAttention(nn.Module):
+class AuthorsComposedAttention(ProjectedAttention):
     """dcmha-authors: L'_h(t) = (1 - g_h(t)) J_h + g_h(t) sum_j Mix(t)[h, j] J_j, Mix(t) = softmax_j(router)."""
 
     def __init__(self, config):
-        super().__init__()
+        super().__init__(config)
         D, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim = H, config.head_dim
-        self.dropout = config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
         self.router = nn.Linear(D, max(4, H // 2))
         self.mix = nn.Linear(max(4, H // 2), H * H)
         self.gate = nn.Linear(D, H)
@@ -142,16 +125,13 @@ class AuthorsComposedAttention(nn.Module):
                 stochastic: bool = False, shared=None) -> AttentionOutput:
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
-        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         mix = self.mix(torch.tanh(self.router(x))).view(B, T, H, H).softmax(dim=-1)  # (B, T, H_out, H_src)
         gate = torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None]  # (B, H, T, 1)
         logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T)
         mixed = torch.einsum("btgh,bhts->bgts", mix, logits)  # (B, H, T, T)
         weights = masked_softmax((1 - gate) * logits + gate * mixed, mask, causal)  # (B, H, T, T)
-        dropped = F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights
-        y = self.proj((dropped @ v).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        y = self.merge(self.weighted(weights, v, stochastic))  # (B, T, D)
         internals = {"mix": mix, "gate": gate[..., 0].transpose(1, 2)} if need_weights else None  # gate (B, T, H)
         return AttentionOutput(y=y, weights=weights if need_weights else None, internals=internals)
 

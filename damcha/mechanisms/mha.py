@@ -13,6 +13,7 @@ from .base import (
     ForwardOptions,
     Identifiability,
     Mechanism,
+    ProjectedAttention,
     Structure,
     StructureKind,
     attend,
@@ -20,32 +21,16 @@ from .base import (
 )
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(ProjectedAttention):
     """Q = x W_Q, K = x W_K, V = x W_V per head; y = concat_h softmax(Q_h K_h^T / sqrt(d)) V_h W_O."""
-
-    def __init__(self, config):
-        super().__init__()
-        D = config.n_embd
-        self.n_head = config.n_head
-        self.head_dim = config.head_dim
-        self.dropout = config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
 
     def forward(self, x: torch.Tensor, real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool,
                 options: ForwardOptions, need_weights: bool = False, stochastic: bool = False,
                 shared=None) -> AttentionOutput:
-        B, T, D = x.shape
-        H, d = self.n_head, self.head_dim
-        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
                               need_weights)  # (B, H, T, d)
-        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
-        return AttentionOutput(y=y, weights=weights)
+        return AttentionOutput(y=self.merge(out), weights=weights)  # y: (B, T, D)
 
 
 def qk_forms(attn: MultiHeadAttention) -> torch.Tensor:

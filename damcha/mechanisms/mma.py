@@ -26,6 +26,7 @@ from .base import (
     Identifiability,
     Intervention,
     Mechanism,
+    ProjectedAttention,
     Structure,
     StructureKind,
     attend,
@@ -70,28 +71,18 @@ def head_masks(real: torch.Tensor | None, causal: bool, T: int, window: int, n_h
     return allowed | (~allowed.any(dim=-1, keepdim=True) & eye)
 
 
-class MixedAttention(nn.Module):
+class MixedAttention(ProjectedAttention):
     def __init__(self, config, window: int):
-        super().__init__()
-        D = config.n_embd
-        self.n_head, self.head_dim, self.window = config.n_head, config.head_dim, window
-        self.dropout = config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
+        super().__init__(config)
+        self.window = window
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
-        B, T, D = x.shape
-        H, d = self.n_head, self.head_dim
-        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        masks = head_masks(real, causal, T, self.window, H, x.device, options.as_global)  # (B|1, H, T, T)
-        out, weights = attend(q, k, v, masks, False, head_scale(d), self.dropout if stochastic else 0.0, need_weights)
-        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
-        return AttentionOutput(y=y, weights=weights, internals=masks if need_weights else None)
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        masks = head_masks(real, causal, x.shape[1], self.window, self.n_head, x.device, options.as_global)  # (B|1, H, T, T)
+        out, weights = attend(q, k, v, masks, False, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        return AttentionOutput(y=self.merge(out), weights=weights, internals=masks if need_weights else None)
 
 
 def _window(config) -> int:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .base import (
@@ -26,6 +25,7 @@ from .base import (
     Identifiability,
     Intervention,
     Mechanism,
+    ProjectedAttention,
     Structure,
     StructureKind,
     head_scale,
@@ -43,16 +43,10 @@ class TalkingHeadsOptions(ForwardOptions):
     identity_weights_mix: bool = False
 
 
-class TalkingHeadsAttention(nn.Module):
+class TalkingHeadsAttention(ProjectedAttention):
     def __init__(self, config, init: str):
-        super().__init__()
-        D, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim = H, config.head_dim
-        self.dropout = config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
+        super().__init__(config)
+        H = config.n_head
         if init == "identity":
             self.logits_mix = nn.Parameter(torch.eye(H))  # P_l (H, H)
             self.weights_mix = nn.Parameter(torch.eye(H))  # P_w (H, H)
@@ -62,20 +56,15 @@ class TalkingHeadsAttention(nn.Module):
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
-        B, T, D = x.shape
         H, d = self.n_head, self.head_dim
-        q = self.query(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        k = self.key(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T) J_h
         p_l = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_logits_mix else self.logits_mix
         p_w = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_weights_mix else self.weights_mix
         mixed = torch.einsum("bhts,hg->bgts", logits, p_l)  # (B, H, T, T) L_h'
         probs = masked_softmax(mixed, mask, causal)  # (B, H, T, T)
         weights = torch.einsum("bhts,hg->bgts", probs, p_w)  # (B, H, T, T) W_h''
-        dropped = F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights
-        out = dropped @ v  # (B, H, T, d)
-        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        y = self.merge(self.weighted(weights, v, stochastic))  # (B, T, D)
         internals = {"unmixed": masked_softmax(logits, mask, causal)} if need_weights else None
         return AttentionOutput(y=y, weights=weights if need_weights else None, internals=internals)
 
