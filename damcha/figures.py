@@ -153,29 +153,37 @@ def _position_ticks(labels: Sequence[str], most: int = 32) -> dict:
 def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention",
                      zmax: float = 1.0, colorbar_title: str = "weight", panel_titles: Sequence[str] | None = None) -> go.Figure:
     """Small multiples of H maps (H, T, T) of one layer (attention, or allowed-key masks): rows =
-    queries, columns = keys, labelled with the tokens (hover shows query and key tokens)."""
+    queries, columns = keys, labelled with the tokens. The axes are categories "position token"
+    (unique, so repeated tokens stay apart), which also makes the hover name both tokens without
+    sending a label for every cell."""
     H, T, _ = attn.shape
-    labels = list(tick_labels) if tick_labels is not None and len(tick_labels) == T else [str(i) for i in range(T)]
+    raw = list(tick_labels) if tick_labels is not None and len(tick_labels) == T else [""] * T
+    labels = [f"{i} {lab}".strip() for i, lab in enumerate(raw)]
     if (attn < 0).any():  # mixed weights (talking heads, composed heads) can be negative
         z = symmetric_limit(attn)
         scale = dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
     else:
         scale = dict(zmin=0, zmax=zmax, colorscale=SEQUENTIAL)
-    hover = np.array([[f"{labels[q]}", f"{labels[k]}"] for q in range(T) for k in range(T)], dtype=object).reshape(T, T, 2)
     panels = list(panel_titles) if panel_titles is not None and len(panel_titles) == H else [f"head {i + 1}" for i in range(H)]
     fig = make_subplots(rows=1, cols=H, subplot_titles=panels, horizontal_spacing=0.03)
     for i in range(H):
-        fig.add_trace(go.Heatmap(z=attn[i], **scale, showscale=i == H - 1,
-                                 colorbar=dict(title=colorbar_title), customdata=hover,
-                                 hovertemplate="query %{y} '%{customdata[0]}', key %{x} '%{customdata[1]}': "
-                                               "%{z:.3f}<extra></extra>"), row=1, col=i + 1)
+        fig.add_trace(go.Heatmap(z=attn[i], x=labels, y=labels, **scale, showscale=i == H - 1,
+                                 colorbar=dict(title=colorbar_title),
+                                 hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
-                         showticklabels=i == 0, **_position_ticks(labels))
-        fig.update_xaxes(constrain="domain", row=1, col=i + 1, **_position_ticks(labels, 16))
+                         showticklabels=i == 0, **_category_ticks(labels))
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1, **_category_ticks(labels, 16))
     fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=50), height=140 + 900 // max(H, 3))
     fig.update_xaxes(title="key")
     fig.update_yaxes(title="query", col=1)
     return fig
+
+
+def _category_ticks(labels: Sequence[str], most: int = 32) -> dict:
+    """Ticks of a categorical axis, thinned to at most `most` so they stay readable."""
+    step = max(1, -(-len(labels) // most))
+    shown = list(labels)[::step]
+    return dict(type="category", tickvals=shown, ticktext=shown)
 
 
 def labelled_matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: Sequence[str],
