@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import __version__
+from . import __version__, distributed
 from .checkpoints import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -150,7 +150,9 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    device = pick_device(tcfg.device)
+    device = distributed.device_for(pick_device(tcfg.device))
+    proc = distributed.start(device)  # one process, or this process's rank in a torchrun job
+    progress = progress and proc.main
     data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed)
     if tcfg.train_limit and data.kind != "corpus":
         data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
@@ -159,10 +161,12 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     config_path = out / CONFIG_FILE
 
     model = build_model(mcfg, seed=tcfg.seed).to(device)
-    step_model = torch.compile(model) if compile_model else model
+    step_model = torch.nn.parallel.DistributedDataParallel(model) if proc.distributed else model
+    step_model = torch.compile(step_model) if compile_model else step_model
     opt = make_optimizer(model, tcfg)
     start_epoch, step = 0, 0
     metrics: list[dict] = []
+    distributed.barrier(proc)  # every rank sees the same files before deciding to resume
     if config_path.exists():
         existing = json.loads(config_path.read_text())
         fresh = json.loads(json.dumps(config))
@@ -180,10 +184,12 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
             if progress:
                 print(f"resuming {out} after epoch {last}")
         # else: killed before epoch 0 was complete: start afresh over the partial files
-        write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
-    else:
+        if proc.main:
+            write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
+    elif proc.main:
         write_text_atomic(config_path, json.dumps(config, indent=2))
         write_text_atomic(out / METRICS_FILE, "")
+    distributed.barrier(proc)
 
     snapshots = set(tcfg.snapshots())
     steps_per_epoch = _steps_per_epoch(data, tcfg)
@@ -194,25 +200,34 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
         running = running_aux = None
         if epoch > 0:
             running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
-                                                          steps_per_epoch, device, progress)
-        row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg),
-               "train_loss_running": running, "epoch_seconds": round(time.perf_counter() - te, 3)}
-        if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
-            row["train_aux_loss_running"] = running_aux
-        if epoch in snapshots:
-            save_snapshot(out, epoch, model)
-        metrics.append(row)
-        write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
-        save_training_state(out, model, opt, epoch, step)
-        if progress and data.kind == "patches":
-            tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
-        elif progress:
-            extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
-            tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train {row['train_nll']:.4f}  "
-                       f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")
+                                                          steps_per_epoch, device, progress, proc)
+        if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
+            metrics.append(_record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux,
+                                         te, snapshots, mcfg, progress, metrics))
+        distributed.barrier(proc)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             return TrainResult(out, metrics, time.perf_counter() - t0)
     return TrainResult(out, metrics, time.perf_counter() - t0)
+
+
+def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, snapshots, mcfg, progress,
+                  metrics) -> dict:
+    """Evaluate the epoch, write its row, snapshot and training state (rank 0 only); returns the row."""
+    row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg),
+           "train_loss_running": running, "epoch_seconds": round(time.perf_counter() - te, 3)}
+    if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
+        row["train_aux_loss_running"] = running_aux
+    if epoch in snapshots:
+        save_snapshot(out, epoch, model)
+    write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
+    save_training_state(out, model, opt, epoch, step)
+    if progress and data.kind == "patches":
+        tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
+    elif progress:
+        extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
+        tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train {row['train_nll']:.4f}  "
+                   f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")
+    return row
 
 
 def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
@@ -221,7 +236,9 @@ def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
     return math.ceil(len(data.train_inputs) / tcfg.batch_size)
 
 
-def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress):
+def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress,
+                     proc: distributed.Process | None = None):
+    proc = proc or distributed.Process()
     gen = torch.Generator().manual_seed(tcfg.seed * 100_003 + epoch)
     torch.manual_seed(tcfg.seed * 100_019 + epoch)  # dropout
     if data.kind == "corpus":
@@ -237,17 +254,22 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
     for x, y in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total_steps, tcfg)
+        n = len(x)
+        x, y = distributed.shard(x, proc), distributed.shard(y, proc)  # this process's rows of the global batch
         out = model(x.to(device), targets=y.to(device))
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()  # the task loss plus the mechanism's auxiliary losses, if any
+        # DDP averages gradients over processes: weighting each by its share of the batch makes the
+        # step that of the whole batch, whatever the shard sizes.
+        share = len(x) * proc.world / n
+        (out.loss * share).backward()  # the task loss plus the mechanism's auxiliary losses, if any
         if tcfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
         opt.step()
         step += 1
-        loss_value = out.task_loss.item()
+        loss_value = distributed.total(out.task_loss.detach() * share / proc.world, proc).item()
         total += loss_value
         if out.aux_loss is not None:
-            total_aux = (total_aux or 0.0) + out.aux_loss.item()
+            total_aux = (total_aux or 0.0) + distributed.total(out.aux_loss.detach() * share / proc.world, proc).item()
         bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
     model.eval()
     return total / steps_per_epoch, None if total_aux is None else total_aux / steps_per_epoch, step
