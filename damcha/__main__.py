@@ -59,6 +59,8 @@ def _train_parser(sub) -> None:
     p.add_argument("--snapshot-epochs", type=_ints, default=(), help="e.g. 0,1,2,5,10,30 (0 and the last are always kept)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: autocast the training steps (weights, optimiser and evaluation stay fp32)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training step (20-40 s to compile; pays for long runs of large models)")
     p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
@@ -74,6 +76,7 @@ def _train(args) -> int:
         dataset=args.dataset, data_path=args.data_path, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
         optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule,
         warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
+        precision=args.precision,
         snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch,
     )
     model_config = variant_config(base, args.variant)

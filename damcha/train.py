@@ -56,6 +56,7 @@ class TrainConfig:
     seed: int = 0
     split_seed: int = 0
     device: str = "auto"
+    precision: str = "fp32"  # "fp32" (the exact reference) | "bf16" (autocast for the training steps)
     snapshot_epochs: tuple[int, ...] = ()  # empty: default_snapshot_epochs(epochs)
     steps_per_epoch: int = 100  # corpora only; digits epochs are full passes
     val_windows: int = 256  # corpora: non-overlapping validation windows evaluated
@@ -67,6 +68,8 @@ class TrainConfig:
         object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size and lr must be positive")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError("precision must be fp32 or bf16")
         if self.optimizer not in ("adam", "adamw") or self.schedule not in ("cosine", "constant"):
             raise ValueError("optimizer must be adam|adamw and schedule cosine|constant")
 
@@ -256,7 +259,8 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
             group["lr"] = lr_at(step, total_steps, tcfg)
         n = len(x)
         x, y = distributed.shard(x, proc), distributed.shard(y, proc)  # this process's rows of the global batch
-        out = model(x.to(device), targets=y.to(device))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
+            out = model(x.to(device), targets=y.to(device))
         opt.zero_grad(set_to_none=True)
         # DDP averages gradients over processes: weighting each by its share of the batch makes the
         # step that of the whole batch, whatever the shard sizes.

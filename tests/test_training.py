@@ -163,3 +163,17 @@ def test_list_runs_reports_bad_runs_beside_good_ones_and_stays_under_root(tmp_pa
     with pytest.raises(CheckpointError, match="outside"):
         resolve_under(tmp_path, "escape")
     assert resolve_under(tmp_path, "run") == run_dir.resolve()
+
+
+def test_bf16_autocast_trains_close_to_fp32(tmp_path):
+    from damcha import ModelConfig, variant_config
+
+    base = variant_config(ModelConfig(n_layer=1, n_head=4, n_embd=16, generator_widths=(16,)), "damcha")
+    rows = {}
+    for precision in ("fp32", "bf16"):
+        tcfg = TrainConfig(dataset="digits", epochs=1, precision=precision, train_limit=256, completion_images=4)
+        rows[precision] = train(base, tcfg, tmp_path / precision, progress=False).metrics[-1]
+    assert abs(rows["bf16"]["val_nll"] - rows["fp32"]["val_nll"]) < 0.02
+    assert rows["bf16"]["val_nll"] != rows["fp32"]["val_nll"]  # autocast did run in lower precision
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="fp8")
