@@ -19,6 +19,7 @@ import streamlit as st
 from damcha.checkpoints import CheckpointError, Run, list_runs, load_model
 from damcha.export import Provenance
 from damcha.inspection import InspectionRecord, inspect_input
+from damcha.interventions import MEAN_INPUTS
 from damcha.mechanisms import ForwardOptions
 from damcha.preprocess import InputError
 from damcha.samples import (
@@ -63,10 +64,6 @@ def cached_runs(root: str) -> tuple[list[Run], list[tuple[Path, str]]]:
 def model_for(run: Run, epoch: int):
     """One model per (run, epoch), shared by every session; frozen and in eval mode."""
     return load_model(run, epoch)
-
-
-def options_for(run: Run, choices: dict) -> ForwardOptions:
-    return run.model_config.mechanism.options_from(choices)
 
 
 @st.cache_data(show_spinner=False, max_entries=256, hash_funcs=HASH_FUNCS)
@@ -201,7 +198,7 @@ def _validation(run: Run, n: int):
 
 
 @st.cache_resource(show_spinner="The validation mean metric M-bar…", max_entries=32, hash_funcs=HASH_FUNCS)
-def mean_metric(run: Run, epoch: int, n: int = 256):
+def mean_metric(run: Run, epoch: int, n: int = MEAN_INPUTS):
     from damcha.interventions import mean_metric as average
 
     return average(model_for(run, epoch), _validation(run, n)[0])
@@ -215,7 +212,7 @@ def intervention_by_name(run: Run, name: str):
 
 @st.cache_data(show_spinner="Running the model with the intervention…", max_entries=128, hash_funcs=HASH_FUNCS)
 def intervened(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple, other: ModelInput | None = None):
-    """(record without, record with) the intervention, and the loss change."""
+    """(record without, record with) the intervention."""
     from damcha.interventions import intervention_options
 
     model = model_for(run, epoch)

@@ -264,7 +264,7 @@ def model_figure_values(name: str, model, run: Run, tokens, targets, params: dic
     if name == "block_grid":
         return interventions.block_grid(model, tokens, targets, bool(params.get("keep", False)))
     if name == "interpolation":
-        mbar = interventions.mean_metric(model, validation_arrays(run)[0][:256])
+        mbar = interventions.mean_metric(model, validation_arrays(run)[0][:interventions.MEAN_INPUTS])
         return interventions.interpolation_curve(model, tokens, targets, mbar)
     if name == "off_diagonal":
         return interventions.off_diagonal_curve(model, tokens, targets)

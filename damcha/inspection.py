@@ -56,7 +56,6 @@ class InspectionRecord:
     logits: np.ndarray
     token_loss: np.ndarray | None
     loss: float | None
-    score_form: str = ""
 
     def structure(self, name: str) -> Structure | None:
         return next((s for s in self.structures if s.name == name), None)
@@ -201,7 +200,6 @@ def inspect_input(
         logits=_np(out.logits[0]),
         token_loss=token_loss,
         loss=None if out.task_loss is None else float(out.task_loss),
-        score_form=cfg.score_form if cfg.is_damcha else "",
     )
 
 

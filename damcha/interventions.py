@@ -29,6 +29,7 @@ from .inspection import as_model_input
 from .mechanisms import DamchaOptions, ForwardOptions, Intervention, Param
 from .model import Transformer
 
+MEAN_INPUTS = 256  # validation inputs the mean metric M-bar is taken over, in the app and the figures CLI
 ALPHAS = tuple(np.round(np.linspace(0.0, 1.5, 16), 2))
 GAMMAS = tuple(np.round(np.linspace(0.0, 1.0, 11), 2))
 
@@ -299,7 +300,7 @@ def available_interventions(model_or_config) -> list[Intervention]:
     return (metric_interventions(config) if config.is_damcha else []) + own
 
 
-__all__ = ["ALPHAS", "GAMMAS", "Outcome", "ResidueCheck", "adaptivity_gap", "available_interventions",
+__all__ = ["ALPHAS", "GAMMAS", "MEAN_INPUTS", "Outcome", "ResidueCheck", "adaptivity_gap", "available_interventions",
            "batch_losses", "block_grid", "block_grid_over", "block_scale_matrix", "evaluate", "head_ablation",
            "intervention_options", "validation_effects",
            "input_metric", "interpolation_curve", "interval", "mean_metric", "metric_swap",

@@ -105,17 +105,6 @@ def test_mma_masks_in_a_decoder_and_in_a_classifier():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("causal", [True, False])
-def test_padding_changes_nothing_for_real_tokens(variant, causal):
-    model = perturbed(build_model(config(variant, causal, pad_token=10), seed=0).double())
-    tokens = torch.randint(0, 10, (1, 7))
-    padded = torch.cat([tokens, torch.full((1, 3), 10)], dim=1)
-    with torch.no_grad():
-        plain, more = model(tokens).logits, model(padded).logits
-    assert torch.allclose(plain, more[:, :7] if causal else more, atol=1e-10)
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
 def test_gradients_reach_every_parameter_the_router_too(variant):
     model = perturbed(build_model(config(variant), seed=0).double())
     tokens = torch.randint(0, 11, (4, 12))

@@ -315,6 +315,11 @@ class ProjectedAttention(nn.Module):
         self.value = nn.Linear(D, D)
         self.proj = nn.Linear(D, D)
 
+    @staticmethod
+    def parameters_of(D: int) -> int:
+        """Parameters of the four D x D projections with their biases."""
+        return 4 * D * D + 4 * D
+
     def heads(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, H, T, d) through one of the projections."""
         B, T, _ = x.shape

@@ -175,7 +175,7 @@ class ColMHAAuthors(Mechanism):
 
     def parameter_count(self, config) -> int:
         D, H = config.n_embd, config.n_head
-        return config.n_layer * (4 * D * D + 4 * D + H * H)
+        return config.n_layer * (ProjectedAttention.parameters_of(D) + H * H)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         C = np.stack([b.attn.mixing.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)

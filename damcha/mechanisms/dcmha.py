@@ -153,7 +153,7 @@ class DCMHA(Mechanism):
     def parameter_count(self, config) -> int:
         D, H = config.n_embd, config.n_head
         K, U = 4 * H, len(USES)
-        return config.n_layer * (4 * D * D + 4 * D + D * U * K + U * K * 2 * RANK * H + D * U * H)
+        return config.n_layer * (ProjectedAttention.parameters_of(D) + D * U * K + U * K * 2 * RANK * H + D * U * H)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         maps = {use: [] for use in USES}
@@ -196,7 +196,7 @@ class DCMHAAuthors(Mechanism):
     def parameter_count(self, config) -> int:
         D, H = config.n_embd, config.n_head
         R = max(4, H // 2)
-        return config.n_layer * (4 * D * D + 4 * D + D * R + R + R * H * H + H * H + D * H + H)
+        return config.n_layer * (ProjectedAttention.parameters_of(D) + D * R + R + R * H * H + H * H + D * H + H)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         mix = np.stack([layer.internals["mix"][0].cpu().numpy() for layer in layers])  # (L, T, H, H)

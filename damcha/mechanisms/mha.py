@@ -52,7 +52,7 @@ class MHA(Mechanism):
 
     def parameter_count(self, config) -> int:
         D = config.n_embd
-        return config.n_layer * (4 * D * D + 4 * D)  # W_Q, W_K, W_V, W_O with biases
+        return config.n_layer * ProjectedAttention.parameters_of(D)  # W_Q, W_K, W_V, W_O
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         forms = np.stack([qk_forms(block.attn).cpu().numpy() for block in model.blocks])  # (L, H, D, D)

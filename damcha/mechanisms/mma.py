@@ -112,7 +112,7 @@ class MMA(Mechanism):
 
     def parameter_count(self, config) -> int:
         D = config.n_embd
-        return config.n_layer * (4 * D * D + 4 * D)
+        return config.n_layer * ProjectedAttention.parameters_of(D)
 
     def settings(self, config) -> dict:
         types = head_types(config.n_head)

@@ -96,7 +96,7 @@ class TalkingHeads(Mechanism):
 
     def parameter_count(self, config) -> int:
         D, H = config.n_embd, config.n_head
-        return config.n_layer * (4 * D * D + 4 * D + 2 * H * H)
+        return config.n_layer * (ProjectedAttention.parameters_of(D) + 2 * H * H)
 
     def settings(self, config) -> dict:
         return {"initialisation": config.option("tha_init", "random")}
