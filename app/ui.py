@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import streamlit as st
@@ -60,24 +61,46 @@ def cached_runs(root: str) -> tuple[list[Run], list[tuple[Path, str]]]:
 
 # ----------------------------------------------------------------------------- cached library calls
 
+def inference_device() -> str:
+    """Where the app runs its models: $DAMCHA_DEVICE (e.g. cuda), else the CPU."""
+    return os.environ.get("DAMCHA_DEVICE", "cpu")
+
+
 @st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def model_for(run: Run, epoch: int):
     """One model per (run, epoch), shared by every session; frozen and in eval mode."""
-    return load_model(run, epoch)
+    return load_model(run, epoch, device=inference_device())
 
 
 @st.cache_data(show_spinner=False, max_entries=256, hash_funcs=HASH_FUNCS)
-def inspection(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None) -> InspectionRecord:
-    return inspect_input(model_for(run, epoch), inp.tokens, inp.targets, options=options)
+def inspection(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None,
+               positions: tuple[int, ...] | None = None, attention_layers: tuple[int, ...] | None = None
+               ) -> InspectionRecord:
+    """One input's record; positions / attention_layers: take the large per-position matrices and
+    attention maps only where viewed (default: all that fit the inspection budget)."""
+    return inspect_input(model_for(run, epoch), inp.tokens, inp.targets, positions=positions, options=options,
+                         attention_layers=attention_layers)
 
 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
-def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None):
+def sequence_profile(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None):
+    """Per-position summaries at every position of the input, in chunks, with a progress bar."""
+    from damcha.inspection import sequence_profile as profile_of
+
+    bar = st.progress(0.0, text="Summarising every position…")
+    result = profile_of(model_for(run, epoch), inp.tokens, options,
+                        progress=lambda k, n: bar.progress(k / n, text=f"Positions, chunk {k}/{n}"))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None, positions: tuple[int, ...] | None = None):
     """The input through every snapshot, with a progress bar the first time; instant afterwards."""
     from damcha.dynamics import sweep_epochs
 
     bar = st.progress(0.0, text="Running every snapshot on this input…")
-    result = sweep_epochs(run, model_for, inp.tokens, inp.targets, options,
+    result = sweep_epochs(run, model_for, inp.tokens, inp.targets, options, positions=positions,
                           progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
     bar.empty()
     return result
@@ -123,14 +146,15 @@ def projection(run: Run, n: int, epoch: int, layer: int, method: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
-def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None = None):
+def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None = None,
+                    positions: tuple[int, ...] | None = None):
     """The run's structures averaged over its first n validation inputs, with a progress bar."""
     from damcha.inspection import mean_structures as average
     from damcha.samples import validation_arrays
 
     x, y, _ = validation_arrays(run)
     bar = st.progress(0.0, text="Structures of validation inputs…")
-    result = average(model_for(run, epoch), x[:n], y[:n], options,
+    result = average(model_for(run, epoch), x[:n], y[:n], options, positions=positions,
                      progress=lambda k, m: bar.progress(k / m, text=f"Validation input {k}/{m}"))
     bar.empty()
     return result
@@ -339,6 +363,39 @@ def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = U
     return where.slider(label, 0, upper, upper, key=key, bind=bind, **kw)
 
 
+def is_large(run: Run) -> bool:
+    """A paper-sized run: its per-position matrices for a full-length input exceed the inspection
+    budget, and one forward pass of such an input takes about a second on a CPU."""
+    from damcha.inspection import matrices_fit
+
+    cfg = run.model_config
+    return not matrices_fit(cfg, cfg.block_size)
+
+
+def computed_on_request(run: Run, label: str, key: str) -> bool:
+    """Whether to compute a section that runs the model over many inputs, snapshots or integration
+    steps: always for small runs; for paper-sized ones only when asked, so the page answers at once."""
+    if not is_large(run):
+        return True
+    on = st.toggle(label, value=False, key=key,
+                   help="A paper-sized run: this runs the model many times (minutes on a CPU), so it waits to be asked.")
+    if not on:
+        st.caption("Not computed yet (paper-sized run): switch it on above.")
+    return on
+
+
+def position_in_context(labels, position: int, width: int = 40) -> str:
+    """Markdown of the tokens around `position`, the one at it highlighted: where a query sits in a
+    long input, readable where a slider alone is not."""
+    def text(part) -> str:
+        return re.sub(r"([\\`*_{}\[\]()#+\-.!|~<>$:])", r"\\\1", "".join(part))
+
+    before = text(labels[max(0, position - width):position])
+    after = text(labels[position + 1:position + 1 + width])
+    return (f"{'…' if position > width else ''}{before}:orange-background[**{text(labels[position:position + 1])}**]"
+            f"{after}{'…' if position + 1 + width < len(labels) else ''}")
+
+
 # ----------------------------------------------------------------------------- input picker
 
 def input_picker(run: Run) -> ModelInput | None:
@@ -436,11 +493,12 @@ def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: Mode
 
 
 def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
-    """Draw a figure and give it export buttons (PNG/SVG/PDF, offline HTML, CSV/NPZ, provenance);
-    it is also registered for this page's "Export all" ZIP."""
+    """Draw a figure (large heatmaps as block means) and give it export buttons at full resolution
+    (PNG/SVG/PDF, offline HTML, CSV/NPZ, provenance); it is also registered for this page's "Export all" ZIP."""
     from damcha.export import data_csv, data_npz, figure_bytes, figure_data, static_export_status
+    from damcha.figures import display_copy
 
-    st.plotly_chart(fig, width=width, key=f"chart_{name}")
+    st.plotly_chart(display_copy(fig), width=width, key=f"chart_{name}")
     st.session_state.setdefault("export_registry", {})[name] = (fig, prov)
     settings = st.session_state.get("export_settings")
     ok, why = static_export_status()

@@ -56,6 +56,8 @@ def _train_parser(sub) -> None:
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--grad-clip", type=float, default=1.0, help="0 turns clipping off")
     p.add_argument("--steps-per-epoch", type=int, default=100, help="text data sets: steps in one epoch")
+    p.add_argument("--val-windows", type=int, default=256,
+                   help="text data sets: validation windows evaluated every epoch (fewer for long contexts on CPU)")
     p.add_argument("--snapshot-epochs", type=_ints, default=(), help="e.g. 0,1,2,5,10,30 (0 and the last are always kept)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
@@ -77,7 +79,7 @@ def _train(args) -> int:
         optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule,
         warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
         precision=args.precision,
-        snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch,
+        snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch, val_windows=args.val_windows,
     )
     model_config = variant_config(base, args.variant)
     if args.option:

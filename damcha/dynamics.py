@@ -96,13 +96,13 @@ def spread_epochs(epochs: Sequence[int], n: int = 5) -> list[int]:
 
 def sweep_epochs(run: Run, load: Callable[[Run, int], Transformer], tokens, targets=None,
                  options: ForwardOptions | None = None, epochs: Sequence[int] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> EpochSweep:
-    """Inspect one input at every snapshot (or the given epochs) with the mechanism's `options`.
-    `load` returns a (cached) model."""
+                 progress: Callable[[int, int], None] | None = None, positions=None) -> EpochSweep:
+    """Inspect one input at every snapshot (or the given epochs) with the mechanism's `options`,
+    per-position structures at `positions` (see inspect_input). `load` returns a (cached) model."""
     chosen = tuple(epochs or run.epochs)
     records = []
     for k, epoch in enumerate(chosen):
-        records.append(inspect_input(load(run, epoch), tokens, targets, options=options))
+        records.append(inspect_input(load(run, epoch), tokens, targets, positions=positions, options=options))
         if progress:
             progress(k + 1, len(chosen))
     return EpochSweep(chosen, tuple(records))

@@ -21,6 +21,7 @@ def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, ba
     accuracy for classifiers."""
     device = next(model.parameters()).device
     total, count, correct = 0.0, 0, 0
+    batch_size = bounded_batch(model, inputs.shape[1], batch_size)
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i:i + batch_size].to(device), targets[i:i + batch_size].to(device)
         out = model(x, targets=y, options=options, stochastic=False)
@@ -32,6 +33,16 @@ def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, ba
     if model.config.n_classes:
         result["accuracy"] = correct / max(count, 1)
     return result
+
+
+EVAL_BYTES = 2**30  # what one evaluation batch may hold of a mechanism's per-sequence extras
+
+
+def bounded_batch(model: Transformer, T: int, batch_size: int) -> int:
+    """batch_size, made smaller where the mechanism's per-sequence inference memory would exceed
+    EVAL_BYTES (a paper-sized shared metric is 134 MB per 1024-token sequence)."""
+    per_sequence = model.mechanism.inference_bytes(model.config, T)
+    return max(1, min(batch_size, EVAL_BYTES // per_sequence)) if per_sequence else batch_size
 
 
 @torch.no_grad()

@@ -34,9 +34,9 @@ def grid_matrices(record: InspectionRecord) -> list[Structure]:
 
 
 def structure_index(record: InspectionRecord, layer: int, position: int) -> dict:
-    """Where to take per-layer and per-position structures: layer, the index of `position` among
-    the record's query positions (negative: from the end), and the token at that position."""
-    p = position % len(record.positions)
+    """Where to take per-layer and per-position structures: layer, the index of query position
+    `position` among the record's positions (negative: from the end), and the token there."""
+    p = record.position_index(position)
     token = int(record.positions[p]) if record.causal else position % len(record.tokens)
     return {"layer": layer, "position": p, "token": token}
 
@@ -102,7 +102,7 @@ def _numbered(axis: str, n: int) -> list[str]:
 
 
 def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
-    """params: layer, position (index into record.positions), part (a grid-matrix structure name),
+    """params: layer, position (a query position; negative: from the end), part (a grid-matrix structure name),
     shared_scale, attn_layer (attention), next_position (text prediction)."""
     index = structure_index(record, int(params.get("layer", 0)), int(params.get("position", -1)))
     shared = bool(params.get("shared_scale", True))
@@ -128,7 +128,7 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
         return figures.surface_figure(s.at(**index), f"{s.title} as a surface, {where}{at}")
     if name == "attention":
         a = int(params.get("attn_layer", 0))
-        return figures.attention_figure(record.attention[a], record.token_labels, f"Attention, layer {a + 1}{at}")
+        return figures.attention_figure(record.attention_map(a), record.token_labels, f"Attention, layer {a + 1}{at}")
     if name == "token_loss":
         if record.token_loss is None or record.task == "classification":
             raise ValueError("this input has no per-token loss")
@@ -214,7 +214,7 @@ def attention_on_grid(record: InspectionRecord, layer: int, query: int) -> np.nd
     """(H, rows, cols) attention of one query position to every key, each key placed at the patch or
     pixel it holds (cells that are no key of this query, or no input at all, are NaN)."""
     rows, cols = record.modality.grid
-    attn = record.attention[layer][:, query]  # (H, T)
+    attn = record.attention_map(layer)[:, query]  # (H, T)
     maps = np.full((attn.shape[0], rows * cols), np.nan)
     for s in range(attn.shape[1]):
         cell = _grid_cell(record, s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -515,3 +516,51 @@ def grid_maps_figure(maps: np.ndarray, titles: Sequence[str], title: str = "", c
         fig.update_xaxes(constrain="domain", showticklabels=False, row=1, col=i + 1)
     fig.update_layout(title=title, margin=dict(l=20, r=40, t=70, b=20), height=120 + 900 // max(n, 3))
     return fig
+
+
+# Cells of each kind of grid trace (all such traces of one figure together) that a browser is sent
+# to draw: a heatmap is an image, but contours are traced and surfaces meshed in the browser, far slower.
+MAX_DISPLAY_CELLS = {"heatmap": 256 * 256, "contour": 96 * 96, "surface": 64 * 64}
+
+
+def display_copy(fig: go.Figure, max_cells: dict[str, int] | None = None) -> go.Figure:
+    """The figure to draw in a browser: when its heatmaps, contours or surfaces hold more cells
+    than `max_cells` allows their kind (a 512 x 512 metric, eight 1024 x 1024 attention maps), each
+    is replaced by the means of f x f blocks, placed at the blocks' centres so overlays drawn in cell
+    coordinates (the head grid) stay where they were. Exports keep the full-resolution original."""
+    limits = max_cells or MAX_DISPLAY_CELLS
+    cells: dict[str, int] = {}
+    for t in fig.data:
+        if t.type in limits and t.z is not None:
+            cells[t.type] = cells.get(t.type, 0) + np.asarray(t.z).size
+    f = max((int(np.ceil(np.sqrt(n / limits[kind]))) for kind, n in cells.items()), default=1)
+    if f <= 1:
+        return fig
+    out = go.Figure(fig)
+    for trace in [*out.data, *(t for frame in out.frames for t in frame.data)]:  # animation frames too
+        if trace.type not in limits or trace.z is None:
+            continue
+        z = np.asarray(trace.z, dtype=float)
+        trace.z = block_means(z, f)
+        for axis, n in (("x", z.shape[1]), ("y", z.shape[0])):
+            given = getattr(trace, axis)
+            centres = np.arange(0, n, f) + (np.minimum(np.arange(0, n, f) + f, n) - 1 - np.arange(0, n, f)) / 2
+            setattr(trace, axis, list(given)[::f] if given is not None and len(given) == n else centres)
+        trace.customdata = None
+        trace.hovertemplate = f"rows %{{y}}, columns %{{x}} (mean of {f}×{f} cells): %{{z:.4f}}<extra></extra>"
+    title = out.layout.title.text or ""
+    out.update_layout(title_text=f"{title}<br><sup>display: means of {f}×{f} cells; exports keep full resolution</sup>")
+    return out
+
+
+def block_means(z: np.ndarray, f: int) -> np.ndarray:
+    """Means of f x f blocks of a 2-D array (the last blocks may be smaller). (r, c) -> (ceil(r/f), ceil(c/f))."""
+    r, c = z.shape
+    padded = np.full((-(-r // f) * f, -(-c // f) * f), np.nan)
+    padded[:r, :c] = z
+    blocks = padded.reshape(padded.shape[0] // f, f, padded.shape[1] // f, f)
+    if not np.isnan(blocks).any():
+        return blocks.mean(axis=(1, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a block of NaN only (no key there) stays NaN
+        return np.nanmean(blocks, axis=(1, 3))

@@ -31,7 +31,8 @@ class InspectionRecord:
     structures: the mechanism's cross-head structures (see damcha.mechanisms.Structure).
     notes: sentences the mechanism wants shown beside its structures (what is learned).
     options: the mechanism's forward options used (e.g. DAMCHA's metric mode).
-    attention: (n_layer, H, T, T) attention probabilities.
+    n_layer: the model's layers; attention_layers: the layers whose attention maps were kept.
+    attention: (len(attention_layers), H, T, T) attention probabilities (read with attention_map).
     logits: (T, V) next-token logits, (C,) class logits, or (T, input_dim) predicted vectors.
     token_loss: (T,) per-token loss (NaN where no target), or (1,) for a classifier.
     """
@@ -52,6 +53,8 @@ class InspectionRecord:
     target_labels: tuple[str, ...]
     structures: tuple[Structure, ...]
     notes: tuple[str, ...]
+    n_layer: int
+    attention_layers: tuple[int, ...]
     attention: np.ndarray
     logits: np.ndarray
     token_loss: np.ndarray | None
@@ -84,6 +87,23 @@ class InspectionRecord:
         """How many layers the per-layer structures have (1 when shared across layers)."""
         return max((s.size("layer") for s in self.structures), default=1)
 
+    def attention_map(self, layer: int) -> np.ndarray:
+        """(H, T, T) attention probabilities of `layer` (0-based), if it was kept."""
+        if layer not in self.attention_layers:
+            raise ValueError(f"layer {layer + 1}'s attention was not kept (kept: {[i + 1 for i in self.attention_layers]}); "
+                             "inspect with attention_layers including it")
+        return self.attention[self.attention_layers.index(layer)]
+
+    def position_index(self, position: int) -> int:
+        """Index into `positions` of a query position (negative: counted from the end of `positions`)."""
+        if position >= 0 and self.causal:
+            hits = np.flatnonzero(self.positions == position)
+            if hits.size:
+                return int(hits[0])
+            if len(self.positions) < len(self.tokens):
+                raise ValueError(f"position {position} was not inspected (inspected: {self.positions.tolist()})")
+        return position % len(self.positions)
+
     def where(self, position_index: int) -> str:
         return f"position {int(self.positions[position_index])}" if self.causal else "whole input"
 
@@ -107,7 +127,7 @@ def matrix_energy_shares(record: InspectionRecord, **index: int) -> dict[str, fl
 
 
 def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOptions | None = None,
-                    progress=None) -> tuple[Structure, ...]:
+                    progress=None, positions=None) -> tuple[Structure, ...]:
     """Every structure averaged over several inputs of one length (validation samples): MoA's expert
     usage and co-selection over a data set, DCMHA's composition strength per position, M(x) on average...
     Returns structures shaped like one input's, their titles marked as means."""
@@ -116,7 +136,8 @@ def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOp
     sums: dict[str, np.ndarray] = {}
     first = None
     for i in range(len(inputs)):
-        record = inspect_input(model, inputs[i], None if targets is None else targets[i], options=options)
+        record = inspect_input(model, inputs[i], None if targets is None else targets[i], positions=positions,
+                               options=options)
         first = first or record
         for s in record.structures:
             sums[s.name] = sums.get(s.name, 0) + s.values.astype(np.float64)
@@ -126,6 +147,22 @@ def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOp
         return ()
     return tuple(dataclasses.replace(s, values=sums[s.name] / len(inputs), title=f"{s.title} (mean of {len(inputs)} inputs)")
                  for s in first.structures)
+
+
+INSPECTION_BUDGET_BYTES = 256 * 2**20  # per-position matrices and attention maps kept whole up to this size
+
+
+def matrices_fit(config, T: int) -> bool:
+    """Whether one input's per-position D x D matrices (M, learned part, residue; one per metric
+    source) fit the inspection budget at every position, or must be taken at viewed positions only
+    (a paper-sized model at T = 1024 would need about 3 GB)."""
+    sources = config.n_layer if getattr(config, "metric_sharing", "shared") == "per_layer" else 1
+    return 3 * sources * T * config.n_embd ** 2 * 4 <= INSPECTION_BUDGET_BYTES
+
+
+def attention_fits(config, T: int) -> bool:
+    """Whether every layer's (H, T, T) attention maps fit the inspection budget together."""
+    return config.n_layer * config.n_head * T * T * 4 <= INSPECTION_BUDGET_BYTES
 
 
 def identifiability_note(config) -> str:
@@ -140,12 +177,15 @@ def inspect_input(
     targets: torch.Tensor | np.ndarray | list[int] | int | None = None,
     positions: list[int] | np.ndarray | None = None,
     options: ForwardOptions | None = None,
+    attention_layers: list[int] | tuple[int, ...] | None = None,
 ) -> InspectionRecord:
     """Run one input through `model` in eval mode without gradients and record its internals.
 
     tokens: (T,) ints (or (T, input_dim) vectors). targets: (T,) next tokens (IGNORE_INDEX to skip),
     a class id, or (T, input_dim) next vectors. positions: query positions at which to take
-    per-position structures (causal models; default: all). options: the mechanism's options.
+    per-position structures (causal models; default: all of them if they fit
+    INSPECTION_BUDGET_BYTES, else the last). attention_layers: layers whose attention maps to keep
+    (default: all if they fit the budget, else the first). options: the mechanism's options.
     The model is not changed: dropout is switched off by argument, not by model.eval().
     """
     cfg = model.config
@@ -159,11 +199,18 @@ def inspect_input(
     if targets is not None:
         tgt = as_model_input(targets, cfg, device)  # (1, T), (1, 1) class id, or (1, T, input_dim)
         tgt = tgt[:, 0] if cfg.n_classes else tgt
+    if attention_layers is None:
+        attention_layers = range(cfg.n_layer) if attention_fits(cfg, T) else [0]
+    kept = tuple(sorted({int(i) for i in attention_layers}))
+    if kept and (kept[0] < 0 or kept[-1] >= cfg.n_layer):
+        raise ValueError(f"attention layers must lie in [0, {cfg.n_layer - 1}]")
     out = model(tok, targets=tgt, options=options, need_intermediates=True, stochastic=False)
-    attention = torch.stack([layer.attention[0] for layer in out.layers])  # (L, H, T, T)
+    attention = torch.stack([out.layers[i].attention[0] for i in kept]) if kept else torch.zeros(0, cfg.n_head, T, T)  # (A, H, T, T)
 
     if cfg.causal:
-        pos = np.arange(T) if positions is None else np.asarray(positions, dtype=np.int64)
+        if positions is None:
+            positions = np.arange(T) if matrices_fit(cfg, T) else [T - 1]
+        pos = np.asarray(positions, dtype=np.int64)
         if pos.size and (pos.min() < 0 or pos.max() >= T):
             raise ValueError(f"positions must lie in [0, {T - 1}]")
     else:
@@ -196,11 +243,26 @@ def inspect_input(
         target_labels=tuple(modality.target_labels(targets_np)),
         structures=tuple(structures),
         notes=tuple(model.mechanism.notes(cfg)),
+        n_layer=cfg.n_layer,
+        attention_layers=kept,
         attention=_np(attention),
         logits=_np(out.logits[0]),
         token_loss=token_loss,
         loss=None if out.task_loss is None else float(out.task_loss),
     )
+
+
+@torch.no_grad()
+def sequence_profile(model: Transformer, tokens, options: ForwardOptions | None = None,
+                     progress=None, chunk: int | None = None) -> tuple[Structure, ...]:
+    """Per-position summaries of one input at every position (the mechanism's sequence profile,
+    e.g. DAMCHA's ‖m_i‖ and residue / off-diagonal shares), in bounded memory however long the input."""
+    options = model.mechanism.options(options)
+    tok = as_model_input(tokens, model.config, next(model.parameters()).device)  # (1, T) or (1, T, input_dim)
+    if tok.shape[1] == 0:
+        raise ValueError("cannot inspect an empty input")
+    out = model(tok, options=options, need_intermediates=True, stochastic=False)
+    return tuple(model.mechanism.sequence_profile(model, out.layers, options, progress, chunk))
 
 
 def as_model_input(values, cfg, device) -> torch.Tensor:

@@ -204,20 +204,22 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
         if epoch > 0:
             running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
                                                           steps_per_epoch, device, progress, proc)
+        train_seconds = time.perf_counter() - te
         if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
             metrics.append(_record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux,
-                                         te, snapshots, mcfg, progress, metrics))
+                                         te, train_seconds, snapshots, mcfg, progress, metrics))
         distributed.barrier(proc)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             return TrainResult(out, metrics, time.perf_counter() - t0)
     return TrainResult(out, metrics, time.perf_counter() - t0)
 
 
-def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, snapshots, mcfg, progress,
-                  metrics) -> dict:
-    """Evaluate the epoch, write its row, snapshot and training state (rank 0 only); returns the row."""
-    row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg),
-           "train_loss_running": running, "epoch_seconds": round(time.perf_counter() - te, 3)}
+def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, train_seconds, snapshots, mcfg,
+                  progress, metrics) -> dict:
+    """Evaluate the epoch, write its row, snapshot and training state (rank 0 only); returns the row.
+    epoch_seconds: the whole epoch with its evaluation; train_seconds: its training steps alone."""
+    row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg), "train_loss_running": running,
+           "epoch_seconds": round(time.perf_counter() - te, 3), "train_seconds": round(train_seconds, 3)}
     if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
         row["train_aux_loss_running"] = running_aux
     if epoch in snapshots:

@@ -7,6 +7,7 @@ import streamlit as st
 from app.ui import (
     cached_runs,
     checkpoint_root,
+    computed_on_request,
     input_picker,
     input_under_modes,
     provenance,
@@ -44,7 +45,8 @@ else:
 
     st.subheader("This input under each metric mode")
     inp = input_picker(run)
-    if inp is not None:
+    if inp is not None and computed_on_request(run, "Run this input under each metric mode (and continue it)",
+                                               "modes_on"):
         outcomes = input_under_modes(run, epoch, inp)
         unit = loss_unit(cfg)
         rows = []
@@ -83,7 +85,8 @@ else:
 st.subheader("Validation set, every run on this data set")
 runs, _ = cached_runs(str(checkpoint_root()))
 table = []
-for r in runs:
+evaluate_all = computed_on_request(run, "Evaluate every run of this data set under each mode", "table_on")
+for r in runs if evaluate_all else []:
     if r.dataset == run.dataset and has_metric_modes(r):
         table.extend(validation_ablation(r, r.epochs[-1]))
 if table:

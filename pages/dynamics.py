@@ -7,8 +7,10 @@ from app.ui import (
     bounded_slider,
     cached_runs,
     checkpoint_root,
+    computed_on_request,
     input_picker,
     inspection,
+    is_large,
     mean_structures,
     option_controls,
     projection,
@@ -22,6 +24,7 @@ from app.ui import (
 from damcha import figures
 from damcha.dynamics import spread_epochs, statistic_curves, symmetric_spectrum
 from damcha.figure_sets import matrix_grid, per_head, positions_only, structure_figure, structure_index
+from damcha.inspection import matrices_fit
 
 st.title("Training dynamics")
 run, epoch = selected_run()
@@ -33,7 +36,12 @@ if inp is None:
 
 c1, c2, c3, c4 = st.columns(4)
 options = option_controls(run, c1)
-result = sweep(run, inp, options)
+T = len(inp.tokens)
+# A long input of a wide model: each snapshot's matrices at the viewed position only.
+viewed_only = run.model_config.causal and not matrices_fit(run.model_config, T)
+if viewed_only:
+    pos = bounded_slider(c2, "Query position", T - 1, "position")
+result = sweep(run, inp, options, (pos,) if viewed_only else None)
 epochs = list(result.epochs)
 first = result.records[0]
 if not first.structures:
@@ -42,9 +50,9 @@ if not first.structures:
 names = [s.name for s in first.structures]
 name = c2.selectbox("Structure", names, key="structure", bind=URL)  # plain names: the URL holds what the box shows
 chosen = first.structure(name)
-T = len(first.tokens)
-pos = bounded_slider(c2, "Query position", T - 1, "position") \
-    if chosen.size("position") > 1 or "token" in chosen.index_axes else 0
+if not viewed_only:
+    pos = bounded_slider(c2, "Query position", T - 1, "position") \
+        if chosen.size("position") > 1 or "token" in chosen.index_axes else 0
 layer = c3.selectbox("Layer", list(range(1, chosen.size("layer") + 1)), key="layer", bind=URL) - 1 \
     if chosen.size("layer") > 1 else 0
 head = c3.selectbox("Head", list(range(first.n_head)), format_func=lambda i: f"head {i + 1}", key="head") \
@@ -94,7 +102,7 @@ if first.has_metric:
     full = result.over_epochs("metric", index)  # (E, D, D)
     shown = ("frobenius", "off_diagonal_share", "residue_share", "asymmetry", "negative_share", "effective_rank")
     curves = statistic_curves(full, first.n_head, shown)
-    with_band = st.toggle("Band over validation inputs (64 samples)", value=True, key="band")
+    with_band = st.toggle("Band over validation inputs (64 samples)", value=not is_large(run), key="band")
     bands = statistic_bands(run, 64, layer, shown) if with_band else None
     metrics = {m["epoch"]: m for m in run.metrics}
     losses = {"train": [metrics.get(e, {}).get("train_nll") for e in epochs],
@@ -128,7 +136,7 @@ if not others:
 else:
     other = st.selectbox("Second run", others, format_func=lambda r: f"{r.name} ({r.variant})", key="other")
     other_epoch = st.select_slider("Its epoch", list(other.epochs), value=other.epochs[-1], key="other_epoch")
-    theirs = inspection(other, other_epoch, inp, None)
+    theirs = inspection(other, other_epoch, inp, None, tuple(first.positions.tolist()) if viewed_only else None)
     their_name = st.selectbox("Its structure", [s.name for s in theirs.structures], key="other_structure",
                               format_func=lambda n: theirs.structure(n).title) if theirs.structures else None
     left, right = st.columns(2)
@@ -150,12 +158,14 @@ st.caption("Each structure averaged over the first validation inputs at this epo
 m1, m2 = st.columns(2)
 n_mean = m1.select_slider("Inputs", [16, 64, 128], value=64, key="mean_n")
 mean_epoch = m2.select_slider("Epoch", epochs, value=epoch if epoch in epochs else epochs[-1], key="mean_epoch")
-means = {s.name: s for s in mean_structures(run, mean_epoch, n_mean, options)}
-positions_record = positions_only(first)
-show(structure_figure(means[name], positions_record, index, f", epoch {mean_epoch}"), "structure_mean",
-     here("structure_mean", n=n_mean, mean_epoch=mean_epoch))
+if computed_on_request(run, "Average over validation inputs", "mean_on"):
+    means = {s.name: s for s in mean_structures(run, mean_epoch, n_mean, options,
+                                                       tuple(first.positions.tolist()) if viewed_only else None)}
+    positions_record = positions_only(first)
+    show(structure_figure(means[name], positions_record, index, f", epoch {mean_epoch}"), "structure_mean",
+         here("structure_mean", n=n_mean, mean_epoch=mean_epoch))
 
-if first.has_metric:
+if first.has_metric and computed_on_request(run, "Project the metrics of validation inputs", "geometry_on"):
     st.subheader("Data-set geometry")
     st.caption("M(x) of validation inputs (last position for causal models), projected to 2D. Does the metric "
                "adapt to the input, and from which epoch?")

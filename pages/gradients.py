@@ -8,6 +8,7 @@ from app.ui import (
     bounded_slider,
     cached_runs,
     checkpoint_root,
+    computed_on_request,
     contributions,
     input_picker,
     inspection,
@@ -41,86 +42,89 @@ if record.has_metric:
     st.subheader("Contribution of each entry of M(x) to the loss")
     st.info(identifiability_note(cfg) + " Under the row sum every block of a row gets the same "
             "gradient, so gradient × metric differs between blocks of a row only through M itself.")
-    c1, c2, c3 = st.columns(3)
-    method = c1.radio("Method", ["gradient_x_metric", "gradient"], key="method", bind=URL,
-                      format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
-    mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], key="mode", horizontal=True, bind=URL)
-    T = len(inp.tokens)
-    where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
-        else "whole input"
-    position = where if isinstance(where, int) else None
-    layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), key="layer", bind=URL) - 1 \
-        if record.metric_layers > 1 else 0
-    if inp.targets is None:
-        st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
-        st.stop()
-    params = {"method": method, "mode": mode, "position": where, "layer": layer}
-    contrib = contributions(run, epoch, inp, mode, method).map(layer, position)
-    H = record.n_head
-    symbol = "∂L/∂M × M" if method == "gradient_x_metric" else "|∂L/∂M|"
-    left, right = st.columns([3, 2])
-    with left:
-        show(figures.metric_heatmap_figure(contrib, H, f"{symbol}, {where}, epoch {epoch}", colorbar_title="contribution"),
-             "contribution", provenance("contribution", run, epoch, inp, params))
-    with right:
-        show(figures.head_by_head_figure(block_sums(contrib, H), "Summed per block (H × H)", colorbar_title="Σ"),
-             "contribution_blocks", provenance("contribution_blocks", run, epoch, inp, params))
+    if computed_on_request(run, "Compute the contributions of M(x) (a backward pass per snapshot)", "contrib_on"):
+        c1, c2, c3 = st.columns(3)
+        method = c1.radio("Method", ["gradient_x_metric", "gradient"], key="method", bind=URL,
+                          format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
+        mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], key="mode", horizontal=True, bind=URL)
+        T = len(inp.tokens)
+        where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
+            else "whole input"
+        position = where if isinstance(where, int) else None
+        layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), key="layer", bind=URL) - 1 \
+            if record.metric_layers > 1 else 0
+        if inp.targets is None:
+            st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
+            st.stop()
+        params = {"method": method, "mode": mode, "position": where, "layer": layer}
+        contrib = contributions(run, epoch, inp, mode, method).map(layer, position)
+        H = record.n_head
+        symbol = "∂L/∂M × M" if method == "gradient_x_metric" else "|∂L/∂M|"
+        left, right = st.columns([3, 2])
+        with left:
+            show(figures.metric_heatmap_figure(contrib, H, f"{symbol}, {where}, epoch {epoch}", colorbar_title="contribution"),
+                 "contribution", provenance("contribution", run, epoch, inp, params))
+        with right:
+            show(figures.head_by_head_figure(block_sums(contrib, H), "Summed per block (H × H)", colorbar_title="Σ"),
+                 "contribution_blocks", provenance("contribution_blocks", run, epoch, inp, params))
 
-    with st.expander("Across epochs (same colour range for every frame)"):
-        maps = [contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs]
-        show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs",
-             provenance("contribution_epochs", run, epoch, inp, params))
+        with st.expander("Across epochs (same colour range for every frame)"):
+            maps = [contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs]
+            show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs",
+                 provenance("contribution_epochs", run, epoch, inp, params))
 
-    runs, _ = cached_runs(str(checkpoint_root()))
-    partners = [r for r in runs if r.dataset == run.dataset and r.name != run.name
-                and inspection(r, r.epochs[-1], inp, None).has_metric]
-    if partners:
-        st.subheader("Side by side (paper figure 9: shared against unshared)")
-        want = "per_layer" if cfg.metric_sharing == "shared" else "shared"
-        default = next((i for i, r in enumerate(partners) if r.model_config.metric_sharing == want
-                        and r.model_config.metric_input == cfg.metric_input), 0)
-        other = st.selectbox("Other run", partners, index=default, format_func=lambda r: f"{r.name} ({r.variant})",
-                             key="grad_other")
-        other_epoch = other.epochs[-1] if epoch not in other.epochs else epoch
-        theirs = contributions(other, other_epoch, inp, mode, method).map(layer, position)
-        show(figures.metric_panels_figure({f"{run.name} (epoch {epoch})": contrib,
-                                           f"{other.name} (epoch {other_epoch})": theirs}, H,
-                                          "Contribution of M(x) to the loss, one colour range"),
-             "contribution_side_by_side", provenance("contribution_side_by_side", run, epoch, inp,
-                                                     {**params, "other_run": other.name, "other_epoch": other_epoch}))
+        runs, _ = cached_runs(str(checkpoint_root()))
+        partners = [r for r in runs if r.dataset == run.dataset and r.name != run.name
+                    and inspection(r, r.epochs[-1], inp, None).has_metric]
+        if partners:
+            st.subheader("Side by side (paper figure 9: shared against unshared)")
+            want = "per_layer" if cfg.metric_sharing == "shared" else "shared"
+            default = next((i for i, r in enumerate(partners) if r.model_config.metric_sharing == want
+                            and r.model_config.metric_input == cfg.metric_input), 0)
+            other = st.selectbox("Other run", partners, index=default, format_func=lambda r: f"{r.name} ({r.variant})",
+                                 key="grad_other")
+            other_epoch = other.epochs[-1] if epoch not in other.epochs else epoch
+            theirs = contributions(other, other_epoch, inp, mode, method).map(layer, position)
+            show(figures.metric_panels_figure({f"{run.name} (epoch {epoch})": contrib,
+                                               f"{other.name} (epoch {other_epoch})": theirs}, H,
+                                              "Contribution of M(x) to the loss, one colour range"),
+                 "contribution_side_by_side", provenance("contribution_side_by_side", run, epoch, inp,
+                                                         {**params, "other_run": other.name, "other_epoch": other_epoch}))
+
 
 st.subheader("Attribution to the input (Integrated Gradients)")
-a1, a2, a3 = st.columns(3)
-target = a1.selectbox("Explain", attribution_targets(cfg), format_func=TARGET_NAMES.get, key="ig_target", bind=URL)
-n_steps = a2.select_slider("IG steps", [8, 16, 32, 64], value=16, key="ig_steps")
-options = {}
-if target != "loss":
-    T = len(inp.tokens)
-    options["position"] = bounded_slider(a3, "at query position", T - 1, "ig_position", bind=None) if record.causal else 0
-    if target == "block_norm":
-        i = a3.number_input("row head i", 1, record.n_head, 1, key="ig_i") - 1
-        j = a3.number_input("column head j", 1, record.n_head, 2, key="ig_j") - 1
-        options["block"] = (int(i), int(j))
-    if target == "head_metric_norm":
-        options["head"] = int(a3.number_input("head i", 1, record.n_head, 1, key="ig_head")) - 1
-if target == "loss" and inp.targets is None:
-    st.warning("This input has no target: pick a scalar of M(x) instead.")
-    st.stop()
-baseline = baseline_token(cfg)
-attr = token_attributions(run, epoch, inp, target, baseline, n_steps, tuple(sorted(options.items())))
-ig_params = {"target": target, "n_steps": n_steps, "baseline": baseline, **options}
-st.caption(f"Baseline: {baseline_description(cfg)}. "
-           f"F(input) = {attr.value:.4g}, F(baseline) = {attr.baseline_value:.4g}; the attributions add up to "
-           f"{attr.values.sum():.4g} (captum's convergence delta {attr.delta:.2g}).")
-if record.modality.grid:
-    cells = per_cell(attr.values, inp.tokens, record.modality)
-    if inp.levels is not None:  # a digit: its grey levels written in the cells
-        fig = figures.digit_attribution_figure(np.nan_to_num(cells), inp.levels, f"Which pixels drive {TARGET_NAMES[target]}")
+if computed_on_request(run, "Compute Integrated Gradients (a forward and backward pass per step)", "ig_on"):
+    a1, a2, a3 = st.columns(3)
+    target = a1.selectbox("Explain", attribution_targets(cfg), format_func=TARGET_NAMES.get, key="ig_target", bind=URL)
+    n_steps = a2.select_slider("IG steps", [8, 16, 32, 64], value=16, key="ig_steps")
+    options = {}
+    if target != "loss":
+        T = len(inp.tokens)
+        options["position"] = bounded_slider(a3, "at query position", T - 1, "ig_position", bind=None) if record.causal else 0
+        if target == "block_norm":
+            i = a3.number_input("row head i", 1, record.n_head, 1, key="ig_i") - 1
+            j = a3.number_input("column head j", 1, record.n_head, 2, key="ig_j") - 1
+            options["block"] = (int(i), int(j))
+        if target == "head_metric_norm":
+            options["head"] = int(a3.number_input("head i", 1, record.n_head, 1, key="ig_head")) - 1
+    if target == "loss" and inp.targets is None:
+        st.warning("This input has no target: pick a scalar of M(x) instead.")
+        st.stop()
+    baseline = baseline_token(cfg)
+    attr = token_attributions(run, epoch, inp, target, baseline, n_steps, tuple(sorted(options.items())))
+    ig_params = {"target": target, "n_steps": n_steps, "baseline": baseline, **options}
+    st.caption(f"Baseline: {baseline_description(cfg)}. "
+               f"F(input) = {attr.value:.4g}, F(baseline) = {attr.baseline_value:.4g}; the attributions add up to "
+               f"{attr.values.sum():.4g} (captum's convergence delta {attr.delta:.2g}).")
+    if record.modality.grid:
+        cells = per_cell(attr.values, inp.tokens, record.modality)
+        if inp.levels is not None:  # a digit: its grey levels written in the cells
+            fig = figures.digit_attribution_figure(np.nan_to_num(cells), inp.levels, f"Which pixels drive {TARGET_NAMES[target]}")
+        else:
+            fig = figures.grid_maps_figure(cells[None], ["attribution per patch"], f"Which patches drive "
+                                           f"{TARGET_NAMES[target]}", "attribution", sequential=False)
+        show(fig, "pixel_attribution", provenance("pixel_attribution", run, epoch, inp, ig_params), width="content")
     else:
-        fig = figures.grid_maps_figure(cells[None], ["attribution per patch"], f"Which patches drive "
-                                       f"{TARGET_NAMES[target]}", "attribution", sequential=False)
-    show(fig, "pixel_attribution", provenance("pixel_attribution", run, epoch, inp, ig_params), width="content")
-else:
-    st.markdown(figures.highlighted_text_html(inp.token_labels(), attr.values), unsafe_allow_html=True)
-    show(figures.token_attribution_figure(attr.values, inp.token_labels(), f"Which tokens drive {TARGET_NAMES[target]}"),
-         "token_attribution", provenance("token_attribution", run, epoch, inp, ig_params))
+        st.markdown(figures.highlighted_text_html(inp.token_labels(), attr.values), unsafe_allow_html=True)
+        show(figures.token_attribution_figure(attr.values, inp.token_labels(), f"Which tokens drive {TARGET_NAMES[target]}"),
+             "token_attribution", provenance("token_attribution", run, epoch, inp, ig_params))

@@ -9,8 +9,10 @@ from app.ui import (
     inspection,
     model_figure_values,
     option_controls,
+    position_in_context,
     provenance,
     selected_run,
+    sequence_profile,
     show,
 )
 from damcha.figure_sets import (
@@ -19,10 +21,11 @@ from damcha.figure_sets import (
     grid_matrices,
     model_figure,
     prediction_takes_position,
+    structure_figure,
     structure_index,
     uses_positions,
 )
-from damcha.inspection import matrix_energy_shares
+from damcha.inspection import matrices_fit, matrix_energy_shares
 
 st.title("Inspector")
 run, epoch = selected_run()
@@ -36,8 +39,15 @@ if inp is None:
 
 c1, c2, c3, c4 = st.columns(4)
 options = option_controls(run, c1)
+cfg = run.model_config
+T = len(inp.tokens)
+# A long input of a wide model: full matrices and attention maps only where viewed (bounded memory).
+viewed_only = cfg.causal and not matrices_fit(cfg, T)
+POSITION_HELP = "A causal model has one metric per query position: M(c_t), c_t = mean of tokens 1..t."
+if viewed_only:
+    pos = bounded_slider(c2, "Query position", T - 1, "position", help=POSITION_HELP)
 with st.status("Running the model on this input…", expanded=False) as status:
-    record = inspection(run, epoch, inp, options)
+    record = inspection(run, epoch, inp, options, (pos,) if viewed_only else None)
     status.update(label="Model run on this input", state="complete")
 figures_here = available_figures(record)
 
@@ -52,11 +62,12 @@ if record.loss is not None:
     st.metric(f"Loss on this input ({'squared error' if record.task == 'next_vector' else 'nats'})",
               f"{record.loss:.4f}", help=f"mean over known targets, per {record.loss_unit}")
 
-T = len(record.tokens)
-if uses_positions(record):
-    pos = bounded_slider(c2, "Query position", T - 1, "position",
-                         help="A causal model has one metric per query position: M(c_t), c_t = mean of tokens 1..t.")
+if viewed_only or uses_positions(record):
+    if not viewed_only:
+        pos = bounded_slider(c2, "Query position", T - 1, "position", help=POSITION_HELP)
     c2.caption(f"position {pos}: `{record.token_labels[pos]}`")
+    if not record.modality.grid:
+        st.markdown("**Query position in its context:** " + position_in_context(record.token_labels, pos))
 else:
     pos = 0
     c2.caption("Its structures are the same at every position." if record.causal
@@ -74,11 +85,14 @@ if "input" in figures_here:
              provenance("input", run, epoch, inp, named_input, regenerable=True), width="content")
 
 
-def named(name: str, **extra) -> None:
+def named(name: str, rec=record, **extra) -> None:
     """A named figure (regenerable from its provenance by `damcha figures`), shown with export buttons."""
     p = {**params, **extra}
     label = name + "".join(f"_{v}" for v in extra.values())
-    show(build_figure(name, record, p, epoch), label, provenance(name, run, epoch, inp, p, regenerable=True))
+    show(build_figure(name, rec, p, epoch), label, provenance(name, run, epoch, inp, p, regenerable=True))
+
+
+profile = sequence_profile(run, epoch, inp, options) if record.causal else ()
 
 
 matrices = grid_matrices(record)
@@ -87,6 +101,8 @@ if "decomposition" in figures_here:
     tab_names.append("Decomposition")
 if matrices:
     tab_names.append("Contour & 3D")
+if profile:
+    tab_names.append("Along the input")
 tab_names += ["Attention", "Loss & prediction"]
 tabs = dict(zip(tab_names, st.tabs(tab_names, key="tab", bind=URL)))
 
@@ -110,14 +126,26 @@ if "Contour & 3D" in tabs:
             named("contour", part=part)
         with b:
             named("surface", part=part)
+if "Along the input" in tabs:
+    with tabs["Along the input"]:
+        st.caption("Summaries at every query position, computed a chunk of positions at a time (the full "
+                   "matrices above are taken at the viewed position only when the input is long).")
+        for s in profile:
+            st.caption(f"{s.description} **{s.identifiability.capitalize()}.**")
+            show(structure_figure(s, record, structure_index(record, layer, pos), f", epoch {epoch}"), s.name,
+                 provenance(s.name, run, epoch, inp, params))
 with tabs["Attention"]:
     st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
-    a_layer = st.selectbox("Attention layer", list(range(record.attention.shape[0])), key="attn_layer",
+    a_layer = st.selectbox("Attention layer", list(range(record.n_layer)), key="attn_layer",
                            format_func=lambda i: f"layer {i + 1}")
-    named("attention", attn_layer=a_layer)
+    attention_record = record
+    if a_layer not in record.attention_layers:  # fetched on demand: every layer's maps would not fit
+        with st.spinner(f"Attention of layer {a_layer + 1}…"):
+            attention_record = inspection(run, epoch, inp, options, tuple(record.positions.tolist()), (a_layer,))
+    named("attention", attention_record, attn_layer=a_layer)
     if "attention_grid" in figures_here:
         st.caption(f"The same attention of query position {pos}, each key drawn at the patch or pixel it holds.")
-        named("attention_grid", attn_layer=a_layer)
+        named("attention_grid", attention_record, attn_layer=a_layer)
 with tabs["Loss & prediction"]:
     if "token_loss" in figures_here:
         named("token_loss")

@@ -8,6 +8,7 @@ from app.ui import (
     URL,
     adaptivity_over_epochs,
     block_grid,
+    computed_on_request,
     input_picker,
     intervened,
     metric_curves,
@@ -76,7 +77,7 @@ for column, record, label in ((left, before, "without"), (right, after, "with th
 st.subheader("Over the validation set")
 st.caption("Mean loss change over 128 validation inputs for each intervention that needs no second input "
            "(parameters at their defaults), with a 95% bootstrap interval.")
-rows = validation_effects(run, epoch)
+rows = validation_effects(run, epoch) if computed_on_request(run, "Compute over the validation set", "effects_on") else []
 if rows:
     df = pd.DataFrame(rows)
     st.dataframe(df, hide_index=True, width="stretch")
@@ -85,6 +86,8 @@ if rows:
 
 if after.has_metric:
     st.subheader("What the model uses of M(x)")
+    if not computed_on_request(run, "Compute block grids, curves and the adaptivity gap", "uses_on"):
+        st.stop()
     grid_cols = st.columns(2)
     keep = st.toggle("Keep only the block (instead of zeroing it)", value=False, key="iv_keep")
     what = "keeping only" if keep else "zeroing"

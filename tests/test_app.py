@@ -204,3 +204,25 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
     at = new_app("digits-mha", "interventions")
     assert_clean(at)
     assert any("declares no intervention" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize("page", ["inspector", "dynamics", "gradients", "ablation", "interventions"])
+def test_a_run_over_the_inspection_budget_is_viewed_where_asked(page, monkeypatch):
+    """With the budget at 1 byte every run counts as paper-sized: matrices at the viewed position
+    only, attention fetched per layer, heavy sections behind switches, and no page fails."""
+    from damcha import inspection
+
+    monkeypatch.setattr(inspection, "INSPECTION_BUDGET_BYTES", 1)
+    at = new_app("text-damcha", page)
+    assert_clean(at)
+    if page == "inspector":
+        at.slider(key="position").set_value(5).run()
+        assert_clean(at)
+        assert any("position 5" in (m.value or "") for m in at.caption)
+        at.selectbox(key="attn_layer").set_value(1).run()
+        assert_clean(at)
+    else:
+        toggles = [t for t in at.toggle if "switch" in (t.help or "") or "paper-sized" in (t.help or "")]
+        assert toggles, "heavy sections should wait to be asked"
+        toggles[0].set_value(True).run()
+        assert_clean(at)

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ["train", "--dataset", "digits", "--variant", "damcha", "--n-layer", "1", "--n-embd", "16",
-         "--generator-widths", "16", "--dropout", "0", "--batch-size", "33"]  # 33: shards of 17 and 16 rows
+         "--generator-widths", "16", "--dropout", "0", "--batch-size", "33",  # 33: shards of 17 and 16 rows
+         "--device", "cpu"]  # Gloo on the CPU also where a GPU is present (one GPU cannot host two ranks)
 
 
 def torchrun(*args: str) -> list[str]:

@@ -14,8 +14,10 @@ TINY = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,), block
 
 
 def tiny_train_config(**kw) -> TrainConfig:
+    # On the CPU: exact resume is checked bit for bit, and CUDA's scatter-add (the embedding's
+    # backward) is not deterministic from run to run.
     base = dict(dataset="digits", epochs=2, batch_size=64, lr=5e-3, completion_images=8, completion_samples=2,
-                steps_per_epoch=5, val_windows=8, train_limit=256)
+                steps_per_epoch=5, val_windows=8, train_limit=256, device="cpu")
     return TrainConfig(**{**base, **kw})
 
 
@@ -49,7 +51,7 @@ def test_resume_after_a_kill_continues_exactly(tmp_path):
     train(TINY, cfg, tmp_path / "killed", progress=False)
     a = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
     b = (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
-    strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k != "epoch_seconds"} for r in rows]
+    strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k not in ("epoch_seconds", "train_seconds")} for r in rows]
     assert strip(a) == strip(b)
     wa, wb = _weights(tmp_path / "straight", 3), _weights(tmp_path / "killed", 3)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

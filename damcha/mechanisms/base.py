@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -183,6 +183,18 @@ class Mechanism:
         """The cross-head structures of one input (batch of one), from what the layers returned
         (each with .attention (1, H, T, T) and .internals, the layer's own record). positions: the
         query positions to take per-position structures at (-1: whole sequence)."""
+        return []
+
+    def inference_bytes(self, config: ModelConfig, T: int) -> int:
+        """Memory a forward pass without gradients holds per sequence of T tokens beyond the usual
+        activations (DAMCHA: a shared metric per position), so evaluation can size its batches."""
+        return 0
+
+    def sequence_profile(self, model: nn.Module, layers: Sequence[Any], options: ForwardOptions,
+                         progress: Callable[[int, int], None] | None = None, chunk: int | None = None) -> list[Structure]:
+        """Small per-position summaries at every position of one input (kind MATRIX, axes
+        (layer, token, ...)), computed `chunk` positions at a time so no per-position matrix exists whole;
+        the cheap overview of a long input whose full structures are taken only where viewed."""
         return []
 
     def interventions(self, config: ModelConfig) -> list[Intervention]:

@@ -29,6 +29,7 @@ from .base import (
 METRIC_SHARINGS = ("shared", "per_layer")
 METRIC_INPUTS = ("adaptive", "static")
 SCORE_FORMS = ("row_sum", "bilinear")
+PROFILE_CHUNK = 64  # positions whose full D x D metric exists at once in a sequence profile (64 MB at D = 512)
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,6 +221,53 @@ class Damcha(Mechanism):
                       StructureKind.PER_HEAD_FORMS,
                       f"What each head scores with under the '{options.metric_mode}' metric mode.",
                       Identifiability.LEARNED),
+        ]
+
+    def inference_bytes(self, config, T: int) -> int:
+        if config.metric_sharing != "shared" or config.metric_input == "static":
+            return 0  # per-layer metrics are streamed in chunks at inference; a static one is one matrix
+        P = T if config.causal else 1
+        width = config.n_embd if config.score_form == "bilinear" else config.head_dim
+        return P * config.n_embd * width * 4  # (P, H, d, d|D) float32
+
+    def sequence_profile(self, model, layers: Sequence, options: DamchaOptions, progress=None,
+                         chunk: int | None = None) -> list[Structure]:
+        cfg = model.config
+        chunk = chunk or PROFILE_CHUNK
+        if not cfg.causal or cfg.metric_input == "static":
+            return []  # one metric for the whole input: the structures themselves are the profile
+        H = cfg.n_head
+        sources = metric_sources(model)
+        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
+        norms, shares = [], []
+        steps = sum(-(-hm.context.shape[1] // chunk) for hm in metrics)
+        done = 0
+        for source, hm in zip(sources, metrics):
+            norms.append(hm.head[0].flatten(-2).norm(dim=-1))  # (T, H)
+            ctx = hm.context[0]  # (T, D)
+            rows = []
+            for s in range(0, ctx.shape[0], chunk):
+                M = source.full_metric(ctx[s:s + chunk])  # (c, D, D): the only per-position matrices, one chunk at a time
+                total = M.pow(2).sum(dim=(-2, -1)).clamp_min(1e-30)  # (c,)
+                residue = learned_and_residue(M, H)[1].pow(2).sum(dim=(-2, -1))  # (c,)
+                blocks = block_norms(M, H).pow(2)  # (c, H, H)
+                off = blocks.sum(dim=(-2, -1)) - blocks.diagonal(dim1=-2, dim2=-1).sum(-1)  # (c,)
+                rows.append(torch.stack([residue / total, off / total], dim=-1))  # (c, 2)
+                done += 1
+                if progress:
+                    progress(done, steps)
+            shares.append(torch.cat(rows))  # (T, 2)
+        heads = {"head": [f"head {i + 1}" for i in range(H)]}
+        unidentifiable = "unidentifiable part" if cfg.score_form == "row_sum" else "deviation from the row mean"
+        return [
+            Structure("head_metric_norms", "‖m_i(c_t)‖ along the input", _np(torch.stack(norms)), ("layer", "token", "head"),
+                      StructureKind.MATRIX, "Frobenius norm of each head's metric at every query position.",
+                      Identifiability.LEARNED, heads),
+            Structure("metric_shares", "Shares of ‖M(c_t)‖² along the input", _np(torch.stack(shares)),
+                      ("layer", "token", "share"), StructureKind.MATRIX,
+                      f"At every query position: the residue's share ({unidentifiable}) and the off-diagonal blocks' "
+                      "share of the metric's energy.", Identifiability.PARTLY,
+                      {"share": ["residue", "off-diagonal blocks"]}),
         ]
 
     def settings(self, config) -> dict:
