@@ -21,6 +21,7 @@ pages = [
     st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
             url_path="gradients"),
     st.Page(ROOT / "pages" / "ablation.py", title="Metric ablations", icon=":material/tune:", url_path="ablation"),
+    st.Page(ROOT / "pages" / "evidence.py", title="Evidence", icon=":material/fact_check:", url_path="evidence"),
     st.Page(ROOT / "pages" / "interventions.py", title="Interventions", icon=":material/science:",
             url_path="interventions"),
 ]

@@ -29,6 +29,7 @@ from damcha.samples import (
     input_from_image,
     input_from_photo,
     input_from_text,
+    input_from_token_ids,
     run_modality,
     validation_count,
     validation_input,
@@ -319,8 +320,15 @@ def run_picker() -> tuple[Run | None, int | None]:
                                   help="A folder of run directories. Set DAMCHA_CHECKPOINTS to change the default.")
         if root_text != str(checkpoint_root()):
             st.session_state["checkpoint_root"] = root_text
+    root = checkpoint_root()
+    if is_reference_source(root):  # checkpoints of the authors' code: converted once, then opened as runs
+        try:
+            root = reference_root(root, *reference_reading(sb), reference_stamp(root))
+        except (CheckpointError, ValueError, OSError) as e:
+            sb.error(f"{e}. Pick another folder above.")
+            return None, None
     try:
-        runs, bad = cached_runs(str(checkpoint_root()))
+        runs, bad = cached_runs(str(root))
     except CheckpointError as e:
         sb.error(f"{e}. Pick another folder above.")
         return None, None
@@ -345,12 +353,53 @@ def run_picker() -> tuple[Run | None, int | None]:
     return run, epoch
 
 
+def is_reference_source(path: Path) -> bool:
+    """A .pt file, or a folder holding .pt files and no runs: checkpoints of the reference code."""
+    if path.is_file():
+        return path.suffix == ".pt"
+    return path.is_dir() and any(p.suffix == ".pt" for p in path.iterdir()) and not (path / "config.json").exists()
+
+
+def reference_reading(where) -> tuple[str, str | None]:
+    """What the reference checkpoints read (their files do not say): images, or a tokenizer's ids."""
+    from damcha.reference import TOKENIZERS
+
+    reads = where.selectbox("The reference model reads", ["CIFAR patches", *TOKENIZERS], key="reference_reads",
+                            help="The authors' checkpoints hold the decoder only; say what it was trained on.")
+    return ("image_patches", None) if reads == "CIFAR patches" else ("tokens", reads)
+
+
+def reference_stamp(source: Path) -> tuple:
+    """Names, sizes and modification times of the .pt files: a changed file is converted again."""
+    files = [source] if source.is_file() else sorted(p for p in source.iterdir() if p.suffix == ".pt")
+    return tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+
+
+@st.cache_resource(show_spinner="Converting the reference checkpoints…", max_entries=8)
+def reference_root(source: Path, modality: str, tokenizer: str | None, stamp: tuple) -> Path:
+    """A run root holding the conversion of a reference .pt file or folder (damcha.reference),
+    in a temporary folder keyed by the files' stamp."""
+    import hashlib
+    import tempfile
+
+    from damcha.reference import import_reference
+
+    key = hashlib.sha256(repr((str(source.resolve()), stamp, modality, tokenizer)).encode()).hexdigest()[:16]
+    root = Path(tempfile.gettempdir()) / "damcha-reference" / key
+    name = source.stem if source.is_file() else source.name
+    if not (root / name / "config.json").exists():
+        import_reference(source, root / name, modality, tokenizer=tokenizer)
+    return root
+
+
 def selected_run() -> tuple[Run, int]:
     """The sidebar's (run, epoch); stops the page with a message when there is none."""
     run, epoch = st.session_state.get("selection", (None, None))
     if run is None:
         st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
         st.stop()
+    for note in run.raw_config.get("notes", []):  # what an imported run lacks, in its own words
+        st.warning(note)
     return run, epoch
 
 
@@ -409,6 +458,8 @@ def input_picker(run: Run) -> ModelInput | None:
         sources.append("Upload a colour photo")
     elif modality.upload == "text":
         sources = ["Type text", "Upload a text file", *sources]
+    elif modality.upload == "ids":
+        sources = ["Type token ids", *sources]
     if not sources:
         st.info(f"{run.name} reads {modality.title} from local files ({run.dataset}) and takes no uploads.")
         return None
@@ -441,6 +492,11 @@ def input_picker(run: Run) -> ModelInput | None:
                 st.info("Upload a UTF-8 text file; the model reads its first bytes, up to its context length.")
                 return None
             return input_from_text(run, up.getvalue(), f"file {up.name}")
+        if source == "Type token ids":
+            ids = st.text_area("Token ids (spaces or commas)", value=" ".join(str(i % run.model_config.vocab_size)
+                                                                            for i in range(1, 33)),
+                               key="ids", height=100, bind=URL)
+            return input_from_token_ids(run, ids)
         text = st.text_area("Text", value="The metric of each head is computed from the context.", key="text",
                             height=100, bind=URL)
         return input_from_text(run, text.encode("utf-8"), "typed text")

@@ -185,12 +185,69 @@ def _figures(args) -> int:
     return 0
 
 
+def _import_reference(args) -> int:
+    import json
+
+    from tqdm import tqdm
+
+    from .reference import import_reference
+
+    with tqdm(desc="converting", unit="file") as bar:
+        out = import_reference(args.source, args.out, args.modality, args.block_size, args.vocab_size, args.tokenizer,
+                               args.diag_scale, args.n_head, progress=lambda k, n: (setattr(bar, "total", n), bar.update(1)))
+    config = json.loads((out / "config.json").read_text())
+    report = next(iter(config["train"]["import_report"].values()))
+    print(f"wrote {out}: {config['model']['attention']} ({len(report['mapped'])} tensors mapped, "
+          f"{len(report['duplicates'])} shared copies checked, {len(report['unknown'])} unknown)")
+    for key in report["unknown"]:
+        print(f"  unknown key (not used): {key}")
+    for note in config["notes"]:
+        print(f"  note: {note}")
+    return 0
+
+
+def _evidence(args) -> int:
+    from tqdm import tqdm
+
+    from .evidence import run_evidence
+
+    seeds = args.seeds or (2 if args.quick else 3)
+    with tqdm(desc="evidence", unit="unit") as bar:
+        doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
+                           progress=lambda text: (bar.set_postfix_str(text[-60:]), bar.update(1)),
+                           command="python -m damcha " + " ".join(sys.argv[1:]))
+    for claim in doc["claims"]:
+        print(f"{claim['verdict']:>28s}  {claim['title']}")
+    print(f"wrote {args.out}/results.json ({doc['wall_seconds']} s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="damcha", description="DAMCHA Lab command line")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the package version")
     _train_parser(sub)
     _figures_parser(sub)
+    ref = sub.add_parser("import-reference", help="convert checkpoints of the authors' reference code into a run",
+                         description="Convert a .pt file (or a folder of checkpoint_epoch_N.pt files) written by the "
+                                     "authors' reference implementation into a DAMCHA Lab run (config + safetensors). "
+                                     "Loaded with torch.load(weights_only=True): nothing is unpickled.")
+    ref.add_argument("source", help="a .pt file or a folder of them")
+    ref.add_argument("--out", required=True, help="run directory to write")
+    ref.add_argument("--modality", choices=("image_patches", "tokens"), default="image_patches",
+                     help="what the model read: CIFAR 4x4 patches, or subword token ids")
+    ref.add_argument("--tokenizer", help="text models: the tokenizer it used (facebook/bart-base, "
+                                         "bert-base-multilingual-cased), for its vocabulary size")
+    ref.add_argument("--vocab-size", type=int, help="text models: vocabulary size (instead of --tokenizer)")
+    ref.add_argument("--block-size", type=int, help="context length (default: 64 patches, 128 tokens)")
+    ref.add_argument("--n-head", type=int, help="heads, for checkpoints without a metric generator (M0, W_q/W_k)")
+    ref.add_argument("--diag-scale", type=float, default=1.0, help="the run's diag_scale (not saved by the reference)")
+    ev = sub.add_parser("evidence", help="test the paper's claims at small scale (seeds, intervals, verdicts)")
+    ev.add_argument("--quick", action="store_true", help="a reduced run for CI (its numbers are not the shipped ones)")
+    ev.add_argument("--seeds", type=int, help="seeds per arm (default 3; --quick: 2)")
+    ev.add_argument("--only", nargs="*", help="claim keys to run (default: all)")
+    ev.add_argument("--out", default="checkpoints/evidence", help="where results.json and the CSVs go")
+    ev.add_argument("--work", default=".evidence-work", help="trained runs and finished units (resumable)")
     demo = sub.add_parser("demo-runs", help="(re)train the shipped demo runs into checkpoints/")
     demo.add_argument("--out", default="checkpoints")
     demo.add_argument("--only", nargs="*", help="names of the runs to train (default: all)")
@@ -209,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             return _train(args) if args.command == "train" else _demo(args)
         if args.command == "figures":
             return _figures(args)
+        if args.command == "import-reference":
+            return _import_reference(args)
+        if args.command == "evidence":
+            return _evidence(args)
     except (DataError, CheckpointError, InputError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -40,6 +40,13 @@ class ModelConfig:
     pad_token: int | None = None  # token id that marks padding, if any
     input_dim: int = 0  # > 0: continuous inputs (e.g. 48-dim CIFAR patches): linear embedding, linear head, MSE
     modality: str = ""  # what a token is (see damcha.modalities); "" for a bare model: plain token ids
+    # Block layout. This project's models are pre-LN with a learned position table and a final norm;
+    # the authors' reference code (damcha.reference imports it) is post-LN with fixed sinusoidal
+    # positions, no final norm and a feed-forward width of 2D.
+    norm_placement: str = "pre"  # "pre": x + f(LN(x)) | "post": LN(x + f(x))
+    position_encoding: str = "learned"  # "learned": a table of block_size vectors | "sinusoidal": fixed
+    final_norm: bool = True
+    head_bias: bool = False  # the next-token head with a bias (the reference's LM head has one)
     attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
 
     def __post_init__(self) -> None:
@@ -95,6 +102,9 @@ class ModelConfig:
             self.mechanism.validate(self)
         except ValueError as e:
             need(False, str(e))
+        need(self.norm_placement in ("pre", "post"), f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
+        need(self.position_encoding in ("learned", "sinusoidal"),
+             f"position_encoding must be 'learned' or 'sinusoidal', got {self.position_encoding!r}")
         need(self.n_classes >= 0, "n_classes must be >= 0")
         need(not (self.n_classes and self.causal), "a classification head needs a non-causal encoder (causal=False)")
         need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
@@ -108,12 +118,12 @@ class ModelConfig:
     def parameter_estimate(self) -> int:
         """Parameter count computed from the config alone (exact; checked by a test)."""
         D, V, L = self.n_embd, self.vocab_size, self.n_layer
-        n = self.block_size * D + 2 * D  # positions, final norm
+        n = (self.block_size * D if self.position_encoding == "learned" else 0) + (2 * D if self.final_norm else 0)
         if self.input_dim:
             n += 2 * self.input_dim * D + D + self.input_dim  # linear embedding and regression head, with biases
         else:
             n += V * D  # token embedding
-            n += self.n_classes * D + self.n_classes if self.n_classes else V * D  # head (LM head untied, no bias)
+            n += self.n_classes * D + self.n_classes if self.n_classes else V * D + V * self.head_bias  # head (untied)
         n += L * (4 * D + D * self.mlp_ratio * D * 2 + self.mlp_ratio * D + D)  # 2 norms + MLP per block
         return n + self.mechanism.parameter_count(self)
 

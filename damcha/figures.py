@@ -564,3 +564,19 @@ def block_means(z: np.ndarray, f: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a block of NaN only (no key there) stays NaN
         return np.nanmean(blocks, axis=(1, 3))
+
+
+def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+                    title: str = "", y_title: str = "", paper: Sequence[float | None] | None = None) -> go.Figure:
+    """Means over seeds with their 95% intervals (error bars), and the paper's number where it has one."""
+    means = np.asarray(means, dtype=float)
+    up = np.nan_to_num(np.asarray(highs, dtype=float) - means)
+    down = np.nan_to_num(means - np.asarray(lows, dtype=float))
+    fig = go.Figure(go.Scatter(x=list(names), y=means, mode="markers", name="ours (mean, 95% interval)",
+                               error_y=dict(type="data", array=up, arrayminus=down, visible=True),
+                               marker=dict(size=9)))
+    if paper is not None and any(p is not None for p in paper):
+        fig.add_trace(go.Scatter(x=list(names), y=[np.nan if p is None else p for p in paper], mode="markers",
+                                 name="paper", marker=dict(symbol="diamond-open", size=11)))
+    fig.update_layout(title=title, yaxis_title=y_title, margin=dict(l=60, r=20, t=50, b=80))
+    return fig

@@ -108,9 +108,21 @@ class InspectionRecord:
         return f"position {int(self.positions[position_index])}" if self.causal else "whole input"
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{s.name} {'x'.join(map(str, s.values.shape))}" for s in self.structures)
-        return (f"InspectionRecord({self.variant}, {self.modality.name}, {self.task}, T={len(self.tokens)}, "
-                f"H={self.n_head}, loss={self.loss}, structures: {parts or 'none'})")
+        """Each array with its shape and what it holds, one per line (readable in a notebook)."""
+        def shape(a) -> str:
+            return "x".join(map(str, np.shape(a)))
+
+        loss = "none" if self.loss is None else f"{self.loss:.4f} ({self.loss_unit})"
+        lines = [f"InspectionRecord of {self.variant} on {self.modality.title} ({self.task}): T={len(self.tokens)}, "
+                 f"H={self.n_head} heads of {self.head_dim}, loss {loss}",
+                 f"  tokens          {shape(self.tokens):<16} the input",
+                 f"  logits          {shape(self.logits):<16} the model's outputs",
+                 f"  attention       {shape(self.attention):<16} probabilities of layers "
+                 f"{[i + 1 for i in self.attention_layers]} (head, query, key)",
+                 f"  positions       {shape(self.positions):<16} query positions of the per-position structures"]
+        lines += [f"  {s.name:<15} {shape(s.values):<16} {s.title} ({', '.join(s.axes)}): {s.identifiability}"
+                  for s in self.structures]
+        return "\n".join(lines)
 
 
 def matrix_energy_shares(record: InspectionRecord, **index: int) -> dict[str, float]:

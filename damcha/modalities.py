@@ -24,7 +24,8 @@ def printable(byte: int) -> str:
 
 @dataclass(frozen=True)
 class Modality:
-    """name: registry key. title: for people. upload: what a user can upload ("image", "text" or None).
+    """name: registry key. title: for people. upload: what a user can give ("image", "photo", "text",
+    "ids": token ids typed as numbers, or None).
     grid: (rows, cols) when the positions tile an image (pixels or patches), else None."""
 
     name: str
@@ -82,7 +83,7 @@ class ImagePatches(Modality):
 
 
 MODALITIES: dict[str, Modality] = {m.name: m for m in (
-    Modality("tokens", "token ids", None),
+    Modality("tokens", "token ids", "ids"),
     DigitImage("digit_image", "8x8 digit image, 17 grey levels", "image", (DIGIT_SIDE, DIGIT_SIDE)),
     ByteText("byte_text", "UTF-8 bytes", "text"),
     ImagePatches("image_patches", "32x32 colour image as 8x8 patches of 4x4x3", "photo", (8, 8)),

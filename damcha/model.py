@@ -6,6 +6,7 @@ attention itself lives in `damcha.mechanisms`; this file only calls its shared i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,7 @@ class NextTokenHead(nn.Linear):
     """Next-token logits at every position; cross-entropy over targets that are not IGNORE_INDEX."""
 
     def __init__(self, config: ModelConfig):
-        super().__init__(config.n_embd, config.vocab_size, bias=False)
+        super().__init__(config.n_embd, config.vocab_size, bias=config.head_bias)
 
     def forward(self, x, real, targets):
         logits = super().forward(x)  # (B, T, V)
@@ -121,7 +122,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN: x + attention(LN(x)), then x + MLP(LN(x))."""
+    """Pre-LN: x + attention(LN(x)), then x + MLP(LN(x)) (this project's models).
+    Post-LN: LN(x + attention(x)), then LN(x + MLP(x)) (the authors' reference layout)."""
 
     def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
@@ -130,14 +132,37 @@ class Block(nn.Module):
         self.attn = config.mechanism.build_layer(config, layer_index)
         self.mlp = MLP(config)
         self.dropout = config.dropout
+        self.post_norm = config.norm_placement == "post"
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool, stochastic: bool,
                 shared=None) -> tuple[torch.Tensor, LayerIntermediates]:
-        a = self.attn(self.ln_1(x), real, mask, causal, options, need_weights=need_weights, stochastic=stochastic,
-                      shared=shared)
+        a = self.attn(x if self.post_norm else self.ln_1(x), real, mask, causal, options, need_weights=need_weights,
+                      stochastic=stochastic, shared=shared)
         x = x + F.dropout(a.y, self.dropout, training=stochastic)  # (B, T, D)
-        x = x + self.mlp(self.ln_2(x), stochastic)  # (B, T, D)
+        if self.post_norm:
+            x = self.ln_1(x)  # (B, T, D)
+            x = self.ln_2(x + self.mlp(x, stochastic))  # (B, T, D)
+        else:
+            x = x + self.mlp(self.ln_2(x), stochastic)  # (B, T, D)
         return x, LayerIntermediates(attention=a.weights, internals=a.internals, aux_loss=a.aux_loss)
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed positions (Vaswani et al.): sin on even features, cos on odd ones. Not a parameter and
+    not saved: the table is a function of block_size and n_embd."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        T, D = config.block_size, config.n_embd
+        position = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
+        frequency = torch.exp(torch.arange(0, D, 2, dtype=torch.float32) * (-math.log(10000.0) / D))  # (ceil(D/2),)
+        table = torch.zeros(T, D)  # (T, D)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency[: D // 2])
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.table[pos]  # (T, D)
 
 
 class Transformer(nn.Module):
@@ -154,9 +179,10 @@ class Transformer(nn.Module):
         self.mechanism = config.mechanism
         # Tokens are embedded by a table; continuous inputs (image patches) by a linear map.
         self.tok_emb = nn.Linear(config.input_dim, config.n_embd) if config.input_dim else nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
+        self.pos_emb = nn.Embedding(config.block_size, config.n_embd) if config.position_encoding == "learned" \
+            else SinusoidalPositions(config)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.ln_f = nn.LayerNorm(config.n_embd) if config.final_norm else nn.Identity()
         # A module the mechanism runs once per stack (DAMCHA's shared metric); the name is kept
         # from the first checkpoint format, whose files name their tensors after it.
         self.metric_source = self.mechanism.build_shared(config)

@@ -87,6 +87,32 @@ def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInp
     return ModelInput(modality, tokens, targets, name, note, text=bytes(tokens.astype(np.uint8)).decode("utf-8", "replace"))
 
 
+MAX_TYPED_IDS_CHARS = 200_000
+
+
+def input_from_token_ids(run: Run, text: str, name: str = "typed token ids") -> ModelInput:
+    """Token ids typed as integers (separated by spaces or commas): for runs whose tokenizer is not
+    here (imported subword models). Each id is the next one's target."""
+    modality = _needs_upload(run, "ids")
+    if len(text) > MAX_TYPED_IDS_CHARS:
+        raise InputError(f"{len(text):,} characters is too long for a list of token ids")
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if not parts:
+        raise InputError("type at least one token id")
+    try:
+        ids = np.array([int(p) for p in parts], dtype=np.int64)
+    except ValueError:
+        raise InputError("token ids must be whole numbers separated by spaces or commas") from None
+    V, T = run.model_config.vocab_size, run.model_config.block_size
+    if ids.min() < 0 or ids.max() >= V:
+        raise InputError(f"token ids must lie in [0, {V - 1}] (this model's vocabulary)")
+    tokens = ids[:T]
+    targets = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
+    targets[: len(ids[: T + 1]) - 1] = ids[1: T + 1]
+    note = f"{len(ids)} ids; the model reads the first {len(tokens)}" if len(ids) > T else f"{len(tokens)} ids"
+    return ModelInput(modality, tokens, targets, name, note)
+
+
 BUNDLED_DATASETS = ("digits", "digits-cls", "text", "sample-images")  # validation data that ships with Python and scikit-learn
 
 
