@@ -123,6 +123,19 @@ def ddp_cases(quick: bool) -> list[dict]:
     return rows
 
 
+def timed_step(model, opt, tokens: torch.Tensor, precision: str, device: str) -> tuple[float, float]:
+    """One optimiser step (bf16 autocast or fp32): its seconds and its loss."""
+    t0 = time.perf_counter()
+    with torch.autocast(torch.device(device).type, torch.bfloat16, enabled=precision == "bf16"):
+        loss = model(tokens, targets=tokens).loss
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0, float(loss.detach())
+
+
 def bf16_cases(quick: bool, device: str, repeats: int) -> list[dict]:
     """The same steps from the same weights in fp32 and under bf16 autocast: time and loss."""
     sizes = QUICK if quick else dict(PAPER, n_layer=4, block_size=256)
@@ -137,18 +150,10 @@ def bf16_cases(quick: bool, device: str, repeats: int) -> list[dict]:
             batches = [torch.randint(0, 256, (batch, T), generator=gen).to(device) for _ in range(steps)]
             losses, times = [], []
             for i in range(steps + repeats):
-                tokens = batches[i % steps]
-                t0 = time.perf_counter()
-                with torch.autocast(torch.device(device).type, torch.bfloat16, enabled=precision == "bf16"):
-                    loss = model(tokens, targets=tokens).loss
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
+                seconds, loss = timed_step(model, opt, batches[i % steps], precision, device)
+                times.append(seconds)
                 if i < steps:
-                    losses.append(float(loss.detach()))
+                    losses.append(loss)
             result[precision] = (statistics.median(times[1:]), losses)
         (t32, l32), (t16, l16) = result["fp32"], result["bf16"]
         rows.append({"case": f"training step bf16 autocast / fp32, {variant} (D={sizes['n_embd']}, L={sizes['n_layer']}, "
@@ -175,15 +180,7 @@ def paper_step_cases(quick: bool, device: str, repeats: int) -> list[dict]:
             tokens = torch.randint(0, 256, (batch, T), generator=torch.Generator().manual_seed(0)).to(device)
             samples = []
             for _ in range((3 if compiled else 1) + (repeats if not quick else 1)):
-                t0 = time.perf_counter()
-                with torch.autocast(torch.device(device).type, torch.bfloat16, enabled=precision == "bf16"):
-                    loss = step_model(tokens, targets=tokens).loss
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if cuda:
-                    torch.cuda.synchronize()
-                samples.append(time.perf_counter() - t0)
+                samples.append(timed_step(step_model, opt, tokens, precision, device)[0])
             times[variant] = statistics.median(samples[3 if compiled else 1:] or samples)
             peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
             if cuda:
