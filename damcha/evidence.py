@@ -239,6 +239,9 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     t0 = time.perf_counter()
     results = []
     chosen = [c for c in claims(quick) if not only or c.key in only]
+    unknown = sorted(set(only or ()) - {c.key for c in claims(quick)})
+    if unknown or not chosen:
+        raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in claims(quick)]}")
     total = sum(len(c.arms) for c in chosen) * seeds
     k = fresh = 0
     for claim in chosen:
@@ -261,12 +264,13 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                   "values": values, **summarise(claim, values)}
         results.append(result)
         _write_csv(out / f"{claim.key}.csv", result)
-    doc = {"command": command, "quick": quick, "seeds": list(range(seeds)), "wall_seconds": round(time.perf_counter() - t0, 1),
-           "units": total, "units_computed_in_this_call": fresh,  # the rest were resumed from the work folder
-           "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
-           "verdict_rule": VERDICT_RULE, "claims": results,
-           "sanity": sanity_checks()}
-    (out / "results.json").write_text(json.dumps(doc, indent=2))
+        doc = {"command": command, "quick": quick, "seeds": list(range(seeds)),
+               "wall_seconds": round(time.perf_counter() - t0, 1),
+               "units": total, "units_computed_in_this_call": fresh,  # the rest were resumed from the work folder
+               "complete": len(results) == len(chosen), "not_run": [c.key for c in claims(quick) if c.key not in {r["key"] for r in results}],
+               "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
+               "verdict_rule": VERDICT_RULE, "claims": results, "sanity": sanity_checks()}
+        (out / "results.json").write_text(json.dumps(doc, indent=2))  # after every claim: a stopped run still shows
     return doc
 
 

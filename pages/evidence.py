@@ -19,6 +19,9 @@ st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — seeds {doc['s
            f"versions {doc['versions']}." + (" **A quick run: its numbers are a smoke test, not evidence.**"
                                                if doc["quick"] else ""))
 st.markdown(f"**Verdict rule.** {doc['verdict_rule']}")
+if doc.get("not_run") or not doc.get("complete", True):
+    st.warning("Claims not in these results yet: " + ", ".join(doc.get("not_run", []) or ["(unknown)"]) +
+               ("" if doc.get("complete", True) else " (the run has not finished them)"))
 sanity = doc.get("sanity", {})
 if sanity:
     st.caption("Sanity checks of the synthetic tasks: " + "; ".join(f"{k} = {v:.3g}" for k, v in sanity.items()))
