@@ -27,6 +27,7 @@ VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: t
                 "scale\": it contains zero. A claim holds when all its counted comparisons hold, does not hold when "
                 "any of them fails.")
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
+SANITY_FAILED = "not tested: the sanity check failed"
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
@@ -91,6 +92,7 @@ class Claim:
     note: str = ""
     groups: tuple[tuple[str, ...], ...] = ()  # comparisons within groups (synthetic levels); () = all vs reference
     verdict_against: str = ""  # only comparisons with arms named so count for the claim's verdict ("" = all)
+    sanity: tuple = ()  # (arm-name prefix... , bound, "below"|"above"): every such arm's mean must pass first
 
 
 DIGITS = "digits"
@@ -139,14 +141,16 @@ def claims(quick: bool = False) -> list[Claim]:
                        tuple(Arm(f"{m} e={e}", kind="synthetic", variant=m, task="regression", level=e)
                              for e in levels for m in syn_mechs), "",
                        note="Our reconstruction (the paper's definition is not in what we have): see damcha/synthetic.py.",
-                       verdict_against="mha ", groups=tuple(tuple(f"{m} e={e}" for m in syn_mechs) for e in levels))
+                       verdict_against="mha ", groups=tuple(tuple(f"{m} e={e}" for m in syn_mechs) for e in levels),
+                       sanity=(tuple(f"{m} e=0.0" for m in syn_mechs), 0.2, "below"))
     classification = Claim("fig13_classification", "Fig. 13 (our reconstruction): cross-subspace classification",
                            "Figure 13: \"Cross-subspace classification: DAMCHA vs. MHA. (a) Comparison results (accuracy %) "
                            "under different d_e.\"", "accuracy", False,
                            tuple(Arm(f"{m} d_e={d}", kind="synthetic", variant=m, task="classification", level=d)
                                  for d in dims for m in syn_mechs), "",
                            note="Our reconstruction: see damcha/synthetic.py.", verdict_against="mha ",
-                           groups=tuple(tuple(f"{m} d_e={d}" for m in syn_mechs) for d in dims))
+                           groups=tuple(tuple(f"{m} d_e={d}" for m in syn_mechs) for d in dims),
+                           sanity=(tuple(f"{m} d_e={dims[-1]}" for m in syn_mechs), 2 / 15, "above"))
     return [table1, table4, table3, adaptivity, regression, classification]
 
 
@@ -216,7 +220,15 @@ def summarise(claim: Claim, values: dict[str, list[float]]) -> dict:
             v, m, lo, hi = verdict(gains)
             comparisons.append({"better": ref, "than": other, "gain": m, "low": lo, "high": hi, "verdict": v})
     counted = [c["verdict"] for c in comparisons if c["than"].startswith(claim.verdict_against)]
-    return {"summary": summary, "comparisons": comparisons, "verdict": claim_verdict(counted)}
+    result = {"summary": summary, "comparisons": comparisons, "verdict": claim_verdict(counted), "sanity_failures": []}
+    if claim.sanity:  # the task must be learnable where it is easiest before its numbers are believed
+        arms, bound, side = claim.sanity
+        means = {r["arm"]: r["mean"] for r in summary if r["arm"] in arms}
+        result["sanity_failures"] = [f"{a}: {m:.3g} (needs {side} {bound:.3g})" for a, m in means.items()
+                                     if (m >= bound if side == "below" else m <= bound)]
+        if result["sanity_failures"]:
+            result["verdict"] = SANITY_FAILED
+    return result
 
 
 def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, only: list[str] | None = None,

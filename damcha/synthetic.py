@@ -95,7 +95,8 @@ def inputs(n: int, seed: int, T: int = T_SYN, D: int = D_SYN) -> torch.Tensor:
 
 
 class OneLayer(nn.Module):
-    """x -> x + attention(x) -> linear read-out (every position, or position 0 for classes)."""
+    """x + p -> h = x + p + attention(x + p) -> linear read-out (every position, or position 0 for classes).
+    p is a learned position table: the classification label is a position, unknowable without one."""
 
     def __init__(self, variant: str, outputs: int, D: int = D_SYN, H: int = H_SYN):
         super().__init__()
@@ -107,8 +108,10 @@ class OneLayer(nn.Module):
         self.attn = mech.build_layer(self.config, 0)
         self.shared = mech.build_shared(self.config)
         self.readout = nn.Linear(D, outputs)
+        self.positions = nn.Parameter(torch.randn(T_SYN, D) * 0.1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x + self.positions  # (B, T, D)
         options = self.mechanism.options(None)
         shared = None if self.shared is None else self.mechanism.run_shared(self.shared, x, None, options, self.training)
         a = self.attn(x, None, None, False, options, stochastic=self.training, shared=shared)

@@ -5,7 +5,7 @@ import streamlit as st
 
 from app.ui import SHIPPED_ROOT, provenance, show
 from damcha import figures
-from damcha.evidence import FAILS, HOLDS, load_results
+from damcha.evidence import FAILS, HOLDS, SANITY_FAILED, load_results
 
 st.title("Evidence")
 folder = SHIPPED_ROOT / "evidence"
@@ -25,7 +25,8 @@ if doc.get("not_run") or not doc.get("complete", True):
 sanity = doc.get("sanity", {})
 if sanity:
     st.caption("Sanity checks of the synthetic tasks: " + "; ".join(f"{k} = {v:.3g}" for k, v in sanity.items()))
-BADGE = {HOLDS: ":green-badge[holds]", FAILS: ":red-badge[does not hold]"}
+BADGE = {HOLDS: ":green-badge[holds]", FAILS: ":red-badge[does not hold]",
+         SANITY_FAILED: ":gray-badge[not tested: sanity check failed]"}
 for claim in doc["claims"]:
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
@@ -33,6 +34,9 @@ for claim in doc["claims"]:
                 f"{claim['scale']}")
     if claim["note"]:
         st.caption(claim["note"])
+    if claim.get("sanity_failures"):
+        st.error("Sanity check failed, so no verdict: where the task is easiest every model must learn it first. "
+                 + "; ".join(claim["sanity_failures"]))
     summary = pd.DataFrame(claim["summary"])
     comparisons = pd.DataFrame(claim["comparisons"])
     better = "lower" if claim["lower_is_better"] else "higher"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from damcha.evidence import FAILS, HOLDS, INCONCLUSIVE, claim_verdict, mean_interval, verdict
+from damcha.evidence import FAILS, HOLDS, INCONCLUSIVE, SANITY_FAILED, claim_verdict, mean_interval, summarise, verdict
 from damcha.synthetic import (
     classification_labels,
     cross_head_share,
@@ -73,7 +73,7 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
                                                  "fig12_regression", "fig13_classification"]
     assert 0 < doc["units_computed_in_this_call"] <= doc["units"]  # an arm shared by two claims runs once
     for claim in doc["claims"]:
-        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE)
+        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, SANITY_FAILED)
         assert all(len(v) == 2 for v in claim["values"].values())
     units = (work / "units.jsonl").read_text().splitlines()
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -92,3 +92,15 @@ def test_the_page_renders_the_shipped_results_without_training():
     assert not at.exception, [e.value for e in at.exception]
     assert [h.value for h in at.header] == [c["title"] for c in shipped["claims"]]
     assert len(at.get("plotly_chart")) == len(shipped["claims"])
+
+
+def test_a_failed_sanity_check_withholds_the_verdict():
+    from damcha.evidence import Arm, Claim
+
+    claim = Claim("c", "t", "s", "relative_mse", True, (Arm("mha e=0.0"), Arm("damcha e=0.0")), "",
+                  verdict_against="mha ", groups=(("mha e=0.0", "damcha e=0.0"),),
+                  sanity=(("mha e=0.0", "damcha e=0.0"), 0.2, "below"))
+    learned = summarise(claim, {"mha e=0.0": [0.10, 0.11, 0.12], "damcha e=0.0": [0.05, 0.06, 0.05]})
+    assert learned["verdict"] == HOLDS and not learned["sanity_failures"]
+    unlearned = summarise(claim, {"mha e=0.0": [0.50, 0.51, 0.52], "damcha e=0.0": [0.30, 0.31, 0.30]})
+    assert unlearned["verdict"] == SANITY_FAILED and len(unlearned["sanity_failures"]) == 2
