@@ -256,6 +256,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in claims(quick)]}")
     total = sum(len(c.arms) for c in chosen) * seeds
     k = fresh = 0
+    sanity = sanity_checks()
     for claim in chosen:
         values: dict[str, list[float]] = {}
         for arm in claim.arms:
@@ -281,7 +282,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                "units": total, "units_computed_in_this_call": fresh,  # the rest were resumed from the work folder
                "complete": len(results) == len(chosen), "not_run": [c.key for c in claims(quick) if c.key not in {r["key"] for r in results}],
                "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
-               "verdict_rule": VERDICT_RULE, "claims": results, "sanity": sanity_checks()}
+               "verdict_rule": VERDICT_RULE, "claims": results, "sanity": sanity}
         (out / "results.json").write_text(json.dumps(doc, indent=2))  # after every claim: a stopped run still shows
     return doc
 

@@ -209,6 +209,8 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str = "i
     config, reports, rows = None, {}, []
     for k, (epoch, path) in enumerate(files):
         ckpt = read_reference(path)
+        if epoch is None:
+            epoch = ckpt["epoch"] if isinstance(ckpt.get("epoch"), int) else 0
         cfg = reference_config(ckpt, modality, block_size, vocab_size, n_head)
         if config is not None and cfg != config:
             raise ReferenceCheckpointError(f"{path}: a different architecture from {files[0][1].name}")
@@ -242,27 +244,25 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str = "i
     return out
 
 
-def reference_files(source: str | Path) -> list[tuple[int, Path]]:
-    """(epoch, path) of a .pt file or of a folder's checkpoint_epoch_N.pt files (else its best_model.pt)."""
+def reference_files(source: str | Path) -> list[tuple[int | None, Path]]:
+    """(epoch, path) of a .pt file or of a folder's checkpoint_epoch_N.pt files (else its best_model.pt);
+    epoch None where the file name does not say it (the loaded file does)."""
     source = Path(source)
     if source.is_file():
-        return [(_epoch_of(source), source)]
+        return [(_epoch_in_name(source), source)]
     if not source.is_dir():
         raise ReferenceCheckpointError(f"{source}: no such file or folder")
     files = sorted((int(m.group(1)), p) for p in source.iterdir() if (m := EPOCH_FILE.match(p.name)))
     if not files and (source / "best_model.pt").is_file():
-        files = [(_epoch_of(source / "best_model.pt"), source / "best_model.pt")]
+        files = [(None, source / "best_model.pt")]
     if not files:
         raise ReferenceCheckpointError(f"{source}: no checkpoint_epoch_N.pt or best_model.pt files")
     return files
 
 
-def _epoch_of(path: Path) -> int:
+def _epoch_in_name(path: Path) -> int | None:
     m = EPOCH_FILE.match(path.name)
-    if m:
-        return int(m.group(1))
-    epoch = read_reference(path).get("epoch", 0)
-    return int(epoch) if isinstance(epoch, int) else 0
+    return int(m.group(1)) if m else None
 
 
 def _decoder_state(ckpt: dict) -> dict[str, torch.Tensor]:

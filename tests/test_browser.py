@@ -88,12 +88,17 @@ def _wait_for_figures(pg, n: int, timeout_s: float = 90) -> int:
     return count
 
 
+def _upload(page, url: str, source: str, path) -> None:
+    """Open the inspector at url, choose the upload source and give it the file."""
+    page.goto(url)
+    page.get_by_text(source).click()
+    page.locator("input[type=file]").set_input_files(str(path))
+
+
 def test_inspector_with_an_uploaded_digit_photo(server, page, tmp_path):
     photo = tmp_path / "digit-photo.jpg"
     photo.write_bytes(handwritten_digit("0", fmt="JPEG"))
-    page.goto(f"{server}/inspector?run=digits-damcha")
-    page.get_by_text("Upload an image").click()
-    page.locator("input[type=file]").set_input_files(str(photo))
+    _upload(page, f"{server}/inspector?run=digits-damcha", "Upload an image", photo)
     assert _wait_for_figures(page, 3) >= 3
     page.get_by_text("image digit-photo.jpg").wait_for(timeout=60_000)
     page.get_by_role("tab", name="Decomposition").click()
@@ -106,9 +111,7 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
     text = tmp_path / "paragraph.txt"
     text.write_text("A transformer head compares a query with every key. DAMCHA makes that comparison "
                     "depend on the input itself, through a metric computed from the context.\n", encoding="utf-8")
-    page.goto(f"{server}/inspector?run=text-damcha")
-    page.get_by_text("Upload a text file").click()
-    page.locator("input[type=file]").set_input_files(str(text))
+    _upload(page, f"{server}/inspector?run=text-damcha", "Upload a text file", text)
     page.get_by_text("file paragraph.txt").wait_for(timeout=60_000)
     assert _wait_for_figures(page, 2) >= 2
     page.get_by_role("tab", name="Attention").click()
@@ -124,9 +127,7 @@ def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
 
     photo = tmp_path / "holiday.jpg"
     Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)
-    page.goto(f"{server}/inspector?run=images-damcha&position=30")
-    page.get_by_text("Upload a colour photo").click()
-    page.locator("input[type=file]").set_input_files(str(photo))
+    _upload(page, f"{server}/inspector?run=images-damcha&position=30", "Upload a colour photo", photo)
     page.get_by_text("photo holiday.jpg").wait_for(timeout=60_000)
     assert _wait_for_figures(page, 3) >= 3
     page.get_by_role("tab", name="Loss & prediction").click()
