@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,10 +23,16 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import dataclasses  # noqa: E402
 
 from damcha import DamchaOptions, ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
 from damcha.allocator import keep_freed_memory  # noqa: E402
+from damcha.efficiency import (  # noqa: E402
+    interleaved,
+    layer_flops_counted,
+    layer_parameters,
+    make_layer,
+    peak_memory_mb,
+)
 
 B, D, H, WIDTHS = 16, 128, 8, (256, 512)
 
@@ -49,67 +54,6 @@ def layer_flops(cfg: ModelConfig, T: int, damcha: bool) -> float:
     return 2 * (gen + B * T * D * d + 2 * B * T * D * D + attn)
 
 
-def make_layer(cfg: ModelConfig, variant: str):
-    """One attention layer of a registered variant for inference, frozen as load_model returns
-    models (a frozen DAMCHA layer keeps its folded generator weights between calls)."""
-    cfg = variant_config(cfg, variant)
-    if cfg.is_damcha:  # the layer owns its generator (in a one-layer model shared and per-layer coincide)
-        cfg = dataclasses.replace(cfg, metric_sharing="per_layer")
-    torch.manual_seed(0)
-    attn = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
-    options = cfg.mechanism.options(None)
-
-    def run(x):
-        return attn(x, None, None, cfg.causal, options).y
-    return run
-
-
-def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
-    for _ in range(warmup):
-        fa()
-        fb()
-    ta, tb = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fa()
-        ta.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        fb()
-        tb.append(time.perf_counter() - t0)
-    return statistics.median(ta), statistics.median(tb)
-
-
-def peak_memory_mb(causal: bool, T: int, variant: str, batch: int = B) -> float:
-    """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
-    0.2 ms in a fresh process while the layer runs, minus the level right before it."""
-    code = f"""
-import ctypes, sys, threading, torch
-sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
-from bench import layer_config, make_layer, B, D
-class MI(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
-used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
-cfg = layer_config({causal}, {T}); run = make_layer(cfg, {variant!r})
-x = torch.randn({batch}, {T}, D)
-with torch.no_grad():
-    run(x)
-    base = used(); peak = [base]; done = threading.Event()
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], used())
-            done.wait(0.0002)
-    t = threading.Thread(target=sample); t.start()
-    for _ in range(3):
-        run(x)
-    done.set(); t.join()
-print((peak[0] - base) / 2**20)
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def layer_cases(repeats: int, quick: bool) -> list[dict]:
     rows = []
     lengths = (64, 256) if quick else (64, 256, 1024)
@@ -124,8 +68,8 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
             rows.append({
                 "case": f"1 layer {'causal' if causal else 'non-causal'} T={T} (B={B}, D={D}, H={H})",
                 "damcha_ms": td * 1e3, "mha_ms": tm * 1e3, "ratio": td / tm,
-                "damcha_peak_mb": None if quick else peak_memory_mb(causal, T, "damcha"),
-                "mha_peak_mb": None if quick else peak_memory_mb(causal, T, "mha"),
+                "damcha_peak_mb": None if quick else peak_memory_mb(cfg, "damcha", T, B),
+                "mha_peak_mb": None if quick else peak_memory_mb(cfg, "mha", T, B),
                 "damcha_gflop": flops_d / 1e9, "mha_gflop": flops_m / 1e9,
                 "damcha_gflops": flops_d / td / 1e9, "mha_gflops": flops_m / tm / 1e9,
             })
@@ -133,28 +77,6 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
 
 
 MECHANISM_BATCH = 4  # explicit-score mechanisms hold several (B, H, T, T) tensors: 128 MB each at B=4, T=1024
-
-
-def layer_flops_counted(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
-    """FLOPs of one inference layer as torch's FlopCounterMode counts them. The layer runs with explicit
-    attention weights: the counter does not see inside the fused CPU attention kernel, which would
-    leave MHA's scores uncounted."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    cfg = variant_config(cfg, variant)
-    if cfg.is_damcha:
-        cfg = dataclasses.replace(cfg, metric_sharing="per_layer")
-    torch.manual_seed(0)
-    layer = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        layer(torch.randn(batch, T, D), None, None, cfg.causal, cfg.mechanism.options(None), need_weights=True)
-    return float(counter.get_total_flops())
-
-
-def layer_parameters(cfg: ModelConfig, variant: str) -> int:
-    cfg = variant_config(cfg, variant)
-    return cfg.mechanism.parameter_count(dataclasses.replace(cfg, n_layer=1))
 
 
 def mechanism_cases(repeats: int, quick: bool, variants: tuple[str, ...] | None = None) -> list[dict]:
@@ -172,12 +94,12 @@ def mechanism_cases(repeats: int, quick: bool, variants: tuple[str, ...] | None 
             x = torch.randn(b, T, D)
             mha = make_layer(cfg, "mha")
             flops_m, params_m = layer_flops_counted(cfg, "mha", T, b), layer_parameters(cfg, "mha")
-            peak_m = None if quick else peak_memory_mb(causal, T, "mha", b)
+            peak_m = None if quick else peak_memory_mb(cfg, "mha", T, b)
             for variant in chosen:
                 layer = make_layer(cfg, variant)
                 with torch.no_grad():
                     tv, tm = interleaved(lambda f=layer, x=x: f(x), lambda m=mha, x=x: m(x), max(3, repeats // 2))
-                peak_v = None if quick else peak_memory_mb(causal, T, variant, b)
+                peak_v = None if quick else peak_memory_mb(cfg, variant, T, b)
                 rows.append({
                     "case": f"mechanism {variant}, 1 layer {'causal' if causal else 'non-causal'} T={T} (B={b})",
                     "variant": variant, "damcha_ms": tv * 1e3, "mha_ms": tm * 1e3, "ratio": tv / tm,

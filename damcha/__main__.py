@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from .checkpoints import CheckpointError
@@ -214,8 +215,9 @@ def _evidence(args) -> int:
     seeds = args.seeds or (2 if args.quick else 3)
     with tqdm(desc="evidence", unit="unit") as bar:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
-                           progress=lambda text: (bar.set_postfix_str(text[-60:]), bar.update(1)),
-                           command="python -m damcha " + " ".join(sys.argv[1:]))
+                           progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),
+                                                         bar.update(1)),
+                           command="python -m damcha " + " ".join(sys.argv[1:]), workers=args.workers)
     for claim in doc["claims"]:
         print(f"{claim['verdict']:>28s}  {claim['title']}")
     print(f"wrote {args.out}/results.json ({doc['wall_seconds']} s)")
@@ -246,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--quick", action="store_true", help="a reduced run for CI (its numbers are not the shipped ones)")
     ev.add_argument("--seeds", type=int, help="seeds per arm (default 3; --quick: 2)")
     ev.add_argument("--only", nargs="*", help="claim keys to run (default: all)")
+    ev.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                    help="processes of one thread each that train and evaluate units side by side (default 2)")
     ev.add_argument("--out", default="checkpoints/evidence", help="where results.json and the CSVs go")
     ev.add_argument("--work", default=".evidence-work", help="trained runs and finished units (resumable)")
     demo = sub.add_parser("demo-runs", help="(re)train the shipped demo runs into checkpoints/")

@@ -64,13 +64,19 @@ def complete_digits(model: Transformer, sequences: torch.Tensor, samples: int, s
     return bottom.mean(1).cpu()  # (N, 32)
 
 
-def completion_mse(model: Transformer, val_inputs: torch.Tensor, val_targets: torch.Tensor, n_images: int,
-                   samples: int, options: ForwardOptions | None = None) -> float:
-    """MSE (pixel values scaled to [0, 1]) of the expected bottom half against the truth."""
+def digit_completion_errors(model: Transformer, val_inputs: torch.Tensor, val_targets: torch.Tensor, n_images: int,
+                            samples: int, options: ForwardOptions | None = None) -> torch.Tensor:
+    """Per-image MSE (pixel values scaled to [0, 1]) of the expected bottom half against the truth. (N,)"""
     seqs = torch.cat([val_inputs[:n_images], val_targets[:n_images, -1:]], dim=1)  # (N, 65)
     pred = complete_digits(model, seqs, samples, seed=1234, options=options)  # (N, 32)
     truth = seqs[:, 33:].float()  # (N, 32)
-    return float(((pred - truth) / (DIGIT_LEVELS - 1)).pow(2).mean())
+    return ((pred - truth) / (DIGIT_LEVELS - 1)).pow(2).mean(1)  # (N,)
+
+
+def completion_mse(model: Transformer, val_inputs: torch.Tensor, val_targets: torch.Tensor, n_images: int,
+                   samples: int, options: ForwardOptions | None = None) -> float:
+    """MSE (pixel values scaled to [0, 1]) of the expected bottom half against the truth."""
+    return float(digit_completion_errors(model, val_inputs, val_targets, n_images, samples, options).mean())
 
 
 @torch.no_grad()
@@ -115,20 +121,24 @@ def train_subset(data: DataSet, val_windows: int, n: int = 512) -> tuple[torch.T
     return data.train_inputs[:n], data.train_targets[:n]
 
 
-def evaluate_epoch(model: Transformer, data: DataSet, tcfg) -> dict:
-    """The metrics row of one epoch: validation and training-subset loss, bits, accuracy, completion MSE."""
+def validation_metrics(model: Transformer, data: DataSet, tcfg, options: ForwardOptions | None = None) -> dict:
+    """Validation loss, bits, accuracy and completion error (mean, q25, q75) under `options`."""
     vx, vy = validation_tensors(data, tcfg.val_windows)
-    tx, ty = train_subset(data, tcfg.val_windows)
-    val = evaluate(model, vx, vy)
+    val = evaluate(model, vx, vy, options=options)
     if data.kind == "patches":  # a squared error, not a likelihood: no bits
         n = tcfg.completion_images
-        errors = patch_completion_errors(model, vx[:n], vy[:n])
-        return {"val_mse": val["nll"], "train_mse": evaluate(model, tx, ty)["nll"], **completion_statistics(errors)}
+        return {"val_mse": val["nll"], **completion_statistics(patch_completion_errors(model, vx[:n], vy[:n], options))}
     row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
     if "accuracy" in val:
         row["val_accuracy"] = val["accuracy"]
-    row["train_nll"] = evaluate(model, tx, ty)["nll"]
     if data.name == "digits":
-        row["val_completion_mse"] = completion_mse(model, data.val_inputs, data.val_targets,
-                                                   tcfg.completion_images, tcfg.completion_samples)
+        row.update(completion_statistics(digit_completion_errors(
+            model, data.val_inputs, data.val_targets, tcfg.completion_images, tcfg.completion_samples, options)))
     return row
+
+
+def evaluate_epoch(model: Transformer, data: DataSet, tcfg) -> dict:
+    """The metrics row of one epoch: validation and training-subset loss, bits, accuracy, completion MSE."""
+    row = validation_metrics(model, data, tcfg)
+    train = evaluate(model, *train_subset(data, tcfg.val_windows))["nll"]
+    return {**row, ("train_mse" if data.kind == "patches" else "train_nll"): train}

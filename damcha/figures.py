@@ -567,16 +567,21 @@ def block_means(z: np.ndarray, f: int) -> np.ndarray:
 
 
 def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
-                    title: str = "", y_title: str = "", paper: Sequence[float | None] | None = None) -> go.Figure:
-    """Means over seeds with their 95% intervals (error bars), and the paper's number where it has one."""
+                    title: str = "", y_title: str = "", paper: Sequence[float | None] | None = None,
+                    zero_line: bool = False) -> go.Figure:
+    """Means over seeds with their 95% intervals (error bars), and the paper's number where it has one
+    (on a right-hand axis: the paper's numbers come from other data sets and scales). zero_line: a dotted line at 0, for differences whose sign is the verdict."""
     means = np.asarray(means, dtype=float)
     up = np.nan_to_num(np.asarray(highs, dtype=float) - means)
     down = np.nan_to_num(means - np.asarray(lows, dtype=float))
     fig = go.Figure(go.Scatter(x=list(names), y=means, mode="markers", name="ours (mean, 95% interval)",
                                error_y=dict(type="data", array=up, arrayminus=down, visible=True),
                                marker=dict(size=9)))
-    if paper is not None and any(p is not None for p in paper):
+    if paper is not None and any(p is not None for p in paper):  # its own data set and scale: its own axis
         fig.add_trace(go.Scatter(x=list(names), y=[np.nan if p is None else p for p in paper], mode="markers",
-                                 name="paper", marker=dict(symbol="diamond-open", size=11)))
+                                 name="paper (right axis)", yaxis="y2", marker=dict(symbol="diamond-open", size=11)))
+        fig.update_layout(yaxis2=dict(title="paper (its data set)", overlaying="y", side="right", showgrid=False))
+    if zero_line:
+        fig.add_hline(y=0, line_dash="dot", line_color="grey")
     fig.update_layout(title=title, yaxis_title=y_title, margin=dict(l=60, r=20, t=50, b=80))
     return fig

@@ -11,13 +11,15 @@ st.title("Evidence")
 folder = SHIPPED_ROOT / "evidence"
 doc = load_results(folder)
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 90 minutes on two cores; "
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about an hour on two cores; "
             "`--quick` for a smoke run).")
     st.stop()
+compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
+           f"wall time and {doc['compute_seconds']} s of compute summed over workers" if "calls" in doc else "")
 st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — seeds {doc['seeds']}, {doc['wall_seconds']} s for "
-           f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed), "
-           f"versions {doc['versions']}." + (" **A quick run: its numbers are a smoke test, not evidence.**"
-                                               if doc["quick"] else ""))
+           f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
+           f"{compute}, versions {doc['versions']}." + (" **A quick run: its numbers are a smoke test, not evidence.**"
+                                                         if doc["quick"] else ""))
 st.markdown(f"**Verdict rule.** {doc['verdict_rule']}")
 if doc.get("not_run") or not doc.get("complete", True):
     st.warning("Claims not in these results yet: " + ", ".join(doc.get("not_run", []) or ["(unknown)"]) +
@@ -35,17 +37,36 @@ for claim in doc["claims"]:
     if claim["note"]:
         st.caption(claim["note"])
     if claim.get("sanity_failures"):
-        st.error("Sanity check failed, so no verdict: where the task is easiest every model must learn it first. "
-                 + "; ".join(claim["sanity_failures"]))
+        st.error("Sanity check failed, so no verdict: where the task is easiest the compared models must learn it "
+                 "first. " + "; ".join(claim["sanity_failures"]))
+    if claim.get("sanity_caveats"):
+        st.warning("Did not learn the easiest case (their numbers say little at any level): "
+                   + "; ".join(claim["sanity_caveats"]))
     summary = pd.DataFrame(claim["summary"])
-    comparisons = pd.DataFrame(claim["comparisons"])
     better = "lower" if claim["lower_is_better"] else "higher"
     show(figures.interval_figure(summary["arm"], summary["mean"], summary["low"], summary["high"],
                                  f"{claim['metric']} ({better} is better), mean over seeds with 95% interval",
                                  claim["metric"], list(summary["paper"])),
          f"evidence_{claim['key']}", provenance(f"evidence_{claim['key']}", None, params={"claim": claim["key"]}))
+    comparisons = pd.DataFrame(claim["comparisons"])
+    counted = comparisons[comparisons["counted"]] if "counted" in comparisons else comparisons
+    if len(counted):
+        label = counted["metric"] + ": " + counted["better"] + " vs " + counted["than"]
+        show(figures.interval_figure(label, counted["gain"], counted["low"], counted["high"],
+                                     "The verdict's differences, in the paper's direction (above 0: as the paper "
+                                     "claims), 95% interval",
+                                     "difference", zero_line=True),
+             f"evidence_{claim['key']}_differences",
+             provenance(f"evidence_{claim['key']}_differences", None, params={"claim": claim["key"]}))
     a, b = st.columns(2)
-    a.dataframe(summary, hide_index=True)
+    details = pd.DataFrame(claim.get("details", claim["summary"]))
+    if "metric" in details:  # one column per metric: mean [low, high]
+        details["value"] = [f"{m:.4g} [{lo:.4g}, {hi:.4g}]" for m, lo, hi in zip(details["mean"], details["low"],
+                                                                               details["high"])]
+        details = details.pivot(index="arm", columns="metric", values="value").reindex(summary["arm"])
+        details = details[[claim["metric"], *claim.get("columns", [])]].reset_index()
+        details.insert(1, "paper", list(summary["paper"]))
+    a.dataframe(details, hide_index=True)
     b.dataframe(comparisons, hide_index=True)
     a.download_button("Download CSV", (folder / f"{claim['key']}.csv").read_bytes(), f"{claim['key']}.csv",
                       "text/csv", key=f"csv_{claim['key']}")

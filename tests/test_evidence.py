@@ -10,7 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from damcha.evidence import FAILS, HOLDS, INCONCLUSIVE, SANITY_FAILED, claim_verdict, mean_interval, summarise, verdict
+from damcha.config import ModelConfig
+from damcha.evidence import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    SANITY_FAILED,
+    claim_verdict,
+    claims,
+    mean_interval,
+    summarise,
+    verdict,
+)
 from damcha.synthetic import (
     classification_labels,
     cross_head_share,
@@ -53,6 +64,32 @@ def test_regression_teacher_is_deterministic_calibrated_and_learnable_from_its_o
     assert teacher_sanity(0.5) < 1e-6
 
 
+def test_the_teachers_heads_read_other_slices_only_through_cross_head_blocks():
+    """At e = 0 head 0 attends by its own slice alone (an MHA restricted to the diagonal blocks); at
+    e = 1 it attends by the other slices alone."""
+    x = inputs(4, 2)
+    other = x.clone()
+    other[..., 8:] = torch.randn(4, 16, 24)  # every slice but head 0's
+    own = x.clone()
+    own[..., :8] = torch.randn(4, 16, 8)
+    block, cross = regression_task(0.0, 5), regression_task(1.0, 5)
+    torch.testing.assert_close(block.attention(x)[:, 0], block.attention(other)[:, 0])
+    assert not torch.allclose(cross.attention(x)[:, 0], cross.attention(other)[:, 0])
+    assert not torch.allclose(block.attention(x)[:, 0], block.attention(own)[:, 0])
+
+
+def test_the_teachers_scores_are_the_cross_head_bilinear_form():
+    """Head i, query t, key s: beta * x_{t,i}^T sum_j A_ij x_{s,j} (the query's own slice against every
+    slice of the key), before the softmax over s."""
+    task, x = regression_task(0.5, 6), inputs(1, 4)[0]  # (T, D)
+    d = x.shape[1] // task.heads
+    i, t = 2, 3
+    blocks = [task.A[i * d:(i + 1) * d, j * d:(j + 1) * d] for j in range(task.heads)]
+    scores = torch.stack([task.beta * sum(x[t, i * d:(i + 1) * d] @ blocks[j] @ x[s, j * d:(j + 1) * d]
+                                          for j in range(task.heads)) for s in range(x.shape[0])])
+    torch.testing.assert_close(task.attention(x[None])[0, i, t], scores.softmax(0))
+
+
 def test_classification_labels_are_balanced_and_defined_in_the_subspace():
     share = label_balance(4)
     assert share.sum() == pytest.approx(1.0) and share.max() < 1 / 15 + 0.02 and share.min() > 1 / 15 - 0.02
@@ -69,17 +106,28 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     doc = json.loads((out / "results.json").read_text())
-    assert [c["key"] for c in doc["claims"]] == ["table1_digits", "table4_ablations", "table3_modes", "adaptivity",
-                                                 "fig12_regression", "fig13_classification"]
+    assert [c["key"] for c in doc["claims"]] == [c.key for c in claims(quick=True)]
+    assert {c["key"] for c in doc["claims"]} >= {"table1_digits", "table1_images", "table2_efficiency", "table3_depth",
+                                                 "table3_modes", "table4_ablations", "table5_text",
+                                                 "table6_classification", "adaptivity", "fig12_regression",
+                                                 "fig13_classification"}
     assert 0 < doc["units_computed_in_this_call"] <= doc["units"]  # an arm shared by two claims runs once
+    assert doc["compute_seconds"] > 0 and not doc["not_run"]
     for claim in doc["claims"]:
         assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, SANITY_FAILED)
         assert all(len(v) == 2 for v in claim["values"].values())
+        for metric in (claim["metric"], *claim["columns"]):  # every reported metric was measured for every arm
+            assert all(metric in row or "constant" in row for rows in claim["values"].values() for row in rows)
+    digits = next(c for c in doc["claims"] if c["key"] == "table1_digits")
+    for rows in digits["values"].values():
+        for row in rows:
+            assert row["val_completion_mse_q25"] <= row["val_completion_mse"] or row["val_completion_mse_q75"] > 0
     units = (work / "units.jsonl").read_text().splitlines()
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and (work / "units.jsonl").read_text().splitlines() == units  # nothing redone
     assert json.loads((out / "results.json").read_text())["units_computed_in_this_call"] == 0
-    assert (out / "adaptivity.csv").read_text().startswith("arm,seed,value")
+    assert (out / "adaptivity.csv").read_text().startswith("arm,seed,metric,value")
+    assert "params_ratio" in (out / "table2_efficiency.csv").read_text()
 
 
 def test_the_page_renders_the_shipped_results_without_training():
@@ -91,16 +139,71 @@ def test_the_page_renders_the_shipped_results_without_training():
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert [h.value for h in at.header] == [c["title"] for c in shipped["claims"]]
-    assert len(at.get("plotly_chart")) == len(shipped["claims"])
+    assert len(at.get("plotly_chart")) == 2 * len(shipped["claims"])  # the arms, and the differences
 
 
-def test_a_failed_sanity_check_withholds_the_verdict():
+def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_system_is_only_reported():
+    from damcha.evidence import Arm, Claim, Sanity
+
+    names = ("mha e=0.0", "damcha e=0.0", "moa e=0.0")
+    claim = Claim("c", "t", "s", "relative_mse", True, tuple(Arm(n) for n in names), "",
+                  verdict_against="mha ", groups=(names,), sanity=Sanity(names[:2], 0.2, "below", names[2:]))
+
+    def rows(*vs):
+        return [{"relative_mse": v} for v in vs]
+    learned = summarise(claim, {"mha e=0.0": rows(0.10, 0.11, 0.12), "damcha e=0.0": rows(0.05, 0.06, 0.05),
+                                "moa e=0.0": rows(0.6, 0.7, 0.6)})
+    assert learned["verdict"] == HOLDS and not learned["sanity_failures"]
+    assert learned["sanity_caveats"] == ["moa e=0.0: 0.633 (needs below 0.2)"]
+    unlearned = summarise(claim, {"mha e=0.0": rows(0.50, 0.51, 0.52), "damcha e=0.0": rows(0.30, 0.31, 0.30),
+                                  "moa e=0.0": rows(0.1, 0.1, 0.1)})
+    assert unlearned["verdict"] == SANITY_FAILED and len(unlearned["sanity_failures"]) == 2
+
+
+def test_a_threshold_arm_and_several_verdict_metrics():
+    """Table 2's form: the reference against a constant, each metric compared; any failure fails the claim."""
     from damcha.evidence import Arm, Claim
 
-    claim = Claim("c", "t", "s", "relative_mse", True, (Arm("mha e=0.0"), Arm("damcha e=0.0")), "",
-                  verdict_against="mha ", groups=(("mha e=0.0", "damcha e=0.0"),),
-                  sanity=(("mha e=0.0", "damcha e=0.0"), 0.2, "below"))
-    learned = summarise(claim, {"mha e=0.0": [0.10, 0.11, 0.12], "damcha e=0.0": [0.05, 0.06, 0.05]})
-    assert learned["verdict"] == HOLDS and not learned["sanity_failures"]
-    unlearned = summarise(claim, {"mha e=0.0": [0.50, 0.51, 0.52], "damcha e=0.0": [0.30, 0.31, 0.30]})
-    assert unlearned["verdict"] == SANITY_FAILED and len(unlearned["sanity_failures"]) == 2
+    claim = Claim("c", "t", "s", "time_ratio", True, (Arm("damcha", kind="efficiency"),
+                                                       Arm("comparable", kind="constant", level=1.2)), "damcha",
+                  columns=("params_ratio",), verdict_metrics=("time_ratio", "params_ratio"))
+    cheap = [{"time_ratio": t, "params_ratio": 1.0} for t in (0.9, 1.0, 0.95)]
+    constant = [{"constant": 1.2}] * 3
+    assert summarise(claim, {"damcha": cheap, "comparable": constant})["verdict"] == HOLDS
+    heavy = [dict(r, params_ratio=130.0) for r in cheap]
+    result = summarise(claim, {"damcha": heavy, "comparable": constant})
+    assert result["verdict"] == FAILS
+    assert [c["verdict"] for c in result["comparisons"]] == [HOLDS, FAILS]
+    assert {(r["arm"], r["metric"]) for r in result["details"]} == {
+        (a, m) for a in ("damcha", "comparable") for m in ("time_ratio", "params_ratio")}
+
+
+def test_arms_with_other_settings_train_their_own_runs():
+    from damcha.evidence import F_DEPTHS, Arm
+
+    shallow = Arm("f depth 1", overrides=(("generator_widths", F_DEPTHS[1]),))
+    assert shallow.run_name(0, False) != Arm("damcha").run_name(0, False)
+    assert Arm("full").run_name(2, False) == Arm("diagonal-only", mode="diagonal").run_name(2, False)  # one run, two modes
+    assert Arm("adaptivity gap", kind="adaptivity").run_name(0, True) == Arm("damcha").run_name(0, True)
+
+
+def test_efficiency_ratios_of_mha_against_itself_are_one():
+    from damcha.efficiency import efficiency_ratios
+
+    r = efficiency_ratios(ModelConfig(vocab_size=8, block_size=32, n_layer=1, n_head=4, n_embd=32), "mha", T=32,
+                          batch=2, repeats=2)
+    assert r["params_ratio"] == 1.0 and r["flops_ratio"] == 1.0 and r["time_ratio"] > 0 and r["memory_ratio"] > 0
+    damcha = efficiency_ratios(ModelConfig(vocab_size=8, block_size=32, n_layer=1, n_head=4, n_embd=32), "damcha",
+                               T=32, batch=2, repeats=2)
+    assert damcha["params_ratio"] > 1 and damcha["flops_ratio"] > 1  # f outputs a D x D metric per input
+
+
+def test_interval_figure_puts_the_papers_numbers_on_their_own_axis():
+    from damcha.figures import interval_figure
+
+    fig = interval_figure(["a", "b"], [1.0, 2.0], [0.5, 1.5], [1.5, 2.5], paper=[None, 120.0])
+    ours, paper = fig.data
+    assert list(ours.error_y.array) == [0.5, 0.5] and list(ours.error_y.arrayminus) == [0.5, 0.5]
+    assert paper.yaxis == "y2" and math.isnan(paper.y[0]) and paper.y[1] == 120.0
+    differences = interval_figure(["a"], [0.1], [-0.1], [0.3], zero_line=True)
+    assert len(differences.data) == 1 and differences.layout.shapes[0].y0 == 0
