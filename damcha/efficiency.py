@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -104,8 +105,6 @@ print((peak[0] - base) / 2**20)
 def peak_memory_mb(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
     """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
     0.2 ms in a fresh process while the layer runs, minus the level right before it."""
-    from pathlib import Path
-
     root = str(Path(__file__).resolve().parent.parent)
     out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r})\n" + _PEAK_PROBE,
                           json.dumps(cfg.to_dict()), variant, str(T), str(batch)],

@@ -11,6 +11,7 @@ Verdict rule: see VERDICT_RULE.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import platform
@@ -237,32 +238,36 @@ def claims(quick: bool = False) -> list[Claim]:
     dims = (2,) if quick else (2, 4, 8, 16, 32)
     syn_mechs = ("mha", "damcha") if quick else ("mha", "damcha", "damcha-bilinear", "tha", "dcmha", "colmha",
                                                  "mma", "moa")
-    regression = Claim("fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",
-                       "Figure 12: \"Cross-subspace regression: DAMCHA vs. MHA. (a) comparison results (testing MSE) under "
-                       "different entanglement levels. (b) DAMCHA's relative advantage.\"", "relative_mse", True,
-                       tuple(Arm(f"{m} e={e}", kind="synthetic", variant=m, task="regression", level=e)
-                             for e in levels for m in syn_mechs), "", columns=("parameters",),
-                       note="Our reconstruction (the paper's definition is not in what we have; damcha/synthetic.py): "
-                            "the teacher is cross-head attention with metric A, one softmax per head. Models: one "
-                            f"attention layer, width 64 (each head's slice: 8 token and 8 position channels), "
-                            f"{synthetic_steps(quick)} Adam steps of 64 fresh sequences, scored on 1024 fixed ones. "
-                            "Sanity: MHA and DAMCHA must reach relative MSE below 0.1 at e = 0 (other systems that "
-                            "miss it are listed). Note that MHA's heads project the whole token, so MHA is not "
-                            "confined to A's diagonal blocks; DAMCHA's row-sum heads score their own slice only.",
-                       verdict_against="mha ", groups=tuple(tuple(f"{m} e={e}" for m in syn_mechs) for e in levels),
-                       scale=SYNTHETIC_SCALE,
-                       sanity=Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below",
-                                     tuple(f"{m} e=0.0" for m in syn_mechs[2:])))
-    classification = Claim("fig13_classification", "Fig. 13 (our reconstruction): cross-subspace classification",
-                           "Figure 13: \"Cross-subspace classification: DAMCHA vs. MHA. (a) Comparison results (accuracy %) "
-                           "under different d_e.\"", "accuracy", False,
-                           tuple(Arm(f"{m} d_e={d}", kind="synthetic", variant=m, task="classification", level=d)
-                                 for d in dims for m in syn_mechs), "", columns=("parameters",),
-                           note="Our reconstruction (damcha/synthetic.py); models and budget as in Fig. 12. Chance is "
-                                "1/15 = 0.067. Sanity: MHA must exceed 0.5 at the smallest d_e.", verdict_against="mha ",
-                           groups=tuple(tuple(f"{m} d_e={d}" for m in syn_mechs) for d in dims), scale=SYNTHETIC_SCALE,
-                           sanity=Sanity((f"mha d_e={dims[0]}",), 0.5, "above"))
+    regression = synthetic_claim(
+        "fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",
+        "Figure 12: \"Cross-subspace regression: DAMCHA vs. MHA. (a) comparison results (testing MSE) under different "
+        "entanglement levels. (b) DAMCHA's relative advantage.\"", "relative_mse", True, "regression", "e", levels,
+        syn_mechs, "Our reconstruction (the paper's definition is not in what we have; damcha/synthetic.py): the "
+        "teacher is cross-head attention with metric A, one softmax per head. Models: one attention layer, width 64 "
+        f"(each head's slice: 8 token and 8 position channels), {synthetic_steps(quick)} Adam steps of 64 fresh "
+        "sequences, scored on 1024 fixed ones. Sanity: MHA and DAMCHA must reach relative MSE below 0.1 at e = 0 "
+        "(other systems that miss it are listed). Note that MHA's heads project the whole token, so MHA is not "
+        "confined to A's diagonal blocks; DAMCHA's row-sum heads score their own slice only.",
+        Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs[2:])))
+    classification = synthetic_claim(
+        "fig13_classification", "Fig. 13 (our reconstruction): cross-subspace classification",
+        "Figure 13: \"Cross-subspace classification: DAMCHA vs. MHA. (a) Comparison results (accuracy %) under "
+        "different d_e.\"", "accuracy", False, "classification", "d_e", dims, syn_mechs,
+        "Our reconstruction (damcha/synthetic.py); models and budget as in Fig. 12. Chance is 1/15 = 0.067. Sanity: "
+        "MHA must exceed 0.5 at the smallest d_e.", Sanity((f"mha d_e={dims[0]}",), 0.5, "above"))
     return [table1, images, efficiency, depth, table4, table3, table5, table6, adaptivity, regression, classification]
+
+
+def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_better: bool, task: str,
+                    label: str, levels: tuple, mechs: tuple[str, ...], note: str, sanity: Sanity) -> Claim:
+    """A cross-subspace task over levels: every mechanism at every level, compared within a level
+    (the verdict counts the comparisons with MHA)."""
+    def name(m, level):
+        return f"{m} {label}={level}"
+    return Claim(key, title, statement, metric, lower_is_better,
+                 tuple(Arm(name(m, v), kind="synthetic", variant=m, task=task, level=v) for v in levels for m in mechs),
+                 "", note=note, groups=tuple(tuple(name(m, v) for m in mechs) for v in levels),
+                 verdict_against="mha ", sanity=sanity, columns=("parameters",), scale=SYNTHETIC_SCALE)
 
 
 def train_settings(dataset: str, quick: bool) -> dict:
@@ -315,18 +320,23 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path) -> dict[str, float]:
 
 
 def _trained(arm: Arm, seed: int, quick: bool, work: Path):
+    return _trained_run("damcha" if arm.kind == "adaptivity" else arm.variant, arm.dataset, arm.overrides, seed,
+                        quick, Path(work))
+
+
+@functools.lru_cache(maxsize=1)  # a task's units share one run (tasks group them): train and load it once
+def _trained_run(variant: str, dataset: str, overrides: tuple, seed: int, quick: bool, work: Path):
     from .checkpoints import load_model
     from .config import variant_config
     from .data import load_dataset
     from .train import TrainConfig, train
 
-    variant = "damcha" if arm.kind == "adaptivity" else arm.variant
-    out = work / "runs" / arm.run_name(seed, quick)
-    cfg = dataclasses.replace(variant_config(ModelConfig(), variant), **dict(arm.overrides))
-    tcfg = TrainConfig(dataset=arm.dataset, seed=seed, device="cpu", **train_settings(arm.dataset, quick))
+    out = work / "runs" / Arm("", variant=variant, dataset=dataset, overrides=overrides).run_name(seed, quick)
+    cfg = dataclasses.replace(variant_config(ModelConfig(), variant), **dict(overrides))
+    tcfg = TrainConfig(dataset=dataset, seed=seed, device="cpu", **train_settings(dataset, quick))
     train(cfg, tcfg, out, progress=False)
     model = load_model(out)
-    return model, load_dataset(arm.dataset, block_size=model.config.block_size), tcfg
+    return model, load_dataset(dataset, block_size=model.config.block_size), tcfg
 
 
 def metric_values(claim: Claim, values: dict[str, list[dict]], metric: str) -> dict[str, list[float]]:
@@ -397,18 +407,19 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     calls_path = work / "calls.jsonl"
     earlier_calls = [json.loads(x) for x in calls_path.read_text().splitlines() if x.strip()] if calls_path.exists() else []
     t0 = time.perf_counter()
-    chosen = [c for c in claims(quick) if not only or c.key in only]
-    unknown = sorted(set(only or ()) - {c.key for c in claims(quick)})
+    known = claims(quick)
+    chosen = [c for c in known if not only or c.key in only]
+    unknown = sorted(set(only or ()) - {c.key for c in known})
     if unknown or not chosen:
-        raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in claims(quick)]}")
-    tasks: dict[str, list[tuple[Arm, int]]] = {}
+        raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
+    claim_units = {c.key: {a.name: [a.unit(s, quick) for s in range(seeds)] for a in c.arms} for c in chosen}
+    all_units = {u for arms in claim_units.values() for us in arms.values() for u in us}
+    tasks: dict[str, dict[str, tuple[Arm, int]]] = {}  # run -> unit -> (arm, seed); a unit shared by claims once
     for claim in chosen:
         for arm in claim.arms:
             for seed in range(seeds):
                 if arm.unit(seed, quick) not in done:
-                    tasks.setdefault(arm.run_name(seed, quick), [])
-                    if (arm, seed) not in tasks[arm.run_name(seed, quick)]:
-                        tasks[arm.run_name(seed, quick)].append((arm, seed))
+                    tasks.setdefault(arm.run_name(seed, quick), {})[arm.unit(seed, quick)] = (arm, seed)
     total, fresh = sum(len(t) for t in tasks.values()), 0  # to compute in this call
     written: dict[str, dict] = {}
     sanity = sanity_checks()
@@ -421,11 +432,12 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                 fresh += 1
                 f.write(json.dumps({"unit": unit, "value": value, "seconds": took}) + "\n")
                 if progress:
-                    progress(f"{json.loads(unit)[0][0]}, seed {json.loads(unit)[1]}", total)
+                    (name, *_), seed = json.loads(unit)[:2]
+                    progress(f"{name}, seed {seed}", total)
         for claim in chosen:  # a claim is written as soon as its last unit is in
-            units = [a.unit(s, quick) for a in claim.arms for s in range(seeds)]
-            if claim.key not in written and all(u in done for u in units):
-                values = {a.name: [done[a.unit(s, quick)] for s in range(seeds)] for a in claim.arms}
+            units = claim_units[claim.key]
+            if claim.key not in written and all(u in done for us in units.values() for u in us):
+                values = {arm: [done[u] for u in us] for arm, us in units.items()}
                 written[claim.key] = {"key": claim.key, "title": claim.title, "statement": claim.statement,
                                       "metric": claim.metric, "columns": list(claim.columns),
                                       "lower_is_better": claim.lower_is_better, "note": claim.note,
@@ -433,35 +445,34 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                                       "values": values, **summarise(claim, values)}
                 _write_csv(out / f"{claim.key}.csv", written[claim.key])
         doc["claims"] = [written[c.key] for c in chosen if c.key in written]
-        units = {a.unit(s, quick) for c in chosen for a in c.arms for s in range(seeds)}
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
                      "workers": workers}
         doc.update(wall_seconds=this_call["wall_seconds"], calls=[*earlier_calls, this_call],
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
-                   compute_seconds=round(sum(seconds.get(u, 0.0) for u in units), 1),  # over every call, all workers
+                   compute_seconds=round(sum(seconds.get(u, 0.0) for u in all_units), 1),  # every call, all workers
                    units_computed_in_this_call=fresh,  # the rest were resumed from the work folder
                    complete=len(written) == len(chosen),
-                   not_run=[c.key for c in claims(quick) if c.key not in written])
+                   not_run=[c.key for c in known if c.key not in written])
         (out / "results.json").write_text(json.dumps(doc, indent=2))  # after every task: a stopped run still shows
 
     doc = {"command": command, "quick": quick, "seeds": list(range(seeds)), "workers": workers,
-           "units": len({a.unit(s, quick) for c in chosen for a in c.arms for s in range(seeds)}),
+           "units": len(all_units),
            "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
            "verdict_rule": VERDICT_RULE, "sanity": sanity}
-    exclusive = [k for k, t in tasks.items() if t[0][0].kind == "efficiency"]
+    exclusive = [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]
     for key in exclusive:  # timed alone, before any training competes for the cores
-        record(run_task(tasks.pop(key), quick, work))
+        record(run_task(list(tasks.pop(key).values()), quick, work))
     if workers > 1 and len(tasks) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_start_worker) as pool:
-            for future in as_completed([pool.submit(run_task, t, quick, work) for t in tasks.values()]):
+            for future in as_completed([pool.submit(run_task, list(t.values()), quick, work) for t in tasks.values()]):
                 record(future.result())
     else:
         for task in tasks.values():
-            record(run_task(task, quick, work))
+            record(run_task(list(task.values()), quick, work))
     record([])
     with (work / "calls.jsonl").open("a") as f:  # wall time over a run resumed in several calls
         f.write(json.dumps(doc["calls"][-1]) + "\n")
