@@ -11,7 +11,9 @@ if str(ROOT) not in sys.path:  # the app also runs from a checkout without `pip 
 
 import streamlit as st  # noqa: E402
 
-from app.ui import export_all_widget, export_settings_widget, run_picker  # noqa: E402
+from app.sharing import redacted  # noqa: E402
+from app.ui import checkpoint_root, export_all_widget, export_settings_widget, run_picker  # noqa: E402
+from damcha.checkpoints import CheckpointError  # noqa: E402
 
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")
 pages = [
@@ -29,5 +31,8 @@ nav = st.navigation(pages)
 st.session_state["selection"] = run_picker()
 export_settings_widget()
 st.session_state["export_registry"] = {}  # filled by the page's figures, for "Export all"
-nav.run()
+try:
+    nav.run()
+except CheckpointError as e:  # a snapshot that went bad after the run was listed: say so, keep the rest usable
+    st.error(f"{redacted(str(e), checkpoint_root())}. Pick another epoch or run in the sidebar.")
 export_all_widget()

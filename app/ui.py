@@ -17,6 +17,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from app.sharing import check_allowed, redacted, root_field_editable, server_settings_warning, shown_path, skipped_line
+from app.url_state import URL, bound, keep_in_url, seed_from_url, typed_text_area, url_number_input
 from damcha.checkpoints import CheckpointError, Run, list_runs, load_model
 from damcha.export import Provenance
 from damcha.inspection import InspectionRecord, inspect_input
@@ -38,7 +40,6 @@ from damcha.samples import (
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_ROOT = ROOT / "checkpoints"
 UPLOAD_TYPES = {"image": ["png", "jpg", "jpeg", "gif", "bmp", "webp"], "text": ["txt", "md", "py", "csv", "json", "text"]}
-URL = "query-params"  # widgets with this binding keep their value in the page's URL (their key is the name)
 
 
 def run_key(run: Run) -> tuple:
@@ -49,10 +50,14 @@ def run_key(run: Run) -> tuple:
 HASH_FUNCS = {Run: run_key, ModelInput: ModelInput.key}
 
 
+def default_root() -> Path:
+    """$DAMCHA_CHECKPOINTS, else the shipped checkpoints/."""
+    return Path(os.environ.get("DAMCHA_CHECKPOINTS") or SHIPPED_ROOT)
+
+
 def checkpoint_root() -> Path:
-    """The run folder: the in-app setting, else $DAMCHA_CHECKPOINTS, else the shipped checkpoints/."""
-    default = os.environ.get("DAMCHA_CHECKPOINTS") or str(SHIPPED_ROOT)
-    return Path(st.session_state.get("checkpoint_root", default))
+    """The run folder: the in-app setting, else the default one."""
+    return Path(st.session_state.get("checkpoint_root", default_root()))
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -313,44 +318,81 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
 # ----------------------------------------------------------------------------- run picker
 
 def run_picker() -> tuple[Run | None, int | None]:
-    """Sidebar: checkpoint root, data set, run, epoch. Run and epoch live in the URL (?run=…&epoch=…)."""
+    """Sidebar: checkpoint root, data set, run, epoch. Data set, run and epoch are always in the URL
+    (?dataset=…&run=…&epoch=…), so a copied link reopens the same view."""
     sb = st.sidebar
-    with sb.expander("Checkpoint folder", expanded=False):
-        root_text = st.text_input("Run root", value=str(checkpoint_root()), key="root_input",
-                                  help="A folder of run directories. Set DAMCHA_CHECKPOINTS to change the default.")
-        if root_text != str(checkpoint_root()):
-            st.session_state["checkpoint_root"] = root_text
-    root = checkpoint_root()
+    warning = server_settings_warning()
+    if warning:
+        sb.warning(warning)
+    root = root_picker(sb)
+    if root is None:
+        return None, None
     if is_reference_source(root):  # checkpoints of the authors' code: converted once, then opened as runs
         try:
             root = reference_root(root, *reference_reading(sb), reference_stamp(root))
         except (CheckpointError, ValueError, OSError) as e:
-            sb.error(f"{e}. Pick another folder above.")
+            sb.error(f"{redacted(str(e), root)}. Pick another folder above.")
             return None, None
     try:
         runs, bad = cached_runs(str(root))
     except CheckpointError as e:
-        sb.error(f"{e}. Pick another folder above.")
+        sb.error(f"{redacted(str(e), root)}. Pick another folder above.")
         return None, None
     for path, why in bad:
-        sb.warning(f"Skipped {path.name}: {why}")
+        sb.warning(skipped_line(path, why, root))
     if not runs:
         sb.info("No runs in this folder. Train one with `python -m damcha train --out DIR`.")
         return None, None
 
     by_name = {r.name: r for r in runs}
     datasets = sorted({r.dataset for r in runs})
-    wanted = st.session_state.get("run") or st.query_params.get("run")
-    if st.session_state.get("dataset") not in datasets:  # first visit: the data set of the linked run
-        st.session_state["dataset"] = by_name[wanted].dataset if wanted in by_name else datasets[0]
+    first_visit = "run" not in st.session_state
+    seed_from_url("run", by_name)
+    seed_from_url("dataset", datasets)
+    if first_visit and st.session_state.get("run") in by_name:  # a link's run decides its data set
+        st.session_state["dataset"] = by_name[st.session_state["run"]].dataset
+    if st.session_state.get("dataset") not in datasets:
+        st.session_state["dataset"] = datasets[0]
     dataset = sb.selectbox("Data set", datasets, key="dataset")
     names = [r.name for r in runs if r.dataset == dataset]
-    name = sb.selectbox("Run", names, key="run", bind=URL)  # plain names: the URL holds what the box shows
+    if st.session_state.get("run") not in names:
+        st.session_state["run"] = names[0]
+    name = sb.selectbox("Run", names, key="run")
     run = by_name[name]
     sb.caption(f"{run.variant}: {run.model_config.mechanism.title}")
+    for epoch, why in run.bad_snapshots:
+        sb.warning(f"Epoch {epoch} of {run.name} is not offered: {redacted(why, root)}")
     epochs = list(run.epochs)
-    epoch = sb.select_slider("Epoch (snapshot)", options=epochs, value=epochs[-1], key="epoch", bind=URL)
+    seed_from_url("epoch", epochs)
+    if st.session_state.get("epoch") not in epochs:  # first visit, or a run without the kept epoch
+        st.session_state["epoch"] = epochs[-1]
+    epoch = sb.select_slider("Epoch (snapshot)", options=epochs, key="epoch")
+    for key, value in (("dataset", dataset), ("run", name), ("epoch", epoch)):
+        keep_in_url(key, value)
     return run, epoch
+
+
+def root_picker(sb) -> Path | None:
+    """The checkpoint folder field: editable on a local server or inside the allowed folders;
+    read-only (with the reason) on a shared server without DAMCHA_ALLOWED_ROOTS."""
+    default = default_root()
+    editable, why = root_field_editable()
+    with sb.expander("Checkpoint folder", expanded=False):
+        if not editable:
+            st.text_input("Run root", value=shown_path(default, default.parent), disabled=True, key="root_shown")
+            st.caption(why)
+            st.session_state.pop("checkpoint_root", None)
+            return default
+        root_text = st.text_input("Run root", value=str(checkpoint_root()), key="root_input",
+                                  help="A folder of run directories. Set DAMCHA_CHECKPOINTS to change the default.")
+        if root_text != str(checkpoint_root()):
+            st.session_state["checkpoint_root"] = root_text
+    root = checkpoint_root()
+    refused = None if root == default else check_allowed(root)
+    if refused:
+        sb.error(f"Cannot open {root.name or root}: {refused}. Pick another folder above.")
+        return None
+    return root
 
 
 def is_reference_source(path: Path) -> bool:
@@ -392,6 +434,28 @@ def reference_root(source: Path, modality: str, tokenizer: str | None, stamp: tu
     return root
 
 
+def plain_text(text: str) -> str:
+    """Text from a file shown as it is: Markdown and HTML characters escaped, so a config's notes
+    cannot draw links, images or formatting."""
+    escaped = re.sub(r"([\\`*_{}\[\]()#!|~<>$:])", r"\\\1", text)
+    escaped = re.sub(r"^(\s*)([-+>])", r"\1\\\2", escaped, flags=re.MULTILINE)  # list and quote markers
+    return re.sub(r"^(\s*\d+)\.", r"\1\\.", escaped, flags=re.MULTILINE)  # numbered lists
+
+
+def each_run(runs, compute) -> list[tuple[Run, object]]:
+    """(run, compute(run)) for each run, leaving out the runs whose snapshots cannot be used and
+    naming them in one warning: one broken run never takes a page of the others down."""
+    out, skipped = [], []
+    for r in runs:
+        try:
+            out.append((r, compute(r)))
+        except CheckpointError as e:
+            skipped.append(f"{r.name} ({redacted(str(e), checkpoint_root())})")
+    if skipped:
+        st.warning("Left out, their snapshots cannot be used: " + "; ".join(skipped))
+    return out
+
+
 def selected_run() -> tuple[Run, int]:
     """The sidebar's (run, epoch); stops the page with a message when there is none."""
     run, epoch = st.session_state.get("selection", (None, None))
@@ -399,7 +463,7 @@ def selected_run() -> tuple[Run, int]:
         st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
         st.stop()
     for note in run.raw_config.get("notes", []):  # what an imported run lacks, in its own words
-        st.warning(note)
+        st.warning(plain_text(note))
     return run, epoch
 
 
@@ -409,7 +473,9 @@ def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = U
     kept = st.session_state.get(key)
     if isinstance(kept, int) and kept > upper:
         st.session_state[key] = upper
-    return where.slider(label, 0, upper, upper, key=key, bind=bind, **kw)
+    if bind is None:
+        return where.slider(label, 0, upper, upper, key=key, **kw)
+    return where.slider(label, 0, upper, upper, **bound(key), **kw)
 
 
 def is_large(run: Run) -> bool:
@@ -437,7 +503,7 @@ def position_in_context(labels, position: int, width: int = 40) -> str:
     """Markdown of the tokens around `position`, the one at it highlighted: where a query sits in a
     long input, readable where a slider alone is not."""
     def text(part) -> str:
-        return re.sub(r"([\\`*_{}\[\]()#+\-.!|~<>$:])", r"\\\1", "".join(part))
+        return plain_text("".join(part))
 
     before = text(labels[max(0, position - width):position])
     after = text(labels[position + 1:position + 1 + width])
@@ -463,14 +529,11 @@ def input_picker(run: Run) -> ModelInput | None:
     if not sources:
         st.info(f"{run.name} reads {modality.title} from local files ({run.dataset}) and takes no uploads.")
         return None
-    source = st.radio("Input", sources, horizontal=True, key="source", bind=URL)
+    source = st.radio("Input", sources, horizontal=True, **bound("source"))
     try:
         if source == "Validation sample":
             n = validation_count(run)
-            if isinstance(st.session_state.get("sample"), int) and st.session_state["sample"] >= n:
-                st.session_state["sample"] = n - 1
-            idx = st.number_input(f"Validation index (0..{n - 1})", 0, n - 1, 0, key="sample", bind=URL)
-            return validation_input(run, int(idx))
+            return validation_input(run, url_number_input(st, f"Validation index (0..{n - 1})", 0, n - 1, 0, "sample"))
         if source == "Upload an image":
             up = st.file_uploader("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)",
                                   type=UPLOAD_TYPES["image"], key="upload_image")
@@ -493,12 +556,9 @@ def input_picker(run: Run) -> ModelInput | None:
                 return None
             return input_from_text(run, up.getvalue(), f"file {up.name}")
         if source == "Type token ids":
-            ids = st.text_area("Token ids (spaces or commas)", value=" ".join(str(i % run.model_config.vocab_size)
-                                                                            for i in range(1, 33)),
-                               key="ids", height=100, bind=URL)
-            return input_from_token_ids(run, ids)
-        text = st.text_area("Text", value="The metric of each head is computed from the context.", key="text",
-                            height=100, bind=URL)
+            default = " ".join(str(i % run.model_config.vocab_size) for i in range(1, 33))
+            return input_from_token_ids(run, typed_text_area(st, "Token ids (spaces or commas)", default, "ids"))
+        text = typed_text_area(st, "Text", "The metric of each head is computed from the context.", "text")
         return input_from_text(run, text.encode("utf-8"), "typed text")
     except InputError as e:
         st.error(f"Cannot use this input: {e}")
@@ -511,7 +571,7 @@ def option_controls(run: Run, container=None) -> ForwardOptions:
     where = container or st
     choices = {}
     for name, values in mechanism.option_choices.items():
-        choices[name] = where.radio(name.replace("_", " ").capitalize(), list(values), key=_url_key(name), bind=URL,
+        choices[name] = where.radio(name.replace("_", " ").capitalize(), list(values), **bound(_url_key(name)),
                                     help=OPTION_HELP.get(name))
     return mechanism.options_from(choices)
 

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from pathlib import Path
 
 from .checkpoints import CheckpointError
 from .config import ModelConfig, variant_config
@@ -224,6 +225,29 @@ def _evidence(args) -> int:
     return 0
 
 
+APP_DIR = Path(__file__).resolve().parent.parent / "app"
+
+
+def app_command(host: str, port: int, allow_roots: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that start the app: its own config (app/.streamlit/config.toml:
+    5 MB uploads, no usage statistics) plus the address, port and the folders visitors may open."""
+    env = dict(os.environ)
+    if allow_roots:
+        env["DAMCHA_ALLOWED_ROOTS"] = os.pathsep.join(str(Path(r).expanduser().resolve()) for r in allow_roots)
+    command = [sys.executable, "-m", "streamlit", "run", str(APP_DIR), "--server.address", host,
+               "--server.port", str(port)]
+    return command, env
+
+
+def _app(args) -> int:
+    import subprocess
+
+    if not (APP_DIR / "streamlit_app.py").is_file():
+        raise OSError(f"the app is not next to this package ({APP_DIR}): run from a checkout of DAMCHA Lab")
+    command, env = app_command(args.host, args.port, args.allow_root)
+    return subprocess.call(command, env=env)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="damcha", description="DAMCHA Lab command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -252,6 +276,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="processes of one thread each that train and evaluate units side by side (default 2)")
     ev.add_argument("--out", default="checkpoints/evidence", help="where results.json and the CSVs go")
     ev.add_argument("--work", default=".evidence-work", help="trained runs and finished units (resumable)")
+    app = sub.add_parser("app", help="start the app (127.0.0.1 unless --host says otherwise)",
+                         description="Start the Streamlit app with its safe settings wherever it is started from. "
+                                     "To share it, give --host 0.0.0.0 and --allow-root for each folder visitors "
+                                     "may open runs from; without --allow-root, a shared app's checkpoint folder "
+                                     "field is read-only.")
+    app.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    app.add_argument("--port", type=int, default=8501)
+    app.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                     help="a folder visitors may open runs from (repeatable); sets DAMCHA_ALLOWED_ROOTS")
     demo = sub.add_parser("demo-runs", help="(re)train the shipped demo runs into checkpoints/")
     demo.add_argument("--out", default="checkpoints")
     demo.add_argument("--only", nargs="*", help="names of the runs to train (default: all)")
@@ -274,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             return _import_reference(args)
         if args.command == "evidence":
             return _evidence(args)
+        if args.command == "app":
+            return _app(args)
     except (DataError, CheckpointError, InputError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ A run is a directory:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -68,7 +69,31 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def save_tensors_atomic(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     with atomic_path(path) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        except SafetensorError as e:  # the writer's own error type, for what is an OS failure (disk full, ...)
+            full = "No space left" in str(e) or "StorageFull" in str(e)
+            raise OSError(errno.ENOSPC if full else errno.EIO,
+                          f"cannot write {path}: {'no space left on device' if full else e}; "
+                          "the files written before it are intact") from None
+
+
+TEMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # the names atomic_path's mkstemp gives
+
+
+def remove_stale_temp_files(run_dir: Path) -> list[str]:
+    """Delete the temporary files that interrupted atomic writes left in a run folder (a kill
+    between mkstemp and the rename); returns their names. Called by the one process that opens
+    the run for writing, before it writes anything."""
+    removed = []
+    for f in Path(run_dir).iterdir():
+        try:
+            if TEMP_RE.match(f.name) and f.is_file():
+                f.unlink()
+                removed.append(f.name)
+        except OSError:
+            continue
+    return removed
 
 
 def save_snapshot(run_dir: Path, epoch: int, model: Transformer) -> Path:
@@ -90,6 +115,8 @@ class Run:
     epochs: tuple[int, ...]
     metrics: tuple[dict, ...]
     raw_config: dict
+    # Snapshots on disk that cannot be read (epoch, why): reported on the run, not offered.
+    bad_snapshots: tuple[tuple[int, str], ...] = ()
 
     @property
     def dataset(self) -> str:
@@ -100,6 +127,9 @@ class Run:
         return self.model_config.variant
 
     def snapshot_path(self, epoch: int) -> Path:
+        why = dict(self.bad_snapshots).get(epoch)
+        if why is not None:
+            raise CheckpointError(why)
         if epoch not in self.epochs:
             raise CheckpointError(f"{self.path}: no snapshot for epoch {epoch}; available: {list(self.epochs)}")
         return self.path / snapshot_name(epoch)
@@ -141,12 +171,41 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return rows
 
 
+# Types of the config entries the app and the CLI read; anything else in them is kept as it is.
+SECTION_TYPES = {"model": dict, "train": dict, "data": dict, "notes": list}
+ENTRY_TYPES = {
+    "train": {"epochs": int, "lr": (int, float), "optimizer": str, "split_seed": int, "val_windows": int,
+              "batch_size": int, "seed": int},
+    "data": {"name": str, "kind": str, "unit": str, "bytes": int, "val_fraction": (int, float), "n_train": int,
+             "n_val": int, "val_start": int},
+}
+
+
+def check_config_shape(cfg: dict, path: Path) -> None:
+    """Refuse a config whose sections or read entries have the wrong type, naming the first one."""
+    for section, kind in SECTION_TYPES.items():
+        if section in cfg and not isinstance(cfg[section], kind):
+            raise CheckpointError(f"{path}: '{section}' must be a {kind.__name__}, "
+                                  f"not {type(cfg[section]).__name__}")
+    for section, entries in ENTRY_TYPES.items():
+        for key, kind in entries.items():
+            value = cfg.get(section, {}).get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise CheckpointError(f"{path}: '{section}.{key}' has the wrong type ({type(value).__name__})")
+    if not all(isinstance(n, str) for n in cfg.get("notes", [])):
+        raise CheckpointError(f"{path}: 'notes' must be a list of strings")
+
+
 def load_run(run_dir: str | Path) -> Run:
-    """Read and validate a run's config, metrics and list of snapshots (no weights yet)."""
+    """Read and validate a run's config, metrics and list of snapshots (no weights yet).
+
+    Every snapshot's header is checked here (a few bytes each): a truncated or foreign file is
+    reported in `bad_snapshots` and left out of `epochs`, so the run's other epochs stay usable."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run directory")
     cfg = read_config(run_dir)
+    check_config_shape(cfg, run_dir / CONFIG_FILE)
     try:
         fields = dict(cfg["model"])
         # Runs saved before the config named its modality: the data set decides it, here only.
@@ -154,11 +213,20 @@ def load_run(run_dir: str | Path) -> Run:
         model_config = ModelConfig.from_dict(fields)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
-    epochs = sorted(int(m.group(1)) for f in run_dir.iterdir() if (m := SNAPSHOT_RE.match(f.name)))
-    if not epochs:
+    found = sorted(int(m.group(1)) for f in run_dir.iterdir() if (m := SNAPSHOT_RE.match(f.name)))
+    if not found:
         raise CheckpointError(f"{run_dir}: no snapshot files (epoch_NNNN.safetensors)")
+    epochs, bad = [], []
+    for epoch in found:
+        try:
+            _read_header(run_dir / snapshot_name(epoch))
+            epochs.append(epoch)
+        except CheckpointError as e:
+            bad.append((epoch, str(e)))
+    if not epochs:
+        raise CheckpointError(f"{run_dir}: no readable snapshot ({bad[0][1]})")
     return Run(run_dir, run_dir.name, model_config, cfg.get("train", {}), cfg.get("data", {}),
-               tuple(epochs), tuple(read_metrics(run_dir)), cfg)
+               tuple(epochs), tuple(read_metrics(run_dir)), cfg, tuple(bad))
 
 
 def _read_header(path: Path) -> dict:
@@ -205,9 +273,14 @@ def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch
             raise CheckpointError(f"{path}: tensor {k} has shape {info.get('shape')} {info.get('dtype')}, the config needs {list(ref.shape)}")
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in expected}
+            tensors = {k: f.get_tensor(k) for k in expected}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
+    not_finite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if not_finite:
+        more = f" and {len(not_finite) - 5} more" if len(not_finite) > 5 else ""
+        raise CheckpointError(f"{path}: tensors with NaN or infinite values: {', '.join(not_finite[:5])}{more}")
+    return tensors
 
 
 def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:
@@ -267,32 +340,60 @@ def load_model(run: Run | str | Path, epoch: int | None = None, device: str | to
     return model.to(device).eval().requires_grad_(False)
 
 
+RUN_FILES = re.compile(rf"^({SNAPSHOT_RE.pattern[1:-1]}|{re.escape(METRICS_FILE)}|{re.escape(STATE_FILE)})$")
+
+
 def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
     """Every run directory under `root` (depth 1 or 2), and the ones that failed validation with why.
 
-    Only directories that resolve inside root are considered (no '..' or symlink escapes).
+    Only directories that resolve inside root are considered (no '..' or symlink escapes). A
+    folder that holds a run's files but no config.json is listed as failed; one broken run
+    never hides the others.
     """
-    root = Path(root).resolve()
-    if not root.is_dir():
-        raise CheckpointError(f"{root}: no such checkpoint directory")
+    try:
+        root = Path(root).resolve()
+        if not root.is_dir():
+            raise CheckpointError(f"{root}: no such checkpoint directory")
+    except (RuntimeError, OSError) as e:  # a symlink loop, a name too long, no permission
+        raise CheckpointError(f"{root}: cannot open this folder ({e})") from None
     runs, bad = [], []
     candidates = []
     for child in _subdirs(root):
         candidates.append(child)
-        if not (child / CONFIG_FILE).exists():
+        if not _has(child, CONFIG_FILE):
             candidates.extend(_subdirs(child))
     for path in candidates:
         try:
-            inside = path.resolve().is_relative_to(root) and (path / CONFIG_FILE).exists()
-        except OSError:
+            inside = path.resolve().is_relative_to(root)
+        except (RuntimeError, OSError):
             continue
         if not inside:
+            continue
+        if not _has(path, CONFIG_FILE):
+            if _holds_run_files(path):
+                bad.append((path, f"{path}: no {CONFIG_FILE} (its snapshots cannot be read without the config)"))
             continue
         try:
             runs.append(load_run(path))
         except CheckpointError as e:
             bad.append((path, str(e)))
+        except Exception as e:  # noqa: BLE001 — whatever a foreign folder holds, it is this run's problem only
+            bad.append((path, f"{path}: unreadable run ({type(e).__name__}: {e})"))
     return runs, bad
+
+
+def _has(path: Path, name: str) -> bool:
+    try:
+        return (path / name).exists()
+    except OSError:
+        return False
+
+
+def _holds_run_files(path: Path) -> bool:
+    try:
+        return any(RUN_FILES.match(f.name) for f in path.iterdir())
+    except OSError:
+        return False
 
 
 def _subdirs(path: Path, limit: int = 2000) -> list[Path]:

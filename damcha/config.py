@@ -12,6 +12,10 @@ from typing import Any
 
 from . import mechanisms
 
+MAX_PARAMETERS = 200_000_000
+MAX_BUFFER_ELEMENTS = 50_000_000
+MAX_BLOCK_SIZE = 65_536
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -112,8 +116,19 @@ class ModelConfig:
         need(self.input_dim >= 0, "input_dim must be >= 0")
         need(not (self.input_dim and (self.n_classes or not self.causal or self.pad_token is not None)),
              "continuous inputs (input_dim > 0) are for causal next-vector prediction, without classes or padding")
-        # Refuse configs that would allocate absurd memory before any tensor exists.
-        need(self.parameter_estimate() <= 200_000_000, f"config would hold ~{self.parameter_estimate():,} parameters (limit 200M)")
+        # Refuse configs that would allocate absurd memory before any tensor exists: parameters and
+        # every buffer the config implies (a sinusoidal table of block_size x n_embd).
+        need(self.parameter_estimate() <= MAX_PARAMETERS,
+             f"config would hold ~{self.parameter_estimate():,} parameters (limit {MAX_PARAMETERS:,})")
+        need(self.buffer_estimate() <= MAX_BUFFER_ELEMENTS,
+             f"config would hold buffers of ~{self.buffer_estimate():,} values (a {self.block_size:,} x {self.n_embd} "
+             f"position table; limit {MAX_BUFFER_ELEMENTS:,})")
+        need(self.block_size <= MAX_BLOCK_SIZE, f"block_size {self.block_size:,} is above {MAX_BLOCK_SIZE:,}: "
+             "one sequence's attention scores alone would not fit in memory")
+
+    def buffer_estimate(self) -> int:
+        """Values in the model's non-trained buffers (exact; checked by a test)."""
+        return self.block_size * self.n_embd if self.position_encoding == "sinusoidal" else 0
 
     def parameter_estimate(self) -> int:
         """Parameter count computed from the config alone (exact; checked by a test)."""

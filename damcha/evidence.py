@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checkpoints import write_text_atomic
 from .config import ModelConfig
 
 VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: the mean difference in the "
@@ -399,13 +400,11 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     work.mkdir(parents=True, exist_ok=True)
     done_path = work / "units.jsonl"
     done, seconds = {}, {}
-    if done_path.exists():
-        for line in done_path.read_text().splitlines():
-            row = json.loads(line) if line.strip() else {}
-            if isinstance(row.get("value"), dict):  # (a bare number: a unit of an older format, redone)
-                done[row["unit"]], seconds[row["unit"]] = row["value"], row.get("seconds", 0.0)
+    for row in read_jsonl(done_path):
+        if isinstance(row, dict) and isinstance(row.get("value"), dict):  # (a bare number: an older format, redone)
+            done[row["unit"]], seconds[row["unit"]] = row["value"], row.get("seconds", 0.0)
     calls_path = work / "calls.jsonl"
-    earlier_calls = [json.loads(x) for x in calls_path.read_text().splitlines() if x.strip()] if calls_path.exists() else []
+    earlier_calls = [c for c in read_jsonl(calls_path) if isinstance(c, dict)]
     t0 = time.perf_counter()
     known = claims(quick)
     chosen = [c for c in known if not only or c.key in only]
@@ -453,7 +452,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                    units_computed_in_this_call=fresh,  # the rest were resumed from the work folder
                    complete=len(written) == len(chosen),
                    not_run=[c.key for c in known if c.key not in written])
-        (out / "results.json").write_text(json.dumps(doc, indent=2))  # after every task: a stopped run still shows
+        write_text_atomic(out / "results.json", json.dumps(doc, indent=2))  # after every task: a stopped run still shows
 
     doc = {"command": command, "quick": quick, "seeds": list(range(seeds)), "workers": workers,
            "units": len(all_units),
@@ -518,9 +517,46 @@ def _write_csv(path: Path, result: dict) -> None:
     lines += ["", "metric,better,than,gain,low,high,relative,verdict"] + [
         f"{c['metric']},{c['better']},{c['than']},{c['gain']},{c['low']},{c['high']},{c['relative']},{c['verdict']}"
         for c in result["comparisons"]]
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+class EvidenceFileError(ValueError):
+    """An evidence file cannot be read; the message names it."""
+
+
+def read_jsonl(path: Path) -> list:
+    """The rows of an append-only JSON-lines file. A torn last line (the writer was killed mid-line)
+    is cut off the file, so the next append starts on a line of its own, and reported; a bad line
+    before the last one is an error naming the file and line."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            if any(rest.strip() for rest in lines[i + 1:]):
+                raise EvidenceFileError(f"{path}: line {i + 1} is not valid JSON; remove it (its unit is redone)") from None
+            with path.open("r+b") as f:
+                f.truncate(len(b"\n".join(lines[:i])) + (1 if i else 0))
+            print(f"warning: {path}: its last line was torn (a killed write) and is dropped; that unit is redone",
+                  file=sys.stderr)
+    return rows
 
 
 def load_results(folder: Path) -> dict | None:
+    """results.json of a folder (None when there is none); EvidenceFileError when it cannot be read."""
     path = Path(folder) / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EvidenceFileError(f"{path.name} cannot be read ({e}); run `python -m damcha evidence` again to rewrite it") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
+        raise EvidenceFileError(f"{path.name} is not a results file of `python -m damcha evidence`")
+    return doc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -88,6 +89,7 @@ def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInp
 
 
 MAX_TYPED_IDS_CHARS = 200_000
+ASCII_ID = re.compile(r"[0-9]+")
 
 
 def input_from_token_ids(run: Run, text: str, name: str = "typed token ids") -> ModelInput:
@@ -99,13 +101,18 @@ def input_from_token_ids(run: Run, text: str, name: str = "typed token ids") -> 
     parts = [p for p in text.replace(",", " ").split() if p]
     if not parts:
         raise InputError("type at least one token id")
-    try:
-        ids = np.array([int(p) for p in parts], dtype=np.int64)
-    except ValueError:
-        raise InputError("token ids must be whole numbers separated by spaces or commas") from None
+    # Plain ASCII digits only: Python's int() would also take '١٢٣', '1_0' and '+5', which no tokenizer writes.
+    odd = next((p for p in parts if not ASCII_ID.fullmatch(p)), None)
+    if odd is not None:
+        shown = odd if len(odd) <= 20 else odd[:20] + "…"
+        raise InputError(f"{shown!r} is not a token id: ids are whole numbers written with the digits 0-9, "
+                         "separated by spaces or commas")
     V, T = run.model_config.vocab_size, run.model_config.block_size
-    if ids.min() < 0 or ids.max() >= V:
-        raise InputError(f"token ids must lie in [0, {V - 1}] (this model's vocabulary)")
+    too_big = next((p for p in parts if len(p) > 12 or int(p) >= V), None)  # compared before any int64 exists
+    if too_big is not None:
+        shown = too_big if len(too_big) <= 20 else too_big[:20] + "…"
+        raise InputError(f"token id {shown} is outside this model's vocabulary [0, {V - 1}]")
+    ids = np.array([int(p) for p in parts], dtype=np.int64)
     tokens = ids[:T]
     targets = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
     targets[: len(ids[: T + 1]) - 1] = ids[1: T + 1]

@@ -29,6 +29,7 @@ from .checkpoints import (
     CheckpointError,
     load_training_state,
     read_metrics,
+    remove_stale_temp_files,
     save_snapshot,
     save_training_state,
     write_text_atomic,
@@ -156,6 +157,8 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     device = distributed.device_for(pick_device(tcfg.device))
     proc = distributed.start(device)  # one process, or this process's rank in a torchrun job
     progress = progress and proc.main
+    if proc.main:
+        remove_stale_temp_files(out)
     data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed)
     if tcfg.train_limit and data.kind != "corpus":
         data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]

@@ -8,6 +8,7 @@ from app.ui import (
     cached_runs,
     checkpoint_root,
     computed_on_request,
+    each_run,
     input_picker,
     input_under_modes,
     provenance,
@@ -84,11 +85,9 @@ else:
 
 st.subheader("Validation set, every run on this data set")
 runs, _ = cached_runs(str(checkpoint_root()))
-table = []
 evaluate_all = computed_on_request(run, "Evaluate every run of this data set under each mode", "table_on")
-for r in runs if evaluate_all else []:
-    if r.dataset == run.dataset and has_metric_modes(r):
-        table.extend(validation_ablation(r, r.epochs[-1]))
+ablated = [r for r in runs if evaluate_all and r.dataset == run.dataset and has_metric_modes(r)]
+table = [row for _, rows in each_run(ablated, lambda r: validation_ablation(r, r.epochs[-1])) for row in rows]
 if table:
     df = pd.DataFrame(table)
     st.caption("Each run at its last snapshot, the same evaluation code as training uses: NLL in nats (completion "

@@ -2,8 +2,9 @@
 
 import streamlit as st
 
+from app.sharing import redacted
 from app.ui import (
-    URL,
+    bound,
     bounded_slider,
     cached_runs,
     checkpoint_root,
@@ -22,6 +23,7 @@ from app.ui import (
     weight_drift,
 )
 from damcha import figures
+from damcha.checkpoints import CheckpointError
 from damcha.dynamics import spread_epochs, statistic_curves, symmetric_spectrum
 from damcha.figure_sets import matrix_grid, per_head, positions_only, structure_figure, structure_index
 from damcha.inspection import matrices_fit
@@ -48,12 +50,12 @@ if not first.structures:
     st.info(f"{run.variant} exposes no cross-head structure to follow over training.")
     st.stop()
 names = [s.name for s in first.structures]
-name = c2.selectbox("Structure", names, key="structure", bind=URL)  # plain names: the URL holds what the box shows
+name = c2.selectbox("Structure", names, **bound("structure"))  # plain names: the URL holds what the box shows
 chosen = first.structure(name)
 if not viewed_only:
     pos = bounded_slider(c2, "Query position", T - 1, "position") \
         if chosen.size("position") > 1 or "token" in chosen.index_axes else 0
-layer = c3.selectbox("Layer", list(range(1, chosen.size("layer") + 1)), key="layer", bind=URL) - 1 \
+layer = c3.selectbox("Layer", list(range(1, chosen.size("layer") + 1)), **bound("layer")) - 1 \
     if chosen.size("layer") > 1 else 0
 head = c3.selectbox("Head", list(range(first.n_head)), format_func=lambda i: f"head {i + 1}", key="head") \
     if per_head(chosen) else 0
@@ -75,7 +77,7 @@ def here(fig_name: str, **extra):
 
 
 st.subheader("Over the epochs")
-kind = st.radio("View", ["heatmap", "contour", "surface"], horizontal=True, key="view", bind=URL)
+kind = st.radio("View", ["heatmap", "contour", "surface"], horizontal=True, **bound("view"))
 st.caption("Press play or drag the slider; one colour range for every frame.")
 show(figures.epoch_animation_figure(mats, epochs, grid, kind, f"{label}, {where}"), "epoch_animation",
      here("epoch_animation", view=kind))
@@ -136,15 +138,23 @@ if not others:
 else:
     other = st.selectbox("Second run", others, format_func=lambda r: f"{r.name} ({r.variant})", key="other")
     other_epoch = st.select_slider("Its epoch", list(other.epochs), value=other.epochs[-1], key="other_epoch")
-    theirs = inspection(other, other_epoch, inp, None, tuple(first.positions.tolist()) if viewed_only else None)
+    try:
+        theirs = inspection(other, other_epoch, inp, None, tuple(first.positions.tolist()) if viewed_only else None)
+    except CheckpointError as e:
+        theirs = None
+        st.warning(f"{other.name} at epoch {other_epoch} cannot be used: {redacted(str(e), checkpoint_root())}")
     their_name = st.selectbox("Its structure", [s.name for s in theirs.structures], key="other_structure",
-                              format_func=lambda n: theirs.structure(n).title) if theirs.structures else None
+                              format_func=lambda n: theirs.structure(n).title) if theirs and theirs.structures else None
+    this_epoch = epoch if epoch in epochs else epochs[-1]
+    this = result.records[epochs.index(this_epoch)]  # the structure at the sidebar's epoch, not at epoch 0
     left, right = st.columns(2)
     with left:
-        show(structure_figure(chosen, result.records[epochs.index(epoch) if epoch in epochs else -1], index,
-                              f", {run.name} epoch {epoch}"), "comparison_this", here("comparison_this"))
+        show(structure_figure(this.structure(name), this, index, f", {run.name} epoch {this_epoch}"),
+             "comparison_this", here("comparison_this"))
     with right:
-        if their_name is None:
+        if theirs is None:
+            pass
+        elif their_name is None:
             st.caption(f"{other.variant} exposes no cross-head structure.")
         else:
             s = theirs.structure(their_name)

@@ -1,15 +1,22 @@
 """Evidence: the paper's claims tested at small scale, read from the stored results (no training here)."""
 
+import os
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
 from app.ui import SHIPPED_ROOT, provenance, show
 from damcha import figures
-from damcha.evidence import FAILS, HOLDS, SANITY_FAILED, load_results
+from damcha.evidence import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, load_results
 
 st.title("Evidence")
-folder = SHIPPED_ROOT / "evidence"
-doc = load_results(folder)
+folder = Path(os.environ.get("DAMCHA_EVIDENCE") or SHIPPED_ROOT / "evidence")  # results of `damcha evidence`
+try:
+    doc = load_results(folder)
+except EvidenceFileError as e:
+    st.error(f"The stored evidence cannot be shown: {e}")
+    st.stop()
 if doc is None:
     st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about an hour on two cores; "
             "`--quick` for a smoke run).")
@@ -68,5 +75,8 @@ for claim in doc["claims"]:
         details.insert(1, "paper", list(summary["paper"]))
     a.dataframe(details, hide_index=True)
     b.dataframe(comparisons, hide_index=True)
-    a.download_button("Download CSV", (folder / f"{claim['key']}.csv").read_bytes(), f"{claim['key']}.csv",
-                      "text/csv", key=f"csv_{claim['key']}")
+    csv = folder / f"{claim['key']}.csv"
+    if csv.is_file():
+        a.download_button("Download CSV", csv.read_bytes(), csv.name, "text/csv", key=f"csv_{claim['key']}")
+    else:
+        a.caption(f"{csv.name} is missing from the results folder.")

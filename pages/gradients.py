@@ -4,12 +4,13 @@ import numpy as np
 import streamlit as st
 
 from app.ui import (
-    URL,
+    bound,
     bounded_slider,
     cached_runs,
     checkpoint_root,
     computed_on_request,
     contributions,
+    each_run,
     input_picker,
     inspection,
     provenance,
@@ -44,14 +45,14 @@ if record.has_metric:
             "gradient, so gradient × metric differs between blocks of a row only through M itself.")
     if computed_on_request(run, "Compute the contributions of M(x) (a backward pass per snapshot)", "contrib_on"):
         c1, c2, c3 = st.columns(3)
-        method = c1.radio("Method", ["gradient_x_metric", "gradient"], key="method", bind=URL,
+        method = c1.radio("Method", ["gradient_x_metric", "gradient"], **bound("method"),
                           format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
-        mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], key="mode", horizontal=True, bind=URL)
+        mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], horizontal=True, **bound("mode"))
         T = len(inp.tokens)
         where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
             else "whole input"
         position = where if isinstance(where, int) else None
-        layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), key="layer", bind=URL) - 1 \
+        layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), **bound("layer")) - 1 \
             if record.metric_layers > 1 else 0
         if inp.targets is None:
             st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
@@ -74,8 +75,8 @@ if record.has_metric:
                  provenance("contribution_epochs", run, epoch, inp, params))
 
         runs, _ = cached_runs(str(checkpoint_root()))
-        partners = [r for r in runs if r.dataset == run.dataset and r.name != run.name
-                    and inspection(r, r.epochs[-1], inp, None).has_metric]
+        siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
+        partners = [r for r, rec in each_run(siblings, lambda r: inspection(r, r.epochs[-1], inp, None)) if rec.has_metric]
         if partners:
             st.subheader("Side by side (paper figure 9: shared against unshared)")
             want = "per_layer" if cfg.metric_sharing == "shared" else "shared"
@@ -95,7 +96,7 @@ if record.has_metric:
 st.subheader("Attribution to the input (Integrated Gradients)")
 if computed_on_request(run, "Compute Integrated Gradients (a forward and backward pass per step)", "ig_on"):
     a1, a2, a3 = st.columns(3)
-    target = a1.selectbox("Explain", attribution_targets(cfg), format_func=TARGET_NAMES.get, key="ig_target", bind=URL)
+    target = a1.selectbox("Explain", attribution_targets(cfg), format_func=TARGET_NAMES.get, **bound("ig_target"))
     n_steps = a2.select_slider("IG steps", [8, 16, 32, 64], value=16, key="ig_steps")
     options = {}
     if target != "loss":

@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from app.sharing import redacted, shown_path, skipped_line
 from app.ui import cached_runs, checkpoint_root, provenance, show
 from damcha import figures
 from damcha.checkpoints import CheckpointError
@@ -25,7 +26,7 @@ st.info(
 try:
     runs, bad = cached_runs(str(checkpoint_root()))
 except CheckpointError as e:  # a wrong folder must not break the page
-    st.error(f"Cannot read the checkpoint folder: {e}")
+    st.error(f"Cannot read the checkpoint folder: {redacted(str(e), checkpoint_root())}")
     st.stop()
 
 
@@ -52,15 +53,17 @@ for r in runs:
         "layers×heads×width": f"{r.model_config.n_layer}×{r.model_config.n_head}×{r.model_config.n_embd}",
         "parameters": r.model_config.parameter_estimate(),
         "snapshots": ", ".join(map(str, r.epochs)),
+        "unreadable snapshots": ", ".join(str(e) for e, _ in r.bad_snapshots),
         "final val loss": _bits(last, unit),
         "val accuracy": last.get("val_accuracy"),
         "completion MSE": last.get("val_completion_mse"),
     })
-st.subheader(f"Runs in {checkpoint_root()}")
+root = checkpoint_root()
+st.subheader(f"Runs in {shown_path(root, root)}")
 if rows:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 for path, why in bad:
-    st.warning(f"{path.name} was skipped: {why}")
+    st.warning(skipped_line(path, why, root))
 
 sel = st.session_state.get("selection", (None, None))
 run, epoch = sel

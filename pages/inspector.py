@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app.ui import (
-    URL,
+    bound,
     bounded_slider,
     input_picker,
     inspection,
@@ -73,7 +73,7 @@ else:
     c2.caption("Its structures are the same at every position." if record.causal
                else "One set of structures for the whole input.")
 n_layers = record.metric_layers
-layer = c3.selectbox("Layer", list(range(1, n_layers + 1)), key="layer", bind=URL) - 1 if n_layers > 1 else 0
+layer = c3.selectbox("Layer", list(range(1, n_layers + 1)), **bound("layer")) - 1 if n_layers > 1 else 0
 shared_scale = c4.toggle("One colour scale for all panels", value=True, key="shared_scale")
 params = {"layer": layer, "position": pos, "shared_scale": shared_scale, "mode": record.metric_mode}
 for note in record.notes:
@@ -104,7 +104,7 @@ if matrices:
 if profile:
     tab_names.append("Along the input")
 tab_names += ["Attention", "Loss & prediction"]
-tabs = dict(zip(tab_names, st.tabs(tab_names, key="tab", bind=URL)))
+tabs = dict(zip(tab_names, st.tabs(tab_names, **bound("tab"))))
 
 for s in record.structures:
     with tabs[s.title]:

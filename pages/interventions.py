@@ -5,9 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from app.ui import (
-    URL,
     adaptivity_over_epochs,
     block_grid,
+    bound,
     computed_on_request,
     input_picker,
     intervened,
@@ -35,7 +35,7 @@ if inp is None:
     st.stop()
 
 by_name = {iv.name: iv for iv in choices}
-name = st.selectbox("Intervention", list(by_name), key="intervention", bind=URL)
+name = st.selectbox("Intervention", list(by_name), **bound("intervention"))
 iv = by_name[name]
 st.markdown(f"**{iv.title}.** {iv.description}")
 params, other = {}, None

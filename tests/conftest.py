@@ -1,10 +1,17 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
+import streamlit.config
 import torch
 
 from damcha import DamchaOptions, ModelConfig, build_model, variant_config
 from damcha.mechanisms.damcha import metric_sources
+
+# AppTest runs the app in this process: give it the settings `streamlit run app` reads from
+# app/.streamlit/config.toml (the script's own config, wherever the server is started).
+streamlit.config._main_script_path = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+streamlit.config.get_config_options(force_reparse=True)
 
 DAMCHA_VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear")
 ALL_VARIANTS = (*DAMCHA_VARIANTS, "mha")

@@ -37,14 +37,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    """The app as a user starts it, from another folder than the repository, with no settings on the
+    command line but the port: the safe ones (loopback, 5 MB uploads) must hold by themselves."""
     require_chromium()
     port = _free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "streamlit-server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app", "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--server.headless", "true"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app"), "--server.port", str(port)],
+        cwd=tmp_path_factory.mktemp("elsewhere"), stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -93,6 +95,29 @@ def _upload(page, url: str, source: str, path) -> None:
     page.goto(url)
     page.get_by_text(source).click()
     page.locator("input[type=file]").set_input_files(str(path))
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses with a socket listening on `port` (IPv4 and IPv6), from /proc/net."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for line in open(table).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if int(hex_port, 16) == port and state == "0A":  # LISTEN
+                found.add(address)
+    return found
+
+
+def test_a_server_started_from_another_folder_keeps_the_safe_settings(server, page):
+    port = int(server.rsplit(":", 1)[1])
+    assert listening_addresses(port) == {"0100007F"}, "listens on 127.0.0.1 only"
+    page.goto(f"{server}/inspector?run=digits-damcha&source=Upload+an+image")
+    page.get_by_text("5MB per file").wait_for(timeout=60_000)
+    assert page.get_by_text("This server listens on").count() == 0
+    assert page.locator(".stException").count() == 0
 
 
 def test_inspector_with_an_uploaded_digit_photo(server, page, tmp_path):
