@@ -193,14 +193,45 @@ def token_attributions(run: Run, epoch: int, inp: ModelInput, target: str, basel
     return result
 
 
-@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
-def validation_ablation(run: Run, epoch: int):
-    from damcha.ablation import validation_ablation as ablate
+ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}
 
-    bar = st.progress(0.0, text=f"Validation set of {run.name} under each metric mode…")
-    rows = ablate(run, model_for(run, epoch), lambda k, n: bar.progress(k / n, text=f"{run.name}: mode {k}/{n}"))
+
+def ablation_cached(run: Run) -> bool:
+    from damcha.disk_cache import is_cached
+
+    return is_cached("validation_ablation", ABLATION_SETTINGS, [(run, run.epochs[-1])])
+
+
+def ablation_table(runs: list[Run]) -> list[dict]:
+    """Each run's validation set under each metric mode at its last snapshot: read from the disk
+    cache (keyed by the snapshot's content) where computed before, else computed, with a progress
+    bar that estimates the time left. Runs whose snapshot cannot be used are named and left out."""
+    import time
+
+    from damcha.ablation import validation_ablation as ablate
+    from damcha.disk_cache import cached
+
+    bar = st.progress(0.0, text="Validation sets under each metric mode…")
+    todo = [r for r in runs if not ablation_cached(r)]
+    spent, computed = 0.0, 0
+
+    def compute(r: Run) -> list[dict]:
+        nonlocal spent, computed
+        t0 = time.perf_counter()
+        rows = ablate(r, model_for(r, r.epochs[-1]), **ABLATION_SETTINGS)
+        spent, computed = spent + time.perf_counter() - t0, computed + 1
+        return rows
+
+    def one(r: Run) -> list[dict]:
+        rows = cached("validation_ablation", ABLATION_SETTINGS, [(r, r.epochs[-1])], lambda: compute(r))
+        left = len(todo) - computed
+        eta = f", about {spent / computed * left:.0f} s left" if computed and left > 0 else ""
+        bar.progress(min(1.0, (runs.index(r) + 1) / len(runs)), text=f"{r.name} done ({runs.index(r) + 1}/{len(runs)}{eta})")
+        return rows
+
+    table = [row for _, rows in each_run(runs, one) for row in rows]
     bar.empty()
-    return rows
+    return table
 
 
 @st.cache_data(show_spinner="This input under each metric mode…", max_entries=64, hash_funcs=HASH_FUNCS)
@@ -605,7 +636,7 @@ def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: Mode
     """The provenance of a figure on this page. regenerable: a named figure of damcha.figure_sets
     (`python -m damcha figures --from-provenance` rebuilds it)."""
     return Provenance.of(figure, run, epoch, None if inp is None else inp.tokens, None if inp is None else inp.targets,
-                         "" if inp is None else inp.source, params, regenerable)
+                         "" if inp is None else inp.source, params, regenerable, root=checkpoint_root())
 
 
 def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
@@ -653,5 +684,5 @@ def export_all_widget() -> None:
         formats = [f for f in formats if f not in STATIC_FORMATS]
     items = [ExportItem(name, fig, prov) for name, (fig, prov) in registry.items()]
     settings = st.session_state.get("export_settings")  # read now: the callable runs outside the session
-    st.download_button(f"Export all {len(items)} figures (ZIP)", lambda: zip_bundle(items, formats, settings),
+    st.download_button(f"Export all {len(items)} figure{'s' if len(items) != 1 else ''} (ZIP)", lambda: zip_bundle(items, formats, settings),
                        "damcha-figures.zip", "application/zip", key="dl_all", icon=":material/folder_zip:")

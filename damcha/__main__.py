@@ -121,6 +121,8 @@ def _figures_parser(sub) -> None:
     p.add_argument("--scale", type=float, default=2.0)
     p.add_argument("--no-paper-style", action="store_true")
     p.add_argument("--from-provenance", help="a *.provenance.json written by an earlier export")
+    p.add_argument("--run-root", help="with --from-provenance: the checkpoint folder its run is named relative to "
+                                      "(the app names runs so; default: the current folder, then checkpoints/)")
     p.add_argument("--paper", help="comma-separated DAMCHA run directories (e.g. the w/o f(x) run, then DAMCHA): "
                                    "write the paper's figs. 8, 10 and 11 for the input instead")
     p.add_argument("--out", required=True, help="output directory")
@@ -155,7 +157,11 @@ def _figures(args) -> int:
             raw = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}: not a provenance JSON ({e})") from None
-        items = [regenerate(Provenance.from_dict(raw))]
+        prov = Provenance.from_dict(raw)
+        root = args.run_root
+        if root is None and prov.run and not Path(prov.run).is_absolute() and not Path(prov.run).exists():
+            root = Path(__file__).resolve().parent.parent / "checkpoints"
+        items = [regenerate(prov, root)]
         settings = ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
     else:
         if not args.run and not args.paper:

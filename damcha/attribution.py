@@ -32,7 +32,7 @@ TARGET_NAMES = {"loss": "the loss", "off_diagonal_energy": "off-diagonal energy 
 def attribution_targets(config) -> tuple[str, ...]:
     """What Integrated Gradients can explain for this model: the loss, and scalars of M(x) when the
     metric depends on the input."""
-    if config.is_damcha and config.metric_input == "adaptive":
+    if config.mechanism.metric(config) == "adaptive":
         return TARGETS
     return ("loss",)
 
@@ -111,8 +111,8 @@ def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode |
                          method: str = "gradient_x_metric") -> MetricContribution:
     """Contribution of each entry of M(x) to the loss, with captum's LayerGradientXActivation
     (multiply_by_inputs=False for the plain gradient)."""
-    if not model.config.is_damcha:
-        raise ValueError("standard multi-head attention has no metric M(x)")
+    if model.mechanism.metric(model.config) is None:
+        raise ValueError(f"{model.mechanism.title} has no metric M(x)")
     if method not in ("gradient_x_metric", "gradient"):
         raise ValueError("method must be 'gradient_x_metric' or 'gradient'")
     net = _private_copy(model)
@@ -143,7 +143,7 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
     head_metric_norm: ‖m_i‖ (under `mode`). Taken at query `position` (causal) of metric `layer`.
     """
     if target == "loss":
-        options = DamchaOptions(mode) if model.config.is_damcha else None
+        options = model.mechanism.options_from({"metric_mode": mode})
         out = model(tokens, targets=targets, options=options, stochastic=False)
         per_seq = out.token_loss if out.token_loss.dim() == 1 else out.token_loss.mean(dim=1)
         return per_seq  # (B,)
@@ -173,7 +173,7 @@ def token_attributions(model: Transformer, tokens, baseline_token: int, target: 
     LayerIntegratedGradients on the token embedding, from a baseline made of `baseline_token`
     everywhere; for continuous inputs (image patches) IntegratedGradients on the input vectors,
     from a black image (`baseline_token` ignored). A start token is kept in the baseline."""
-    if target != "loss" and (not model.config.is_damcha or model.config.metric_input == "static"):
+    if target != "loss" and model.mechanism.metric(model.config) != "adaptive":
         raise ValueError("this model's metric does not depend on the input: only the loss can be attributed to tokens")
     net = _private_copy(model)
     device = next(net.parameters()).device

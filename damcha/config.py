@@ -64,10 +64,6 @@ class ModelConfig:
         return self.n_embd // self.n_head
 
     @property
-    def is_damcha(self) -> bool:
-        return self.attention == "damcha"
-
-    @property
     def mechanism(self) -> mechanisms.Mechanism:
         return mechanisms.get_mechanism(self.attention)
 

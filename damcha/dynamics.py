@@ -83,9 +83,13 @@ class EpochSweep:
         return np.stack([m[head] if head is not None else m for m in mats])
 
     def difference(self, structure: str, index: dict, head: int | None, first: int, last: int) -> np.ndarray:
-        """The structure's matrix at epoch `last` minus at epoch `first`."""
+        """The structure's matrix at epoch `last` minus at epoch `first`; for a boolean mask, where it
+        changed (1.0) or not (0.0)."""
         mats = self.over_epochs(structure, index, head)
-        return mats[self.epochs.index(last)] - mats[self.epochs.index(first)]
+        a, b = mats[self.epochs.index(first)], mats[self.epochs.index(last)]
+        if mats.dtype == bool:
+            return (a != b).astype(float)
+        return b - a
 
 
 def spread_epochs(epochs: Sequence[int], n: int = 5) -> list[int]:
@@ -113,8 +117,8 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
                     batch_size: int = 128) -> np.ndarray:
     """M(x) of many inputs at one query position (causal) or per sequence: (N, L_m, D, D)."""
     cfg = model.config
-    if not cfg.is_damcha:
-        raise ValueError("standard multi-head attention has no metric M(x)")
+    if cfg.mechanism.metric(cfg) is None:
+        raise ValueError(f"{cfg.mechanism.title} has no metric M(x)")
     x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32 if cfg.input_dim else torch.long)
     out = []
     for i in range(0, len(x), batch_size):

@@ -23,7 +23,7 @@ def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
     """cfg with `variant`'s attention; a DAMCHA layer owns its generator (in a one-layer model shared
     and per-layer coincide)."""
     cfg = variant_config(cfg, variant)
-    return dataclasses.replace(cfg, metric_sharing="per_layer") if cfg.is_damcha else cfg
+    return cfg.mechanism.single_layer(cfg)
 
 
 def make_layer(cfg: ModelConfig, variant: str) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -205,6 +205,16 @@ def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def _run_name(path, root) -> str:
+    """A run's path relative to the checkpoint root it was opened from (its folder name when outside)."""
+    if root is None:
+        return str(path)
+    try:
+        return str(Path(path).resolve().relative_to(Path(root).resolve()))
+    except (ValueError, OSError, RuntimeError):
+        return Path(path).name
+
+
 @dataclass(frozen=True)
 class Provenance:
     """What a figure shows and how to rebuild it: the run and epoch (with the snapshot's SHA-256),
@@ -226,10 +236,12 @@ class Provenance:
 
     @classmethod
     def of(cls, figure: str, run=None, epoch: int | None = None, tokens=None, targets=None, input_source: str = "",
-           params: dict | None = None, regenerable: bool = True) -> Provenance:
-        """The provenance of a figure of `run` (a damcha.checkpoints.Run) at `epoch` on an input."""
+           params: dict | None = None, regenerable: bool = True, root=None) -> Provenance:
+        """The provenance of a figure of `run` (a damcha.checkpoints.Run) at `epoch` on an input.
+        root: the checkpoint folder the run was opened from; the run is then named relative to it
+        (the app never writes the server's absolute paths into a file it hands out)."""
         checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
-        prov = dict(figure=figure, run=None if run is None else str(run.path), epoch=epoch,
+        prov = dict(figure=figure, run=None if run is None else _run_name(run.path, root), epoch=epoch,
                     checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
                     params=dict(params or {}), regenerable=regenerable and run is not None)
         if tokens is not None:

@@ -61,14 +61,35 @@ def per_head(s: Structure) -> bool:
 
 def matrix_grid(s: Structure, record: InspectionRecord) -> int | None:
     """n_head when the structure's 2-D matrices are D x D and read in head blocks, else None."""
-    D = record.n_head * record.head_dim
-    shape = s.values.shape[-2:]
-    return record.n_head if s.kind is not StructureKind.HEAD_BY_HEAD and shape == (D, D) else None
+    return record.n_head if s.kind is StructureKind.HEAD_GRID_MATRIX else None
+
+
+def structure_style(s: Structure, record: InspectionRecord) -> figures.MatrixStyle:
+    """How the structure's 2-D matrices are drawn (one head's, for per-head kinds): its own axis
+    titles, labels, value kind and unit, the same in every figure of it."""
+    rows, cols = s.values.shape[-2:]
+    row_axis, col_axis = s.drawn[-2:]
+    tokens = record.token_labels
+    return figures.MatrixStyle(s.axis_title(row_axis), s.axis_title(col_axis),
+                               tuple(s.axis_labels(row_axis, rows, tokens)), tuple(s.axis_labels(col_axis, cols, tokens)),
+                               str(s.value_kind), s.colorbar_title, matrix_grid(s, record))
+
+
+def panel_titles(s: Structure, record: InspectionRecord) -> list[str]:
+    """The names of the matrices of a per-head kind (its first drawn axis): heads from 1, or its labels."""
+    axis = s.drawn[0]
+    return s.axis_labels(axis, s.values.shape[-3], record.token_labels)
+
+
+def drawn_matrix(s: Structure, index: dict, head: int | None = None) -> np.ndarray:
+    """The 2-D array a figure of one structure draws at a layer/position index (one head's, for per-head kinds)."""
+    values = s.at(**index)
+    return values[head] if head is not None and values.ndim == 3 else values
 
 
 def structure_figure(s: Structure, record: InspectionRecord, index: dict, suffix: str = "",
                      shared_scale: bool = True) -> go.Figure:
-    """One structure at a layer/position, drawn by its kind."""
+    """One structure at a layer/position, drawn by its kind, with its own labels, scale and unit."""
     values = s.at(**index)
     if "token" in s.index_axes:
         t = min(int(index.get("token", 0)), s.size("token") - 1)
@@ -77,28 +98,21 @@ def structure_figure(s: Structure, record: InspectionRecord, index: dict, suffix
         where = f", {record.where(index.get('position', 0))}" if "position" in s.index_axes else ""
     layer = f", layer {index.get('layer', 0) + 1}" if s.size("layer") > 1 else ""
     title = f"{s.title}{where}{layer}{suffix}"
+    style = structure_style(s, record)
     if s.kind is StructureKind.HEAD_GRID_MATRIX:
-        return figures.metric_heatmap_figure(values, record.n_head, title)
+        return figures.metric_heatmap_figure(values, record.n_head, title, style=style)
     if s.kind is StructureKind.HEAD_BY_HEAD:
-        return figures.head_by_head_figure(values, title, colorbar_title=s.name, axis_titles=(s.axes[-2], s.axes[-1]))
+        return figures.head_by_head_figure(values, title, style=style)
     if s.kind is StructureKind.PER_HEAD_FORMS:
-        return figures.head_metrics_figure(values, title, shared_scale, symbol="m" if s.name == "head_metrics" else "B")
+        return figures.head_metrics_figure(values, title, shared_scale, style=style,
+                                           panel_titles=panel_titles(s, record))
     if s.kind in (StructureKind.TOKEN_GATES, StructureKind.MATRIX):
-        row_axis, col_axis = s.axes[-2:]
-        rows = record.token_labels if row_axis == "token" else s.labels.get(row_axis, _numbered(row_axis, values.shape[0]))
-        cols = s.labels.get(col_axis, _numbered(col_axis, values.shape[1]))
-        return figures.labelled_matrix_figure(values, rows, cols, title, row_axis, col_axis, s.name)
+        return figures.labelled_matrix_figure(values, style.row_labels, style.col_labels, title, style.row_title,
+                                              style.col_title, style.unit, style.value_kind)
     if s.kind in (StructureKind.MASK_PATTERN, StructureKind.ATTENTION_MAPS):
-        panels = s.labels.get(s.axes[-3])
-        if s.kind is StructureKind.MASK_PATTERN:
-            return figures.attention_figure(values.astype(float), record.token_labels, title, colorbar_title="allowed",
-                                            panel_titles=panels)
-        return figures.attention_figure(values, record.token_labels, title, panel_titles=panels)
+        return figures.attention_figure(values.astype(float), record.token_labels, title, colorbar_title=style.unit,
+                                        panel_titles=panel_titles(s, record), value_kind=style.value_kind)
     raise ValueError(f"no figure for structure kind {s.kind}")
-
-
-def _numbered(axis: str, n: int) -> list[str]:
-    return [f"{axis} {i + 1}" for i in range(n)]
 
 
 def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
@@ -123,9 +137,10 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
         s = record.structure(part)
         if s is None or s.kind is not StructureKind.HEAD_GRID_MATRIX:
             raise ValueError(f"unknown matrix {part!r}; expected one of {[m.name for m in matrices]}")
+        style = structure_style(s, record)
         if name == "contour":
-            return figures.contour_figure(s.at(**index), record.n_head, f"Contours of {s.title}, {where}{at}")
-        return figures.surface_figure(s.at(**index), f"{s.title} as a surface, {where}{at}")
+            return figures.contour_figure(s.at(**index), record.n_head, f"Contours of {s.title}, {where}{at}", style=style)
+        return figures.surface_figure(s.at(**index), f"{s.title} as a surface, {where}{at}", style=style)
     if name == "attention":
         a = int(params.get("attn_layer", 0))
         return figures.attention_figure(record.attention_map(a), record.token_labels, f"Attention, layer {a + 1}{at}")
@@ -147,7 +162,11 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
                                             highlight=cell, highlight_label=label)
         if record.modality.name != "digit_image":
             raise ValueError(f"the input figure is drawn for images; this input is {record.modality.title}")
-        return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)")
+        t = index["token"]
+        cell = _grid_cell(record, t) if record.causal else None
+        label = (f"query position {t} reads {record.token_labels[t]}" if cell else
+                 f"query position {t} reads the start") if record.causal else ""
+        return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)", cell, label)
     if name == "attention_grid":
         if not record.modality.grid:
             raise ValueError("attention over the image grid needs an image input")
@@ -277,20 +296,23 @@ def model_figure_values(name: str, model, run: Run, tokens, targets, params: dic
     raise ValueError(f"unknown model figure {name!r}; expected one of {MODEL_FIGURES}")
 
 
-def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input") -> go.Figure:
-    """The figure of a model figure's values (see model_figure_values); the app and the CLI share it."""
+def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input", config=None) -> go.Figure:
+    """The figure of a model figure's values (see model_figure_values); the app and the CLI share it.
+    config: the run's model config, whose loss unit the losses are shown in (default: nats)."""
     from .interventions import ALPHAS, GAMMAS
+    from .modalities import loss_factor, loss_label
 
+    factor, unit = (loss_factor(config), loss_label(config)) if config is not None else (1.0, "nats")
     if name == "block_grid":
         what = "keeping only" if params.get("keep") else "zeroing"
-        return figures.head_by_head_figure(values, f"Loss change from {what} M_ij, {where}", colorbar_title="Δ loss",
-                                           axis_titles=("row head i", "column head j"))
+        style = figures.MatrixStyle("block row i", "block column j", value_kind="signed", unit=f"Δ loss ({unit})")
+        return figures.head_by_head_figure(values * factor, f"Loss change from {what} M_ij, {where}", style=style)
     if name == "interpolation":
-        return figures.curve_figure(ALPHAS, {where: values}, "Loss at M-bar + α (M(x) − M-bar)",
-                                    "α (0: M-bar, 1: M(x))", "loss (nats)", marks={"M(x)": 1.0})
+        return figures.curve_figure(ALPHAS, {where: values * factor}, "Loss at M-bar + α (M(x) − M-bar)",
+                                    "α (0: M-bar, 1: M(x))", f"loss ({unit})", marks={"M(x)": 1.0})
     if name == "off_diagonal":
-        return figures.curve_figure(GAMMAS, {where: values}, "Loss with the off-diagonal blocks scaled by γ",
-                                    "γ (0: diagonal-only, 1: the model)", "loss (nats)")
+        return figures.curve_figure(GAMMAS, {where: values * factor}, "Loss with the off-diagonal blocks scaled by γ",
+                                    "γ (0: diagonal-only, 1: the model)", f"loss ({unit})")
     if name == "completion":
         truth, completed = values
         mse = float(((completed[32:] - truth[32:]) ** 2).mean())
@@ -313,7 +335,7 @@ def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mod
         for name in names or available_figures(record):
             if name in MODEL_FIGURES:
                 values = model_figure_values(name, model, run, tokens, targets, {**params, "mode": mode})
-                fig = model_figure(name, values, params)
+                fig = model_figure(name, values, params, config=run.model_config)
             else:
                 fig = build_figure(name, record, params, epoch)
             prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode})

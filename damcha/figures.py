@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,6 +20,121 @@ def symmetric_limit(*arrays: np.ndarray) -> float:
     """max |value| over the arrays, so a diverging scale is centred at 0 (1.0 when all are 0)."""
     m = max((float(np.nanmax(np.abs(a))) for a in arrays if a is not None and np.size(a)), default=0.0)
     return m if m > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class MatrixStyle:
+    """How to draw a 2-D array, taken from what the array is (a Structure says it of itself):
+    axis titles, one label per row and column (empty: index numbers), the value kind that decides
+    the colour scale (signed, magnitude, probability, mask, count), the unit on the colour bar, and
+    grid = n_head when the array is D x D read in H x H head blocks (ticks at the blocks)."""
+
+    row_title: str = "row"
+    col_title: str = "column"
+    row_labels: tuple[str, ...] = ()
+    col_labels: tuple[str, ...] = ()
+    value_kind: str = "signed"
+    unit: str = "value"
+    grid: int | None = None
+
+    def difference(self) -> MatrixStyle:
+        """The style of a difference of two such arrays: signed, or changed/unchanged for masks."""
+        if self.value_kind == "mask":
+            return dataclasses.replace(self, unit="changed")
+        return dataclasses.replace(self, value_kind="signed", unit=f"Δ {self.unit}")
+
+
+def as_style(style: MatrixStyle | int | None) -> MatrixStyle:
+    """A style from an older argument: n_head (a head grid) or None (a plain signed matrix)."""
+    if isinstance(style, MatrixStyle):
+        return style
+    return MatrixStyle(grid=style or None)
+
+
+def colour_scale(value_kind: str, *arrays: np.ndarray) -> dict:
+    """Heatmap/contour colour arguments for a value kind: signed values on a diverging scale centred
+    at 0, magnitudes and counts on a sequential scale from 0, probabilities on [0, 1], masks in two
+    colours. One range over all `arrays` (frames or panels compare honestly)."""
+    if value_kind == "signed":
+        z = symmetric_limit(*arrays)
+        return dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0)
+    if value_kind in ("probability", "mask"):
+        return dict(colorscale=GREYS if value_kind == "mask" else SEQUENTIAL, zmin=0.0, zmax=1.0)
+    top = max((float(np.nanmax(a)) for a in arrays if a is not None and np.size(a)), default=0.0)
+    return dict(colorscale=SEQUENTIAL, zmin=0.0, zmax=top if top > 0 else 1.0)
+
+
+def surface_scale(value_kind: str, *arrays: np.ndarray) -> dict:
+    """The same scale for a 3-D surface (cmin/cmax) and the z range it spans."""
+    c = colour_scale(value_kind, *arrays)
+    return dict(colorscale=c["colorscale"], cmin=c["zmin"], cmax=c["zmax"]), [c["zmin"], c["zmax"]]
+
+
+def _labelled_ticks(labels: Sequence[str], n: int, most: int) -> dict:
+    """Ticks at integer positions 0..n-1 named by `labels` (index numbers without), thinned to at most `most`."""
+    labels = list(labels) if len(labels) == n else [str(i) for i in range(n)]
+    step = max(1, -(-n // most))
+    idx = list(range(0, n, step))
+    return dict(tickvals=idx, ticktext=[labels[i] for i in idx])
+
+
+def _style_axes(fig: go.Figure, style: MatrixStyle, shape: tuple[int, int], most: int = 32, **where) -> None:
+    """Axis titles and ticks of one heatmap panel from its style (head ticks for a head grid)."""
+    rows, cols = shape
+    if style.grid:
+        ticks_y = _head_ticks(style.grid, rows // style.grid)
+        ticks_x = _head_ticks(style.grid, cols // style.grid)
+    else:
+        ticks_y = _labelled_ticks(style.row_labels, rows, most)
+        ticks_x = _labelled_ticks(style.col_labels, cols, max(4, most // 2))
+    fig.update_xaxes(title=style.col_title, constrain="domain", **ticks_x, **where)
+    fig.update_yaxes(title=style.row_title, autorange="reversed", constrain="domain", **ticks_y, **where)
+
+
+def _hover_labels(style: MatrixStyle, shape: tuple[int, int]) -> np.ndarray | None:
+    """(rows, cols, 2) names of each cell for the hover, when the matrix is small enough to carry them."""
+    rows, cols = shape
+    if rows * cols > 64 * 64 or not (style.row_labels or style.col_labels):
+        return None
+    r = list(style.row_labels) if len(style.row_labels) == rows else [str(i) for i in range(rows)]
+    c = list(style.col_labels) if len(style.col_labels) == cols else [str(j) for j in range(cols)]
+    return np.array([[a, b] for a in r for b in c], dtype=object).reshape(rows, cols, 2)
+
+
+def matrix_trace(M: np.ndarray, style: MatrixStyle, scale: dict, kind: str = "heatmap", showscale: bool = True,
+                 **kw):
+    """One 2-D array as a heatmap, filled contour or surface trace in a given colour scale."""
+    hover = _hover_labels(style, M.shape) if kind == "heatmap" else None
+    bar = dict(title=style.unit)
+    if kind == "heatmap":
+        if hover is not None:
+            kw.update(customdata=hover, hovertemplate=f"%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}} {style.unit}"
+                                                      "<extra></extra>")
+        return go.Heatmap(z=M, **scale, showscale=showscale, colorbar=bar, **kw)
+    if kind == "contour":
+        return go.Contour(z=M, **{k: v for k, v in scale.items() if k != "zmid"}, contours=dict(coloring="heatmap"),
+                          line=dict(width=0.5), showscale=showscale, colorbar=bar, **kw)
+    if kind == "surface":
+        return go.Surface(z=M, colorscale=scale["colorscale"], cmin=scale["zmin"], cmax=scale["zmax"],
+                          showscale=showscale, colorbar=bar, **kw)
+    raise ValueError(f"unknown matrix view {kind!r}; expected heatmap, contour or surface")
+
+
+def matrix_figure(M: np.ndarray, style: MatrixStyle, title: str = "", kind: str = "heatmap") -> go.Figure:
+    """Any 2-D array drawn as its style says (axis titles and labels, colour scale, unit, head grid)."""
+    M = np.asarray(M, dtype=float)
+    scale = colour_scale(style.value_kind, M)
+    fig = go.Figure(matrix_trace(M, style, scale, kind))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    if kind == "surface":
+        fig.update_layout(scene=dict(xaxis_title=style.col_title, yaxis_title=style.row_title, zaxis_title=style.unit,
+                                     zaxis=dict(range=[scale["zmin"], scale["zmax"]])), margin=dict(l=0, r=0, t=50, b=0))
+        return fig
+    if style.grid:
+        fig.update_layout(shapes=_grid_shapes(style.grid, M.shape[0] // style.grid))
+    _style_axes(fig, style, M.shape)
+    fig.update_yaxes(scaleanchor="x")
+    return fig
 
 
 def _head_ticks(n_head: int, head_dim: int, short: bool = False) -> dict:
@@ -38,19 +155,19 @@ def _grid_shapes(n_head: int, head_dim: int, xref: str = "x", yref: str = "y") -
 
 
 def metric_heatmap_figure(M: np.ndarray, n_head: int, title: str = "M(x)", zmax: float | None = None,
-                          colorbar_title: str = "value") -> go.Figure:
-    """A D x D metric with its head-block grid, diverging scale centred at 0, head labels on the axes."""
+                          colorbar_title: str = "value", style: MatrixStyle | None = None) -> go.Figure:
+    """A D x D matrix with its head-block grid and head labels on the axes (signed: diverging scale
+    centred at 0, unless the style says otherwise). zmax: a fixed symmetric range (signed only)."""
+    style = style or MatrixStyle(grid=n_head, unit=colorbar_title)
+    fig = matrix_figure(M, dataclasses.replace(style, grid=n_head))
+    if zmax and style.value_kind == "signed":
+        fig.update_traces(zmin=-zmax, zmax=zmax)
     D = M.shape[0]
     d = D // n_head
-    z = zmax or symmetric_limit(M)
-    fig = go.Figure(go.Heatmap(
-        z=M, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, colorbar=dict(title=colorbar_title),
-        hovertemplate="row %{y} (head %{customdata[0]}), col %{x} (head %{customdata[1]})<br>%{z:.4f}<extra></extra>",
-        customdata=np.stack(np.meshgrid(np.arange(D) // d + 1, np.arange(D) // d + 1)[::-1], axis=-1),
-    ))
-    fig.update_layout(title=title, shapes=_grid_shapes(n_head, d), margin=dict(l=60, r=20, t=50, b=50))
-    fig.update_xaxes(title="column (key side)", **_head_ticks(n_head, d), constrain="domain")
-    fig.update_yaxes(title="row (query side)", autorange="reversed", scaleanchor="x", constrain="domain", **_head_ticks(n_head, d))
+    fig.update_traces(hovertemplate="row %{y} (head %{customdata[0]}), col %{x} (head %{customdata[1]})<br>%{z:.4f}"
+                                    "<extra></extra>",
+                      customdata=np.stack(np.meshgrid(np.arange(D) // d + 1, np.arange(D) // d + 1)[::-1], axis=-1))
+    fig.update_layout(title=title)
     return fig
 
 
@@ -83,98 +200,95 @@ def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str 
 
 
 def head_by_head_figure(values: np.ndarray, title: str = "Block norms ‖M_ij‖", colorbar_title: str = "‖M_ij‖",
-                        axis_titles: tuple[str, str] = ("row head i", "column head j")) -> go.Figure:
+                        axis_titles: tuple[str, str] = ("row head i", "column head j"),
+                        style: MatrixStyle | None = None) -> go.Figure:
     """H x H values, one per pair of heads (block norms, head-mixing matrices), written in each cell.
-    Non-negative values use a sequential scale from 0; signed ones a diverging scale centred at 0."""
-    H = values.shape[0]
-    labels = [f"head {i + 1}" for i in range(H)]
-    signed = bool((values < 0).any())
-    z = symmetric_limit(values)
-    scale = dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0) if signed else dict(colorscale=SEQUENTIAL, zmin=0)
-    fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, **scale,
-                               colorbar=dict(title=colorbar_title), texttemplate="%{z:.3g}",
+    Without a style: non-negative values on a sequential scale from 0, signed ones diverging at 0."""
+    H, W = values.shape
+    if style is None:
+        style = MatrixStyle(axis_titles[0], axis_titles[1], value_kind="signed" if (values < 0).any() else "magnitude",
+                            unit=colorbar_title)
+    rows = style.row_labels if len(style.row_labels) == H else tuple(f"head {i + 1}" for i in range(H))
+    cols = style.col_labels if len(style.col_labels) == W else tuple(f"head {j + 1}" for j in range(W))
+    fig = go.Figure(go.Heatmap(z=values, x=list(cols), y=list(rows), **colour_scale(style.value_kind, values),
+                               colorbar=dict(title=style.unit), texttemplate="%{z:.3g}",
                                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
-    fig.update_xaxes(title=axis_titles[1])
-    fig.update_yaxes(title=axis_titles[0], autorange="reversed", scaleanchor="x", constrain="domain")
+    fig.update_xaxes(title=style.col_title, type="category")
+    fig.update_yaxes(title=style.row_title, type="category", autorange="reversed", scaleanchor="x", constrain="domain")
     return fig
 
 
 def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shared_scale: bool = True,
-                        symbol: str = "m") -> go.Figure:
+                        symbol: str = "m", style: MatrixStyle | None = None,
+                        panel_titles: Sequence[str] | None = None) -> go.Figure:
     """Small multiples of one matrix per head, (H, a, b): DAMCHA's m_i (d x d, or d x D rows for the
-    bilinear form), MHA's W_Q^h W_K^hᵀ (D x D). Panels are titled symbol_1 .. symbol_H."""
+    bilinear form), MHA's W_Q^h W_K^hᵀ (D x D). Panels are titled panel_titles, else symbol_1 .. symbol_H."""
     H = m.shape[0]
-    fig = make_subplots(rows=1, cols=H, subplot_titles=[f"{symbol}_{i + 1}" for i in range(H)], horizontal_spacing=0.03)
-    shared = symmetric_limit(m)
+    style = style or MatrixStyle()
+    titles = list(panel_titles) if panel_titles is not None and len(panel_titles) == H else \
+        [f"{symbol}_{i + 1}" for i in range(H)]
+    fig = make_subplots(rows=1, cols=H, subplot_titles=titles, horizontal_spacing=0.03)
     for i in range(H):
-        z = shared if shared_scale else symmetric_limit(m[i])
-        fig.add_trace(go.Heatmap(z=m[i], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING,
-                                 showscale=(i == H - 1) if shared_scale else False,
-                                 hovertemplate=f"{symbol}_{i + 1}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1)
-        fig.update_xaxes(constrain="domain", row=1, col=i + 1)
-    fig.update_layout(title=title, margin=dict(l=40, r=40, t=70, b=30), height=120 + 900 // max(H, 3))
+        scale = colour_scale(style.value_kind, m) if shared_scale else colour_scale(style.value_kind, m[i])
+        fig.add_trace(go.Heatmap(z=m[i], **scale, showscale=(i == H - 1) if shared_scale else False,
+                                 colorbar=dict(title=style.unit),
+                                 hovertemplate=f"{titles[i]}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
+                         title=style.row_title if i == 0 else None)
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1, title=style.col_title if i == H // 2 else None)
+    fig.update_layout(title=title, margin=dict(l=40, r=40, t=70, b=40), height=140 + 900 // max(H, 3))
     return fig
 
 
-def contour_figure(M: np.ndarray, n_head: int | None = None, title: str = "Contours of M(x)", zmax: float | None = None) -> go.Figure:
-    """Filled contour map of a matrix (rows downwards), diverging and centred at 0."""
-    z = zmax or symmetric_limit(M)
-    fig = go.Figure(go.Contour(z=M, zmin=-z, zmax=z, colorscale=DIVERGING, contours=dict(coloring="heatmap"),
-                               line=dict(width=0.5), colorbar=dict(title="value")))
-    layout = dict(title=title, margin=dict(l=60, r=20, t=50, b=50))
-    if n_head:
-        d = M.shape[0] // n_head
-        layout["shapes"] = _grid_shapes(n_head, d)
-        fig.update_xaxes(**_head_ticks(n_head, d))
-        fig.update_yaxes(**_head_ticks(n_head, d))
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain")
-    fig.update_layout(**layout)
+def contour_figure(M: np.ndarray, n_head: int | None = None, title: str = "Contours of M(x)", zmax: float | None = None,
+                   style: MatrixStyle | None = None) -> go.Figure:
+    """Filled contour map of a matrix (rows downwards) in its style's colour scale (default: signed)."""
+    style = style or MatrixStyle(grid=n_head)
+    fig = matrix_figure(M, style, title, kind="contour")
+    if zmax and style.value_kind == "signed":
+        fig.update_traces(zmin=-zmax, zmax=zmax)
+    if style.grid:
+        fig.update_layout(shapes=_grid_shapes(style.grid, M.shape[0] // style.grid))
     return fig
 
 
-def surface_figure(M: np.ndarray, title: str = "M(x) as a surface", zmax: float | None = None) -> go.Figure:
-    """3D surface of a matrix: height = entry value."""
-    z = zmax or symmetric_limit(M)
-    fig = go.Figure(go.Surface(z=M, cmin=-z, cmax=z, colorscale=DIVERGING, colorbar=dict(title="value")))
-    fig.update_layout(title=title, margin=dict(l=0, r=0, t=50, b=0),
-                      scene=dict(xaxis_title="column", yaxis_title="row", zaxis_title="value",
-                                 zaxis=dict(range=[-z, z])))
+def surface_figure(M: np.ndarray, title: str = "M(x) as a surface", zmax: float | None = None,
+                   style: MatrixStyle | None = None) -> go.Figure:
+    """3D surface of a matrix: height = entry value, coloured by its style's scale."""
+    fig = matrix_figure(M, style or MatrixStyle(), title, kind="surface")
+    if zmax:
+        fig.update_traces(cmin=-zmax, cmax=zmax)
+        fig.update_layout(scene=dict(zaxis=dict(range=[-zmax, zmax])))
     return fig
-
-
-def _position_ticks(labels: Sequence[str], most: int = 32) -> dict:
-    """Tick labels for a position axis, thinned to at most `most` so they stay readable."""
-    step = max(1, -(-len(labels) // most))
-    idx = list(range(0, len(labels), step))
-    return dict(tickvals=idx, ticktext=[labels[i] for i in idx])
 
 
 def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention",
-                     zmax: float = 1.0, colorbar_title: str = "weight", panel_titles: Sequence[str] | None = None) -> go.Figure:
+                     zmax: float = 1.0, colorbar_title: str = "weight", panel_titles: Sequence[str] | None = None,
+                     value_kind: str | None = None) -> go.Figure:
     """Small multiples of H maps (H, T, T) of one layer (attention, or allowed-key masks): rows =
     queries, columns = keys, labelled with the tokens. The axes are categories "position token"
     (unique, so repeated tokens stay apart), which also makes the hover name both tokens without
-    sending a label for every cell."""
+    sending a label for every cell; the ticks are thinned so they stay readable (every label on hover).
+    value_kind: probability (default for non-negative maps), signed (mixed weights can be negative), mask."""
     H, T, _ = attn.shape
     raw = list(tick_labels) if tick_labels is not None and len(tick_labels) == T else [""] * T
     labels = [f"{i} {lab}".strip() for i, lab in enumerate(raw)]
-    if (attn < 0).any():  # mixed weights (talking heads, composed heads) can be negative
-        z = symmetric_limit(attn)
-        scale = dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
-    else:
-        scale = dict(zmin=0, zmax=zmax, colorscale=SEQUENTIAL)
+    kind = value_kind or ("signed" if (attn < 0).any() else "probability")
+    scale = colour_scale(kind, attn)
+    if kind == "probability" and zmax != 1.0:
+        scale["zmax"] = zmax
     panels = list(panel_titles) if panel_titles is not None and len(panel_titles) == H else [f"head {i + 1}" for i in range(H)]
     fig = make_subplots(rows=1, cols=H, subplot_titles=panels, horizontal_spacing=0.03)
+    x_ticks = max(4, 24 // max(H, 1))  # each panel is narrow: fewer key labels the more heads there are
     for i in range(H):
         fig.add_trace(go.Heatmap(z=attn[i], x=labels, y=labels, **scale, showscale=i == H - 1,
                                  colorbar=dict(title=colorbar_title),
                                  hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
                          showticklabels=i == 0, **_category_ticks(labels))
-        fig.update_xaxes(constrain="domain", row=1, col=i + 1, **_category_ticks(labels, 16))
-    fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=50), height=140 + 900 // max(H, 3))
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1, tickangle=-60, **_category_ticks(labels, x_ticks))
+    fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=70), height=160 + 900 // max(H, 3))
     fig.update_xaxes(title="key")
     fig.update_yaxes(title="query", col=1)
     return fig
@@ -189,21 +303,15 @@ def _category_ticks(labels: Sequence[str], most: int = 32) -> dict:
 
 def labelled_matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: Sequence[str],
                            title: str = "", row_title: str = "", column_title: str = "",
-                           colorbar_title: str = "value") -> go.Figure:
-    """(a, b) values with named rows and columns (per-token gates, mixing vectors, ...): a sequential
-    scale from 0 for non-negative values, a diverging one centred at 0 otherwise."""
+                           colorbar_title: str = "value", value_kind: str | None = None) -> go.Figure:
+    """(a, b) values with named rows and columns (per-token gates, mixing vectors, ...). value_kind
+    decides the colour scale (default: signed when any value is negative, else a magnitude from 0)."""
     rows, cols = values.shape
-    row_labels = list(row_labels) if len(row_labels) == rows else [str(i) for i in range(rows)]
-    column_labels = list(column_labels) if len(column_labels) == cols else [str(i) for i in range(cols)]
-    z = symmetric_limit(values)
-    scale = dict(colorscale=DIVERGING, zmin=-z, zmax=z, zmid=0) if (values < 0).any() else \
-        dict(colorscale=SEQUENTIAL, zmin=0)
-    hover = np.array([[r, c] for r in row_labels for c in column_labels], dtype=object).reshape(rows, cols, 2)
-    fig = go.Figure(go.Heatmap(z=values, **scale, colorbar=dict(title=colorbar_title), customdata=hover,
-                               hovertemplate="%{customdata[0]}, %{customdata[1]}: %{z:.4f}<extra></extra>"))
+    style = MatrixStyle(row_title, column_title, tuple(map(str, row_labels)), tuple(map(str, column_labels)),
+                        value_kind or ("signed" if (values < 0).any() else "magnitude"), colorbar_title)
+    fig = go.Figure(matrix_trace(np.asarray(values, dtype=float), style, colour_scale(style.value_kind, values)))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
-    fig.update_xaxes(title=column_title, **_position_ticks(column_labels, 16))
-    fig.update_yaxes(title=row_title, autorange="reversed", **_position_ticks(row_labels))
+    _style_axes(fig, style, (rows, cols))
     return fig
 
 
@@ -220,11 +328,27 @@ def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str 
     return fig
 
 
-def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, levels 0..16)") -> go.Figure:
-    """An 8x8 digit, ink dark, as in scikit-learn's own plots."""
+def share_bar_range(figs: Sequence[go.Figure]) -> None:
+    """Give bar charts one y range from 0 (figures to compare side by side); others are left alone."""
+    tops = [float(np.nanmax(np.asarray(t.y, dtype=float))) for f in figs for t in f.data if t.type == "bar" and len(t.y)]
+    fixed = [f.layout.yaxis.range[1] for f in figs if f.layout.yaxis.range]
+    if tops:
+        for f in figs:
+            f.update_yaxes(range=[0, max([max(tops) * 1.05, *fixed])])
+
+
+def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, levels 0..16)",
+                 highlight: tuple[int, int] | None = None, highlight_label: str = "") -> go.Figure:
+    """An 8x8 digit, ink dark, as in scikit-learn's own plots; optionally one pixel outlined (the
+    one a query position reads)."""
     fig = go.Figure(go.Heatmap(z=levels, zmin=0, zmax=16, colorscale=GREYS, colorbar=dict(title="level"),
                                text=levels, texttemplate="%{text}", hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"))
-    fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=30), width=380, height=360)
+    fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=40), width=380, height=380)
+    if highlight is not None:
+        r, c = highlight
+        fig.add_shape(type="rect", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color="#ff2d2d", width=3))
+    if highlight_label:
+        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.06, showarrow=False)
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False)
     fig.update_xaxes(showticklabels=False, constrain="domain")
     return fig
@@ -232,20 +356,23 @@ def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, lev
 
 def probabilities_figure(levels: np.ndarray, probs: np.ndarray, title: str) -> go.Figure:
     """Bar chart of a predictive distribution (e.g. class probabilities)."""
-    fig = go.Figure(go.Bar(x=[str(v) for v in levels], y=probs, hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+    names = [str(v) for v in levels]
+    fig = go.Figure(go.Bar(x=names, y=probs, hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=50, r=20, t=50, b=40))
+    fig.update_xaxes(type="category", tickmode="array", tickvals=names, ticktext=names)  # every class named
     fig.update_yaxes(title="probability", range=[0, 1])
     return fig
 
 
 def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("train_nll", "val_nll"),
                            title: str = "Training curves", marked_epochs: Sequence[int] = (),
-                           y_title: str = "nats per token") -> go.Figure:
-    """Curves of metrics.jsonl columns over epochs; marked_epochs (snapshots) drawn as markers."""
+                           y_title: str = "nats per token", factor: float = 1.0) -> go.Figure:
+    """Curves of metrics.jsonl columns over epochs (times `factor`: nats to bits, say);
+    marked_epochs (snapshots) drawn as markers."""
     fig = go.Figure()
     epochs = [m["epoch"] for m in metrics]
     for key in keys:
-        ys = [m.get(key) for m in metrics]
+        ys = [None if m.get(key) is None else m[key] * factor for m in metrics]
         if all(y is None for y in ys):
             continue
         fig.add_trace(go.Scatter(x=epochs, y=ys, mode="lines", name=key))
@@ -259,27 +386,17 @@ def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("trai
     return fig
 
 
-def _matrix_trace(kind: str, M: np.ndarray, z: float, showscale: bool = True, **kw):
-    if kind == "heatmap":
-        return go.Heatmap(z=M, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, showscale=showscale, **kw)
-    if kind == "contour":
-        return go.Contour(z=M, zmin=-z, zmax=z, colorscale=DIVERGING, contours=dict(coloring="heatmap"),
-                          line=dict(width=0.5), showscale=showscale, **kw)
-    if kind == "surface":
-        return go.Surface(z=M, cmin=-z, cmax=z, colorscale=DIVERGING, showscale=showscale, **kw)
-    raise ValueError(f"unknown matrix view {kind!r}; expected heatmap, contour or surface")
-
-
-def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int | None, kind: str = "heatmap",
-                           title: str = "M(x) over training") -> go.Figure:
-    """(E, a, b) matrices as animation frames with a play button and an epoch slider.
-    One colour range for every frame, so frames compare honestly. n_head: draw the head grid of a
-    D x D matrix (None: no grid)."""
-    mats = np.asarray(mats)
-    z = symmetric_limit(mats)
-    frames = [go.Frame(data=[_matrix_trace(kind, m, z)], name=str(e), layout=dict(title=f"{title}: epoch {e}"))
+def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], style: MatrixStyle | int | None,
+                           kind: str = "heatmap", title: str = "M(x) over training") -> go.Figure:
+    """(E, a, b) matrices as animation frames with a play button and an epoch slider, drawn as the
+    style says (an int: the head grid of a D x D matrix). One colour range for every frame, so
+    frames compare honestly."""
+    style = as_style(style)
+    mats = np.asarray(mats, dtype=float)
+    scale = colour_scale(style.value_kind, mats)
+    frames = [go.Frame(data=[matrix_trace(m, style, scale, kind)], name=str(e), layout=dict(title=f"{title}: epoch {e}"))
               for m, e in zip(mats, epochs)]
-    fig = go.Figure(data=[_matrix_trace(kind, mats[0], z)], frames=frames)
+    fig = go.Figure(data=[matrix_trace(mats[0], style, scale, kind)], frames=frames)
     steps = [dict(method="animate", label=str(e), args=[[str(e)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
              for e in epochs]
     fig.update_layout(
@@ -291,58 +408,62 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], n_head: int 
         sliders=[dict(active=0, steps=steps, x=0.15, len=0.85, y=-0.05, currentvalue=dict(prefix="epoch "))],
     )
     if kind != "surface":
-        if n_head:
-            d = mats.shape[-1] // n_head
-            fig.update_layout(shapes=_grid_shapes(n_head, d))
-            fig.update_xaxes(**_head_ticks(n_head, d))
-            fig.update_yaxes(**_head_ticks(n_head, d))
-        fig.update_xaxes(constrain="domain")
-        fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain")
+        if style.grid:
+            fig.update_layout(shapes=_grid_shapes(style.grid, mats.shape[-1] // style.grid))
+        _style_axes(fig, style, mats.shape[-2:])
+        fig.update_yaxes(scaleanchor="x")
     else:
-        fig.update_layout(scene=dict(zaxis=dict(range=[-z, z]), xaxis_title="column", yaxis_title="row"))
+        fig.update_layout(scene=dict(zaxis=dict(range=[scale["zmin"], scale["zmax"]]), xaxis_title=style.col_title,
+                                     yaxis_title=style.row_title, zaxis_title=style.unit))
     return fig
 
 
-def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], n_head: int | None, kind: str = "heatmap",
-                           title: str = "", cols: int | None = None) -> go.Figure:
-    """Matrices in a grid (paper figures 8, 10, 11 style) with one shared colour range and one colour bar.
-    n_head: draw the head grid of D x D matrices (None: no grid)."""
+def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], style: MatrixStyle | int | None,
+                           kind: str = "heatmap", title: str = "", cols: int | None = None) -> go.Figure:
+    """Matrices in a grid (paper figures 8, 10, 11 style) with one shared colour range and one colour
+    bar, drawn as the style says (an int: the head grid of D x D matrices)."""
+    style = as_style(style)
     n = len(mats)
     cols = cols or n
     rows = (n + cols - 1) // cols
     specs = [[{"type": "scene" if kind == "surface" else "xy"} for _ in range(cols)] for _ in range(rows)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), specs=specs,
                         horizontal_spacing=0.03, vertical_spacing=0.08)
-    z = symmetric_limit(*mats)
-    grid = n_head or 1
-    d = mats[0].shape[-1] // grid
-    ticks = _head_ticks(grid, d) if n_head else {}
+    scale = colour_scale(style.value_kind, *mats)
     shapes = []
     for k, M in enumerate(mats):
         r, c = k // cols + 1, k % cols + 1
-        fig.add_trace(_matrix_trace(kind, M, z, showscale=k == n - 1), row=r, col=c)
+        fig.add_trace(matrix_trace(np.asarray(M, dtype=float), style, scale, kind, showscale=k == n - 1), row=r, col=c)
         if kind != "surface":
             ax = "" if k == 0 else str(k + 1)
-            shapes += _grid_shapes(grid, d, xref=f"x{ax}", yref=f"y{ax}")
-            fig.update_yaxes(autorange="reversed", scaleanchor=f"x{ax}", constrain="domain", showticklabels=c == 1, row=r, col=c,
-                             **ticks)
-            fig.update_xaxes(constrain="domain", row=r, col=c, **ticks)
+            if style.grid:
+                shapes += _grid_shapes(style.grid, M.shape[-1] // style.grid, xref=f"x{ax}", yref=f"y{ax}")
+            _style_axes(fig, style, M.shape, most=16, row=r, col=c)
+            fig.update_yaxes(scaleanchor=f"x{ax}", showticklabels=c == 1, row=r, col=c)
+            if c != 1:
+                fig.update_yaxes(title=None, row=r, col=c)
+            if r != rows:
+                fig.update_xaxes(title=None, row=r, col=c)
         else:
-            fig.update_scenes(zaxis=dict(range=[-z, z]), row=r, col=c)
+            fig.update_scenes(zaxis=dict(range=[scale["zmin"], scale["zmax"]]), row=r, col=c)
     fig.update_layout(title=title, shapes=shapes, margin=dict(l=50, r=40, t=70, b=30), height=320 * rows + 60)
     return fig
 
 
 def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[float]],
                             bands: dict[str, tuple[Sequence[float], Sequence[float], Sequence[float]]] | None = None,
-                            losses: dict[str, Sequence[float]] | None = None, title: str = "") -> go.Figure:
+                            losses: dict[str, Sequence[float]] | None = None, title: str = "",
+                            baselines: dict[str, tuple[float, str]] | None = None,
+                            loss_title: str = "loss (nats)") -> go.Figure:
     """One panel per statistic over epochs (this input as a line, a validation sample as a
-    10-90% band with its median dashed), and the training/validation loss in the last panel."""
+    10-90% band with its median dashed), and the training/validation loss in the last panel.
+    baselines: statistic -> (value, what gives it), drawn as a dotted line (e.g. the off-diagonal
+    share that the block count alone gives)."""
     names = list(curves)
     n = len(names) + (1 if losses else 0)
     cols = 3
     rows = (n + cols - 1) // cols
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names + (["loss (nats)"] if losses else []),
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names + ([loss_title] if losses else []),
                         vertical_spacing=0.12, horizontal_spacing=0.07)
     for k, name in enumerate(names):
         r, c = k // cols + 1, k % cols + 1
@@ -357,6 +478,11 @@ def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[fl
                                      name="validation median", showlegend=k == 0), row=r, col=c)
         fig.add_trace(go.Scatter(x=list(epochs), y=list(curves[name]), mode="lines+markers", line=dict(color="#d62728"),
                                  name="this input", showlegend=k == 0), row=r, col=c)
+        if baselines and name in baselines:
+            value, why = baselines[name]
+            fig.add_trace(go.Scatter(x=[epochs[0], epochs[-1]], y=[value, value], mode="lines", name=why,
+                                     line=dict(dash="dot", color="black"), hovertemplate=f"{why}: {value:.3f}<extra></extra>"),
+                          row=r, col=c)
     if losses:
         k = len(names)
         for lname, ys in losses.items():
@@ -580,8 +706,13 @@ def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence
     if paper is not None and any(p is not None for p in paper):  # its own data set and scale: its own axis
         fig.add_trace(go.Scatter(x=list(names), y=[np.nan if p is None else p for p in paper], mode="markers",
                                  name="paper (right axis)", yaxis="y2", marker=dict(symbol="diamond-open", size=11)))
-        fig.update_layout(yaxis2=dict(title="paper (its data set)", overlaying="y", side="right", showgrid=False))
+        known = [p for p in paper if p is not None]
+        span = (max(known) - min(known)) or abs(max(known)) or 1.0
+        fig.update_layout(yaxis2=dict(title="paper (its data set)", overlaying="y", side="right", showgrid=False,
+                                      range=[min(known) - 0.15 * span, max(known) + 0.15 * span]))  # ticks inside
     if zero_line:
         fig.add_hline(y=0, line_dash="dot", line_color="grey")
-    fig.update_layout(title=title, yaxis_title=y_title, margin=dict(l=60, r=20, t=50, b=80))
+    long_names = max((len(str(n)) for n in names), default=0) > 12 or len(names) > 8
+    fig.update_xaxes(tickangle=-45 if long_names else 0, automargin=True)
+    fig.update_layout(title=title, yaxis_title=y_title, margin=dict(l=60, r=70, t=60, b=80))
     return fig

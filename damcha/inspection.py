@@ -138,6 +138,15 @@ def matrix_energy_shares(record: InspectionRecord, **index: int) -> dict[str, fl
     return {s.title: float((s.at(**index) ** 2).sum()) / total for s in mats[1:]}
 
 
+def off_diagonal_share(M: np.ndarray, n_head: int) -> float:
+    """Share of ‖M‖² held by the off-diagonal blocks of a D x D matrix read in H x H blocks. A matrix
+    with no cross-head structure at all (equal or random blocks) has (H − 1) / H of it."""
+    blocks = np.asarray(M, dtype=float).reshape(n_head, M.shape[0] // n_head, n_head, M.shape[1] // n_head)
+    energy = float((blocks ** 2).sum()) or 1.0
+    diagonal = float(sum((blocks[i, :, i] ** 2).sum() for i in range(n_head)))
+    return (energy - diagonal) / energy
+
+
 def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOptions | None = None,
                     progress=None, positions=None) -> tuple[Structure, ...]:
     """Every structure averaged over several inputs of one length (validation samples): MoA's expert

@@ -158,24 +158,43 @@ def head_ablation(model: Transformer, tokens, targets) -> np.ndarray:
                      - base for i in range(H)])
 
 
-def metric_swap(model: Transformer, tokens, targets, reference: torch.Tensor, alpha: float = 0.0) -> Outcome:
-    """The input run with M' = reference + alpha (M(x) - reference): alpha 0 is the reference's metric
-    (another input's, or M-bar), alpha 1 the input's own."""
-    _check_reference(model, tokens, reference)
-    return evaluate(model, tokens, targets, DamchaOptions(reference=reference, alpha=alpha))
+def alignment_note(P: int, T: int) -> str:
+    """What align_reference does with a reference of P positions and an input of T ('' when it fits)."""
+    if P in (1, T):
+        return ""
+    if P > T:
+        return f"The reference has {P} positions and this input {T}: each position uses the reference at the same position."
+    return (f"The reference has {P} positions and this input {T}: positions 0..{P - 1} use the reference at the same "
+            f"positions, positions {P}..{T - 1} (which no reference input reaches) its last position's metric.")
 
 
-def _check_reference(model, tokens, reference):
+def align_reference(model: Transformer, tokens, reference: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """A reference metric (L_m, P, D, D) for an input of T tokens, and what was done to fit it.
+
+    A causal model has one metric per query position. A reference of more positions than the input
+    is cut to its first T (the per-position mean over inputs that reach each position); one of fewer
+    positions is extended with its last position's metric (no reference input reaches further)."""
     T = len(np.asarray(tokens))
     P = reference.shape[1]
-    if model.config.causal and P not in (1, T):
-        raise ValueError(f"the reference metric has {P} positions and this input {T}: use inputs of the same length")
+    if not model.config.causal or P in (1, T):
+        return reference, ""
+    if P > T:
+        return reference[:, :T], alignment_note(P, T)
+    tail = reference[:, -1:].expand(-1, T - P, -1, -1)
+    return torch.cat([reference, tail], dim=1), alignment_note(P, T)
+
+
+def metric_swap(model: Transformer, tokens, targets, reference: torch.Tensor, alpha: float = 0.0) -> Outcome:
+    """The input run with M' = reference + alpha (M(x) - reference): alpha 0 is the reference's metric
+    (another input's, or M-bar), alpha 1 the input's own (positions aligned as align_reference says)."""
+    reference, _ = align_reference(model, tokens, reference)
+    return evaluate(model, tokens, targets, DamchaOptions(reference=reference, alpha=alpha))
 
 
 def interpolation_curve(model: Transformer, tokens, targets, reference: torch.Tensor,
                         alphas: Sequence[float] = ALPHAS) -> np.ndarray:
     """Loss at M_alpha = reference + alpha (M(x) - reference) for each alpha. (len(alphas),)"""
-    _check_reference(model, tokens, reference)
+    reference, _ = align_reference(model, tokens, reference)
     return np.array([evaluate(model, tokens, targets, DamchaOptions(reference=reference, alpha=float(a))).loss
                      for a in alphas])
 
@@ -240,12 +259,14 @@ def metric_interventions(config) -> list[Intervention]:
                      scales(lambda p: {"keep": (int(p["i"]), int(p["j"]))})),
         Intervention("ablate_head", "Ablate head i's metric m_i", "Head i then attends uniformly over its allowed keys.",
                      (head,), scales(lambda p: {"head": int(p["i"])})),
-        Intervention("swap_metric", "M(x') of another input", "This input run with another input's metric "
-                     "(same length).", (Param("other", "input"),),
-                     lambda model, tokens, other: DamchaOptions(reference=input_metric(model, other), alpha=0.0)),
+        Intervention("swap_metric", "M(x') of another input", "This input run with another input's metric, "
+                     "position by position.", (Param("other", "input"),),
+                     lambda model, tokens, other: DamchaOptions(
+                         reference=align_reference(model, tokens, input_metric(model, other))[0], alpha=0.0)),
         Intervention("mean_metric", "The validation mean M-bar", "The adaptive model made static: every input gets "
-                     "the validation set's mean metric.", (Param("mbar", "mean"),),
-                     lambda model, tokens, mbar: DamchaOptions(reference=mbar, alpha=0.0)),
+                     "the validation set's mean metric (per position for a causal model).", (Param("mbar", "mean"),),
+                     lambda model, tokens, mbar: DamchaOptions(reference=align_reference(model, tokens, mbar)[0],
+                                                               alpha=0.0)),
         Intervention("drop_residue", "Keep only the learned part", "Each block replaced by its row mean m_i / H. "
                      "Under the row sum the outputs must not change.",
                      make=lambda model, tokens: DamchaOptions(drop_residue=True)),
@@ -296,12 +317,11 @@ def validation_effects(model: Transformer, inputs, targets, interventions: Seque
 def available_interventions(model_or_config) -> list[Intervention]:
     """Every intervention the model's mechanism supports."""
     config = getattr(model_or_config, "config", model_or_config)
-    own = config.mechanism.interventions(config)
-    return (metric_interventions(config) if config.is_damcha else []) + own
+    return config.mechanism.interventions(config)
 
 
 __all__ = ["ALPHAS", "GAMMAS", "MEAN_INPUTS", "Outcome", "ResidueCheck", "adaptivity_gap", "available_interventions",
-           "batch_losses", "block_grid", "block_grid_over", "block_scale_matrix", "evaluate", "head_ablation",
+           "align_reference", "alignment_note", "batch_losses", "block_grid", "block_grid_over", "block_scale_matrix", "evaluate", "head_ablation",
            "intervention_options", "validation_effects",
            "input_metric", "interpolation_curve", "interval", "mean_metric", "metric_swap",
            "off_diagonal_curve", "residue_check"]

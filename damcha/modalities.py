@@ -8,6 +8,7 @@ shape. A new modality is one entry here (and its preprocessing in `damcha.prepro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,5 +120,11 @@ def loss_unit(config) -> str:
 
 
 def loss_label(config) -> str:
-    """The y-axis label of a loss curve: squared error for vectors, nats otherwise."""
-    return "mean squared error" if config.input_dim else f"nats per {loss_unit(config)}"
+    """The unit the app shows a loss in: squared error for vectors, bits per pixel / char / image
+    / ... for likelihoods (the same everywhere: pages, figures, exports)."""
+    return "squared error per patch" if config.input_dim else f"bits per {loss_unit(config)}"
+
+
+def loss_factor(config) -> float:
+    """What a loss computed in nats (or a squared error) is multiplied by to be shown in loss_label's unit."""
+    return 1.0 if config.input_dim else 1.0 / math.log(2)

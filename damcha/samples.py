@@ -136,6 +136,11 @@ def validation_count(run: Run) -> int:
     return len(validation_arrays(run)[0])
 
 
+def validation_length(run: Run) -> int:
+    """How many positions each validation input has (the mean metric M-bar has as many)."""
+    return validation_arrays(run)[0].shape[1]
+
+
 def validation_arrays(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The run's validation inputs (N, T), targets, and class labels (None for text)."""
     t = run.train_config

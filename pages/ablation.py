@@ -5,21 +5,22 @@ import pandas as pd
 import streamlit as st
 
 from app.ui import (
+    ablation_cached,
+    ablation_table,
     cached_runs,
     checkpoint_root,
     computed_on_request,
-    each_run,
     input_picker,
     input_under_modes,
     provenance,
     selected_run,
     show,
-    validation_ablation,
 )
 from damcha import figures
 from damcha.figure_sets import patches_image
 from damcha.inspection import identifiability_note
-from damcha.modalities import loss_unit, printable
+from damcha.interventions import available_interventions
+from damcha.modalities import loss_factor, loss_label, printable
 
 st.title("Metric ablations")
 run, epoch = selected_run()
@@ -38,8 +39,14 @@ def has_metric_modes(r) -> bool:
 
 
 if not has_metric_modes(run):
-    st.info(f"{cfg.mechanism.title} has no metric to ablate; the table below compares the runs of this data set "
-            "that have one.")
+    offered = available_interventions(cfg)
+    st.info(f"{cfg.mechanism.title} has no metric modes to ablate: this page is about DAMCHA-style metrics. "
+            + (f"What its mechanism offers instead: {len(offered)} intervention(s) — "
+               + "; ".join(iv.title for iv in offered) + " — on the Interventions page."
+               if offered else "Its mechanism declares no intervention either.")
+            + " The table below compares the runs of this data set that have metric modes.")
+    if offered:
+        st.page_link("pages/interventions.py", label="Interventions on this run", icon=":material/science:")
 else:
     st.info(identifiability_note(cfg))
     st.markdown(ROW_SUM_NOTE if cfg.score_form == "row_sum" else BILINEAR_NOTE)
@@ -49,13 +56,9 @@ else:
     if inp is not None and computed_on_request(run, "Run this input under each metric mode (and continue it)",
                                                "modes_on"):
         outcomes = input_under_modes(run, epoch, inp)
-        unit = loss_unit(cfg)
         rows = []
         for o in outcomes:
-            vectors = bool(cfg.input_dim)  # a squared error, not a likelihood
-            row = {"metric mode": o.mode, "squared error" if vectors else "loss (nats)": o.loss}
-            if o.loss is not None and not vectors:
-                row[f"bits/{unit}"] = o.loss / np.log(2)
+            row = {"metric mode": o.mode, loss_label(cfg): None if o.loss is None else o.loss * loss_factor(cfg)}
             if o.predicted_class is not None:
                 row["predicted class"] = o.predicted_class
                 row["p(class)"] = o.class_probability
@@ -85,14 +88,25 @@ else:
 
 st.subheader("Validation set, every run on this data set")
 runs, _ = cached_runs(str(checkpoint_root()))
-evaluate_all = computed_on_request(run, "Evaluate every run of this data set under each mode", "table_on")
-ablated = [r for r in runs if evaluate_all and r.dataset == run.dataset and has_metric_modes(r)]
-table = [row for _, rows in each_run(ablated, lambda r: validation_ablation(r, r.epochs[-1])) for row in rows]
+ablated = [r for r in runs if r.dataset == run.dataset and has_metric_modes(r)]
+ready = sum(ablation_cached(r) for r in ablated)
+st.caption(f"{len(ablated)} runs of {run.dataset} have metric modes; {ready} of them were evaluated before (kept on "
+           "disk, keyed by the snapshot's content). Each run takes one pass over the validation set per mode.")
+table = []
+if ablated and (ready == len(ablated) or st.toggle("Evaluate every run of this data set under each mode",
+                                                   value=False, key="table_on")):
+    table = ablation_table(ablated)
 if table:
     df = pd.DataFrame(table)
-    st.caption("Each run at its last snapshot, the same evaluation code as training uses: NLL in nats (completion "
-               "MSE on 64 validation digits, 4 samples each); for image patches the next-patch MSE and the per-image "
-               "MSE of bottom halves completed from the top half (mean, q25, q75: the paper's table 1).")
+    digits = run.model_config.modality == "digit_image" and not cfg.n_classes
+    st.caption("Each run at its last snapshot, the same evaluation code as training uses: NLL in nats and in bits"
+               + (" and the completion MSE on 64 validation digits, 4 samples each" if digits else "")
+               + ("; for image patches the next-patch MSE and the per-image MSE of bottom halves completed from the top "
+                  "half (mean, q25, q75: the paper's table 1)" if cfg.input_dim else "") + ".")
     st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv")
-    st.markdown(ROW_SUM_NOTE + "\n\n" + BILINEAR_NOTE)
+    forms = set(df["score_form"]) if "score_form" in df else set()
+    if len(forms) > 1 or (forms and not has_metric_modes(run)):  # the note(s) not shown above
+        shown = {cfg.score_form} if has_metric_modes(run) else set()
+        st.markdown("\n\n".join(note for form, note in (("row_sum", ROW_SUM_NOTE), ("bilinear", BILINEAR_NOTE))
+                                if form in forms - shown))

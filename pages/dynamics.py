@@ -24,9 +24,17 @@ from app.ui import (
 )
 from damcha import figures
 from damcha.checkpoints import CheckpointError
-from damcha.dynamics import spread_epochs, statistic_curves, symmetric_spectrum
-from damcha.figure_sets import matrix_grid, per_head, positions_only, structure_figure, structure_index
+from damcha.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
+from damcha.figure_sets import (
+    panel_titles,
+    per_head,
+    positions_only,
+    structure_figure,
+    structure_index,
+    structure_style,
+)
 from damcha.inspection import matrices_fit
+from damcha.modalities import loss_factor, loss_label
 
 st.title("Training dynamics")
 run, epoch = selected_run()
@@ -57,18 +65,21 @@ if not viewed_only:
         if chosen.size("position") > 1 or "token" in chosen.index_axes else 0
 layer = c3.selectbox("Layer", list(range(1, chosen.size("layer") + 1)), **bound("layer")) - 1 \
     if chosen.size("layer") > 1 else 0
-head = c3.selectbox("Head", list(range(first.n_head)), format_func=lambda i: f"head {i + 1}", key="head") \
-    if per_head(chosen) else 0
+panels = panel_titles(chosen, first) if per_head(chosen) else []
+if st.session_state.get("head", 0) >= max(len(panels), 1):  # chosen for a structure with more panels
+    st.session_state["head"] = 0
+head = c3.selectbox(chosen.axis_title(chosen.drawn[0]).capitalize(), list(range(len(panels))),
+                    format_func=panels.__getitem__, key="head") if per_head(chosen) else 0
 for note in first.notes:
     st.info(note)
 index = structure_index(first, layer, pos)
 params = {"structure": name, "layer": layer, "position": pos, "head": head, "mode": first.metric_mode}
 head_index = head if per_head(chosen) else None
 mats = result.over_epochs(name, index, head_index)  # (E, a, b)
-grid = matrix_grid(chosen, first)
+style = structure_style(chosen, first)
 where = first.where(index["position"]) if "position" in chosen.index_axes else \
     (f"token {pos}" if "token" in chosen.index_axes else "whole input")
-label = chosen.title + (f", head {head + 1}" if per_head(chosen) else "")
+label = chosen.title + (f", {panels[head]}" if per_head(chosen) else "")
 
 
 def here(fig_name: str, **extra):
@@ -79,7 +90,7 @@ def here(fig_name: str, **extra):
 st.subheader("Over the epochs")
 kind = st.radio("View", ["heatmap", "contour", "surface"], horizontal=True, **bound("view"))
 st.caption("Press play or drag the slider; one colour range for every frame.")
-show(figures.epoch_animation_figure(mats, epochs, grid, kind, f"{label}, {where}"), "epoch_animation",
+show(figures.epoch_animation_figure(mats, epochs, style, kind, f"{label}, {where}"), "epoch_animation",
      here("epoch_animation", view=kind))
 
 st.subheader("Paper-style grids")
@@ -90,13 +101,13 @@ if chosen_epochs:
     t1, t2, t3 = st.tabs(["First vs last (fig. 8)", "Contours (fig. 10)", "3D surfaces (fig. 11)"])
     with t1:
         pair = [idx[0], idx[-1]]
-        show(figures.small_multiples_figure([mats[i] for i in pair], [titles[0], titles[-1]], grid, "heatmap",
+        show(figures.small_multiples_figure([mats[i] for i in pair], [titles[0], titles[-1]], style, "heatmap",
                                             f"{label}: first vs last epoch"), "first_vs_last", here("first_vs_last"))
     with t2:
-        show(figures.small_multiples_figure([mats[i] for i in idx], titles, grid, "contour", f"{label}: contours"),
+        show(figures.small_multiples_figure([mats[i] for i in idx], titles, style, "contour", f"{label}: contours"),
              "contours_grid", here("contours_grid"))
     with t3:
-        show(figures.small_multiples_figure([mats[i] for i in idx], titles, grid, "surface", f"{label}: surfaces"),
+        show(figures.small_multiples_figure([mats[i] for i in idx], titles, style, "surface", f"{label}: surfaces"),
              "surfaces_grid", here("surfaces_grid"))
 
 if first.has_metric:
@@ -107,10 +118,18 @@ if first.has_metric:
     with_band = st.toggle("Band over validation inputs (64 samples)", value=not is_large(run), key="band")
     bands = statistic_bands(run, 64, layer, shown) if with_band else None
     metrics = {m["epoch"]: m for m in run.metrics}
-    losses = {"train": [metrics.get(e, {}).get("train_nll") for e in epochs],
-              "validation": [metrics.get(e, {}).get("val_nll") for e in epochs]}
-    show(figures.statistic_curves_figure(epochs, curves, bands, losses, f"M(x) statistics, {where}"), "statistics",
+    factor = loss_factor(run.model_config)
+    losses = {split: [None if metrics.get(e, {}).get(key) is None else metrics[e][key] * factor for e in epochs]
+              for split, key in (("train", "train_nll"), ("validation", "val_nll"))}
+    H = first.n_head
+    block_count = ((H - 1) / H, f"(H−1)/H = {(H - 1) / H:.2f}: the block count alone")
+    show(figures.statistic_curves_figure(epochs, curves, bands, losses, f"M(x) statistics, {where}",
+                                         {STATISTICS["off_diagonal_share"]: block_count},
+                                         f"loss ({loss_label(run.model_config)})"), "statistics",
          here("statistics"))
+    st.caption(f"The off-diagonal share is read against {block_count[0]:.2f}, the share the block count alone gives: "
+               f"{H - 1} of every {H} blocks of a row are off the diagonal, so a metric with no cross-head structure "
+               "at all (each block m_i / H, or random blocks) has that share too.")
     drift = weight_drift(run)
     row_sum = first.structure("metric_residue").identifiability == "unidentifiable"
     st.markdown(
@@ -127,7 +146,8 @@ a, b = st.columns(2)
 ea = a.selectbox("From epoch", epochs, index=0, key="diff_from")
 eb = b.selectbox("To epoch", epochs, index=len(epochs) - 1, key="diff_to")
 diff = result.difference(name, index, head_index, ea, eb)
-show(figures.metric_heatmap_figure(diff, grid or 1, f"{label}: epoch {eb} − epoch {ea}", colorbar_title="Δ"),
+changed = " (1: changed, 0: unchanged)" if style.value_kind == "mask" else ""
+show(figures.matrix_figure(diff, style.difference(), f"{label}: epoch {eb} − epoch {ea}{changed}"),
      "epoch_difference", here("epoch_difference", diff_from=ea, diff_to=eb))
 
 st.subheader("Compare runs")
@@ -187,5 +207,6 @@ if first.has_metric and computed_on_request(run, "Project the metrics of validat
     points, labels, label_name, separation = projection(run, n, geo_epoch, layer, method)
     show(figures.projection_figure(points, labels, f"M(x) of {n} validation inputs, epoch {geo_epoch} ({method})",
                                    label_name), "projection", here("projection", n=n, method=method))
-    st.markdown("Class separation in metric space (silhouette, cosine; 0 = none): "
+    st.markdown("Class separation in metric space (silhouette, cosine, from −1 to 1; 0: no separation, negative: "
+                "inputs sit closer to other classes than to their own, worse than none): "
                 + ", ".join(f"epoch {e}: **{s:.3f}**" for e, s in separation.items()))

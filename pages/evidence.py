@@ -72,7 +72,7 @@ for claim in doc["claims"]:
                                                                                details["high"])]
         details = details.pivot(index="arm", columns="metric", values="value").reindex(summary["arm"])
         details = details[[claim["metric"], *claim.get("columns", [])]].reset_index()
-        details.insert(1, "paper", list(summary["paper"]))
+        details.insert(1, "paper", ["—" if p is None or p != p else f"{p:.4g}" for p in summary["paper"]])
     a.dataframe(details, hide_index=True)
     b.dataframe(comparisons, hide_index=True)
     csv = folder / f"{claim['key']}.csv"

@@ -39,7 +39,10 @@ if inp is None:
     st.stop()
 record = inspection(run, epoch, inp, None)
 
-if record.has_metric:
+if not record.has_metric:
+    st.info(f"{cfg.mechanism.title} has no metric M(x): the contribution maps of M(x) are for DAMCHA runs. "
+            "The attribution to the input below works for every mechanism.")
+else:
     st.subheader("Contribution of each entry of M(x) to the loss")
     st.info(identifiability_note(cfg) + " Under the row sum every block of a row gets the same "
             "gradient, so gradient × metric differs between blocks of a row only through M itself.")
@@ -78,12 +81,21 @@ if record.has_metric:
         siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
         partners = [r for r, rec in each_run(siblings, lambda r: inspection(r, r.epochs[-1], inp, None)) if rec.has_metric]
         if partners:
-            st.subheader("Side by side (paper figure 9: shared against unshared)")
-            want = "per_layer" if cfg.metric_sharing == "shared" else "shared"
-            default = next((i for i, r in enumerate(partners) if r.model_config.metric_sharing == want
-                            and r.model_config.metric_input == cfg.metric_input), 0)
+            st.subheader("Side by side with another run")
+            ours = cfg.mechanism.settings(cfg)
+
+            def differences(r) -> dict:
+                theirs = r.model_config.mechanism.settings(r.model_config)
+                return {k: (ours.get(k), theirs.get(k)) for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)}
+
+            # Paper figure 9 compares shared with unshared: the partner that differs in the sharing alone, if any.
+            default = next((i for i, r in enumerate(partners) if list(differences(r)) == ["sharing"]), 0)
             other = st.selectbox("Other run", partners, index=default, format_func=lambda r: f"{r.name} ({r.variant})",
                                  key="grad_other")
+            diff = differences(other)
+            st.caption(("Paper figure 9: shared against unshared. " if list(diff) == ["sharing"] else "")
+                       + ("The two runs differ in " + "; ".join(f"{k}: {a} here, {b} there" for k, (a, b) in diff.items())
+                          if diff else "The two runs have the same settings") + ".")
             other_epoch = other.epochs[-1] if epoch not in other.epochs else epoch
             theirs = contributions(other, other_epoch, inp, mode, method).map(layer, position)
             show(figures.metric_panels_figure({f"{run.name} (epoch {epoch})": contrib,

@@ -7,7 +7,7 @@ from app.sharing import redacted, shown_path, skipped_line
 from app.ui import cached_runs, checkpoint_root, provenance, show
 from damcha import figures
 from damcha.checkpoints import CheckpointError
-from damcha.modalities import loss_label, modality_named
+from damcha.modalities import loss_factor, loss_label, modality_named
 
 st.title("DAMCHA Lab")
 st.markdown(
@@ -84,7 +84,8 @@ if run is not None:
         )
     with right:
         keys = ["train_mse", "val_mse"] if c.input_dim else ["train_nll", "val_nll"]
-        show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs, loss_label(c)),
+        show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs, loss_label(c),
+                                                  loss_factor(c)),
              "training_curves", provenance("training_curves", run, epoch))
 st.markdown("**Where to start:** open the *Inspector*, keep the validation sample or upload your own "
             "image or text, and move the query position and the metric mode.")

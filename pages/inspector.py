@@ -25,7 +25,8 @@ from damcha.figure_sets import (
     structure_index,
     uses_positions,
 )
-from damcha.inspection import matrices_fit, matrix_energy_shares
+from damcha.inspection import matrices_fit, matrix_energy_shares, off_diagonal_share
+from damcha.modalities import loss_factor, loss_label
 
 st.title("Inspector")
 run, epoch = selected_run()
@@ -55,12 +56,13 @@ with right:
     st.markdown(f"**Input:** {inp.source}. {inp.note}")
     input_slot = st.container()  # the input is drawn once the query position is known
     if inp.text is not None:
-        st.markdown("**The bytes the model reads** (⏎ newline, ␣ space):")
+        st.markdown("**The bytes the model reads**, as text (the figures label a newline ⏎ and a space ␣):")
         st.code(inp.text, language=None, wrap_lines=True)
 
 if record.loss is not None:
-    st.metric(f"Loss on this input ({'squared error' if record.task == 'next_vector' else 'nats'})",
-              f"{record.loss:.4f}", help=f"mean over known targets, per {record.loss_unit}")
+    st.metric(f"Loss on this input ({loss_label(cfg)})", f"{record.loss * loss_factor(cfg):.4f}",
+              help=f"mean over known targets, per {record.loss_unit}" + ("" if cfg.input_dim else
+                                                                         f"; {record.loss:.4f} nats"))
 
 if viewed_only or uses_positions(record):
     if not viewed_only:
@@ -96,29 +98,36 @@ profile = sequence_profile(run, epoch, inp, options) if record.causal else ()
 
 
 matrices = grid_matrices(record)
-tab_names = [s.title for s in record.structures]
+# Tabs keyed by what they show (a structure's name, or a view), labelled for people.
+tab_labels = {s.name: s.title for s in record.structures}
 if "decomposition" in figures_here:
-    tab_names.append("Decomposition")
+    tab_labels["decomposition"] = "Decomposition"
 if matrices:
-    tab_names.append("Contour & 3D")
+    tab_labels["contour_3d"] = "Contour & 3D"
 if profile:
-    tab_names.append("Along the input")
-tab_names += ["Attention", "Loss & prediction"]
-tabs = dict(zip(tab_names, st.tabs(tab_names, **bound("tab"))))
+    tab_labels["along_input"] = "Along the input"
+tab_labels.update(attention="Attention", loss="Loss & prediction")
+tabs = dict(zip(tab_labels, st.tabs(list(tab_labels.values()), **bound("tab"))))
 
 for s in record.structures:
-    with tabs[s.title]:
-        st.caption(f"{s.description} **{s.identifiability.capitalize()}.** Axes: {', '.join(s.axes)}.")
+    with tabs[s.name]:
+        st.caption(f"{s.description} **{s.identifiability.capitalize()}.** Axes: "
+                   f"{', '.join(s.axis_title(a) for a in s.drawn)}.")
         named(s.name)
-if "Decomposition" in tabs:
-    with tabs["Decomposition"]:
+if "decomposition" in tabs:
+    with tabs["decomposition"]:
         st.caption(" + ".join(s.title for s in matrices[1:]) + f" = {matrices[0].title}, side by side on one scale.")
         named("decomposition")
         shares = matrix_energy_shares(record, **structure_index(record, layer, pos))
         st.markdown(f"Share of ‖{matrices[0].title}‖²: " + "; ".join(f"{t} **{v:.1%}**" for t, v in shares.items())
                     + " (orthogonal parts: their shares add to 100%).")
-if "Contour & 3D" in tabs:
-    with tabs["Contour & 3D"]:
+        H = record.n_head
+        off = off_diagonal_share(matrices[0].at(**structure_index(record, layer, pos)), H)
+        st.markdown(f"Off-diagonal blocks hold **{off:.1%}** of ‖{matrices[0].title}‖²; the block count alone gives "
+                    f"(H−1)/H = **{(H - 1) / H:.1%}** ({H - 1} of every {H} blocks of a row are off the diagonal), "
+                    "so only a departure from it says anything about cross-head structure.")
+if "contour_3d" in tabs:
+    with tabs["contour_3d"]:
         part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",
                         format_func=lambda n: record.structure(n).title)
         a, b = st.columns(2)
@@ -126,15 +135,15 @@ if "Contour & 3D" in tabs:
             named("contour", part=part)
         with b:
             named("surface", part=part)
-if "Along the input" in tabs:
-    with tabs["Along the input"]:
+if "along_input" in tabs:
+    with tabs["along_input"]:
         st.caption("Summaries at every query position, computed a chunk of positions at a time (the full "
                    "matrices above are taken at the viewed position only when the input is long).")
         for s in profile:
             st.caption(f"{s.description} **{s.identifiability.capitalize()}.**")
             show(structure_figure(s, record, structure_index(record, layer, pos), f", epoch {epoch}"), s.name,
                  provenance(s.name, run, epoch, inp, params))
-with tabs["Attention"]:
+with tabs["attention"]:
     st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
     a_layer = st.selectbox("Attention layer", list(range(record.n_layer)), key="attn_layer",
                            format_func=lambda i: f"layer {i + 1}")
@@ -146,7 +155,7 @@ with tabs["Attention"]:
     if "attention_grid" in figures_here:
         st.caption(f"The same attention of query position {pos}, each key drawn at the patch or pixel it holds.")
         named("attention_grid", attention_record, attn_layer=a_layer)
-with tabs["Loss & prediction"]:
+with tabs["loss"]:
     if "token_loss" in figures_here:
         named("token_loss")
     if "patch_error" in figures_here:

@@ -19,8 +19,9 @@ from app.ui import (
 )
 from damcha import figures
 from damcha.figure_sets import available_figures, build_figure, model_figure
-from damcha.interventions import available_interventions
-from damcha.samples import validation_count, validation_input
+from damcha.interventions import alignment_note, available_interventions
+from damcha.modalities import loss_factor, loss_label
+from damcha.samples import validation_count, validation_input, validation_length
 
 st.title("Interventions")
 run, epoch = selected_run()
@@ -60,17 +61,28 @@ except ValueError as e:
     st.error(f"Cannot apply this intervention: {e}")
     st.stop()
 prov = {"intervention": name, **params, **({"other": other.source} if other else {})}
+if run.model_config.causal:
+    references = [len(other.tokens)] if other is not None else []
+    references += [validation_length(run)] if any(p.kind == "mean" for p in iv.params) else []
+    for note in filter(None, (alignment_note(P, len(inp.tokens)) for P in references)):
+        st.info(note)
 c1, c2, c3 = st.columns(3)
-c1.metric("Loss without (nats)", f"{before.loss:.4f}")
-c2.metric("Loss with the intervention", f"{after.loss:.4f}", f"{after.loss - before.loss:+.4f}", delta_color="inverse")
+unit, factor = loss_label(run.model_config), loss_factor(run.model_config)
+c1.metric(f"Loss without ({unit})", f"{before.loss * factor:.4f}")
+c2.metric("Loss with the intervention", f"{after.loss * factor:.4f}", f"{(after.loss - before.loss) * factor:+.4f}",
+          delta_color="inverse")
 c3.metric("Largest change of a logit", f"{np.abs(after.logits - before.logits).max():.3g}")
 
+pairs = {fig_name: [build_figure(fig_name, r, {"next_position": -1}) for r in (before, after)]
+         for fig_name in ("prediction", "token_loss") if fig_name in available_figures(before)}
+for figs in pairs.values():  # before and after on one y range, so their bars compare
+    figures.share_bar_range(figs)
 left, right = st.columns(2)
-for column, record, label in ((left, before, "without"), (right, after, "with the intervention")):
+for k, (column, label) in enumerate(((left, "without"), (right, "with the intervention"))):
     with column:
         st.markdown(f"**{label.capitalize()}**")
-        for fig_name in [f for f in ("prediction", "token_loss") if f in available_figures(record)]:
-            fig = build_figure(fig_name, record, {"next_position": -1})
+        for fig_name, figs in pairs.items():
+            fig = figs[k]
             fig.update_layout(title=f"{fig.layout.title.text} — {label}")
             show(fig, f"{fig_name}_{label.split()[0]}", provenance(fig_name, run, epoch, inp, {**prov, "applied": label}))
 
@@ -92,23 +104,23 @@ if after.has_metric:
     keep = st.toggle("Keep only the block (instead of zeroing it)", value=False, key="iv_keep")
     what = "keeping only" if keep else "zeroing"
     with grid_cols[0]:
-        show(model_figure("block_grid", block_grid(run, epoch, inp, keep), {"keep": keep}),
+        show(model_figure("block_grid", block_grid(run, epoch, inp, keep), {"keep": keep}, config=run.model_config),
              "block_grid_input", provenance("block_grid", run, epoch, inp, {"keep": keep}, regenerable=True))
     with grid_cols[1]:
         show(model_figure("block_grid", block_grid(run, epoch, None, keep), {"keep": keep},
-                                 "mean of 64 validation inputs"),
+                          "mean of 64 validation inputs", config=run.model_config),
              "block_grid_validation", provenance("block_grid_validation", run, epoch, None, {"keep": keep, "n": 64}))
     curves = metric_curves(run, epoch, inp)
     a, b = st.columns(2)
     with a:
-        show(model_figure("interpolation", curves["interpolation"], {}), "interpolation",
+        show(model_figure("interpolation", curves["interpolation"], {}, config=run.model_config), "interpolation",
              provenance("interpolation", run, epoch, inp, regenerable=True))
     with b:
-        show(model_figure("off_diagonal", curves["off_diagonal"], {}), "off_diagonal",
+        show(model_figure("off_diagonal", curves["off_diagonal"], {}, config=run.model_config), "off_diagonal",
              provenance("off_diagonal", run, epoch, inp, regenerable=True))
     heads = curves["heads"]
-    st.markdown("Loss change when head i's metric m_i is ablated (the head attends uniformly): "
-                + ", ".join(f"head {i + 1}: **{v:+.4f}**" for i, v in enumerate(heads)))
+    st.markdown(f"Loss change ({unit}) when head i's metric m_i is ablated (the head attends uniformly): "
+                + ", ".join(f"head {i + 1}: **{v * factor:+.4f}**" for i, v in enumerate(heads)))
     check = curves["residue"]
     verdict = ("unchanged up to float rounding, as the identifiability statement says" if check.max_logit_change < 1e-4
                else "changed: the residue is used")
@@ -120,6 +132,7 @@ if after.has_metric:
                "(mean and 95% bootstrap interval; > 0: the input-dependent metric helps).")
     gaps = adaptivity_over_epochs(run)
     eps = [g[0] for g in gaps]
-    show(figures.curve_figure(eps, {"adaptivity gap": [g[1] for g in gaps]}, "Adaptivity gap over training", "epoch",
-                              "Δ loss (nats)", bands={"adaptivity gap": ([g[2] for g in gaps], [g[3] for g in gaps])}),
+    show(figures.curve_figure(eps, {"adaptivity gap": [g[1] * factor for g in gaps]}, "Adaptivity gap over training",
+                              "epoch", f"Δ loss ({unit})",
+                              bands={"adaptivity gap": ([g[2] * factor for g in gaps], [g[3] * factor for g in gaps])}),
          "adaptivity_gap", provenance("adaptivity_gap", run, epoch, None, {"n": 256}))

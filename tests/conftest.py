@@ -1,17 +1,22 @@
 import dataclasses
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import streamlit.config
 import torch
 
-from damcha import DamchaOptions, ModelConfig, build_model, variant_config
+from damcha import ModelConfig, build_model, variant_config
 from damcha.mechanisms.damcha import metric_sources
 
 # AppTest runs the app in this process: give it the settings `streamlit run app` reads from
 # app/.streamlit/config.toml (the script's own config, wherever the server is started).
 streamlit.config._main_script_path = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 streamlit.config.get_config_options(force_reparse=True)
+# Evaluations the app keeps on disk go to a folder of this test session, not the user's cache.
+os.environ.setdefault("DAMCHA_CACHE", tempfile.mkdtemp(prefix="damcha-test-cache-"))
+os.environ.setdefault("DAMCHA_INPUT_STORE", tempfile.mkdtemp(prefix="damcha-test-inputs-"))
 
 DAMCHA_VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear")
 ALL_VARIANTS = (*DAMCHA_VARIANTS, "mha")
@@ -38,9 +43,8 @@ def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtyp
 def opts(model, mode="full", explicit=False):
     """The forward options of a call: DAMCHA's metric mode and explicit path; other mechanisms take
     only the full model (asking them for another metric mode is an error)."""
-    if model.config.is_damcha:
-        return DamchaOptions(mode, explicit=explicit)
-    return model.mechanism.options_from({"metric_mode": mode})
+    own = {f.name for f in dataclasses.fields(model.mechanism.options_type)}
+    return model.mechanism.options_from({"metric_mode": mode, **({"explicit": explicit} if "explicit" in own else {})})
 
 
 def logits_and_grads(model, tokens, targets, mode, explicit):

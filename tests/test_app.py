@@ -173,8 +173,12 @@ def test_gradients_page_methods_and_integrated_gradients():
     assert any("<span" in m.value for m in at.markdown)
 
 
-def test_ablation_page_table_and_csv():
+def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAMCHA_CACHE", str(tmp_path / "cache"))
     at = new_app("digits-damcha-bilinear", "ablation")
+    assert_clean(at)
+    assert len(at.dataframe) == 1, "the every-run table waits to be asked for"
+    at.toggle(key="table_on").set_value(True).run()
     assert_clean(at)
     frames = [d.value for d in at.dataframe]
     per_run = frames[-1]
@@ -182,6 +186,10 @@ def test_ablation_page_table_and_csv():
     assert set(per_run["mode"]) == {"full", "diagonal", "off_diagonal"}
     assert "completion_mse" in per_run.columns
     assert any("Bilinear runs" in m.value for m in at.markdown)
+    again = new_app("digits-damcha", "ablation")  # a new session: read from the disk, no toggle needed
+    assert_clean(again)
+    assert not [t for t in again.toggle if t.key == "table_on"]
+    assert set(again.dataframe[-1].value["run"]) == set(per_run["run"])
     at = new_app("text-damcha", "ablation")
     assert_clean(at)
     assert any("continues:" in m.value for m in at.markdown)

@@ -128,13 +128,13 @@ def test_cli_figure_set_on_a_shipped_run_and_regeneration_from_provenance(tmp_pa
     need_chromium()
     out = tmp_path / "figs"
     cmd = [sys.executable, "-m", "damcha", "figures", "--run", str(ROOT / "checkpoints" / "digits-damcha"),
-           "--epochs", "0,40", "--val-index", "2", "--figures", "metric,decomposition,block_norms",
+           "--epochs", "0,40", "--val-index", "2", "--figures", "metric,decomposition,block_norms_residue",
            "--formats", "png,svg,pdf,html,csv,npz", "--out", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
     names = {p.name for p in out.iterdir()}
     for epoch in ("0000", "0040"):
-        for fig in ("metric", "decomposition", "block_norms"):
+        for fig in ("metric", "decomposition", "block_norms_residue"):
             for ext in ("png", "svg", "pdf", "html", "csv", "npz", "provenance.json"):
                 assert f"digits-damcha_e{epoch}_{fig}.{ext}" in names
     prov_path = out / "digits-damcha_e0040_metric.provenance.json"

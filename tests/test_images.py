@@ -135,5 +135,7 @@ def test_every_page_works_on_a_patch_run(patch_run, page):
         at.file_uploader(key="upload_photo").upload("bad.jpg", b"not an image", "image/jpeg").run()
         assert any("Cannot use this input" in e.value for e in at.error)
     if page == "ablation":
+        for toggle in [t for t in at.toggle if t.key == "table_on"]:  # on request, unless an earlier test cached it
+            toggle.set_value(True).run()
         table = at.dataframe[-1].value
         assert {"val_completion_mse", "val_completion_mse_q25", "val_completion_mse_q75"} <= set(table.columns)

@@ -49,7 +49,7 @@ def test_record_shapes_and_loss():
     L, H, D, d = 2, 4, 16, 4
     assert rec.metric.shape == (L, 3, D, D)
     assert rec.head_metrics.shape == (L, 3, H, d, d)
-    assert rec.block_norms.shape == (L, 3, H, H)
+    assert rec.values("block_norms_learned").shape == rec.values("block_norms_residue").shape == (L, 3, H, H)
     assert rec.attention.shape == (L, H, T, T)
     assert rec.logits.shape == (T, 11)
     assert np.isnan(rec.token_loss[-1]) and np.isfinite(rec.token_loss[:-1]).all()
@@ -57,8 +57,12 @@ def test_record_shapes_and_loss():
     np.testing.assert_allclose(rec.attention.sum(-1), 1.0, atol=1e-12)
     full = inspect_input(model, tokens)
     np.testing.assert_allclose(rec.metric, full.metric[:, [0, 4, 8]], atol=1e-12)
-    norms = np.sqrt((full.metric.reshape(L, T, H, d, H, d) ** 2).sum(axis=(3, 5)))
-    np.testing.assert_allclose(full.block_norms, norms, atol=1e-12)
+    for part in ("learned", "residue"):  # block norms of each part, apart: never of their mix
+        values = full.values(f"metric_{part}")
+        norms = np.sqrt((values.reshape(L, T, H, d, H, d) ** 2).sum(axis=(3, 5)))
+        np.testing.assert_allclose(full.values(f"block_norms_{part}"), norms, atol=1e-12)
+    learned = full.values("block_norms_learned")
+    np.testing.assert_allclose(learned, learned[..., :1].repeat(H, -1), atol=1e-12)  # m_i / H along each row
 
 
 def test_bad_positions_and_empty_input_are_clear_errors():
@@ -89,7 +93,7 @@ def test_record_describes_itself():
     kinds = {s.name: (s.kind.value, s.identifiability.value) for s in rec.structures}
     assert kinds["metric_residue"] == ("head_grid_matrix", "unidentifiable")
     assert kinds["metric_learned"] == ("head_grid_matrix", "learned")
-    assert kinds["block_norms"][0] == "head_by_head" and kinds["head_metrics"][0] == "per_head_forms"
+    assert kinds["block_norms_learned"][0] == "head_by_head" and kinds["head_metrics"][0] == "per_head_forms"
     bilinear = inspect_input(tiny_model("damcha-bilinear"), [1, 2, 3])
     assert bilinear.structure("metric_residue").identifiability == "learned"
     assert "learned" not in bilinear.structure("metric_learned").title  # every block is learned there

@@ -170,14 +170,25 @@ def test_interventions_leave_the_shared_model_untouched():
     assert all(not p.requires_grad and p.grad is None for p in model.parameters())
 
 
-def test_a_reference_of_another_length_is_a_clear_error():
+def test_a_reference_of_another_length_is_aligned_by_position_and_says_so():
+    """Regression: M-bar of 128-position validation windows on a 53-byte typed text used to fail."""
+    from damcha.interventions import align_reference, input_metric, metric_swap
+
     model = tiny_model("damcha")
+    longer = input_metric(model, TOKENS + [4, 4, 4])  # (L_m, 11, D, D)
+    cut, note = align_reference(model, TOKENS, longer)
+    torch.testing.assert_close(cut, longer[:, :len(TOKENS)])  # position t uses the reference at t
+    assert "same position" in note
+    shorter = input_metric(model, TOKENS[:3])
+    grown, note = align_reference(model, TOKENS, shorter)
+    torch.testing.assert_close(grown[:, :3], shorter)
+    torch.testing.assert_close(grown[:, 3:], shorter[:, -1:].expand(-1, len(TOKENS) - 3, -1, -1))
+    assert "no reference input reaches" in note
+    assert align_reference(model, TOKENS, input_metric(model, TOKENS))[1] == ""
     iv = next(iv for iv in available_interventions(model) if iv.name == "swap_metric")
     options = intervention_options(model, iv, TOKENS, other_tokens=[1, 2, 3])
-    from damcha.interventions import metric_swap
-
-    with pytest.raises(ValueError, match="same length"):
-        metric_swap(model, TOKENS, TARGETS, options.reference)
+    assert options.reference.shape[1] == len(TOKENS)
+    assert np.isfinite(metric_swap(model, TOKENS, TARGETS, shorter).loss)
 
 
 def test_model_figures_are_named_figures_the_cli_can_rebuild():
@@ -193,7 +204,9 @@ def test_model_figures_are_named_figures_the_cli_can_rebuild():
     (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["interpolation"])
     model = __import__("damcha.checkpoints", fromlist=["load_model"]).load_model(run)
     expected = interpolation_curve(model, inp.tokens, inp.targets, mean_metric(model, validation_arrays(run)[0][:256]))
+    expected = expected / np.log(2)  # drawn in the run's unit, bits per pixel
     shown = [v for k, v in figure_data(item.figure).items() if k.endswith("_y")][0]
     np.testing.assert_allclose(shown, expected)
+    assert "bits per pixel" in item.figure.layout.yaxis.title.text
     again = regenerate(item.provenance)
     np.testing.assert_allclose([v for k, v in figure_data(again.figure).items() if k.endswith("_y")][0], expected)

@@ -20,6 +20,7 @@ from .base import (
     Param,
     Structure,
     StructureKind,
+    ValueKind,
     Variant,
     attend,
     attention_mask,
@@ -105,6 +106,6 @@ register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA aut
 __all__ = [
     "AttentionOutput", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param",
     "Structure",
-    "StructureKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
+    "StructureKind", "ValueKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
     "register", "unregister", "variant_names", "variants",
 ]

@@ -67,6 +67,33 @@ class StructureKind(StrEnum):
                 "mask_pattern": 3, "attention_maps": 3, "matrix": 2}[self.value]
 
 
+class ValueKind(StrEnum):
+    """What a structure's values are, which decides its colour scale everywhere it is drawn."""
+
+    SIGNED = "signed"  # any real number: diverging scale centred at 0
+    MAGNITUDE = "magnitude"  # non-negative (norms, strengths): sequential scale from 0
+    PROBABILITY = "probability"  # in [0, 1] (attention, gates, shares): sequential scale from 0 to 1
+    MASK = "mask"  # boolean: two colours; a difference of masks is drawn as changed / unchanged
+    COUNT = "count"  # non-negative integers: sequential scale from 0
+
+    @property
+    def non_negative(self) -> bool:
+        return self is not ValueKind.SIGNED
+
+
+# What an index along a drawn axis names: heads and experts counted from 1, tokens by their
+# labels, coordinates and positions from 0. Axis names not listed here are counted from 1.
+COORDINATE_AXES = ("row", "col", "d", "D", "coordinate")
+TOKEN_AXES = ("token", "query", "key")
+AXIS_TITLES = {
+    "row": "row", "col": "column", "d": "coordinate of the head's slice", "D": "coordinate of x",
+    "head": "head", "head_q": "head i", "head_k": "head j", "head_i": "head i", "head_j": "head j",
+    "head_out": "head h (mixed)", "head_src": "source head g", "expert": "expert", "expert_i": "expert i",
+    "expert_j": "expert j", "token": "token", "query": "query", "key": "key", "chunk": "chunk j",
+    "type": "head type", "use": "map", "share": "share", "input": "input", "coordinate": "coordinate",
+}
+
+
 class Identifiability(StrEnum):
     """What training can determine about a structure."""
 
@@ -82,7 +109,13 @@ class Structure:
 
     values: numpy array whose leading axes index where it was taken (among "layer", "position",
     "token") and whose trailing `kind.drawn_axes` axes are drawn. axes: one name per axis of values.
-    labels: optional names of the entries along a drawn axis (axis name -> labels).
+
+    How it is drawn, the same in every figure (inspector, dynamics, comparisons, exports):
+    labels: names of the entries along a drawn axis (axis name -> labels); without them an axis is
+        labelled by `axis_labels` (heads and experts from 1, tokens by their labels).
+    axis_titles: what a drawn axis means (axis name -> title); default `AXIS_TITLES`.
+    value_kind: what the values are (decides the colour scale); unit: what they are measured in
+        (the colour bar's title; default: the structure's name).
     """
 
     name: str
@@ -93,6 +126,9 @@ class Structure:
     description: str
     identifiability: Identifiability
     labels: dict = field(default_factory=dict)
+    value_kind: ValueKind = ValueKind.SIGNED
+    unit: str = ""
+    axis_titles: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.axes) != self.values.ndim:
@@ -103,6 +139,31 @@ class Structure:
     @property
     def index_axes(self) -> tuple[str, ...]:
         return self.axes[: self.values.ndim - self.kind.drawn_axes]
+
+    @property
+    def drawn(self) -> tuple[str, ...]:
+        """The names of the drawn axes."""
+        return self.axes[self.values.ndim - self.kind.drawn_axes:]
+
+    def axis_title(self, axis: str) -> str:
+        return self.axis_titles.get(axis) or AXIS_TITLES.get(axis, axis.replace("_", " "))
+
+    def axis_labels(self, axis: str, n: int, token_labels=()) -> list[str]:
+        """One label per index along a drawn axis: the structure's own labels, else token labels for
+        token axes, numbers from 0 for coordinates, and '<noun> 1..n' for heads, experts and the like."""
+        own = self.labels.get(axis)
+        if own is not None and len(own) == n:
+            return [str(x) for x in own]
+        if axis in TOKEN_AXES and len(token_labels) == n:
+            return [str(x) for x in token_labels]
+        if axis in COORDINATE_AXES or axis in TOKEN_AXES:
+            return [str(i) for i in range(n)]
+        noun = axis.split("_")[0]
+        return [f"{noun} {i + 1}" for i in range(n)]
+
+    @property
+    def colorbar_title(self) -> str:
+        return self.unit or self.name.replace("_", " ")
 
     def size(self, axis: str) -> int:
         """How many values the structure has along an index axis (1 when it has no such axis)."""
@@ -175,8 +236,13 @@ class Mechanism:
         return self.options_type(**{k: v for k, v in choices.items() if k in own})
 
     def parameter_count(self, config: ModelConfig) -> int:
-        """Exact number of attention parameters of the whole stack (layers and shared module)."""
-        raise NotImplementedError
+        """Exact number of attention parameters of the whole stack (layers and shared module):
+        counted on modules built on the meta device, so nothing is allocated however large the
+        config (a mechanism may override this with a formula)."""
+        with torch.device("meta"):
+            modules = [self.build_layer(config, i) for i in range(config.n_layer)]
+            shared = self.build_shared(config)
+        return sum(p.numel() for m in [*modules, shared] if m is not None for p in m.parameters())
 
     def structures(self, model: nn.Module, layers: Sequence[Any], positions: np.ndarray,
                    options: ForwardOptions) -> list[Structure]:
@@ -196,6 +262,17 @@ class Mechanism:
         (layer, token, ...)), computed `chunk` positions at a time so no per-position matrix exists whole;
         the cheap overview of a long input whose full structures are taken only where viewed."""
         return []
+
+    def metric(self, config: ModelConfig) -> str | None:
+        """Whether the mechanism scores with a D x D metric M whose layer internals expose it (`.full`,
+        the `metric` structure): "adaptive" (M(x) computed from each input), "static" (one learned M),
+        or None. Attribution to M(x), its statistics over a data set and the metric figures use it."""
+        return None
+
+    def single_layer(self, config: ModelConfig) -> ModelConfig:
+        """The config of one self-contained layer of this mechanism (the efficiency benchmark builds
+        one layer alone; a mechanism whose layers share a module may need to say how)."""
+        return config
 
     def interventions(self, config: ModelConfig) -> list[Intervention]:
         """The interventions this mechanism supports (the interventions page offers only these)."""
@@ -326,11 +403,6 @@ class ProjectedAttention(nn.Module):
         self.key = nn.Linear(D, D)
         self.value = nn.Linear(D, D)
         self.proj = nn.Linear(D, D)
-
-    @staticmethod
-    def parameters_of(D: int) -> int:
-        """Parameters of the four D x D projections with their biases."""
-        return 4 * D * D + 4 * D
 
     def heads(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, H, T, d) through one of the projections."""

@@ -132,9 +132,6 @@ class ColMHA(Mechanism):
         if _dk(config) % config.n_head:
             raise ValueError(f"colmha_dk ({_dk(config)}) must be divisible by n_head ({config.n_head})")
 
-    def parameter_count(self, config) -> int:
-        D, H, dk = config.n_embd, config.n_head, _dk(config)
-        return config.n_layer * (2 * D * dk + H * dk + D * H + 2 * D * D + 2 * D)
 
     def settings(self, config) -> dict:
         return {"shared key dimension D~_k": _dk(config), "mixing initialisation": config.option("colmha_init", "concatenate")}
@@ -151,13 +148,15 @@ class ColMHA(Mechanism):
             Structure("qk_forms", "Per-head bilinear forms W~_Q diag(m_h) W~_Kᵀ", np.stack(forms),
                       ("layer", "head", "row", "col"), StructureKind.PER_HEAD_FORMS,
                       "Head h scores x_tᵀ B_h x_s (plus the content bias): the same for every input. The closest "
-                      "static analogue of DAMCHA's per-head metric.", Identifiability.LEARNED),
+                      "static analogue of DAMCHA's per-head metric.", Identifiability.LEARNED,
+                      labels={"head": [f"B_{h + 1}" for h in range(len(forms[0]))]},
+                      axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="value"),
             Structure("mixing", "Mixing vectors m_h", np.stack(mixing), ("layer", "head", "coordinate"),
                       StructureKind.MATRIX, "Row h: how head h weights each coordinate of the shared "
-                      "query/key space.", Identifiability.LEARNED),
+                      "query/key space.", Identifiability.LEARNED, unit="weight"),
             Structure("head_overlap", "Head overlap M Mᵀ", np.stack(overlap), ("layer", "head_i", "head_j"),
                       StructureKind.HEAD_BY_HEAD, "How much two heads' mixing vectors share coordinates "
-                      "(diagonal under 'concatenate' at initialisation).", Identifiability.LEARNED),
+                      "(diagonal under 'concatenate' at initialisation).", Identifiability.LEARNED, unit="overlap"),
         ]
 
     def notes(self, config) -> list[str]:
@@ -173,14 +172,12 @@ class ColMHAAuthors(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return AuthorsCollaborativeAttention(config)
 
-    def parameter_count(self, config) -> int:
-        D, H = config.n_embd, config.n_head
-        return config.n_layer * (ProjectedAttention.parameters_of(D) + H * H)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         C = np.stack([b.attn.mixing.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
         return [Structure("query_mixing", "Query mixing C", C, ("layer", "head", "chunk"), StructureKind.HEAD_BY_HEAD,
-                          "Q_h = Σ_j C[h, j] chunk_j(x W_Q).", Identifiability.LEARNED)]
+                          "Q_h = Σ_j C[h, j] chunk_j(x W_Q).", Identifiability.LEARNED,
+                          axis_titles={"head": "query head h", "chunk": "chunk j of x W_Q"}, unit="weight")]
 
     def notes(self, config) -> list[str]:
         return ["This version only re-parametrises W_Q (Q_h = Σ_j C[h, j] chunk_j(x W_Q)): it can express "

@@ -22,6 +22,7 @@ from .base import (
     Mechanism,
     Structure,
     StructureKind,
+    ValueKind,
     attend,
     head_scale,
 )
@@ -170,15 +171,6 @@ class Damcha(Mechanism):
         if not all(w > 0 for w in config.generator_widths):
             raise ValueError("generator_widths must be positive")
 
-    def parameter_count(self, config) -> int:
-        D = config.n_embd
-        n = config.n_layer * (2 * D * D + 2 * D)  # W_V, W_O with biases
-        if config.metric_input == "static":
-            gen = D * D
-        else:
-            widths = (D, *config.generator_widths, D * D)
-            gen = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
-        return n + gen * (config.n_layer if config.metric_sharing == "per_layer" else 1)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray,
                    options: DamchaOptions) -> list[Structure]:
@@ -188,10 +180,10 @@ class Damcha(Mechanism):
         metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
         device = next(model.parameters()).device
         sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
-        fulls, heads = [], []
+        fulls, heads_m = [], []
         for source, hm in zip(sources, metrics):
             head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
-            heads.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
+            heads_m.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
             ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
             ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
             fulls.append(source.full_metric(ctx))  # (P, D, D)
@@ -199,29 +191,65 @@ class Damcha(Mechanism):
         learned, residue = learned_and_residue(M, H)  # (L_m, P, D, D) each
         row_sum = cfg.score_form == "row_sum"
         axes = ("layer", "position", "row", "col")
+        heads = {"head_q": [f"head {i + 1}" for i in range(H)], "head_k": [f"head {j + 1}" for j in range(H)]}
+        if row_sum:  # head i scores its own slice with m_i = Σ_j M_ij: a block's columns are no other head's keys
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: coordinate within the block "
+                                                                              "(summed over j into m_i)"}
+            norm_titles = {"head_q": "block row i (head i's metric m_i)", "head_k": "block column j (a term of m_i)"}
+        else:
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: head j's key coordinates"}
+            norm_titles = {"head_q": "query head i", "head_k": "key head j"}
         part = Identifiability.PARTLY if row_sum else Identifiability.LEARNED
         learned_title = "learned (m_i / H)" if row_sum else "row mean (m_i / H)"
         residue_title = "residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)"
+        grid = dict(axis_titles=grid_titles, unit="value")
+        norms = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
+        block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
+                         "say how the metric happens to be split, not what head i reads of head j."
+                         if row_sum else "Under the bilinear form block M_ij scores head i's queries against head j's "
+                         "keys: its norm is how strongly head i reads head j.")
         return [
             Structure("metric", "M(x)", _np(M), axes, StructureKind.HEAD_GRID_MATRIX,
-                      "The full D×D metric at this input, H×H head blocks outlined; row block i is head i's query side.",
-                      part),
+                      "The full D×D metric at this input, H×H head blocks outlined; block row i is head i's."
+                      + (" Under the row sum head i uses only Σ_j M_ij: see the learned part and the residue."
+                         if row_sum else ""), part, **grid),
             Structure("metric_learned", learned_title, _np(learned), axes, StructureKind.HEAD_GRID_MATRIX,
                       "Each block replaced by the mean of its block row, m_i / H: all the row sum can see.",
-                      Identifiability.LEARNED),
+                      Identifiability.LEARNED, **grid),
             Structure("metric_residue", residue_title, _np(residue), axes, StructureKind.HEAD_GRID_MATRIX,
                       "M minus the learned part: zero mean along each block row."
                       + (" It receives no gradient of its own under the row sum." if row_sum else ""),
-                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED),
-            Structure("block_norms", "Block norms ‖M_ij‖", _np(block_norms(M, H)), ("layer", "position", "head_q", "head_k"),
-                      StructureKind.HEAD_BY_HEAD, "Frobenius norm of each block M_ij: how strongly head i's rows read "
-                      "head j's columns.", part),
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **grid),
+            Structure("block_norms_learned", "Block norms of the learned part ‖m_i / H‖", _np(block_norms(learned, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
+                      "Frobenius norm of each block of the learned part: the same along a block row (every block of "
+                      "row i is m_i / H). " + block_meaning, Identifiability.LEARNED, **norms),
+            Structure("block_norms_residue", "Block norms of the residue", _np(block_norms(residue, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
+                      "Frobenius norm of each block of the residue (M minus the learned part). " + block_meaning,
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **norms),
             Structure("head_metrics", "Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
-                      _np(torch.stack(heads)), ("layer", "position", "head", "d", "d" if row_sum else "D"),
+                      _np(torch.stack(heads_m)), ("layer", "position", "head", "d", "d_key" if row_sum else "D"),
                       StructureKind.PER_HEAD_FORMS,
                       f"What each head scores with under the '{options.metric_mode}' metric mode.",
-                      Identifiability.LEARNED),
+                      Identifiability.LEARNED, labels={"head": [f"m_{i + 1}" for i in range(H)]},
+                      axis_titles={"d": "query coordinate of head i's slice",
+                                   "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
+                      unit="value"),
         ]
+
+    def metric(self, config) -> str:
+        return config.metric_input
+
+    def single_layer(self, config):
+        import dataclasses
+
+        return dataclasses.replace(config, metric_sharing="per_layer")  # alone, a layer owns its generator
+
+    def interventions(self, config) -> list:
+        from ..interventions import metric_interventions  # the interventions module builds on the mechanisms
+
+        return metric_interventions(config)
 
     def inference_bytes(self, config, T: int) -> int:
         if config.metric_sharing != "shared" or config.metric_input == "static":
@@ -262,12 +290,13 @@ class Damcha(Mechanism):
         return [
             Structure("head_metric_norms", "‖m_i(c_t)‖ along the input", _np(torch.stack(norms)), ("layer", "token", "head"),
                       StructureKind.MATRIX, "Frobenius norm of each head's metric at every query position.",
-                      Identifiability.LEARNED, heads),
+                      Identifiability.LEARNED, heads, value_kind=ValueKind.MAGNITUDE, unit="‖m_i‖_F"),
             Structure("metric_shares", "Shares of ‖M(c_t)‖² along the input", _np(torch.stack(shares)),
                       ("layer", "token", "share"), StructureKind.MATRIX,
                       f"At every query position: the residue's share ({unidentifiable}) and the off-diagonal blocks' "
-                      "share of the metric's energy.", Identifiability.PARTLY,
-                      {"share": ["residue", "off-diagonal blocks"]}),
+                      f"share of the metric's energy. The block count alone puts (H−1)/H = {(H - 1) / H:.2f} of the "
+                      "learned part's energy off the diagonal.", Identifiability.PARTLY,
+                      {"share": ["residue", "off-diagonal blocks"]}, value_kind=ValueKind.PROBABILITY, unit="share"),
         ]
 
     def settings(self, config) -> dict:

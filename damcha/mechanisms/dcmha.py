@@ -39,6 +39,7 @@ from .base import (
     ProjectedAttention,
     Structure,
     StructureKind,
+    ValueKind,
     head_scale,
     masked_softmax,
 )
@@ -150,10 +151,6 @@ class DCMHA(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return ComposedAttention(config)
 
-    def parameter_count(self, config) -> int:
-        D, H = config.n_embd, config.n_head
-        K, U = 4 * H, len(USES)
-        return config.n_layer * (ProjectedAttention.parameters_of(D) + D * U * K + U * K * 2 * RANK * H + D * U * H)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         maps = {use: [] for use in USES}
@@ -172,12 +169,14 @@ class DCMHA(Mechanism):
                 f"compose_{use}", title, stacked[use], axes, StructureKind.HEAD_BY_HEAD,
                 f"The H×H map (w1ᵀw2 + diag tanh dd) this {side} token adds to the identity {what}: row h, column g "
                 f"= how much head h feeds head g. Computed from the token, so it changes along the sequence.",
-                Identifiability.LEARNED))
+                Identifiability.LEARNED, axis_titles={"head_in": "head h (feeds)", "head_out": "head g (fed)"},
+                unit="weight"))
         norms = np.stack([np.linalg.norm(stacked[use], axis=(-2, -1)) for use in USES], axis=-1)  # (L, T, 4)
         out.append(Structure("compose_norms", "Composition strength along the sequence", norms,
                              ("layer", "token", "use"), StructureKind.TOKEN_GATES,
                              "Frobenius norm of each token's four maps (pre/post softmax, query/key-wise); 0 = MHA.",
-                             Identifiability.LEARNED, labels={"use": USES}))
+                             Identifiability.LEARNED, labels={"use": USES}, value_kind=ValueKind.MAGNITUDE,
+                             unit="‖·‖_F"))
         return out
 
     def notes(self, config) -> list[str]:
@@ -193,10 +192,6 @@ class DCMHAAuthors(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return AuthorsComposedAttention(config)
 
-    def parameter_count(self, config) -> int:
-        D, H = config.n_embd, config.n_head
-        R = max(4, H // 2)
-        return config.n_layer * (ProjectedAttention.parameters_of(D) + D * R + R + R * H * H + H * H + D * H + H)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         mix = np.stack([layer.internals["mix"][0].cpu().numpy() for layer in layers])  # (L, T, H, H)
@@ -204,10 +199,11 @@ class DCMHAAuthors(Mechanism):
         return [
             Structure("head_mix", "Per-token head mixing Mix(t)", mix, ("layer", "token", "head_out", "head_src"),
                       StructureKind.HEAD_BY_HEAD, "Row h: the softmax over source heads that head h's logits mix, "
-                      "from the query token's router.", Identifiability.LEARNED),
+                      "from the query token's router.", Identifiability.LEARNED, value_kind=ValueKind.PROBABILITY,
+                      axis_titles={"head_out": "head h (mixed)", "head_src": "source head g"}, unit="weight"),
             Structure("mix_gate", "Mixing gate g_h(t)", gate, ("layer", "token", "head"), StructureKind.TOKEN_GATES,
                       "How much of each head's logits is the mixed version (0: plain MHA logits).",
-                      Identifiability.LEARNED, labels={"head": [f"head {h + 1}" for h in range(gate.shape[-1])]}),
+                      Identifiability.LEARNED, value_kind=ValueKind.PROBABILITY, unit="gate"),
         ]
 
     def notes(self, config) -> list[str]:

@@ -50,9 +50,6 @@ class MHA(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return MultiHeadAttention(config)
 
-    def parameter_count(self, config) -> int:
-        D = config.n_embd
-        return config.n_layer * ProjectedAttention.parameters_of(D)  # W_Q, W_K, W_V, W_O
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         forms = np.stack([qk_forms(block.attn).cpu().numpy() for block in model.blocks])  # (L, H, D, D)
@@ -61,7 +58,8 @@ class MHA(Mechanism):
             StructureKind.PER_HEAD_FORMS,
             "Head h scores x_tᵀ B_h x_s (biases omitted): the same for every input, rank d_h, reading all of x. "
             "The closest static analogue of DAMCHA's per-head metric.",
-            Identifiability.LEARNED,
+            Identifiability.LEARNED, labels={"head": [f"B_{h + 1}" for h in range(forms.shape[1])]},
+            axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="value",
         )]
 
     def notes(self, config) -> list[str]:

@@ -29,6 +29,7 @@ from .base import (
     ProjectedAttention,
     Structure,
     StructureKind,
+    ValueKind,
     attend,
     head_scale,
 )
@@ -110,9 +111,6 @@ class MMA(Mechanism):
         if _window(config) < 1:
             raise ValueError(f"mma_window must be a positive number of tokens, got {_window(config)}")
 
-    def parameter_count(self, config) -> int:
-        D = config.n_embd
-        return config.n_layer * ProjectedAttention.parameters_of(D)
 
     def settings(self, config) -> dict:
         types = head_types(config.n_head)
@@ -130,14 +128,17 @@ class MMA(Mechanism):
             Structure("head_masks", "Keys each head may see", masks, ("head", "query", "key"), StructureKind.MASK_PATTERN,
                       "Its type's pattern intersected with the causal and padding masks"
                       + (": in a causal decoder forward heads equal global ones and backward heads see only the query."
-                         if model.config.causal else "."), Identifiability.FIXED,
+                         if model.config.causal else "."), Identifiability.FIXED, value_kind=ValueKind.MASK,
+                      unit="allowed",
                       labels={"head": [f"head {h + 1}: {TYPES[t]}" for h, t in enumerate(types)]}),
             Structure("head_types", "Head types", one_hot, ("head", "type"), StructureKind.MATRIX,
                       "Which type each head is (fixed by its index).", Identifiability.FIXED,
+                      value_kind=ValueKind.MASK, unit="is of type",
                       labels={"head": [f"head {h + 1}" for h in range(H)], "type": list(TYPES)}),
             Structure("attention_by_type", "Attention per head type", by_type, ("layer", "type", "query", "key"),
                       StructureKind.ATTENTION_MAPS, "The attention of the heads of each type, averaged over them.",
-                      Identifiability.LEARNED, labels={"type": [TYPES[t] for t in present]}),
+                      Identifiability.LEARNED, labels={"type": [TYPES[t] for t in present]},
+                      value_kind=ValueKind.PROBABILITY, unit="weight"),
         ]
 
     def notes(self, config) -> list[str]:

@@ -37,6 +37,7 @@ from .base import (
     Mechanism,
     Structure,
     StructureKind,
+    ValueKind,
     head_scale,
     masked_softmax,
 )
@@ -153,11 +154,6 @@ class _MoABase(Mechanism):
         aux = {} if self.authors else _aux(config)
         return MixtureOfAttentionHeads(config, E, k, renormalise=self.authors, shared_kv=not self.authors, aux=aux)
 
-    def parameter_count(self, config) -> int:
-        D, d = config.n_embd, config.head_dim
-        E, _ = _sizes(config, self.authors)
-        kv = d if not self.authors else E * d
-        return config.n_layer * (D * E + (D * E * d + E * d) + 2 * (D * kv + kv) + E * d * D + D)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         gates = np.stack([layer.internals["gates"][0].cpu().numpy() for layer in layers])  # (L, T, E)
@@ -168,14 +164,17 @@ class _MoABase(Mechanism):
         return [
             Structure("gates", "Gates per token", gates, ("layer", "token", "expert"), StructureKind.TOKEN_GATES,
                       f"g_(i,t) of the experts each token chose (top {self._k(model)}; unchosen: exactly 0).",
-                      Identifiability.LEARNED, labels={"expert": names}),
+                      Identifiability.LEARNED, labels={"expert": names}, value_kind=ValueKind.PROBABILITY, unit="gate"),
             Structure("experts_used", "Experts this input used", chosen.mean(axis=1)[:, None, :],
                       ("layer", "input", "expert"), StructureKind.MATRIX,
                       "Share of this input's tokens that chose each expert.", Identifiability.LEARNED,
-                      labels={"input": ["this input"], "expert": names}),
+                      labels={"input": ["this input"], "expert": names}, value_kind=ValueKind.PROBABILITY,
+                      unit="share of tokens"),
             Structure("co_selection", "Expert co-selection", co, ("layer", "expert_i", "expert_j"),
                       StructureKind.HEAD_BY_HEAD, "Share of this input's tokens that chose both experts i and j "
-                      "(the diagonal: each expert's share).", Identifiability.LEARNED),
+                      "(the diagonal: each expert's share).", Identifiability.LEARNED,
+                      labels={"expert_i": names, "expert_j": names}, value_kind=ValueKind.PROBABILITY,
+                      unit="share of tokens"),
         ]
 
     def _k(self, model) -> int:

@@ -28,6 +28,7 @@ from .base import (
     ProjectedAttention,
     Structure,
     StructureKind,
+    ValueKind,
     head_scale,
     masked_softmax,
 )
@@ -94,9 +95,6 @@ class TalkingHeads(Mechanism):
         if config.option("tha_init", "random") not in INITS:
             raise ValueError(f"tha_init must be one of {INITS}, got {config.option('tha_init')!r}")
 
-    def parameter_count(self, config) -> int:
-        D, H = config.n_embd, config.n_head
-        return config.n_layer * (ProjectedAttention.parameters_of(D) + 2 * H * H)
 
     def settings(self, config) -> dict:
         return {"initialisation": config.option("tha_init", "random")}
@@ -106,17 +104,18 @@ class TalkingHeads(Mechanism):
         p_w = np.stack([b.attn.weights_mix.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
         unmixed = np.stack([layer.internals["unmixed"][0].cpu().numpy() for layer in layers])  # (L, H, T, T)
         axes = ("layer", "head_in", "head_out")
+        mix = dict(axis_titles={"head_in": "from head h", "head_out": "to head h′"}, unit="weight")
         return [
             Structure("logits_mix", "Logits mixing P_l", p_l, axes, StructureKind.HEAD_BY_HEAD,
                       "Row h, column h': how much head h's logits feed head h' before the softmax. The same for "
-                      "every input.", Identifiability.LEARNED),
+                      "every input.", Identifiability.LEARNED, **mix),
             Structure("weights_mix", "Weights mixing P_w", p_w, axes, StructureKind.HEAD_BY_HEAD,
                       "Row h', column h'': how much head h''s attention weights feed head h'' after the softmax.",
-                      Identifiability.LEARNED),
+                      Identifiability.LEARNED, **mix),
             Structure("unmixed_attention", "Attention before mixing", unmixed, ("layer", "head", "query", "key"),
                       StructureKind.ATTENTION_MAPS, "softmax(Q_h K_hᵀ / √d) of each head, as MHA would compute it "
                       "with these projections; the Attention tab shows the mixed weights that multiply V.",
-                      Identifiability.LEARNED),
+                      Identifiability.LEARNED, value_kind=ValueKind.PROBABILITY, unit="weight"),
         ]
 
     def notes(self, config) -> list[str]:

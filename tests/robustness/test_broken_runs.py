@@ -108,6 +108,9 @@ def test_every_page_of_a_healthy_run_works_beside_broken_siblings(broken_root, p
 def test_pages_that_iterate_runs_leave_out_and_name_the_broken_one(broken_root):
     at = app_on(broken_root, "digits-damcha", "ablation")
     _clean(at)
+    for toggle in [t for t in at.toggle if t.key == "table_on"]:
+        toggle.set_value(True).run()
+    _clean(at)
     assert any("nan-weights" in w.value and "NaN" in w.value for w in at.warning)
     assert at.dataframe, "the table of the other runs is still there"
 
