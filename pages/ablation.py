@@ -1,5 +1,7 @@
 """Metric ablations (paper table 3): the full, diagonal-only and off-diagonal-only metric at inference."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -46,7 +48,7 @@ if not has_metric_modes(run):
                if offered else "Its mechanism declares no intervention either.")
             + " The table below compares the runs of this data set that have metric modes.")
     if offered:
-        st.page_link("pages/interventions.py", label="Interventions on this run", icon=":material/science:")
+        st.page_link(str(Path(__file__).resolve().parent / "interventions.py"), label="Interventions on this run", icon=":material/science:")
 else:
     st.info(identifiability_note(cfg))
     st.markdown(ROW_SUM_NOTE if cfg.score_form == "row_sum" else BILINEAR_NOTE)

@@ -215,3 +215,49 @@ def test_server_keeps_answering_under_a_bounded_load(server, page):
         poller.join()
     assert all(c >= 2 for c in counts), counts
     assert not any(errors) and not health_failures
+
+
+def _shown_view(pg, with_tab: bool) -> tuple[str, str, str]:
+    """(run, epoch, active inspector tab or '') as the page shows them."""
+    thumb = pg.locator("[data-testid='stSidebar'] [data-testid='stSliderThumbValue']").first
+    if with_tab:
+        pg.get_by_role("tab", selected=True).first.wait_for(timeout=90_000)
+    epoch = ""
+    for _ in range(120):  # the slider's value is drawn a moment after the rest
+        epoch = thumb.inner_text() if thumb.count() else ""
+        if epoch.strip():
+            break
+        pg.wait_for_timeout(250)
+    run = pg.locator("[data-testid='stSidebar'] input[aria-label='Run']").input_value()
+    tab = pg.get_by_role("tab", selected=True).first.inner_text() if with_tab else ""
+    return run.strip(), epoch.strip(), tab.strip()
+
+
+def test_a_copied_link_reopens_the_same_view_for_every_shipped_run(server, page):
+    """Regression: the run was dropped from the address when it was its data set's default, so a
+    copied link opened another run. For every shipped run: open a non-default view (its first
+    epoch; on the inspector, for one run per data set, the Attention tab), take the address the
+    browser shows, open it in a fresh context and find the same run, epoch and tab."""
+    from damcha.checkpoints import list_runs
+
+    browser = page.context.browser
+    runs = list_runs(ROOT / "checkpoints")[0]
+    with_tab = {next(r.name for r in runs if r.dataset == d) for d in {r.dataset for r in runs}}
+    fresh = browser.new_context(viewport={"width": 1400, "height": 1600})
+    other = fresh.new_page()
+    try:
+        for run in runs:
+            tab = run.name in with_tab
+            view = f"inspector?run={run.name}&epoch={run.epochs[0]}&tab=Attention" if tab else \
+                f"?run={run.name}&epoch={run.epochs[0]}"
+            expected = (run.name, str(run.epochs[0]), "Attention" if tab else "")
+            page.goto(f"{server}/{view}")
+            assert _shown_view(page, tab) == expected
+            page.wait_for_timeout(300)  # the app writes the kept values into the address
+            copied = page.url
+            assert f"run={run.name}" in copied and f"epoch={run.epochs[0]}" in copied, copied
+            other.goto(copied)  # another browser context: no session, no cookies, only the address
+            assert _shown_view(other, tab) == expected, (run.name, copied)
+            assert other.locator(".stException").count() == 0
+    finally:
+        fresh.close()

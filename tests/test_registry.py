@@ -1,86 +1,21 @@
 """A mechanism is one module plus a registry entry: a toy mechanism defined here trains, saves,
 loads, inspects and shows its structures in the app through the generic path alone."""
 
-import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
 from damcha.figure_sets import available_figures, build_figure
-from damcha.mechanisms import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Mechanism,
-    Structure,
-    StructureKind,
-    Variant,
-    attend,
-)
+from tests.toy_mechanism import TOY_VARIANT, Tied, TiedOptions
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 
 
-@dataclasses.dataclass(frozen=True)
-class TiedOptions(ForwardOptions):
-    temperature: float = 1.0
-
-
-class TiedAttention(nn.Module):
-    """Queries and keys share one projection, q = k = x W; a learned H x H gate mixes head outputs."""
-
-    def __init__(self, config):
-        super().__init__()
-        D = config.n_embd
-        self.n_head, self.head_dim = config.n_head, config.head_dim
-        self.qk = nn.Linear(D, D, bias=False)
-        self.value = nn.Linear(D, D)
-        self.mix = nn.Parameter(torch.eye(config.n_head))
-        self.proj = nn.Linear(D, D)
-
-    def forward(self, x, real, mask, causal, options, need_weights=False, stochastic=False, shared=None):
-        B, T, D = x.shape
-        H, d = self.n_head, self.head_dim
-        q = self.qk(x).view(B, T, H, d).transpose(1, 2)
-        v = self.value(x).view(B, T, H, d).transpose(1, 2)
-        out, weights = attend(q, q, v, mask, causal, 1.0 / (d ** 0.5 * options.temperature), 0.0, need_weights)
-        out = torch.einsum("gh,bhtd->bgtd", self.mix, out)
-        return AttentionOutput(self.proj(out.transpose(1, 2).reshape(B, T, D)), weights, internals=None)
-
-
-class Tied(Mechanism):
-    name = "tied"
-    title = "Tied query-key attention (a toy)"
-    options_type = TiedOptions
-
-    def build_layer(self, config, layer_index):
-        return TiedAttention(config)
-
-    def parameter_count(self, config):
-        D, H = config.n_embd, config.n_head
-        return config.n_layer * (3 * D * D + 2 * D + H * H)
-
-    def structures(self, model, layers, positions, options):
-        mix = np.stack([b.attn.mix.detach().numpy() for b in model.blocks])  # (L, H, H)
-        forms = []
-        for b in model.blocks:
-            w = b.attn.qk.weight.detach().view(b.attn.n_head, b.attn.head_dim, -1)  # (H, d, D)
-            forms.append(torch.einsum("hdi,hdj->hij", w, w).numpy())
-        return [
-            Structure("mix", "Head mixing", mix, ("layer", "head_out", "head_in"), StructureKind.HEAD_BY_HEAD,
-                      "How each output head mixes the heads' attention outputs.", Identifiability.LEARNED),
-            Structure("forms", "Tied forms W^h W^hᵀ", np.stack(forms), ("layer", "head", "row", "col"),
-                      StructureKind.PER_HEAD_FORMS, "Each head's symmetric bilinear form.", Identifiability.LEARNED),
-        ]
-
-
 @pytest.fixture
 def tied():
-    mechanisms.register(Tied(), Variant("tied", "tied", {}, "a toy registered by a test"))
+    mechanisms.register(Tied(), TOY_VARIANT)
     yield
     mechanisms.unregister("tied")
 

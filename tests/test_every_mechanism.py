@@ -1,0 +1,232 @@
+"""Every view true for every registered mechanism: the suite walks the registry (plus the toy
+mechanism of tests/toy_mechanism.py), so a mechanism added tomorrow is covered without editing a list.
+
+A tiny run per variant and task (causal next-pixel digits, and a digit classifier where the
+mechanism builds one) is trained once for this module; then every page renders under AppTest,
+every drawn structure takes its axis titles and labels from the structure, the dynamics page's
+difference and comparison arrays equal the records at the epochs chosen, exported CSV equals the
+record, and parameter counts equal the parameters built.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
+from damcha.checkpoints import list_runs, load_model
+from damcha.export import data_csv, figure_data, read_data_csv
+from damcha.figure_sets import build_figure, per_head, structure_index, structure_style
+from damcha.mechanisms import StructureKind
+from damcha.samples import validation_input
+from damcha.train import TrainConfig, train
+from tests.toy_mechanism import TOY_VARIANT, Tied
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app" / "streamlit_app.py")
+PAGES = sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16,))
+TASKS = ("digits", "digits-cls")
+
+mechanisms.register(Tied(), TOY_VARIANT)  # for the parametrisation below; removed when the module ends
+VARIANTS = mechanisms.variant_names()
+mechanisms.unregister(TOY_VARIANT.mechanism)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_registered():
+    mechanisms.register(Tied(), TOY_VARIANT)
+    yield
+    mechanisms.unregister(TOY_VARIANT.mechanism)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, toy_registered) -> Path:
+    """One tiny run per (variant, task) that the variant can build, named '<task>-<variant>'."""
+    folder = tmp_path_factory.mktemp("every-mechanism")
+    for task in TASKS:
+        for variant in VARIANTS:
+            tcfg = TrainConfig(dataset=task, epochs=1, train_limit=64, batch_size=32, completion_images=4,
+                               completion_samples=1, device="cpu")
+            try:
+                train(variant_config(BASE, variant), tcfg, folder / f"{task}-{variant}", progress=False)
+            except ValueError as e:  # a mechanism that refuses this task says so by name
+                assert variant in str(e) or "invalid model config" in str(e), e
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(root) -> dict:
+    found, bad = list_runs(root)
+    assert not bad, bad
+    return {r.name: r for r in found}
+
+
+def _case(runs, task, variant):
+    name = f"{task}-{variant}"
+    if name not in runs:
+        pytest.skip(f"{variant} builds no {task} model")
+    return runs[name]
+
+
+def page_app(root: Path, run: str, page: str, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["checkpoint_root"] = str(root)
+    at.query_params["run"] = run
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    at.switch_page(f"../pages/{page}.py")
+    return at.run()
+
+
+def specs(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def titled(figs: list[dict], start: str) -> dict:
+    hits = [f for f in figs if f["layout"].get("title", {}).get("text", "").startswith(start)]
+    assert hits, f"no figure titled {start!r}: {[f['layout'].get('title', {}).get('text') for f in figs]}"
+    return hits[0]
+
+
+def z_of(fig: dict, trace: int = 0) -> np.ndarray:
+    """A trace's z as numbers (plotly's JSON may hold it base64-encoded)."""
+    import base64
+
+    z = fig["data"][trace]["z"]
+    if isinstance(z, dict):  # {"dtype", "bdata", "shape"}
+        shape = tuple(int(n) for n in str(z["shape"]).split(","))
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape).astype(float)
+    return np.asarray(z, dtype=float)
+
+
+def record_of(run, epoch=None):
+    inp = validation_input(run, 0)
+    return inp, inspect_input(load_model(run, epoch), inp.tokens, inp.targets)
+
+
+def test_the_registry_walk_covers_the_toy_and_every_variant(runs):
+    assert TOY_VARIANT.name in VARIANTS and {"damcha", "mha"} <= set(VARIANTS)
+    assert {f"digits-{v}" for v in VARIANTS} <= set(runs)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_parameter_counts_equal_the_parameters_built(variant, task):
+    cfg = variant_config(BASE if task == "digits" else BASE.__class__(**{**BASE.to_dict(), "causal": False,
+                                                                         "n_classes": 10}), variant)
+    model = build_model(cfg)
+    assert cfg.parameter_estimate() == sum(p.numel() for p in model.parameters())
+    attention = sum(p.numel() for b in model.blocks for p in b.attn.parameters())
+    shared = getattr(model, "metric_source", None)
+    attention += sum(p.numel() for p in shared.parameters()) if shared is not None else 0
+    assert cfg.mechanism.parameter_count(cfg) == attention
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_page_renders_for_every_variant(runs, root, variant, task):
+    run = _case(runs, task, variant)
+    for page in PAGES:
+        at = page_app(root, run.name, page)
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert at.selectbox(key="run").value == run.name
+
+
+def _axis_titles(fig: dict) -> tuple[str, str]:
+    layout = fig["layout"]
+    return layout.get("yaxis", {}).get("title", {}).get("text"), layout.get("xaxis", {}).get("title", {}).get("text")
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_inspector_draws_each_structure_with_its_own_labels(runs, root, variant, task):
+    run = _case(runs, task, variant)
+    _, record = record_of(run)
+    at = page_app(root, run.name, "inspector")
+    assert not at.exception
+    figs = specs(at)
+    for s in record.structures:
+        fig = titled(figs, s.title)
+        style = structure_style(s, record)
+        panels = [a["text"] for a in fig["layout"].get("annotations", [])]
+        if s.kind in (StructureKind.HEAD_GRID_MATRIX, StructureKind.HEAD_BY_HEAD, StructureKind.MATRIX,
+                      StructureKind.TOKEN_GATES):
+            assert _axis_titles(fig) == (style.row_title, style.col_title), s.name
+        elif s.kind is StructureKind.PER_HEAD_FORMS:
+            assert fig["layout"]["yaxis"]["title"]["text"] == style.row_title, s.name
+        if per_head(s):
+            expected = s.axis_labels(s.drawn[0], s.values.shape[-3], record.token_labels)
+            assert panels[:len(expected)] == expected, (s.name, panels)
+        if s.kind is StructureKind.HEAD_BY_HEAD:
+            trace = fig["data"][0]
+            assert trace["x"] == list(style.col_labels) and trace["y"] == list(style.row_labels), s.name
+            assert all(not t.startswith("head 0") for t in trace["x"]), "heads are counted from 1"
+        if s.kind in (StructureKind.MATRIX, StructureKind.TOKEN_GATES):
+            ticks = fig["layout"]["xaxis"]["ticktext"]
+            assert set(ticks) <= set(style.col_labels), s.name
+        scale = fig["data"][0]
+        if s.value_kind.non_negative:
+            assert scale["zmin"] == 0 and "zmid" not in scale, (s.name, "magnitudes are drawn from 0")
+        else:
+            assert scale["zmin"] == -scale["zmax"], (s.name, "signed values on a scale centred at 0")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_dynamics_difference_and_comparison_equal_the_records(runs, root, variant):
+    run = _case(runs, "digits", variant)
+    first_epoch, last_epoch = run.epochs[0], run.epochs[-1]
+    inp, first = record_of(run, first_epoch)
+    _, last = record_of(run, last_epoch)
+    at = page_app(root, run.name, "dynamics")
+    assert not at.exception, [e.value for e in at.exception]
+    if not first.structures:
+        return
+    name = at.selectbox(key="structure").value
+    s0, s1 = first.structure(name), last.structure(name)
+    T = len(inp.tokens)
+    pos = T - 1 if s0.size("position") > 1 or "token" in s0.index_axes else 0
+    index = structure_index(first, 0, pos)
+    head = 0 if per_head(s0) else None
+    a, b = s0.at(**index), s1.at(**index)
+    if head is not None:
+        a, b = a[head], b[head]
+    expected = (a != b).astype(float) if a.dtype == bool else b - a
+    figs = specs(at)
+    diff = next(f for f in figs if "− epoch" in f["layout"].get("title", {}).get("text", ""))
+    np.testing.assert_allclose(z_of(diff), expected, atol=1e-6)
+    this = next(f for f in figs if f"{run.name} epoch {last_epoch}" in f["layout"].get("title", {}).get("text", ""))
+    drawn = s1.at(**index)
+    np.testing.assert_allclose(z_of(this), (drawn[0] if per_head(s1) else drawn).astype(float), atol=1e-6)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_exported_data_of_each_structure_equals_the_record(runs, variant, task):
+    run = _case(runs, task, variant)
+    _, record = record_of(run)
+    index = structure_index(record, 0, -1)
+    for s in record.structures:
+        fig = build_figure(s.name, record, {"position": -1})
+        arrays = read_data_csv(data_csv(figure_data(fig)))
+        values = s.at(**index).astype(float)
+        drawn = [values[h] for h in range(values.shape[0])] if values.ndim == 3 else [values]
+        assert len(arrays) == len(drawn), s.name
+        for got, want in zip(arrays.values(), drawn):
+            np.testing.assert_array_equal(got, np.atleast_2d(want), err_msg=s.name)
+
+
+def test_a_mask_difference_is_changed_or_unchanged_not_a_subtraction():
+    """Regression: /dynamics?run=digits-mma raised numpy's boolean-subtract TypeError."""
+    from damcha.dynamics import EpochSweep
+
+    cfg = variant_config(BASE.__class__(**{**BASE.to_dict(), "vocab_size": 11, "block_size": 16}), "mma")
+    model = build_model(cfg).eval()
+    record = inspect_input(model, [1, 2, 3, 4], [2, 3, 4, 5])
+    sweep = EpochSweep((0, 1), (record, record))
+    diff = sweep.difference("head_masks", {"layer": 0, "position": 0}, 0, 0, 1)
+    assert diff.dtype == float and not diff.any()
+    assert torch.is_tensor(torch.as_tensor(diff))
