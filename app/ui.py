@@ -597,22 +597,13 @@ def input_picker(run: Run) -> ModelInput | None:
 
 
 def option_controls(run: Run, container=None) -> ForwardOptions:
-    """A control for each per-call choice the run's mechanism offers (DAMCHA: the metric mode), in the URL."""
+    """A control for each per-call choice the run's mechanism declares (DAMCHA: the metric mode),
+    with its help, in the URL under its declared key."""
     mechanism = run.model_config.mechanism
     where = container or st
-    choices = {}
-    for name, values in mechanism.option_choices.items():
-        choices[name] = where.radio(name.replace("_", " ").capitalize(), list(values), **bound(_url_key(name)),
-                                    help=OPTION_HELP.get(name))
-    return mechanism.options_from(choices)
-
-
-OPTION_HELP = {"metric_mode": "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, "
-                              "off-diagonal-only Σ_{j≠i} M_ij."}
-
-
-def _url_key(option: str) -> str:
-    return {"metric_mode": "mode"}.get(option, option)
+    chosen = {c.name: where.radio(c.label, list(c.values), **bound(c.url_key), help=c.help)
+              for c in mechanism.option_choices}
+    return mechanism.options_from(chosen)
 
 
 # ----------------------------------------------------------------------------- figures with export

@@ -11,7 +11,7 @@ from pathlib import Path
 from .checkpoints import CheckpointError
 from .config import ModelConfig, variant_config
 from .data import DATASETS, DataError
-from .mechanisms import variants
+from .mechanisms import get_mechanism, mechanism_names, variants
 from .preprocess import InputError
 
 
@@ -40,8 +40,9 @@ def _train_parser(sub) -> None:
     p.add_argument("--variant", choices=[v.name for v in variants()], default="damcha",
                    help="attention variant: " + "; ".join(f"{v.name}: {v.description}" for v in variants()))
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", type=_option,
-                   help="a setting of the variant's mechanism, e.g. tha_init=identity, colmha_init=uniform, "
-                        "colmha_dk=16 (repeatable)")
+                   help="a setting of the variant's mechanism (repeatable): "
+                        + "; ".join(f"{m.name}: " + ", ".join(s.describe() for s in m.declared_settings if not s.flat)
+                                    for m in map(get_mechanism, mechanism_names()) if m.config_options))
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=32)

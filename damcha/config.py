@@ -54,7 +54,11 @@ class ModelConfig:
     attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "generator_widths", tuple(int(w) for w in self.generator_widths))
+        try:
+            object.__setattr__(self, "generator_widths", tuple(int(w) for w in self.generator_widths))
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid model config: generator_widths must be a list of integers, got "
+                             f"{self.generator_widths!r}") from None
         options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
         object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
         self.validate()
@@ -70,6 +74,14 @@ class ModelConfig:
     def option(self, name: str, default: Any = None) -> Any:
         """One of `attention_options` (a mechanism's own setting), or `default`."""
         return dict(self.attention_options).get(name, default)
+
+    def setting(self, name: str) -> Any:
+        """A setting the mechanism declares (damcha.mechanisms.Setting): the config's value, else the
+        declared default."""
+        declared = self.mechanism.declared(name)
+        if declared.flat:
+            return getattr(self, name)
+        return dict(self.attention_options).get(name, declared.default)
 
     @property
     def variant(self) -> str:
@@ -93,7 +105,6 @@ class ModelConfig:
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive integer, got {v!r}")
         need(self.n_embd % self.n_head == 0, f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        need(0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
         need(self.attention in mechanisms.mechanism_names(),
              f"attention must be one of {mechanisms.mechanism_names()}, got {self.attention!r}")
         unknown = sorted(set(dict(self.attention_options)) - set(self.mechanism.config_options))
@@ -102,6 +113,8 @@ class ModelConfig:
             self.mechanism.validate(self)
         except ValueError as e:
             need(False, str(e))
+        need(isinstance(self.dropout, int | float) and isinstance(self.generator_dropout, int | float)
+             and 0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
         need(self.norm_placement in ("pre", "post"), f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
         need(self.position_encoding in ("learned", "sinusoidal"),
              f"position_encoding must be 'learned' or 'sinusoidal', got {self.position_encoding!r}")

@@ -37,7 +37,7 @@ BILINEAR_NOTE = ("**Bilinear runs:** every block M_ij is trained for its own rol
 
 
 def has_metric_modes(r) -> bool:
-    return "metric_mode" in r.model_config.mechanism.option_choices
+    return r.model_config.mechanism.choice("metric_mode") is not None
 
 
 if not has_metric_modes(run):

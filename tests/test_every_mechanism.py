@@ -230,3 +230,25 @@ def test_a_mask_difference_is_changed_or_unchanged_not_a_subtraction():
     diff = sweep.difference("head_masks", {"layer": 0, "position": 0}, 0, 0, 1)
     assert diff.dtype == float and not diff.any()
     assert torch.is_tensor(torch.as_tensor(diff))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_declared_setting_is_validated_from_its_declaration(variant):
+    import dataclasses
+
+    cfg = variant_config(BASE, variant)
+    mechanism = cfg.mechanism
+    for s in mechanism.declared_settings:
+        assert s.help and s.describe().startswith(s.name)
+        assert mechanism.settings(cfg) is not None
+        bad = "not one of the choices" if s.choices else ("x" if s.kind is not str else None)
+        if bad is None:
+            continue
+        with pytest.raises(ValueError, match=s.name):
+            if s.flat:
+                dataclasses.replace(cfg, **{s.name: bad})
+            else:
+                dataclasses.replace(cfg, attention_options={**dict(cfg.attention_options), s.name: bad})
+    for c in mechanism.option_choices:  # per-call choices: the model as trained first, a URL key, help
+        assert c.values and c.help and c.url_key
+        mechanism.options_from({c.name: c.values[0]})

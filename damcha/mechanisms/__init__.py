@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from .base import (
     AttentionOutput,
+    Choice,
     ForwardOptions,
     Identifiability,
     Intervention,
     Mechanism,
     Param,
+    Setting,
     Structure,
     StructureKind,
     ValueKind,
@@ -104,7 +106,7 @@ register(MoA(), Variant("moa", "moa", {}, "mixture of attention heads: top-k of 
 register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense, renormalised gates"))
 
 __all__ = [
-    "AttentionOutput", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param",
+    "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param", "Setting",
     "Structure",
     "StructureKind", "ValueKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
     "register", "unregister", "variant_names", "variants",

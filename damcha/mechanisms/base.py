@@ -40,9 +40,22 @@ class ForwardOptions:
 
 @dataclass
 class AttentionOutput:
-    """y: (B, T, D). weights: (B, H, T, T) attention probabilities, when asked for.
-    internals: the mechanism's own record of what it computed (e.g. DAMCHA's HeadMetric), or None.
-    aux_loss: a scalar the mechanism adds to the training loss (e.g. MoA's load balancing), or None."""
+    """What a layer returns.
+
+    y: (B, T, D), the layer's output. weights: (B, H, T, T) the attention that multiplies the values,
+    required when the call has need_weights=True (None otherwise). internals: the mechanism's own
+    record of what it computed (DAMCHA's HeadMetric, MoA's gates, ...), required when need_weights
+    is True (inspection reads it in `Mechanism.structures`), optional otherwise; it must describe the
+    call's options (an intervened metric, not the trained one). aux_loss: a scalar the mechanism
+    adds to the training loss (MoA's load balancing), or None.
+
+    The layer call: layer(x, real, mask, causal, options, need_weights=False, stochastic=False,
+    shared=None), where x (B, T, D) is the block's normed input; real (B, T) bool marks real tokens
+    (None: no padding); mask (B, 1, T, T) bool the allowed (query, key) pairs (None: plain causal or
+    none, as `causal` says; see attention_mask); options the mechanism's ForwardOptions (never
+    stored on the module: one cached model serves every caller); stochastic whether dropout and
+    other sampling apply (training), independent of module.train(); shared what `run_shared`
+    computed once for the stack (DAMCHA's shared metric), or None."""
 
     y: torch.Tensor
     weights: torch.Tensor | None = None
@@ -183,6 +196,69 @@ class Structure:
         return f"Structure({self.name!r}: {shape} {self.axes}, {self.kind}, {self.identifiability})"
 
 
+# ----------------------------------------------------------------------------- declared settings
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting of a mechanism, declared once: config validation, the train CLI's `--option` help
+    and the model card all read this declaration.
+
+    kind: int, float, str or tuple (of ints). default: the value when a config does not set it
+    (None: computed from the rest of the config, as `help` says). flat: a field of ModelConfig
+    itself (DAMCHA's, which every shipped run has as a field) instead of an `attention_options` entry."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    flat: bool = False
+
+    def check(self, value: Any) -> None:
+        """Raise ValueError naming the setting when `value` is not one it accepts."""
+        if value is None and self.default is None:
+            return
+        if self.kind is tuple:
+            ok = isinstance(value, tuple | list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            items = list(value) if ok else []
+        else:
+            numeric = self.kind is float and isinstance(value, int)
+            ok = (isinstance(value, self.kind) or numeric) and not isinstance(value, bool)
+            items = [value]
+        if not ok:
+            raise ValueError(f"{self.name} must be {self._kind_name()}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
+        if self.minimum is not None and any(v < self.minimum for v in items):
+            raise ValueError(f"{self.name} must be at least {self.minimum:g}, got {value!r}")
+
+    def _kind_name(self) -> str:
+        return {int: "an integer", float: "a number", str: "a string", tuple: "a list of integers"}[self.kind]
+
+    def describe(self) -> str:
+        """One line for help texts: name, choices or kind, default, meaning."""
+        what = "|".join(map(str, self.choices)) if self.choices else self.kind.__name__
+        default = "" if self.default is None else f", default {self.default}"
+        return f"{self.name} ({what}{default}): {self.help}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A per-call choice of a mechanism (a field of its ForwardOptions) that pages offer as a
+    control: its values (the default, the model as trained, first), what it means, and the key it
+    keeps in the page's URL."""
+
+    name: str
+    values: tuple[str, ...]
+    help: str
+    url_key: str
+
+    @property
+    def label(self) -> str:
+        return self.name.replace("_", " ").capitalize()
+
+
 # ----------------------------------------------------------------------------- the protocol
 
 class Mechanism:
@@ -197,10 +273,24 @@ class Mechanism:
     title: ClassVar[str]
     reference: ClassVar[str] = ""
     options_type: ClassVar[type[ForwardOptions]] = ForwardOptions
-    # Names of this mechanism's settings in ModelConfig.attention_options (e.g. "tha_init").
-    config_options: ClassVar[tuple[str, ...]] = ()
-    # Per-call choices a page may offer as controls: option field -> (default first, then the others).
-    option_choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # This mechanism's settings, declared once (see Setting).
+    declared_settings: ClassVar[tuple[Setting, ...]] = ()
+    # Per-call choices a page offers as controls (see Choice).
+    option_choices: ClassVar[tuple[Choice, ...]] = ()
+
+    @property
+    def config_options(self) -> tuple[str, ...]:
+        """Names of the settings a config holds in `attention_options`."""
+        return tuple(s.name for s in self.declared_settings if not s.flat)
+
+    def declared(self, name: str) -> Setting:
+        found = next((s for s in self.declared_settings if s.name == name), None)
+        if found is None:
+            raise ValueError(f"{self.title} has no setting {name!r}")
+        return found
+
+    def choice(self, name: str) -> Choice | None:
+        return next((c for c in self.option_choices if c.name == name), None)
 
     def build_layer(self, config: ModelConfig, layer_index: int) -> nn.Module:
         raise NotImplementedError
@@ -214,7 +304,10 @@ class Mechanism:
         return module(x, real, options, stochastic)
 
     def validate(self, config: ModelConfig) -> None:
-        """Raise ValueError for configs this mechanism cannot build."""
+        """Raise ValueError for configs this mechanism cannot build: every declared setting is
+        checked here; a mechanism with rules across settings adds them (calling this first)."""
+        for s in self.declared_settings:
+            s.check(config.setting(s.name))
 
     def options(self, options: ForwardOptions | None) -> ForwardOptions:
         """The options of one call, checked against this mechanism's type (None: defaults)."""
@@ -280,7 +373,7 @@ class Mechanism:
 
     def settings(self, config: ModelConfig) -> dict[str, Any]:
         """This mechanism's settings in a config, for model cards (name -> value)."""
-        return dict(config.attention_options)
+        return {s.name: config.setting(s.name) for s in self.declared_settings}
 
     def notes(self, config: ModelConfig) -> list[str]:
         """Sentences a page shows beside this mechanism's structures (what is learned, caveats)."""

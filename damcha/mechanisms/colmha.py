@@ -33,6 +33,7 @@ from .base import (
     Intervention,
     Mechanism,
     ProjectedAttention,
+    Setting,
     Structure,
     StructureKind,
     attend,
@@ -108,14 +109,17 @@ class AuthorsCollaborativeAttention(ProjectedAttention):
 
 
 def _dk(config) -> int:
-    return int(config.option("colmha_dk", 0)) or config.n_embd
+    return int(config.setting("colmha_dk") or config.n_embd)
 
 
 class ColMHA(Mechanism):
     name = "colmha"
     title = "Collaborative multi-head attention (ColMHA)"
     reference = "Cordonnier, Loukas, Jaggi 2020, arXiv 2006.16362"
-    config_options = ("colmha_init", "colmha_dk")
+    declared_settings = (
+        Setting("colmha_init", str, "concatenate", "how the mixing vectors start (the original's choices)", MIXING_INITS),
+        Setting("colmha_dk", int, None, "the shared query/key dimension D~_k (default: n_embd)", minimum=1),
+    )
     options_type = CollaborativeOptions
 
     def interventions(self, config) -> list[Intervention]:
@@ -124,17 +128,16 @@ class ColMHA(Mechanism):
                              make=lambda model, tokens: CollaborativeOptions(concatenate_mixing=True))]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
-        return CollaborativeAttention(config, _dk(config), config.option("colmha_init", "concatenate"))
+        return CollaborativeAttention(config, _dk(config), config.setting("colmha_init"))
 
     def validate(self, config) -> None:
-        if config.option("colmha_init", "concatenate") not in MIXING_INITS:
-            raise ValueError(f"colmha_init must be one of {MIXING_INITS}, got {config.option('colmha_init')!r}")
+        super().validate(config)
         if _dk(config) % config.n_head:
             raise ValueError(f"colmha_dk ({_dk(config)}) must be divisible by n_head ({config.n_head})")
 
 
     def settings(self, config) -> dict:
-        return {"shared key dimension D~_k": _dk(config), "mixing initialisation": config.option("colmha_init", "concatenate")}
+        return {"shared key dimension D~_k": _dk(config), "mixing initialisation": config.setting("colmha_init")}
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         forms, mixing, overlap = [], [], []

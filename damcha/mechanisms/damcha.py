@@ -17,9 +17,11 @@ from torch import nn
 from ..metric import HeadMetric, MetricMode, MetricSource, block_norms, learned_and_residue, per_position_queries
 from .base import (
     AttentionOutput,
+    Choice,
     ForwardOptions,
     Identifiability,
     Mechanism,
+    Setting,
     Structure,
     StructureKind,
     ValueKind,
@@ -152,7 +154,20 @@ class Damcha(Mechanism):
     title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
     reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
     options_type = DamchaOptions
-    option_choices = {"metric_mode": tuple(m.value for m in MetricMode)}
+    option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
+                             "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
+                             "Σ_{j≠i} M_ij.", "mode"),)
+    # Fields of ModelConfig itself (every shipped run has them there), declared here like any setting.
+    declared_settings = (
+        Setting("metric_sharing", str, "shared", "one generator f for the whole stack (the paper) or one per layer",
+                METRIC_SHARINGS, flat=True),
+        Setting("metric_input", str, "adaptive", "M = f(x) from each input, or one learned M ('w/o f(x)')",
+                METRIC_INPUTS, flat=True),
+        Setting("score_form", str, "row_sum", "the paper's row sum (Eq. 4) or the full cross-head bilinear form "
+                "(an extension beyond the paper)", SCORE_FORMS, flat=True),
+        Setting("generator_widths", tuple, (64, 128), "hidden widths of f (the paper: 256,512)", minimum=1, flat=True),
+        Setting("generator_dropout", float, 0.0, "dropout inside f", minimum=0, flat=True),
+    )
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return MetricAttention(config, own_metric=config.metric_sharing == "per_layer", index=layer_index)
@@ -162,15 +177,6 @@ class Damcha(Mechanism):
 
     def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
         return run_source(module, 0, x, real, options, stochastic)
-
-    def validate(self, config) -> None:
-        for name, allowed in (("metric_sharing", METRIC_SHARINGS), ("metric_input", METRIC_INPUTS),
-                              ("score_form", SCORE_FORMS)):
-            if getattr(config, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")
-        if not all(w > 0 for w in config.generator_widths):
-            raise ValueError("generator_widths must be positive")
-
 
     def structures(self, model, layers: Sequence, positions: np.ndarray,
                    options: DamchaOptions) -> list[Structure]:

@@ -27,6 +27,7 @@ from .base import (
     Intervention,
     Mechanism,
     ProjectedAttention,
+    Setting,
     Structure,
     StructureKind,
     ValueKind,
@@ -87,14 +88,14 @@ class MixedAttention(ProjectedAttention):
 
 
 def _window(config) -> int:
-    return int(config.option("mma_window", 5))
+    return int(config.setting("mma_window"))
 
 
 class MMA(Mechanism):
     name = "mma"
     title = "Mixed multi-head self-attention (MMA)"
     reference = "Cui et al., WNGT 2019, ACL Anthology D19-5622"
-    config_options = ("mma_window",)
+    declared_settings = (Setting("mma_window", int, 5, "keys on each side a local head sees", minimum=1),)
     options_type = MixedOptions
 
     def interventions(self, config) -> list[Intervention]:
@@ -107,9 +108,6 @@ class MMA(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return MixedAttention(config, _window(config))
 
-    def validate(self, config) -> None:
-        if _window(config) < 1:
-            raise ValueError(f"mma_window must be a positive number of tokens, got {_window(config)}")
 
 
     def settings(self, config) -> dict:

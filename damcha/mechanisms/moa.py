@@ -35,6 +35,7 @@ from .base import (
     Identifiability,
     Intervention,
     Mechanism,
+    Setting,
     Structure,
     StructureKind,
     ValueKind,
@@ -127,12 +128,27 @@ def _sizes(config, authors: bool) -> tuple[int, int]:
     H = config.n_head
     if authors:
         return 2 * H, H
-    return int(config.option("moa_experts", 2 * H)), int(config.option("moa_top_k", H))
+    return int(_setting(config, "moa_experts") or 2 * H), int(_setting(config, "moa_top_k") or H)
+
+
+MOA_SETTINGS = (
+    Setting("moa_experts", int, None, "expert heads E (default: 2 × n_head)", minimum=1),
+    Setting("moa_top_k", int, None, "experts each token chooses k (default: n_head)", minimum=1),
+    Setting("moa_balance", str, "cv", "load-balancing loss: cv (coefficient of variation) or switch", BALANCES),
+    Setting("moa_balance_weight", float, 0.01, "weight of the load-balancing loss", minimum=0),
+    Setting("moa_z_weight", float, 0.001, "weight of the router z-loss", minimum=0),
+)
+
+
+def _setting(config, name: str):
+    """A MoA setting of a config (the authors' version has none of its own: MoA's defaults)."""
+    declared = next(s for s in MOA_SETTINGS if s.name == name)
+    return config.option(name, declared.default)
 
 
 def _aux(config) -> dict:
-    return {"balance": config.option("moa_balance", "cv"), "balance_weight": float(config.option("moa_balance_weight", 0.01)),
-            "z_weight": float(config.option("moa_z_weight", 0.001))}
+    return {"balance": _setting(config, "moa_balance"), "balance_weight": float(_setting(config, "moa_balance_weight")),
+            "z_weight": float(_setting(config, "moa_z_weight"))}
 
 
 class _MoABase(Mechanism):
@@ -185,14 +201,13 @@ class MoA(_MoABase):
     name = "moa"
     title = "Mixture of attention heads (MoA)"
     reference = "Zhang et al., EMNLP 2022, arXiv 2210.05144"
-    config_options = ("moa_experts", "moa_top_k", "moa_balance", "moa_balance_weight", "moa_z_weight")
+    declared_settings = MOA_SETTINGS
 
     def validate(self, config) -> None:
+        super().validate(config)
         E, k = _sizes(config, False)
         if not 1 <= k <= E:
             raise ValueError(f"moa_top_k ({k}) must lie in [1, moa_experts ({E})]")
-        if config.option("moa_balance", "cv") not in BALANCES:
-            raise ValueError(f"moa_balance must be one of {BALANCES}")
 
     def settings(self, config) -> dict:
         E, k = _sizes(config, False)

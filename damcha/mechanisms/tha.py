@@ -26,6 +26,7 @@ from .base import (
     Intervention,
     Mechanism,
     ProjectedAttention,
+    Setting,
     Structure,
     StructureKind,
     ValueKind,
@@ -74,7 +75,8 @@ class TalkingHeads(Mechanism):
     name = "tha"
     title = "Talking-heads attention (THA)"
     reference = "Shazeer et al. 2020, arXiv 2003.02436"
-    config_options = ("tha_init",)
+    declared_settings = (Setting("tha_init", str, "random", "how P_l and P_w start: drawn at random (the original) "
+                                 "or the identity (the DAMCHA authors' code)", INITS),)
     options_type = TalkingHeadsOptions
 
     def interventions(self, config) -> list[Intervention]:
@@ -89,15 +91,11 @@ class TalkingHeads(Mechanism):
         ]
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
-        return TalkingHeadsAttention(config, config.option("tha_init", "random"))
-
-    def validate(self, config) -> None:
-        if config.option("tha_init", "random") not in INITS:
-            raise ValueError(f"tha_init must be one of {INITS}, got {config.option('tha_init')!r}")
+        return TalkingHeadsAttention(config, config.setting("tha_init"))
 
 
     def settings(self, config) -> dict:
-        return {"initialisation": config.option("tha_init", "random")}
+        return {"initialisation": config.setting("tha_init")}
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         p_l = np.stack([b.attn.logits_mix.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
