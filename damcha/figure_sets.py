@@ -153,19 +153,17 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
         return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit}){at}", unit)
     if name == "prediction":
         return _prediction_figure(record, params, at)
-    if name == "input":
-        if record.modality.name == "image_patches":
-            t = index["token"]
-            cell = _grid_cell(record, t)
-            label = f"query position {t} reads {record.token_labels[t]}" if cell else f"query position {t} reads the start"
-            return figures.rgb_image_figure(record_image(record), "What the model sees (32x32, 8x8 patches)",
-                                            highlight=cell, highlight_label=label)
-        if record.modality.name != "digit_image":
+    if name == "input":  # params: highlight (default True): mark the cell the query position reads
+        if record.modality.name not in ("image_patches", "digit_image"):
             raise ValueError(f"the input figure is drawn for images; this input is {record.modality.title}")
         t = index["token"]
-        cell = _grid_cell(record, t) if record.causal else None
+        marked = record.causal and bool(params.get("highlight", True))
+        cell = _grid_cell(record, t) if marked else None
         label = (f"query position {t} reads {record.token_labels[t]}" if cell else
-                 f"query position {t} reads the start") if record.causal else ""
+                 f"query position {t} reads the start") if marked else ""
+        if record.modality.name == "image_patches":
+            return figures.rgb_image_figure(record_image(record), "What the model sees (32x32, 8x8 patches)",
+                                            highlight=cell, highlight_label=label)
         return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)", cell, label)
     if name == "attention_grid":
         if not record.modality.grid:

@@ -78,6 +78,12 @@ def _labelled_ticks(labels: Sequence[str], n: int, most: int) -> dict:
     return dict(tickvals=idx, ticktext=[labels[i] for i in idx])
 
 
+def squarish(shape: tuple[int, ...]) -> bool:
+    """Whether a matrix is drawn with square cells (a long one, 65 tokens x 8 experts, is not: it would be a strip)."""
+    rows, cols = shape[-2:]
+    return max(rows, cols) <= 2 * min(rows, cols)
+
+
 def _style_axes(fig: go.Figure, style: MatrixStyle, shape: tuple[int, int], most: int = 32, **where) -> None:
     """Axis titles and ticks of one heatmap panel from its style (head ticks for a head grid)."""
     rows, cols = shape
@@ -133,7 +139,8 @@ def matrix_figure(M: np.ndarray, style: MatrixStyle, title: str = "", kind: str 
     if style.grid:
         fig.update_layout(shapes=_grid_shapes(style.grid, M.shape[0] // style.grid))
     _style_axes(fig, style, M.shape)
-    fig.update_yaxes(scaleanchor="x")
+    if squarish(M.shape):
+        fig.update_yaxes(scaleanchor="x")
     return fig
 
 
@@ -400,18 +407,19 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], style: Matri
     steps = [dict(method="animate", label=str(e), args=[[str(e)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
              for e in epochs]
     fig.update_layout(
-        title=f"{title}: epoch {epochs[0]}", margin=dict(l=60, r=20, t=60, b=90),
-        updatemenus=[dict(type="buttons", x=0, y=-0.08, xanchor="left", yanchor="top", showactive=False, buttons=[
+        title=f"{title}: epoch {epochs[0]}", margin=dict(l=60, r=20, t=60, b=140),
+        updatemenus=[dict(type="buttons", x=0, y=-0.16, xanchor="left", yanchor="top", showactive=False, buttons=[
             dict(label="▶ play", method="animate", args=[None, dict(frame=dict(duration=700, redraw=True), fromcurrent=True)]),
             dict(label="❚❚", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))]),
         ])],
-        sliders=[dict(active=0, steps=steps, x=0.15, len=0.85, y=-0.05, currentvalue=dict(prefix="epoch "))],
+        sliders=[dict(active=0, steps=steps, x=0.15, len=0.85, y=-0.13, currentvalue=dict(prefix="epoch "))],
     )
     if kind != "surface":
         if style.grid:
             fig.update_layout(shapes=_grid_shapes(style.grid, mats.shape[-1] // style.grid))
         _style_axes(fig, style, mats.shape[-2:])
-        fig.update_yaxes(scaleanchor="x")
+        if squarish(mats.shape):
+            fig.update_yaxes(scaleanchor="x")
     else:
         fig.update_layout(scene=dict(zaxis=dict(range=[scale["zmin"], scale["zmax"]]), xaxis_title=style.col_title,
                                      yaxis_title=style.row_title, zaxis_title=style.unit))
@@ -439,7 +447,7 @@ def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], st
             if style.grid:
                 shapes += _grid_shapes(style.grid, M.shape[-1] // style.grid, xref=f"x{ax}", yref=f"y{ax}")
             _style_axes(fig, style, M.shape, most=16, row=r, col=c)
-            fig.update_yaxes(scaleanchor=f"x{ax}", showticklabels=c == 1, row=r, col=c)
+            fig.update_yaxes(showticklabels=c == 1, row=r, col=c, **({"scaleanchor": f"x{ax}"} if squarish(M.shape) else {}))
             if c != 1:
                 fig.update_yaxes(title=None, row=r, col=c)
             if r != rows:

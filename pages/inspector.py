@@ -82,7 +82,7 @@ for note in record.notes:
     st.info(note)
 if "input" in figures_here:
     with input_slot:
-        named_input = {"position": pos}
+        named_input = {"position": pos, "highlight": bool(viewed_only or uses_positions(record))}
         show(build_figure("input", record, named_input), "input",
              provenance("input", run, epoch, inp, named_input, regenerable=True), width="content")
 
