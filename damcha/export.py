@@ -205,6 +205,26 @@ def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+COUNTED_FROM_ONE = ("layer", "attn_layer", "head")  # figure parameters people count from 1, as the app shows them
+
+
+def numbered_from_one(params: dict) -> dict:
+    """Figure parameters as a provenance file writes them: layers and heads counted from 1 (as the
+    app and the figures name them), marked so that `library_params` can read them back."""
+    out = {k: v + 1 if k in COUNTED_FROM_ONE and isinstance(v, int) else v for k, v in params.items()}
+    if any(k in COUNTED_FROM_ONE for k in params):
+        out["counted_from"] = 1
+    return out
+
+
+def library_params(params: dict) -> dict:
+    """The inverse of numbered_from_one (files written before the marker count from 0 and are read as they are)."""
+    params = dict(params)
+    if params.pop("counted_from", 0) == 1:
+        params = {k: v - 1 if k in COUNTED_FROM_ONE and isinstance(v, int) else v for k, v in params.items()}
+    return params
+
+
 def _run_name(path, root) -> str:
     """A run's path relative to the checkpoint root it was opened from (its folder name when outside)."""
     if root is None:
@@ -243,7 +263,7 @@ class Provenance:
         checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
         prov = dict(figure=figure, run=None if run is None else _run_name(run.path, root), epoch=epoch,
                     checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
-                    params=dict(params or {}), regenerable=regenerable and run is not None)
+                    params=numbered_from_one(params or {}), regenerable=regenerable and run is not None)
         if tokens is not None:
             tok = np.asarray(tokens)
             tok = tok.astype(np.int64) if np.issubdtype(tok.dtype, np.integer) else tok.astype(np.float32)

@@ -19,7 +19,7 @@ import torch
 
 from . import figures
 from .checkpoints import Run, load_model, load_run
-from .export import ExportItem, Provenance
+from .export import ExportItem, Provenance, library_params
 from .inspection import InspectionRecord, expected_digit, inspect_input, next_token_probabilities
 from .mechanisms import Structure, StructureKind
 from .modalities import printable
@@ -386,7 +386,7 @@ def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportIt
     run = load_run(run_path)
     if prov.input_tokens is None:
         raise ValueError("this provenance does not carry its input tokens (input too large); pass the input instead")
-    params = dict(prov.params)
+    params = library_params(prov.params)
     mode = params.pop("mode", "full")
     (item,) = figure_set(run, [prov.epoch], prov.tokens_array(), prov.targets_array(), mode, params, [prov.figure],
                          prov.input_source)

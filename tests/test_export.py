@@ -175,3 +175,12 @@ def test_cli_writes_the_papers_metric_figures_from_two_runs(tmp_path):
                           "--formats", "csv", "--out", str(tmp_path / "bad")], capture_output=True, text=True, cwd=ROOT,
                          timeout=300)
     assert bad.returncode == 2 and "no metric M(x)" in bad.stderr
+
+
+def test_provenance_counts_layers_and_heads_from_one_as_the_app_does():
+    from damcha.export import library_params, numbered_from_one
+
+    written = numbered_from_one({"layer": 0, "head": 3, "position": 5, "mode": "full"})
+    assert written == {"layer": 1, "head": 4, "position": 5, "mode": "full", "counted_from": 1}
+    assert library_params(written) == {"layer": 0, "head": 3, "position": 5, "mode": "full"}
+    assert library_params({"layer": 1}) == {"layer": 1}  # an older file, counted from 0
