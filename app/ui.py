@@ -437,8 +437,12 @@ def reference_reading(where) -> tuple[str, str | None]:
     """What the reference checkpoints read (their files do not say): images, or a tokenizer's ids."""
     from damcha.reference import TOKENIZERS
 
-    reads = where.selectbox("The reference model reads", ["CIFAR patches", *TOKENIZERS], key="reference_reads",
-                            help="The authors' checkpoints hold the decoder only; say what it was trained on.")
+    choices = ["as the file says", "CIFAR patches", *TOKENIZERS]
+    reads = where.selectbox("The reference model reads", choices, key="reference_reads",
+                            help="Files written by their current code carry their embedding and head (components), "
+                                 "which say it; older files hold the decoder only: say what it was trained on.")
+    if reads == "as the file says":
+        return None, None
     return ("image_patches", None) if reads == "CIFAR patches" else ("tokens", reads)
 
 

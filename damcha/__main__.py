@@ -203,7 +203,8 @@ def _import_reference(args) -> int:
 
     with tqdm(desc="converting", unit="file") as bar:
         out = import_reference(args.source, args.out, args.modality, args.block_size, args.vocab_size, args.tokenizer,
-                               args.diag_scale, args.n_head, progress=lambda k, n: (setattr(bar, "total", n), bar.update(1)))
+                               args.diag_scale, args.n_head, args.off_diag_scale,
+                               progress=lambda k, n: (setattr(bar, "total", n), bar.update(1)))
     config = json.loads((out / "config.json").read_text())
     report = next(iter(config["train"]["import_report"].values()))
     print(f"wrote {out}: {config['model']['attention']} ({len(report['mapped'])} tensors mapped, "
@@ -267,14 +268,18 @@ def main(argv: list[str] | None = None) -> int:
                                      "Loaded with torch.load(weights_only=True): nothing is unpickled.")
     ref.add_argument("source", help="a .pt file or a folder of them")
     ref.add_argument("--out", required=True, help="run directory to write")
-    ref.add_argument("--modality", choices=("image_patches", "tokens"), default="image_patches",
-                     help="what the model read: CIFAR 4x4 patches, or subword token ids")
+    ref.add_argument("--modality", choices=("patches_in_place", "image_patches", "tokens"),
+                     help="what the model read (default: from the file's components — patches read in place for an "
+                          "image run, token ids for a text run — else CIFAR patches)")
     ref.add_argument("--tokenizer", help="text models: the tokenizer it used (facebook/bart-base, "
                                          "bert-base-multilingual-cased), for its vocabulary size")
     ref.add_argument("--vocab-size", type=int, help="text models: vocabulary size (instead of --tokenizer)")
     ref.add_argument("--block-size", type=int, help="context length (default: 64 patches, 128 tokens)")
-    ref.add_argument("--n-head", type=int, help="heads, for checkpoints without a metric generator (M0, W_q/W_k)")
-    ref.add_argument("--diag-scale", type=float, default=1.0, help="the run's diag_scale (not saved by the reference)")
+    ref.add_argument("--n-head", type=int, help="heads (default: the file's config, else the head-block masks; needed "
+                                                "for older files of M0 or W_q/W_k models)")
+    ref.add_argument("--diag-scale", type=float, help="overrides the file's diag_scale (default: its config, else 1)")
+    ref.add_argument("--off-diag-scale", type=float,
+                     help="overrides the file's off_diag_scale (default: off_diag_params, else its config, else 1)")
     ev = sub.add_parser("evidence", help="test the paper's claims at small scale (seeds, intervals, verdicts)")
     ev.add_argument("--quick", action="store_true", help="a reduced run for CI (its numbers are not the shipped ones)")
     ev.add_argument("--seeds", type=int, help="seeds per arm (default 3; --quick: 2)")

@@ -109,7 +109,7 @@ def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tu
         if record.task == "classification":
             probs = next_token_probabilities(record, 0)
             extra = dict(predicted_class=int(probs.argmax()), class_probability=float(probs.max()))
-        elif cfg.input_dim:
+        elif cfg.input_dim and getattr(record.modality, "next_patch", False):
             x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
             extra = dict(completed_patches=complete_patches(model, x, _options(model, mode))[0].numpy())
         elif cfg.modality == "digit_image" and targets is not None:

@@ -51,6 +51,8 @@ class ModelConfig:
     position_encoding: str = "learned"  # "learned": a table of block_size vectors | "sinusoidal": fixed
     final_norm: bool = True
     head_bias: bool = False  # the next-token head with a bias (the reference's LM head has one)
+    mlp_width: int = 0  # the feed-forward width; 0: mlp_ratio * n_embd (the reference's d_ff may be any width)
+    head_hidden: int = 0  # > 0: the vector head is Linear -> GELU -> Linear with this hidden width (the reference's)
     attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
 
     def __post_init__(self) -> None:
@@ -62,6 +64,10 @@ class ModelConfig:
         options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
         object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
         self.validate()
+
+    @property
+    def feed_forward_width(self) -> int:
+        return self.mlp_width or self.mlp_ratio * self.n_embd
 
     @property
     def head_dim(self) -> int:
@@ -123,6 +129,10 @@ class ModelConfig:
         need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
         need(self.pad_token is None or 0 <= self.pad_token < self.vocab_size, "pad_token must be a token id")
         need(self.input_dim >= 0, "input_dim must be >= 0")
+        for name in ("mlp_width", "head_hidden"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name} must be an integer >= 0, got {v!r}")
+        need(not self.head_hidden or self.input_dim, "head_hidden applies to the vector head (input_dim > 0)")
         need(not (self.input_dim and (self.n_classes or not self.causal or self.pad_token is not None)),
              "continuous inputs (input_dim > 0) are for causal next-vector prediction, without classes or padding")
         # Refuse configs that would allocate absurd memory before any tensor exists: parameters and
@@ -148,7 +158,10 @@ class ModelConfig:
         else:
             n += V * D  # token embedding
             n += self.n_classes * D + self.n_classes if self.n_classes else V * D + V * self.head_bias  # head (untied)
-        n += L * (4 * D + D * self.mlp_ratio * D * 2 + self.mlp_ratio * D + D)  # 2 norms + MLP per block
+        F = self.feed_forward_width
+        n += L * (4 * D + D * F * 2 + F + D)  # 2 norms + MLP per block
+        if self.input_dim and self.head_hidden:
+            n += D * self.head_hidden + self.head_hidden + (self.head_hidden - D) * self.input_dim  # the head's hidden layer
         return n + self.mechanism.parameter_count(self)
 
     def to_dict(self) -> dict:
@@ -157,6 +170,9 @@ class ModelConfig:
         d["attention_options"] = dict(self.attention_options)
         if not d["attention_options"]:
             del d["attention_options"]  # configs without them read as before
+        for name in ("mlp_width", "head_hidden"):  # fields of imported runs only: others' configs stay as they were
+            if not d[name]:
+                del d[name]
         return d
 
     @classmethod

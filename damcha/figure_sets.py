@@ -22,7 +22,7 @@ from .checkpoints import Run, load_model, load_run
 from .export import ExportItem, Provenance, library_params
 from .inspection import InspectionRecord, expected_digit, inspect_input, next_token_probabilities
 from .mechanisms import Structure, StructureKind
-from .modalities import printable
+from .modalities import ImagePatches, printable
 
 # Matrix names accepted by `part` as they were before structures had names of their own.
 _LEGACY_PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
@@ -154,14 +154,14 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
     if name == "prediction":
         return _prediction_figure(record, params, at)
     if name == "input":  # params: highlight (default True): mark the cell the query position reads
-        if record.modality.name not in ("image_patches", "digit_image"):
+        if not isinstance(record.modality, ImagePatches) and record.modality.name != "digit_image":
             raise ValueError(f"the input figure is drawn for images; this input is {record.modality.title}")
         t = index["token"]
         marked = record.causal and bool(params.get("highlight", True))
         cell = _grid_cell(record, t) if marked else None
         label = (f"query position {t} reads {record.token_labels[t]}" if cell else
                  f"query position {t} reads the start") if marked else ""
-        if record.modality.name == "image_patches":
+        if isinstance(record.modality, ImagePatches):
             return figures.rgb_image_figure(record_image(record), "What the model sees (32x32, 8x8 patches)",
                                             highlight=cell, highlight_label=label)
         return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)", cell, label)
@@ -189,10 +189,14 @@ def prediction_takes_position(record: InspectionRecord) -> bool:
 
 
 def _prediction_figure(record: InspectionRecord, params: dict, at: str) -> go.Figure:
-    if record.task == "next_vector" and record.modality.name == "image_patches":
-        return figures.image_row_figure({"truth": record_image(record), "predicted, each patch from the true ones "
-                                         "before it": patches_image(np.clip(record.logits, 0, 1))},
-                                        f"Next-patch prediction (teacher forcing){at}")
+    if record.task == "next_vector" and isinstance(record.modality, ImagePatches):
+        if record.modality.next_patch:
+            return figures.image_row_figure({"truth": record_image(record), "predicted, each patch from the true ones "
+                                             "before it": patches_image(np.clip(record.logits, 0, 1))},
+                                            f"Next-patch prediction (teacher forcing){at}")
+        return figures.image_row_figure({"truth": record_image(record), "reconstructed, each patch from itself and "
+                                         "the ones before it": patches_image(np.clip(record.logits, 0, 1))},
+                                        f"Reconstruction in place (causal){at}")
     if record.task == "classification":
         probs = next_token_probabilities(record, 0)
         return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
@@ -260,9 +264,10 @@ def available_figures(record: InspectionRecord) -> list[str]:
         names.append("token_loss")
     if record.task == "next_vector" and record.modality.grid:
         names.append("patch_error")
-    if record.task == "classification" or record.modality.name in ("digit_image", "byte_text", "image_patches"):
+    image = isinstance(record.modality, ImagePatches) or record.modality.name == "digit_image"
+    if record.task == "classification" or image or record.modality.name == "byte_text":
         names.append("prediction")
-    if record.modality.name in ("digit_image", "image_patches"):
+    if image:
         names.append("input")
     return names
 

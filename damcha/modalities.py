@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import DIGIT_SIDE, DIGIT_START
+from .data import DIGIT_SIDE, DIGIT_START, next_patch_sequences
 from .model import IGNORE_INDEX
 
 
@@ -71,11 +71,19 @@ class ByteText(Modality):
 
 
 class ImagePatches(Modality):
-    """Continuous patch vectors in raster order of the patch grid (a zero start vector first)."""
+    """Continuous patch vectors in raster order of the patch grid (a zero start vector first):
+    position t reads patch t - 1 and predicts patch t (the next-patch task of this project)."""
+
+    next_patch = True  # free-running completion of a bottom half applies
 
     def token_labels(self, tokens):
         rows, cols = self.grid
         return ["start"] + [f"patch r{i // cols}c{i % cols}" for i in range(len(tokens) - 1)]
+
+    def sequences(self, patches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, 64, 48) patches -> (model inputs, targets)."""
+        inputs, targets = next_patch_sequences(np.asarray(patches, dtype=np.float32))
+        return inputs.numpy(), targets.numpy()
 
     def target_labels(self, targets):
         rows, cols = self.grid
@@ -83,11 +91,29 @@ class ImagePatches(Modality):
         return [f"patch r{i // cols}c{i % cols}" for i in range(n)]
 
 
+class PatchesInPlace(ImagePatches):
+    """Patch vectors read in place: position t reads patch t and reconstructs it (the reference
+    code's causal masked-row reconstruction, here without masking: what its trained model computes
+    on a whole image)."""
+
+    next_patch = False
+
+    def token_labels(self, tokens):
+        rows, cols = self.grid
+        return [f"patch r{i // cols}c{i % cols}" for i in range(len(tokens))]
+
+    def sequences(self, patches):
+        return patches, patches
+
+
+
 MODALITIES: dict[str, Modality] = {m.name: m for m in (
     Modality("tokens", "token ids", "ids"),
     DigitImage("digit_image", "8x8 digit image, 17 grey levels", "image", (DIGIT_SIDE, DIGIT_SIDE)),
     ByteText("byte_text", "UTF-8 bytes", "text"),
     ImagePatches("image_patches", "32x32 colour image as 8x8 patches of 4x4x3", "photo", (8, 8)),
+    PatchesInPlace("patches_in_place", "32x32 colour image as 8x8 patches of 4x4x3, each read in place "
+                   "(the reference code's reconstruction task)", "photo", (8, 8)),
 )}
 
 DATASET_MODALITY = {
@@ -116,7 +142,8 @@ def loss_unit(config) -> str:
     """What one loss term is about, for 'bits per …' labels."""
     if config.n_classes:
         return "image" if config.modality == "digit_image" else "sequence"
-    return {"digit_image": "pixel", "byte_text": "char", "image_patches": "patch"}.get(config.modality, "token")
+    return {"digit_image": "pixel", "byte_text": "char", "image_patches": "patch",
+            "patches_in_place": "patch"}.get(config.modality, "token")
 
 
 def loss_label(config) -> str:

@@ -89,13 +89,15 @@ class ClassificationHead(nn.Linear):
 
 
 class NextVectorHead(nn.Linear):
-    """Continuous next-vector prediction (image patches); mean squared error per vector."""
+    """Continuous vector prediction (image patches); mean squared error per vector. With
+    config.head_hidden, a hidden layer with GELU comes first (the reference code's head)."""
 
     def __init__(self, config: ModelConfig):
-        super().__init__(config.n_embd, config.input_dim)
+        super().__init__(config.head_hidden or config.n_embd, config.input_dim)
+        self.hidden = nn.Linear(config.n_embd, config.head_hidden) if config.head_hidden else None
 
     def forward(self, x, real, targets):
-        pred = super().forward(x)  # (B, T, input_dim)
+        pred = super().forward(F.gelu(self.hidden(x)) if self.hidden is not None else x)  # (B, T, input_dim)
         if targets is None:
             return pred, None, None
         token_loss = (pred - targets).pow(2).mean(dim=-1)  # (B, T)
@@ -113,8 +115,8 @@ def task_head(config: ModelConfig) -> nn.Linear:
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.fc = nn.Linear(config.n_embd, config.mlp_ratio * config.n_embd)
-        self.proj = nn.Linear(config.mlp_ratio * config.n_embd, config.n_embd)
+        self.fc = nn.Linear(config.n_embd, config.feed_forward_width)
+        self.proj = nn.Linear(config.feed_forward_width, config.n_embd)
         self.dropout = config.dropout
 
     def forward(self, x: torch.Tensor, stochastic: bool) -> torch.Tensor:

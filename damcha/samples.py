@@ -10,8 +10,8 @@ from functools import lru_cache
 import numpy as np
 
 from .checkpoints import Run
-from .data import cifar_patches, fixed_val_windows, load_dataset, next_patch_sequences, patches_to_image
-from .modalities import Modality, modality_named
+from .data import cifar_patches, fixed_val_windows, load_dataset, patches_to_image
+from .modalities import ImagePatches, Modality, modality_named
 from .model import IGNORE_INDEX
 from .preprocess import InputError, digit_from_bytes, digit_tokens, photo_from_bytes, text_from_bytes
 
@@ -72,8 +72,8 @@ def input_from_photo(run: Run, data: bytes, name: str = "upload") -> ModelInput:
     modality = _needs_upload(run, "photo")
     photo = photo_from_bytes(data)
     patches = cifar_patches(photo.image[None])  # (1, 64, 48)
-    tokens, targets = next_patch_sequences(patches)
-    return ModelInput(modality, tokens[0].numpy(), targets[0].numpy(), f"photo {name}", photo.note, image=photo.image)
+    tokens, targets = modality.sequences(patches)
+    return ModelInput(modality, tokens[0], targets[0], f"photo {name}", photo.note, image=photo.image)
 
 
 def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInput:
@@ -146,7 +146,12 @@ def validation_arrays(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray | No
     t = run.train_config
     if run.dataset not in BUNDLED_DATASETS:
         raise InputError(f"validation samples of data set {run.dataset!r} need its local files; upload an input instead")
-    return _validation_arrays(run.dataset, int(t.get("split_seed", 0)), run.model_config.block_size, int(t.get("val_windows", 256)))
+    x, y, labels = _validation_arrays(run.dataset, int(t.get("split_seed", 0)), run.model_config.block_size,
+                                      int(t.get("val_windows", 256)))
+    modality = run_modality(run)
+    if isinstance(modality, ImagePatches):  # the bundled crops framed as this run reads them
+        x = modality.sequences(y)[0]
+    return x, y, labels
 
 
 def validation_input(run: Run, index: int) -> ModelInput:
@@ -161,7 +166,7 @@ def validation_input(run: Run, index: int) -> ModelInput:
         targets = int(y[index]) if run.model_config.n_classes else y[index].copy()
         return ModelInput(modality, tokens, targets, f"validation sample {index} (digit {label})",
                           levels=pixels.reshape(8, 8), label=label, validation_index=index)
-    if modality.name == "image_patches":
+    if isinstance(modality, ImagePatches):
         image = np.rint(patches_to_image(y[index]) * 255).astype(np.uint8)
         return ModelInput(modality, tokens, y[index].copy(), f"validation crop {index} ({run.dataset})",
                           image=image, validation_index=index)

@@ -168,7 +168,7 @@ with tabs["loss"]:
             st.caption("Teacher-forced prediction: each position predicted from the true ones before it."
                        if record.task != "classification" else "Predicted class probabilities.")
             named("prediction")
-    if record.task == "next_vector":
+    if record.task == "next_vector" and getattr(record.modality, "next_patch", False):
         st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
                    "patch fed back as the next input.")
         values = model_figure_values(run, epoch, inp, "completion", (("mode", record.metric_mode),))
