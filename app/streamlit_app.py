@@ -9,11 +9,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the app also runs from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
 
+import pandas  # noqa: E402, F401 — imported whole before any figure: plotly peeks at a half-imported pandas of another session's thread
 import streamlit as st  # noqa: E402
 
 from app.sharing import redacted  # noqa: E402
 from app.ui import checkpoint_root, export_all_widget, export_settings_widget, run_picker  # noqa: E402
-from damcha.checkpoints import CheckpointError  # noqa: E402
+from damcha.runs.checkpoints import CheckpointError  # noqa: E402
 
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")
 pages = [

@@ -19,13 +19,9 @@ import streamlit as st
 
 from app.sharing import check_allowed, redacted, root_field_editable, server_settings_warning, shown_path, skipped_line
 from app.url_state import URL, bound, keep_in_url, seed_from_url, typed_text_area, url_number_input
-from damcha.checkpoints import CheckpointError, Run, list_runs, load_model
-from damcha.export import Provenance
-from damcha.inspection import InspectionRecord, inspect_input
-from damcha.interventions import MEAN_INPUTS
-from damcha.mechanisms import ForwardOptions
-from damcha.preprocess import InputError
-from damcha.samples import (
+from damcha.analysis.inspection import InspectionRecord, inspect_input
+from damcha.analysis.interventions import MEAN_INPUTS
+from damcha.inputs.model_inputs import (
     BUNDLED_DATASETS,
     ModelInput,
     input_from_image,
@@ -36,6 +32,10 @@ from damcha.samples import (
     validation_count,
     validation_input,
 )
+from damcha.inputs.uploads import InputError
+from damcha.model.mechanisms import ForwardOptions
+from damcha.runs.checkpoints import CheckpointError, Run, list_runs, load_model
+from damcha.views.export import Provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_ROOT = ROOT / "checkpoints"
@@ -91,7 +91,7 @@ def inspection(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def sequence_profile(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None):
     """Per-position summaries at every position of the input, in chunks, with a progress bar."""
-    from damcha.inspection import sequence_profile as profile_of
+    from damcha.analysis.inspection import sequence_profile as profile_of
 
     bar = st.progress(0.0, text="Summarising every position…")
     result = profile_of(model_for(run, epoch), inp.tokens, options,
@@ -103,7 +103,7 @@ def sequence_profile(run: Run, epoch: int, inp: ModelInput, options: ForwardOpti
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None, positions: tuple[int, ...] | None = None):
     """The input through every snapshot, with a progress bar the first time; instant afterwards."""
-    from damcha.dynamics import sweep_epochs
+    from damcha.analysis.dynamics import sweep_epochs
 
     bar = st.progress(0.0, text="Running every snapshot on this input…")
     result = sweep_epochs(run, model_for, inp.tokens, inp.targets, options, positions=positions,
@@ -116,9 +116,9 @@ def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None, posi
 def dataset_metrics(run: Run, n: int):
     """M(x) of n validation inputs at their last position, per snapshot: ({epoch: (n, L_m, D, D)}, labels,
     label name). Inputs without classes are grouped by brightness (images) or share of letters (text)."""
-    from damcha.dynamics import dataset_metrics as metrics_of
-    from damcha.dynamics import input_groups
-    from damcha.samples import validation_arrays
+    from damcha.analysis.dynamics import dataset_metrics as metrics_of
+    from damcha.analysis.dynamics import input_groups
+    from damcha.inputs.model_inputs import validation_arrays
 
     x, _, labels = validation_arrays(run)
     x = x[:n]
@@ -135,7 +135,7 @@ def dataset_metrics(run: Run, n: int):
 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def statistic_bands(run: Run, n: int, layer: int, keys: tuple[str, ...]):
-    from damcha.dynamics import statistic_bands as bands
+    from damcha.analysis.dynamics import statistic_bands as bands
 
     mats, _, _ = dataset_metrics(run, n)
     return bands([mats[e][:, layer] for e in run.epochs], run.model_config.n_head, keys)
@@ -144,7 +144,7 @@ def statistic_bands(run: Run, n: int, layer: int, keys: tuple[str, ...]):
 @st.cache_data(show_spinner="Projecting the metrics…", max_entries=64, hash_funcs=HASH_FUNCS)
 def projection(run: Run, n: int, epoch: int, layer: int, method: str):
     """2D points of n validation metrics at `epoch`, their labels, and the class separation per epoch."""
-    from damcha.dynamics import class_separation, project
+    from damcha.analysis.dynamics import class_separation, project
 
     mats, labels, label_name = dataset_metrics(run, n)
     separation = {e: class_separation(mats[e][:, layer], labels) for e in run.epochs}
@@ -155,8 +155,8 @@ def projection(run: Run, n: int, epoch: int, layer: int, method: str):
 def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None = None,
                     positions: tuple[int, ...] | None = None):
     """The run's structures averaged over its first n validation inputs, with a progress bar."""
-    from damcha.inspection import mean_structures as average
-    from damcha.samples import validation_arrays
+    from damcha.analysis.inspection import mean_structures as average
+    from damcha.inputs.model_inputs import validation_arrays
 
     x, y, _ = validation_arrays(run)
     bar = st.progress(0.0, text="Structures of validation inputs…")
@@ -168,14 +168,14 @@ def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def weight_drift(run: Run):
-    from damcha.dynamics import generator_weight_drift
+    from damcha.analysis.dynamics import generator_weight_drift
 
     return generator_weight_drift([model_for(run, e) for e in run.epochs])
 
 
 @st.cache_data(show_spinner="Gradients of the loss with respect to M(x)…", max_entries=128, hash_funcs=HASH_FUNCS)
 def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str):
-    from damcha.attribution import metric_contributions
+    from damcha.analysis.attribution import metric_contributions
 
     return metric_contributions(model_for(run, epoch), inp.tokens, inp.targets, mode, method)
 
@@ -183,7 +183,7 @@ def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str)
 @st.cache_data(show_spinner=False, max_entries=128, hash_funcs=HASH_FUNCS)
 def token_attributions(run: Run, epoch: int, inp: ModelInput, target: str, baseline: int, n_steps: int,
                        options: tuple = ()):
-    from damcha.attribution import token_attributions as attribute
+    from damcha.analysis.attribution import token_attributions as attribute
 
     bar = st.progress(0.0, text="Integrated Gradients…")
     result = attribute(model_for(run, epoch), inp.tokens, baseline, target, inp.targets, n_steps,
@@ -197,7 +197,7 @@ ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}
 
 
 def ablation_cached(run: Run) -> bool:
-    from damcha.disk_cache import is_cached
+    from damcha.runs.disk_cache import is_cached
 
     return is_cached("validation_ablation", ABLATION_SETTINGS, [(run, run.epochs[-1])])
 
@@ -208,8 +208,8 @@ def ablation_table(runs: list[Run]) -> list[dict]:
     bar that estimates the time left. Runs whose snapshot cannot be used are named and left out."""
     import time
 
-    from damcha.ablation import validation_ablation as ablate
-    from damcha.disk_cache import cached
+    from damcha.analysis.ablation import validation_ablation as ablate
+    from damcha.runs.disk_cache import cached
 
     bar = st.progress(0.0, text="Validation sets under each metric mode…")
     todo = [r for r in runs if not ablation_cached(r)]
@@ -236,15 +236,15 @@ def ablation_table(runs: list[Run]) -> list[dict]:
 
 @st.cache_data(show_spinner="This input under each metric mode…", max_entries=64, hash_funcs=HASH_FUNCS)
 def input_under_modes(run: Run, epoch: int, inp: ModelInput):
-    from damcha.ablation import input_under_modes as under_modes
+    from damcha.analysis.ablation import input_under_modes as under_modes
 
     return under_modes(model_for(run, epoch), inp.tokens, inp.targets)
 
 
 @st.cache_data(show_spinner="Computing from the model…", max_entries=64, hash_funcs=HASH_FUNCS)
 def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
-    """What a figure computed from the model itself draws (damcha.figure_sets.MODEL_FIGURES)."""
-    from damcha.figure_sets import model_figure_values as values
+    """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES)."""
+    from damcha.views.figure_sets import model_figure_values as values
 
     return values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params))
 
@@ -252,7 +252,7 @@ def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params
 # ----------------------------------------------------------------------------- interventions (cached)
 
 def _validation(run: Run, n: int):
-    from damcha.samples import validation_arrays
+    from damcha.inputs.model_inputs import validation_arrays
 
     x, y, _ = validation_arrays(run)
     return x[:n], y[:n]
@@ -260,13 +260,13 @@ def _validation(run: Run, n: int):
 
 @st.cache_resource(show_spinner="The validation mean metric M-bar…", max_entries=32, hash_funcs=HASH_FUNCS)
 def mean_metric(run: Run, epoch: int, n: int = MEAN_INPUTS):
-    from damcha.interventions import mean_metric as average
+    from damcha.analysis.interventions import mean_metric as average
 
     return average(model_for(run, epoch), _validation(run, n)[0])
 
 
 def intervention_by_name(run: Run, name: str):
-    from damcha.interventions import available_interventions
+    from damcha.analysis.interventions import available_interventions
 
     return next(iv for iv in available_interventions(run.model_config) if iv.name == name)
 
@@ -274,7 +274,7 @@ def intervention_by_name(run: Run, name: str):
 @st.cache_data(show_spinner="Running the model with the intervention…", max_entries=128, hash_funcs=HASH_FUNCS)
 def intervened(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple, other: ModelInput | None = None):
     """(record without, record with) the intervention."""
-    from damcha.interventions import intervention_options
+    from damcha.analysis.interventions import intervention_options
 
     model = model_for(run, epoch)
     iv = intervention_by_name(run, name)
@@ -287,7 +287,7 @@ def intervened(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple, 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def block_grid(run: Run, epoch: int, inp: ModelInput | None, keep: bool, n: int = 64):
     """Loss change per zeroed (or kept) block M_ij, for the input or averaged over n validation inputs."""
-    from damcha import interventions
+    from damcha.analysis import interventions
 
     bar = st.progress(0.0, text="One forward pass per block…")
     tick = lambda k, m: bar.progress(k / m, text=f"Block {k}/{m}")  # noqa: E731
@@ -304,7 +304,7 @@ def block_grid(run: Run, epoch: int, inp: ModelInput | None, keep: bool, n: int 
 @st.cache_data(show_spinner="Loss along the curve…", max_entries=64, hash_funcs=HASH_FUNCS)
 def metric_curves(run: Run, epoch: int, inp: ModelInput):
     """Interpolation from M-bar to M(x) (and beyond), off-diagonal scaling, head ablation, residue check."""
-    from damcha import interventions
+    from damcha.analysis import interventions
 
     model = model_for(run, epoch)
     return {
@@ -318,7 +318,7 @@ def metric_curves(run: Run, epoch: int, inp: ModelInput):
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def adaptivity_over_epochs(run: Run, n: int = 256):
     """Per snapshot: the adaptivity gap loss(M-bar) - loss(M(x)) over n validation inputs (mean, 95% interval)."""
-    from damcha import interventions
+    from damcha.analysis import interventions
 
     x, y = _validation(run, n)
     bar = st.progress(0.0, text="Adaptivity gap per snapshot…")
@@ -333,7 +333,7 @@ def adaptivity_over_epochs(run: Run, n: int = 256):
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_effects(run: Run, epoch: int, n: int = 128):
-    from damcha import interventions
+    from damcha.analysis import interventions
 
     model = model_for(run, epoch)
     ivs = interventions.available_interventions(run.model_config)
@@ -435,7 +435,7 @@ def is_reference_source(path: Path) -> bool:
 
 def reference_reading(where) -> tuple[str, str | None]:
     """What the reference checkpoints read (their files do not say): images, or a tokenizer's ids."""
-    from damcha.reference import TOKENIZERS
+    from damcha.runs.reference import TOKENIZERS
 
     choices = ["as the file says", "CIFAR patches", *TOKENIZERS]
     reads = where.selectbox("The reference model reads", choices, key="reference_reads",
@@ -454,12 +454,12 @@ def reference_stamp(source: Path) -> tuple:
 
 @st.cache_resource(show_spinner="Converting the reference checkpoints…", max_entries=8)
 def reference_root(source: Path, modality: str, tokenizer: str | None, stamp: tuple) -> Path:
-    """A run root holding the conversion of a reference .pt file or folder (damcha.reference),
+    """A run root holding the conversion of a reference .pt file or folder (damcha.runs.reference),
     in a temporary folder keyed by the files' stamp."""
     import hashlib
     import tempfile
 
-    from damcha.reference import import_reference
+    from damcha.runs.reference import import_reference
 
     key = hashlib.sha256(repr((str(source.resolve()), stamp, modality, tokenizer)).encode()).hexdigest()[:16]
     root = Path(tempfile.gettempdir()) / "damcha-reference" / key
@@ -516,7 +516,7 @@ def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = U
 def is_large(run: Run) -> bool:
     """A paper-sized run: its per-position matrices for a full-length input exceed the inspection
     budget, and one forward pass of such an input takes about a second on a CPU."""
-    from damcha.inspection import matrices_fit
+    from damcha.analysis.inspection import matrices_fit
 
     cfg = run.model_config
     return not matrices_fit(cfg, cfg.block_size)
@@ -614,7 +614,7 @@ def option_controls(run: Run, container=None) -> ForwardOptions:
 
 def export_settings_widget() -> None:
     """Sidebar: size, scale and style of exported figures (kept for the session)."""
-    from damcha.export import ExportSettings
+    from damcha.views.export import ExportSettings
 
     with st.sidebar.expander("Export settings", expanded=False):
         w = st.number_input("Width (px)", 200, 4000, 460, step=20, key="exp_w",
@@ -628,7 +628,7 @@ def export_settings_widget() -> None:
 
 def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: ModelInput | None = None,
                params: dict | None = None, regenerable: bool = False) -> Provenance:
-    """The provenance of a figure on this page. regenerable: a named figure of damcha.figure_sets
+    """The provenance of a figure on this page. regenerable: a named figure of damcha.views.figure_sets
     (`python -m damcha figures --from-provenance` rebuilds it)."""
     return Provenance.of(figure, run, epoch, None if inp is None else inp.tokens, None if inp is None else inp.targets,
                          "" if inp is None else inp.source, params, regenerable, root=checkpoint_root())
@@ -637,8 +637,8 @@ def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: Mode
 def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
     """Draw a figure (large heatmaps as block means) and give it export buttons at full resolution
     (PNG/SVG/PDF, offline HTML, CSV/NPZ, provenance); it is also registered for this page's "Export all" ZIP."""
-    from damcha.export import data_csv, data_npz, figure_bytes, figure_data, static_export_status
-    from damcha.figures import display_copy
+    from damcha.views.export import data_csv, data_npz, figure_bytes, figure_data, static_export_status
+    from damcha.views.figures import display_copy
 
     st.plotly_chart(display_copy(fig), width=width, key=f"chart_{name}")
     st.session_state.setdefault("export_registry", {})[name] = (fig, prov)
@@ -665,7 +665,7 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
 
 def export_all_widget() -> None:
     """A ZIP of every figure shown on this page, with data and provenance."""
-    from damcha.export import STATIC_FORMATS, ExportItem, static_export_status, zip_bundle
+    from damcha.views.export import STATIC_FORMATS, ExportItem, static_export_status, zip_bundle
 
     registry = st.session_state.get("export_registry", {})
     if not registry:

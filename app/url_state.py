@@ -136,7 +136,7 @@ def store_text(text: str) -> str:
     STORE.mkdir(parents=True, exist_ok=True)
     path = STORE / f"{ref}.txt"
     if not path.exists():
-        from damcha.checkpoints import write_text_atomic
+        from damcha.runs.checkpoints import write_text_atomic
 
         write_text_atomic(path, text)
         kept = sorted(STORE.glob("*.txt"), key=lambda p: p.stat().st_mtime)

@@ -25,14 +25,14 @@ sys.path.insert(0, str(ROOT))
 
 
 from damcha import DamchaOptions, ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
-from damcha.allocator import keep_freed_memory  # noqa: E402
-from damcha.efficiency import (  # noqa: E402
+from damcha.evidence.efficiency import (  # noqa: E402
     interleaved,
     layer_flops_counted,
     layer_parameters,
     make_layer,
     peak_memory_mb,
 )
+from damcha.runs.allocator import keep_freed_memory  # noqa: E402
 
 B, D, H, WIDTHS = 16, 128, 8, (256, 512)
 
@@ -177,8 +177,8 @@ def naive_case(repeats: int, quick: bool) -> list[dict]:
 
 
 def app_cases(repeats: int) -> list[dict]:
-    from damcha.checkpoints import list_runs, load_model
-    from damcha.samples import validation_input
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import list_runs, load_model
 
     rows = []
     runs, _ = list_runs(ROOT / "checkpoints")
@@ -204,8 +204,8 @@ def app_cases(repeats: int) -> list[dict]:
 def export_cases() -> list[dict]:
     import numpy as np
 
-    from damcha import figures
-    from damcha.export import figure_bytes, static_export_status
+    from damcha.views import figures
+    from damcha.views.export import figure_bytes, static_export_status
 
     ok, why = static_export_status()
     if not ok:

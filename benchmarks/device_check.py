@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
-from damcha.checkpoints import load_model, load_run  # noqa: E402
-from damcha.evaluation import evaluate  # noqa: E402
+from damcha.runs.checkpoints import load_model, load_run  # noqa: E402
+from damcha.runs.evaluation import evaluate  # noqa: E402
 
 TRAIN = ["-m", "damcha", "train", "--dataset", "digits", "--n-layer", "2", "--n-head", "4", "--n-embd", "32",
          "--epochs", "1", "--batch-size", "64"]
@@ -48,7 +48,7 @@ def check_training(out: Path, device: str) -> None:
 
 def report(name: str, run_dir: Path) -> None:
     """The run's last recorded validation loss (computed on the GPU) against the same evaluation on CPU."""
-    from damcha.data import load_dataset
+    from damcha.inputs.datasets import load_dataset
 
     run = load_run(run_dir)
     recorded = run.metrics[-1]["val_nll"]

@@ -18,7 +18,7 @@ from torch.profiler import profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import B, D, layer_config, make_layer, training_step  # noqa: E402
 
-from damcha.allocator import keep_freed_memory  # noqa: E402
+from damcha.runs.allocator import keep_freed_memory  # noqa: E402
 
 
 def layer_runner(causal: bool, T: int, damcha: bool):

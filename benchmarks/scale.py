@@ -40,7 +40,7 @@ MEASURE = """
 import ctypes, json, sys, threading, time, torch
 sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
 from scale import paper_model
-from damcha.inspection import inspect_input, sequence_profile
+from damcha.analysis.inspection import inspect_input, sequence_profile
 device = torch.device({device!r})
 model = paper_model({variant!r}, {sizes!r}, device)
 tokens = torch.randint(0, 256, ({T},), generator=torch.Generator().manual_seed(0))

@@ -10,12 +10,12 @@ Public API (stable names):
 
 __version__ = "0.1.0"
 
-from . import mechanisms  # noqa: E402
-from .config import ModelConfig, variant_config  # noqa: E402
-from .inspection import InspectionRecord, identifiability_note, inspect_input  # noqa: E402
-from .mechanisms import DamchaOptions, variant_names  # noqa: E402
-from .metric import MetricMode  # noqa: E402
-from .model import IGNORE_INDEX, ModelOutput, Transformer, build_model  # noqa: E402
+from damcha.analysis.inspection import InspectionRecord, identifiability_note, inspect_input  # noqa: E402
+from damcha.model import mechanisms  # noqa: E402
+from damcha.model.config import ModelConfig, variant_config  # noqa: E402
+from damcha.model.mechanisms import DamchaOptions, variant_names  # noqa: E402
+from damcha.model.mechanisms.damcha.metric import MetricMode  # noqa: E402
+from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer, build_model  # noqa: E402
 
 __all__ = [
     "IGNORE_INDEX",

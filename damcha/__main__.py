@@ -8,11 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from .checkpoints import CheckpointError
-from .config import ModelConfig, variant_config
-from .data import DATASETS, DataError
-from .mechanisms import get_mechanism, mechanism_names, variants
-from .preprocess import InputError
+from damcha.inputs.datasets import DATASETS, DataError
+from damcha.inputs.uploads import InputError
+from damcha.model.config import ModelConfig, variant_config
+from damcha.model.mechanisms import get_mechanism, mechanism_names, variants
+from damcha.runs.checkpoints import CheckpointError
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -72,7 +72,7 @@ def _train_parser(sub) -> None:
 
 
 def _train(args) -> int:
-    from .train import TrainConfig, train
+    from damcha.runs.train import TrainConfig, train
 
     base = ModelConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
                        generator_widths=args.generator_widths, dropout=args.dropout,
@@ -94,7 +94,7 @@ def _train(args) -> int:
 
 
 def _demo(args) -> int:
-    from .demo_runs import build_demo_runs
+    from damcha.runs.demo_runs import build_demo_runs
 
     seconds = build_demo_runs(args.out, args.only or None, quick=args.quick)
     for name, s in seconds.items():
@@ -135,10 +135,17 @@ def _figures(args) -> int:
 
     from tqdm import tqdm
 
-    from .checkpoints import load_run
-    from .export import ALL_FORMATS, STATIC_FORMATS, ExportSettings, Provenance, static_export_status, write_item
-    from .figure_sets import figure_set, paper_figures, regenerate
-    from .samples import input_from_image, input_from_photo, input_from_text, validation_input
+    from damcha.inputs.model_inputs import input_from_image, input_from_photo, input_from_text, validation_input
+    from damcha.runs.checkpoints import load_run
+    from damcha.views.export import (
+        ALL_FORMATS,
+        STATIC_FORMATS,
+        ExportSettings,
+        Provenance,
+        static_export_status,
+        write_item,
+    )
+    from damcha.views.figure_sets import figure_set, paper_figures, regenerate
 
     formats = [f for f in args.formats.split(",") if f]
     bad = set(formats) - set(ALL_FORMATS)
@@ -199,7 +206,7 @@ def _import_reference(args) -> int:
 
     from tqdm import tqdm
 
-    from .reference import import_reference
+    from damcha.runs.reference import import_reference
 
     with tqdm(desc="converting", unit="file") as bar:
         out = import_reference(args.source, args.out, args.modality, args.block_size, args.vocab_size, args.tokenizer,
@@ -219,7 +226,7 @@ def _import_reference(args) -> int:
 def _evidence(args) -> int:
     from tqdm import tqdm
 
-    from .evidence import run_evidence
+    from damcha.evidence.claims import run_evidence
 
     seeds = args.seeds or (2 if args.quick else 3)
     with tqdm(desc="evidence", unit="unit") as bar:
@@ -304,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "version":
-            from . import __version__
+            from damcha import __version__
 
             print(__version__)
             return 0
         if args.command in ("train", "demo-runs"):
-            from .allocator import keep_freed_memory
+            from damcha.runs.allocator import keep_freed_memory
 
             keep_freed_memory()  # this process only trains: keep freed blocks rather than re-fault them
             return _train(args) if args.command == "train" else _demo(args)

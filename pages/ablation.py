@@ -18,11 +18,11 @@ from app.ui import (
     selected_run,
     show,
 )
-from damcha import figures
-from damcha.figure_sets import patches_image
-from damcha.inspection import identifiability_note
-from damcha.interventions import available_interventions
-from damcha.modalities import loss_factor, loss_label, printable
+from damcha.analysis.inspection import identifiability_note
+from damcha.analysis.interventions import available_interventions
+from damcha.inputs.modalities import loss_factor, loss_label, printable
+from damcha.views import figures
+from damcha.views.figure_sets import patches_image
 
 st.title("Metric ablations")
 run, epoch = selected_run()

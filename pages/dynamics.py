@@ -22,10 +22,12 @@ from app.ui import (
     sweep,
     weight_drift,
 )
-from damcha import figures
-from damcha.checkpoints import CheckpointError
-from damcha.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
-from damcha.figure_sets import (
+from damcha.analysis.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
+from damcha.analysis.inspection import matrices_fit
+from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.runs.checkpoints import CheckpointError
+from damcha.views import figures
+from damcha.views.figure_sets import (
     panel_titles,
     per_head,
     positions_only,
@@ -33,8 +35,6 @@ from damcha.figure_sets import (
     structure_index,
     structure_style,
 )
-from damcha.inspection import matrices_fit
-from damcha.modalities import loss_factor, loss_label
 
 st.title("Training dynamics")
 run, epoch = selected_run()

@@ -7,8 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from app.ui import SHIPPED_ROOT, provenance, show
-from damcha import figures
-from damcha.evidence import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, load_results
+from damcha.evidence.claims import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, load_results
+from damcha.views import figures
 
 st.title("Evidence")
 folder = Path(os.environ.get("DAMCHA_EVIDENCE") or SHIPPED_ROOT / "evidence")  # results of `damcha evidence`

@@ -18,8 +18,7 @@ from app.ui import (
     show,
     token_attributions,
 )
-from damcha import figures
-from damcha.attribution import (
+from damcha.analysis.attribution import (
     TARGET_NAMES,
     attribution_targets,
     baseline_description,
@@ -27,7 +26,8 @@ from damcha.attribution import (
     block_sums,
     per_cell,
 )
-from damcha.inspection import identifiability_note
+from damcha.analysis.inspection import identifiability_note
+from damcha.views import figures
 
 st.title("Gradient contributions")
 run, epoch = selected_run()

@@ -5,9 +5,9 @@ import streamlit as st
 
 from app.sharing import redacted, shown_path, skipped_line
 from app.ui import cached_runs, checkpoint_root, provenance, show
-from damcha import figures
-from damcha.checkpoints import CheckpointError
-from damcha.modalities import loss_factor, loss_label, modality_named
+from damcha.inputs.modalities import loss_factor, loss_label, modality_named
+from damcha.runs.checkpoints import CheckpointError
+from damcha.views import figures
 
 st.title("DAMCHA Lab")
 st.markdown(

@@ -15,7 +15,9 @@ from app.ui import (
     sequence_profile,
     show,
 )
-from damcha.figure_sets import (
+from damcha.analysis.inspection import matrices_fit, matrix_energy_shares, off_diagonal_share
+from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.views.figure_sets import (
     available_figures,
     build_figure,
     grid_matrices,
@@ -25,8 +27,6 @@ from damcha.figure_sets import (
     structure_index,
     uses_positions,
 )
-from damcha.inspection import matrices_fit, matrix_energy_shares, off_diagonal_share
-from damcha.modalities import loss_factor, loss_label
 
 st.title("Inspector")
 run, epoch = selected_run()

@@ -17,11 +17,11 @@ from app.ui import (
     show,
     validation_effects,
 )
-from damcha import figures
-from damcha.figure_sets import available_figures, build_figure, model_figure
-from damcha.interventions import alignment_note, available_interventions
-from damcha.modalities import loss_factor, loss_label
-from damcha.samples import validation_count, validation_input, validation_length
+from damcha.analysis.interventions import alignment_note, available_interventions
+from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
+from damcha.views import figures
+from damcha.views.figure_sets import available_figures, build_figure, model_figure
 
 st.title("Interventions")
 run, epoch = selected_run()

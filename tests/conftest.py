@@ -8,7 +8,7 @@ import streamlit.config
 import torch
 
 from damcha import ModelConfig, build_model, variant_config
-from damcha.mechanisms.damcha import metric_sources
+from damcha.model.mechanisms.damcha.layer import metric_sources
 
 # AppTest runs the app in this process: give it the settings `streamlit run app` reads from
 # app/.streamlit/config.toml (the script's own config, wherever the server is started).

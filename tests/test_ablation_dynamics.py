@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from damcha import ModelConfig, inspect_input, variant_config
-from damcha.ablation import validation_ablation
-from damcha.checkpoints import load_model, load_run
-from damcha.dynamics import generator_weight_drift, metric_statistics, symmetric_spectrum
-from damcha.mechanisms.mha import qk_forms
-from damcha.train import TrainConfig, train
+from damcha.analysis.ablation import validation_ablation
+from damcha.analysis.dynamics import generator_weight_drift, metric_statistics, symmetric_spectrum
+from damcha.model.mechanisms.mha import qk_forms
+from damcha.runs.checkpoints import load_model, load_run
+from damcha.runs.train import TrainConfig, train
 from tests.conftest import opts, tiny_model
 
 
@@ -22,7 +22,7 @@ def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tm
     run = load_run(tmp_path / "run")
     model = load_model(run)
     rows = validation_ablation(run, model, completion_images=4, completion_samples=2)
-    from damcha.data import load_dataset
+    from damcha.inputs.datasets import load_dataset
 
     d = load_dataset("digits")
     for row in rows:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from damcha.checkpoints import list_runs
+from damcha.runs.checkpoints import list_runs
 from tests.images import handwritten_digit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,8 +55,8 @@ def test_inspector_runs_on_every_shipped_run(run):
     assert not at.error
     assert at.selectbox(key="run").value == run
     loaded = next(r for r in list_runs(SHIPPED)[0] if r.name == run)
-    from damcha.checkpoints import load_model
-    from damcha.samples import validation_input
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model
 
     inp = validation_input(loaded, 0)
     record = __import__("damcha").inspect_input(load_model(loaded), inp.tokens, inp.targets)
@@ -218,7 +218,7 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
 def test_a_run_over_the_inspection_budget_is_viewed_where_asked(page, monkeypatch):
     """With the budget at 1 byte every run counts as paper-sized: matrices at the viewed position
     only, attention fetched per layer, heavy sections behind switches, and no page fails."""
-    from damcha import inspection
+    from damcha.analysis import inspection
 
     monkeypatch.setattr(inspection, "INSPECTION_BUDGET_BYTES", 1)
     at = new_app("text-damcha", page)

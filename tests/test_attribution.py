@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from damcha.attribution import has_hooks, metric_contributions, token_attributions
-from damcha.mechanisms.damcha import metric_sources
+from damcha.analysis.attribution import has_hooks, metric_contributions, token_attributions
+from damcha.model.mechanisms.damcha.layer import metric_sources
 from tests.conftest import tiny_model
 
 
@@ -79,7 +79,7 @@ def test_no_hook_remains_even_on_error_and_the_shared_model_is_untouched():
 
 def test_hooks_on_the_private_copy_are_removed_when_the_forward_fails(monkeypatch):
     """captum removes its hooks in `finally`: make the forward fail mid-attribution and look."""
-    import damcha.attribution as attribution
+    import damcha.analysis.attribution as attribution
 
     seen = []
     real_copy = attribution._private_copy

@@ -148,7 +148,7 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
 def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
     from PIL import Image
 
-    from damcha.data import sample_image_crops
+    from damcha.inputs.datasets import sample_image_crops
 
     photo = tmp_path / "holiday.jpg"
     Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)
@@ -239,7 +239,7 @@ def test_a_copied_link_reopens_the_same_view_for_every_shipped_run(server, page)
     copied link opened another run. For every shipped run: open a non-default view (its first
     epoch; on the inspector, for one run per data set, the Attention tab), take the address the
     browser shows, open it in a fresh context and find the same run, epoch and tab."""
-    from damcha.checkpoints import list_runs
+    from damcha.runs.checkpoints import list_runs
 
     browser = page.context.browser
     runs = list_runs(ROOT / "checkpoints")[0]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config
-from damcha.mechanisms import attention_mask
+from damcha.model.mechanisms import attention_mask
 
 COMPARISON = ("tha", "tha-identity", "dcmha", "dcmha-authors", "colmha", "colmha-authors")
 H, D, d = 4, 16, 4

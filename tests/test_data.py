@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
-from damcha.data import (
+from damcha.inputs.datasets import (
     DIGIT_START,
     DataError,
     bundled_corpus,
@@ -118,8 +118,8 @@ def test_cifar_next_patch_training_end_to_end(tmp_path):
     import torch
 
     from damcha import ModelConfig, inspect_input
-    from damcha.checkpoints import load_model, load_run
-    from damcha.train import TrainConfig, train
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.runs.train import TrainConfig, train
 
     d = tmp_path / "cifar-10-batches-py"
     d.mkdir()

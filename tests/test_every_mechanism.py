@@ -17,12 +17,12 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
-from damcha.checkpoints import list_runs, load_model
-from damcha.export import data_csv, figure_data, read_data_csv
-from damcha.figure_sets import build_figure, per_head, structure_index, structure_style
-from damcha.mechanisms import StructureKind
-from damcha.samples import validation_input
-from damcha.train import TrainConfig, train
+from damcha.inputs.model_inputs import validation_input
+from damcha.model.mechanisms import StructureKind
+from damcha.runs.checkpoints import list_runs, load_model
+from damcha.runs.train import TrainConfig, train
+from damcha.views.export import data_csv, figure_data, read_data_csv
+from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
 from tests.toy_mechanism import TOY_VARIANT, Tied
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +221,7 @@ def test_exported_data_of_each_structure_equals_the_record(runs, variant, task):
 
 def test_a_mask_difference_is_changed_or_unchanged_not_a_subtraction():
     """Regression: /dynamics?run=digits-mma raised numpy's boolean-subtract TypeError."""
-    from damcha.dynamics import EpochSweep
+    from damcha.analysis.dynamics import EpochSweep
 
     cfg = variant_config(BASE.__class__(**{**BASE.to_dict(), "vocab_size": 11, "block_size": 16}), "mma")
     model = build_model(cfg).eval()

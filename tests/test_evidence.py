@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from damcha.config import ModelConfig
-from damcha.evidence import (
+from damcha.evidence.claims import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
@@ -22,7 +21,7 @@ from damcha.evidence import (
     summarise,
     verdict,
 )
-from damcha.synthetic import (
+from damcha.inputs.synthetic import (
     classification_labels,
     cross_head_share,
     inputs,
@@ -32,6 +31,7 @@ from damcha.synthetic import (
     teacher_metric,
     teacher_sanity,
 )
+from damcha.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def test_the_page_renders_the_shipped_results_without_training():
 
 
 def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_system_is_only_reported():
-    from damcha.evidence import Arm, Claim, Sanity
+    from damcha.evidence.claims import Arm, Claim, Sanity
 
     names = ("mha e=0.0", "damcha e=0.0", "moa e=0.0")
     claim = Claim("c", "t", "s", "relative_mse", True, tuple(Arm(n) for n in names), "",
@@ -162,7 +162,7 @@ def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_sy
 
 def test_a_threshold_arm_and_several_verdict_metrics():
     """Table 2's form: the reference against a constant, each metric compared; any failure fails the claim."""
-    from damcha.evidence import Arm, Claim
+    from damcha.evidence.claims import Arm, Claim
 
     claim = Claim("c", "t", "s", "time_ratio", True, (Arm("damcha", kind="efficiency"),
                                                        Arm("comparable", kind="constant", level=1.2)), "damcha",
@@ -179,7 +179,7 @@ def test_a_threshold_arm_and_several_verdict_metrics():
 
 
 def test_arms_with_other_settings_train_their_own_runs():
-    from damcha.evidence import F_DEPTHS, Arm
+    from damcha.evidence.claims import F_DEPTHS, Arm
 
     shallow = Arm("f depth 1", overrides=(("generator_widths", F_DEPTHS[1]),))
     assert shallow.run_name(0, False) != Arm("damcha").run_name(0, False)
@@ -188,7 +188,7 @@ def test_arms_with_other_settings_train_their_own_runs():
 
 
 def test_efficiency_ratios_of_mha_against_itself_are_one():
-    from damcha.efficiency import efficiency_ratios
+    from damcha.evidence.efficiency import efficiency_ratios
 
     r = efficiency_ratios(ModelConfig(vocab_size=8, block_size=32, n_layer=1, n_head=4, n_embd=32), "mha", T=32,
                           batch=2, repeats=2)
@@ -199,7 +199,7 @@ def test_efficiency_ratios_of_mha_against_itself_are_one():
 
 
 def test_interval_figure_puts_the_papers_numbers_on_their_own_axis():
-    from damcha.figures import interval_figure
+    from damcha.views.figures import interval_figure
 
     fig = interval_figure(["a", "b"], [1.0, 2.0], [0.5, 1.5], [1.5, 2.5], paper=[None, 120.0])
     ours, paper = fig.data

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from damcha import figures
-from damcha.export import (
+from damcha.views import figures
+from damcha.views.export import (
     ExportItem,
     ExportSettings,
     Provenance,
@@ -93,7 +93,7 @@ def test_csv_and_npz_round_trip_to_the_arrays_shown():
 
 
 def test_without_chromium_static_formats_say_how_to_enable_them(monkeypatch):
-    import damcha.export as export
+    import damcha.views.export as export
 
     monkeypatch.setattr(export, "chromium_path", lambda: None)
     ok, message = export.static_export_status()
@@ -113,7 +113,7 @@ def test_zip_holds_what_it_lists_and_interrupted_writes_leave_nothing(tmp_path, 
     listed = {f for entry in manifest for f in entry["files"]}
     assert listed | {"manifest.json"} == set(z.namelist())
     assert {"one.html", "one.csv", "one.npz", "one.provenance.json", "two.html"} <= listed
-    import damcha.export as export
+    import damcha.views.export as export
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -178,7 +178,7 @@ def test_cli_writes_the_papers_metric_figures_from_two_runs(tmp_path):
 
 
 def test_provenance_counts_layers_and_heads_from_one_as_the_app_does():
-    from damcha.export import library_params, numbered_from_one
+    from damcha.views.export import library_params, numbered_from_one
 
     written = numbered_from_one({"layer": 0, "head": 3, "position": 5, "mode": "full"})
     assert written == {"layer": 1, "head": 4, "position": 5, "mode": "full", "counted_from": 1}

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from damcha import MetricMode
-from damcha.allocator import keep_freed_memory
-from damcha.metric import block_scales, context_means, fold_rows, per_position_queries
+from damcha.model.mechanisms.damcha.metric import block_scales, context_means, fold_rows, per_position_queries
+from damcha.runs.allocator import keep_freed_memory
 from tests.conftest import DAMCHA_VARIANTS, logits_and_grads, tiny_model
 
 MODES = list(MetricMode)

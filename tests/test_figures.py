@@ -3,7 +3,7 @@
 import numpy as np
 import plotly.graph_objects as go
 
-from damcha import figures
+from damcha.views import figures
 
 
 def test_metric_heatmap_has_grid_head_labels_and_centred_scale():

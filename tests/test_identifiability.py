@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from damcha import inspect_input
-from damcha.mechanisms.damcha import metric_sources
-from damcha.metric import within_row_residual
+from damcha.model.mechanisms.damcha.layer import metric_sources
+from damcha.model.mechanisms.damcha.metric import within_row_residual
 from tests.conftest import tiny_model
 
 

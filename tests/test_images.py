@@ -9,11 +9,11 @@ import torch
 from PIL import Image, ImageOps
 
 from damcha import ModelConfig, inspect_input, variant_config
-from damcha.checkpoints import load_model, load_run
-from damcha.data import SAMPLE_IMAGE_TRAIN_FRACTION, cifar_patches, patches_to_image, sample_image_crops
-from damcha.evaluation import complete_patches
-from damcha.preprocess import InputError, photo_from_bytes
-from damcha.samples import input_from_photo, validation_input
+from damcha.inputs.datasets import SAMPLE_IMAGE_TRAIN_FRACTION, cifar_patches, patches_to_image, sample_image_crops
+from damcha.inputs.model_inputs import input_from_photo, validation_input
+from damcha.inputs.uploads import InputError, photo_from_bytes
+from damcha.runs.checkpoints import load_model, load_run
+from damcha.runs.evaluation import complete_patches
 from tests.images import decompression_bomb_png, encode, handwritten_digit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ APP = str(ROOT / "app" / "streamlit_app.py")
 
 @pytest.fixture(scope="module")
 def patch_run(tmp_path_factory):
-    from damcha.train import TrainConfig, train
+    from damcha.runs.train import TrainConfig, train
 
     out = tmp_path_factory.mktemp("runs") / "images-tiny"
     base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16, 24))

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from damcha import DamchaOptions
-from damcha.attribution import has_hooks
-from damcha.interventions import (
+from damcha.analysis.attribution import has_hooks
+from damcha.analysis.interventions import (
     adaptivity_gap,
     available_interventions,
     batch_losses,
@@ -22,8 +22,8 @@ from damcha.interventions import (
     residue_check,
     validation_effects,
 )
-from damcha.mechanisms.damcha import metric_sources
-from damcha.model import build_model
+from damcha.model.mechanisms.damcha.layer import metric_sources
+from damcha.model.transformer import build_model
 from tests.conftest import tiny_model
 from tests.test_comparison_mechanisms import config, perturbed
 
@@ -172,7 +172,7 @@ def test_interventions_leave_the_shared_model_untouched():
 
 def test_a_reference_of_another_length_is_aligned_by_position_and_says_so():
     """Regression: M-bar of 128-position validation windows on a 53-byte typed text used to fail."""
-    from damcha.interventions import align_reference, input_metric, metric_swap
+    from damcha.analysis.interventions import align_reference, input_metric, metric_swap
 
     model = tiny_model("damcha")
     longer = input_metric(model, TOKENS + [4, 4, 4])  # (L_m, 11, D, D)
@@ -194,15 +194,15 @@ def test_a_reference_of_another_length_is_aligned_by_position_and_says_so():
 def test_model_figures_are_named_figures_the_cli_can_rebuild():
     from pathlib import Path
 
-    from damcha.checkpoints import load_run
-    from damcha.export import figure_data
-    from damcha.figure_sets import figure_set, regenerate
-    from damcha.samples import validation_arrays, validation_input
+    from damcha.inputs.model_inputs import validation_arrays, validation_input
+    from damcha.runs.checkpoints import load_run
+    from damcha.views.export import figure_data
+    from damcha.views.figure_sets import figure_set, regenerate
 
     run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / "digits-damcha")
     inp = validation_input(run, 2)
     (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["interpolation"])
-    model = __import__("damcha.checkpoints", fromlist=["load_model"]).load_model(run)
+    model = __import__("damcha.runs.checkpoints", fromlist=["load_model"]).load_model(run)
     expected = interpolation_curve(model, inp.tokens, inp.targets, mean_metric(model, validation_arrays(run)[0][:256]))
     expected = expected / np.log(2)  # drawn in the run's unit, bits per pixel
     shown = [v for k, v in figure_data(item.figure).items() if k.endswith("_y")][0]

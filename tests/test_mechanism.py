@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from damcha import DamchaOptions, MetricMode, inspect_input
-from damcha.metric import MetricGenerator, context_means
+from damcha.model.mechanisms.damcha.metric import MetricGenerator, context_means
 from tests.conftest import ALL_VARIANTS, DAMCHA_VARIANTS, logits_and_grads, opts, tiny_model
 
 MODES = [m.value for m in MetricMode]
@@ -209,7 +209,7 @@ def test_fold_is_fresh_after_a_fused_optimiser_step():
 def test_chunked_inference_equals_unchunked(monkeypatch, mode):
     """Per-layer causal metrics at inference are built a chunk of tokens at a time; with chunks of
     5 tokens (several per sequence, crossing sequence boundaries) the outputs must not change."""
-    import damcha.metric as metric
+    import damcha.model.mechanisms.damcha.metric as metric
 
     model = tiny_model("damcha-unshared", True, pad_token=10)
     tokens = torch.randint(0, 10, (3, 13))

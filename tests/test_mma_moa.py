@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from damcha import build_model, inspect_input
-from damcha.mechanisms import attention_mask
-from damcha.mechanisms.mma import TYPES, head_types
+from damcha.model.mechanisms import attention_mask
+from damcha.model.mechanisms.mma import TYPES, head_types
 from tests.test_comparison_mechanisms import D, H, allowed, config, d, lin, perturbed, softmax_rows
 
 VARIANTS = ("mma", "moa", "moa-authors")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from damcha.preprocess import InputError, digit_from_bytes, text_from_bytes
+from damcha.inputs.uploads import InputError, digit_from_bytes, text_from_bytes
 from tests.images import decompression_bomb_png, encode, handwritten_digit
 
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.checkpoints import load_model, load_run
-from damcha.inspection import inspect_input
-from damcha.reference import ReferenceCheckpointError, import_reference, read_reference
+from damcha.analysis.inspection import inspect_input
+from damcha.runs.checkpoints import load_model, load_run
+from damcha.runs.reference import ReferenceCheckpointError, import_reference, read_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 D, H, L, T, WIDTHS = 48, 4, 2, 12, (16, 24)

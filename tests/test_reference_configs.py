@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.checkpoints import load_model, load_run
-from damcha.data import cifar_patches
-from damcha.inspection import inspect_input
-from damcha.modalities import modality_named
-from damcha.reference import ReferenceCheckpointError, import_reference
+from damcha.analysis.inspection import inspect_input
+from damcha.inputs.datasets import cifar_patches
+from damcha.inputs.modalities import modality_named
+from damcha.runs.checkpoints import load_model, load_run
+from damcha.runs.reference import ReferenceCheckpointError, import_reference
 
 D, H, L, T, WIDTHS, V = 48, 4, 2, 12, (16, 24), 37
 

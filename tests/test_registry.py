@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
-from damcha.figure_sets import available_figures, build_figure
+from damcha.views.figure_sets import available_figures, build_figure
 from tests.toy_mechanism import TOY_VARIANT, Tied, TiedOptions
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -46,8 +46,8 @@ def test_a_registered_toy_mechanism_builds_runs_and_is_inspected_generically(tie
 def test_the_toy_trains_saves_and_shows_its_structures_in_the_app(tied, tmp_path):
     from streamlit.testing.v1 import AppTest
 
-    from damcha.checkpoints import load_model, load_run
-    from damcha.train import TrainConfig, train
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.runs.train import TrainConfig, train
 
     base = ModelConfig(n_layer=1, n_head=4, n_embd=16, generator_widths=(8,))
     train(variant_config(base, "tied"), TrainConfig(dataset="digits", epochs=1, train_limit=64, batch_size=32,

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from damcha import inspection
-from damcha.evaluation import bounded_batch, evaluate
-from damcha.figures import block_means, display_copy, epoch_animation_figure, metric_heatmap_figure
-from damcha.inspection import inspect_input, sequence_profile
-from damcha.metric import block_norms, learned_and_residue
+from damcha.analysis import inspection
+from damcha.analysis.inspection import inspect_input, sequence_profile
+from damcha.model.mechanisms.damcha.metric import block_norms, learned_and_residue
+from damcha.runs.evaluation import bounded_batch, evaluate
+from damcha.views.figures import block_means, display_copy, epoch_animation_figure, metric_heatmap_figure
 from tests.conftest import tiny_model
 
 TOKENS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
@@ -73,7 +73,7 @@ def test_profile_is_empty_where_one_metric_serves_the_whole_input():
 
 
 def test_evaluation_batches_shrink_with_the_metric_memory_and_give_the_same_loss(monkeypatch):
-    from damcha import evaluation
+    from damcha.runs import evaluation
 
     model = tiny_model("damcha")
     x = torch.randint(0, 11, (9, 12))

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from damcha.checkpoints import list_runs, load_model
-from damcha.dynamics import generator_weight_drift
-from damcha.evaluation import evaluate
-from damcha.samples import validation_arrays
+from damcha.analysis.dynamics import generator_weight_drift
+from damcha.inputs.model_inputs import validation_arrays
+from damcha.runs.checkpoints import list_runs, load_model
+from damcha.runs.evaluation import evaluate
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 RUNS = {r.name: r for r in list_runs(SHIPPED)[0]} if SHIPPED.is_dir() else {}

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from damcha import ModelConfig, variant_config
-from damcha.checkpoints import CheckpointError, list_runs, load_model, load_run, resolve_under, snapshot_name
-from damcha.train import STATE_FILE, TrainConfig, default_snapshot_epochs, train
+from damcha.runs.checkpoints import CheckpointError, list_runs, load_model, load_run, resolve_under, snapshot_name
+from damcha.runs.train import STATE_FILE, TrainConfig, default_snapshot_epochs, train
 
 TINY = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,), block_size=32, dropout=0.1)
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.mechanisms import (
+from damcha.model.mechanisms import (
     AttentionOutput,
     ForwardOptions,
     Identifiability,

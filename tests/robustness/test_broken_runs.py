@@ -9,8 +9,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 from streamlit.testing.v1 import AppTest
 
-from damcha.checkpoints import CheckpointError, list_runs, load_model, load_run
-from damcha.config import ModelConfig
+from damcha.model.config import ModelConfig
+from damcha.runs.checkpoints import CheckpointError, list_runs, load_model, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app" / "streamlit_app.py")
@@ -139,7 +139,7 @@ def test_config_that_would_allocate_gigabytes_of_buffers_is_refused():
     with pytest.raises(ValueError, match="buffers"):
         ModelConfig(block_size=50_000_000, n_embd=32, position_encoding="sinusoidal", attention="mha")
     cfg = ModelConfig(block_size=4096, n_embd=32, position_encoding="sinusoidal", attention="mha")
-    from damcha.model import build_model
+    from damcha.model.transformer import build_model
 
     buffers = sum(b.numel() for b in build_model(cfg).buffers())
     assert buffers == cfg.buffer_estimate()
@@ -156,7 +156,7 @@ def test_a_config_with_an_absurd_block_size_is_refused_before_loading(tmp_path):
 
 
 def test_stale_temp_files_of_killed_writes_are_removed_when_training_reopens_a_run(tmp_path):
-    from damcha.checkpoints import remove_stale_temp_files
+    from damcha.runs.checkpoints import remove_stale_temp_files
 
     run = tmp_path / "run"
     run.mkdir()
@@ -170,7 +170,7 @@ def test_stale_temp_files_of_killed_writes_are_removed_when_training_reopens_a_r
 def test_disk_full_while_saving_is_one_clear_line(tmp_path, monkeypatch, capsys):
     from safetensors import SafetensorError
 
-    import damcha.checkpoints as checkpoints
+    import damcha.runs.checkpoints as checkpoints
     from damcha.__main__ import main
 
     calls = {"n": 0}
@@ -196,7 +196,7 @@ def test_disk_full_while_saving_is_one_clear_line(tmp_path, monkeypatch, capsys)
 
 
 def test_evidence_work_files_survive_a_torn_write(tmp_path):
-    from damcha.evidence import EvidenceFileError, read_jsonl
+    from damcha.evidence.claims import EvidenceFileError, read_jsonl
 
     units = tmp_path / "units.jsonl"
     units.write_text('{"unit": "a", "value": {"nll": 1.0}}\n{"unit": "b", "val')  # killed mid-line
@@ -223,8 +223,8 @@ def test_the_evidence_page_names_an_unreadable_results_file(tmp_path, monkeypatc
 def test_typed_token_ids_accept_ascii_digits_within_the_vocabulary_only():
     import dataclasses
 
-    from damcha.preprocess import InputError
-    from damcha.samples import input_from_token_ids
+    from damcha.inputs.model_inputs import input_from_token_ids
+    from damcha.inputs.uploads import InputError
 
     shipped = load_run(SHIPPED / "digits-mha")
     cfg = dataclasses.replace(shipped.model_config, modality="tokens", input_dim=0)

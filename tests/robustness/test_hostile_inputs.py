@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from damcha.preprocess import InputError, digit_from_bytes, text_from_bytes
+from damcha.inputs.uploads import InputError, digit_from_bytes, text_from_bytes
 from tests.images import decompression_bomb_png, encode, handwritten_digit
 
 VALID = {fmt: handwritten_digit("7", size=120, fmt=fmt) for fmt in ("PNG", "JPEG", "GIF", "BMP", "WEBP")}

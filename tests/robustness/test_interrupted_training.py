@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from damcha.checkpoints import load_model, load_run
+from damcha.runs.checkpoints import load_model, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--dataset", "digits", "--variant", "damcha", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",

@@ -6,7 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.url_state import BOUND_KEYS, URL_TEXT_CHARS
-from damcha.checkpoints import list_runs
+from damcha.runs.checkpoints import list_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app" / "streamlit_app.py")

@@ -1,0 +1,123 @@
+"""Inference with the full, diagonal-only and off-diagonal-only metric (paper table 3), per input and per run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from damcha.inputs.model_inputs import validation_arrays
+from damcha.model.mechanisms.damcha.metric import MetricMode
+from damcha.model.transformer import Transformer
+from damcha.runs.checkpoints import Run
+from damcha.runs.evaluation import (
+    complete_digits,
+    complete_patches,
+    completion_mse,
+    completion_statistics,
+    evaluate,
+    patch_completion_errors,
+)
+
+MODES = tuple(m.value for m in MetricMode)
+
+
+def completed_digit(model: Transformer, tokens: np.ndarray, targets: np.ndarray, mode: str, samples: int = 16,
+                    seed: int = 0) -> np.ndarray:
+    """The bottom half of a digit completed from its top half (expected levels under the model), (8, 8)."""
+    seq = torch.as_tensor(np.concatenate([tokens, targets[-1:]]), dtype=torch.long)[None]  # (1, 65)
+    bottom = complete_digits(model, seq, samples, seed, _options(model, mode))[0].numpy()  # (32,)
+    return np.concatenate([seq[0, 1:33].numpy().astype(float), bottom]).reshape(8, 8)
+
+
+@torch.no_grad()
+def greedy_continuation(model: Transformer, tokens: np.ndarray, n: int = 40, mode: str = "full") -> bytes:
+    """The n most likely next bytes, one at a time, from the end of `tokens` (context cut to the block size)."""
+    seq = torch.as_tensor(tokens, dtype=torch.long)[None]
+    out = []
+    for _ in range(n):
+        ctx = seq[:, -model.config.block_size:]
+        nxt = model(ctx, options=_options(model, mode), stochastic=False).logits[:, -1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], dim=1)
+        out.append(int(nxt))
+    return bytes(out)
+
+
+def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, int], None] | None = None,
+                        completion_images: int = 64, completion_samples: int = 4) -> list[dict]:
+    """One row per metric mode: NLL (nats), bits per unit, and completion MSE (digits) or accuracy
+    (classifier), on the run's validation set. The same evaluation code as training uses."""
+    x, y, _ = validation_arrays(run)
+    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    unit = run.data.get("unit", "token")
+    rows = []
+    for k, mode in enumerate(MODES):
+        options = _options(model, mode)
+        res = evaluate(model, xt, yt, options=options)
+        row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode}
+        if run.model_config.input_dim:  # next-patch MSE and the paper's table-1 statistics of completions
+            row["mse"] = res["nll"]
+            row.update(completion_statistics(patch_completion_errors(model, xt[:completion_images],
+                                                                     yt[:completion_images], options)))
+        else:
+            row.update({"nll": res["nll"], f"bits_per_{unit}": res["nll"] / math.log(2)})
+        if "accuracy" in res:
+            row["accuracy"] = res["accuracy"]
+        if run.model_config.modality == "digit_image" and not run.model_config.n_classes:
+            row["completion_mse"] = completion_mse(model, xt, yt, completion_images, completion_samples, options)
+        rows.append(row)
+        if progress:
+            progress(k + 1, len(MODES))
+    return rows
+
+
+
+def _options(model: Transformer, mode: str):
+    return model.mechanism.options_from({"metric_mode": mode})
+
+
+@dataclass(frozen=True)
+class ModeOutcome:
+    """One input under one metric mode: loss, and what the model then predicts.
+    completed: (8, 8) digit with its bottom half completed; continuation: greedy next bytes;
+    next_bytes: the 5 most likely next bytes with their probabilities; predicted class and its probability."""
+
+    mode: str
+    loss: float | None
+    completed: np.ndarray | None = None
+    continuation: str | None = None
+    next_bytes: tuple[tuple[int, float], ...] = ()
+    completed_patches: np.ndarray | None = None  # (64, 48) an image completed from its top half
+    predicted_class: int | None = None
+    class_probability: float | None = None
+
+
+def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tuple[str, ...] = MODES,
+                      continuation_bytes: int = 40) -> list[ModeOutcome]:
+    """One input under each metric mode: the loss, and the prediction the modality calls for (the
+    completed bottom half of a digit, or the next bytes and a greedy continuation of a text)."""
+    from damcha.analysis.inspection import inspect_input, next_token_probabilities
+
+    cfg = model.config
+    outcomes = []
+    for mode in modes:
+        record = inspect_input(model, tokens, targets, options=_options(model, mode))
+        extra = {}
+        if record.task == "classification":
+            probs = next_token_probabilities(record, 0)
+            extra = dict(predicted_class=int(probs.argmax()), class_probability=float(probs.max()))
+        elif cfg.input_dim and getattr(record.modality, "next_patch", False):
+            x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
+            extra = dict(completed_patches=complete_patches(model, x, _options(model, mode))[0].numpy())
+        elif cfg.modality == "digit_image" and targets is not None:
+            extra = dict(completed=completed_digit(model, tokens, targets, mode))
+        elif cfg.modality == "byte_text":
+            probs = next_token_probabilities(record, len(tokens) - 1)
+            top = np.argsort(probs)[::-1][:5]
+            extra = dict(next_bytes=tuple((int(t), float(probs[t])) for t in top),
+                         continuation=greedy_continuation(model, tokens, continuation_bytes, mode).decode("utf-8", "replace"))
+        outcomes.append(ModeOutcome(mode, record.loss, **extra))
+    return outcomes

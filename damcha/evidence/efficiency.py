@@ -1,0 +1,124 @@
+"""What one attention layer of a registered variant costs, measured beside standard MHA in the same
+process: parameters, FLOPs (as torch counts them), time (interleaved medians) and peak memory (in
+a fresh process). Used by benchmarks/bench.py and by the evidence for the paper's Table 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from damcha.model.config import ModelConfig, variant_config
+
+
+def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
+    """cfg with `variant`'s attention; a DAMCHA layer owns its generator (in a one-layer model shared
+    and per-layer coincide)."""
+    cfg = variant_config(cfg, variant)
+    return cfg.mechanism.single_layer(cfg)
+
+
+def make_layer(cfg: ModelConfig, variant: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """One attention layer of a registered variant for inference, frozen as load_model returns
+    models (a frozen DAMCHA layer keeps its folded generator weights between calls)."""
+    cfg = layer_variant_config(cfg, variant)
+    torch.manual_seed(0)
+    attn = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
+    options = cfg.mechanism.options(None)
+
+    def run(x):
+        return attn(x, None, None, cfg.causal, options).y
+    return run
+
+
+def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
+    """Median seconds of fa and fb, timed alternately so drifts of the machine hit both alike."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    ta, tb = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fa()
+        ta.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        fb()
+        tb.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def layer_flops_counted(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
+    """FLOPs of one inference layer as torch's FlopCounterMode counts them. The layer runs with explicit
+    attention weights: the counter does not see inside the fused CPU attention kernel, which would
+    leave MHA's scores uncounted."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = layer_variant_config(cfg, variant)
+    torch.manual_seed(0)
+    layer = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        layer(torch.randn(batch, T, cfg.n_embd), None, None, cfg.causal, cfg.mechanism.options(None), need_weights=True)
+    return float(counter.get_total_flops())
+
+
+def layer_parameters(cfg: ModelConfig, variant: str) -> int:
+    cfg = variant_config(cfg, variant)
+    return cfg.mechanism.parameter_count(dataclasses.replace(cfg, n_layer=1))
+
+
+_PEAK_PROBE = """
+import ctypes, json, sys, threading, torch
+from damcha.model.config import ModelConfig
+from damcha.evidence.efficiency import make_layer
+class MI(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
+used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
+cfg = ModelConfig.from_dict(json.loads(sys.argv[1])); T, batch = int(sys.argv[3]), int(sys.argv[4])
+run = make_layer(cfg, sys.argv[2])
+x = torch.randn(batch, T, cfg.n_embd)
+with torch.no_grad():
+    run(x)
+    base = used(); peak = [base]; done = threading.Event()
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], used())
+            done.wait(0.0002)
+    t = threading.Thread(target=sample); t.start()
+    for _ in range(3):
+        run(x)
+    done.set(); t.join()
+print((peak[0] - base) / 2**20)
+"""
+
+
+def peak_memory_mb(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
+    """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
+    0.2 ms in a fresh process while the layer runs, minus the level right before it."""
+    root = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r})\n" + _PEAK_PROBE,
+                          json.dumps(cfg.to_dict()), variant, str(T), str(batch)],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def efficiency_ratios(cfg: ModelConfig, variant: str, T: int, batch: int, repeats: int = 10) -> dict:
+    """One layer of `variant` against one of MHA: parameters, FLOPs, time and peak memory as ratios."""
+    x = torch.randn(batch, T, cfg.n_embd)
+    layer, mha = make_layer(cfg, variant), make_layer(cfg, "mha")
+    with torch.no_grad():
+        tv, tm = interleaved(lambda: layer(x), lambda: mha(x), repeats)
+    return {"params_ratio": layer_parameters(cfg, variant) / layer_parameters(cfg, "mha"),
+            "flops_ratio": layer_flops_counted(cfg, variant, T, batch) / layer_flops_counted(cfg, "mha", T, batch),
+            "time_ratio": tv / tm,
+            "memory_ratio": peak_memory_mb(cfg, variant, T, batch) / peak_memory_mb(cfg, "mha", T, batch)}

@@ -1,0 +1,178 @@
+"""One model input, from an upload, typed text or a validation sample of the run's data set."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from damcha.inputs.datasets import cifar_patches, fixed_val_windows, load_dataset, patches_to_image
+from damcha.inputs.modalities import ImagePatches, Modality, modality_named
+from damcha.inputs.uploads import InputError, digit_from_bytes, digit_tokens, photo_from_bytes, text_from_bytes
+from damcha.model.transformer import IGNORE_INDEX
+
+if TYPE_CHECKING:  # a run is only read here (its config, data set and split), never opened
+    from damcha.runs.checkpoints import Run
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """tokens: (T,) what the model reads; targets: (T,) next tokens (IGNORE_INDEX where unknown),
+    a class id, or None. modality: what a token is. levels: (8, 8) for digits; text: the
+    characters read, for text runs."""
+
+    modality: Modality
+    tokens: np.ndarray
+    targets: np.ndarray | int | None
+    source: str  # human description: "validation sample 12 (digit 3)", "upload photo.png", ...
+    note: str = ""
+    levels: np.ndarray | None = None
+    label: int | None = None
+    text: str | None = None
+    validation_index: int | None = None
+    image: np.ndarray | None = None  # (32, 32, 3) uint8 for colour-image runs
+
+    def key(self) -> str:
+        """Stable hash of what the model sees (cache key and provenance)."""
+        h = hashlib.sha256(np.asarray(self.tokens).tobytes())
+        h.update(repr(self.targets.tolist() if isinstance(self.targets, np.ndarray) else self.targets).encode())
+        return h.hexdigest()[:16]
+
+    def token_labels(self) -> list[str]:
+        """One short label per input position (pixel coordinates or characters)."""
+        return self.modality.token_labels(self.tokens)
+
+    def target_labels(self) -> list[str]:
+        return self.modality.target_labels(self.targets)
+
+
+def run_modality(run: Run) -> Modality:
+    return modality_named(run.model_config.modality)
+
+
+def _needs_upload(run: Run, kind: str) -> Modality:
+    modality = run_modality(run)
+    if modality.upload != kind:
+        takes = f"takes {modality.upload} uploads" if modality.upload else "takes no uploads (use a validation sample)"
+        raise InputError(f"run {run.name} reads {modality.title}: it {takes}, not {kind}")
+    return modality
+
+
+def input_from_image(run: Run, data: bytes, name: str = "upload") -> ModelInput:
+    modality = _needs_upload(run, "image")
+    digit = digit_from_bytes(data)
+    tokens, targets = digit_tokens(digit.levels, run.model_config.n_classes > 0)
+    return ModelInput(modality, tokens, targets, f"image {name}", digit.note, levels=digit.levels)
+
+
+def input_from_photo(run: Run, data: bytes, name: str = "upload") -> ModelInput:
+    """A colour photo -> the patch sequence of a next-patch model (inputs: a zero start then patches
+    0..62; targets: patches 0..63)."""
+    modality = _needs_upload(run, "photo")
+    photo = photo_from_bytes(data)
+    patches = cifar_patches(photo.image[None])  # (1, 64, 48)
+    tokens, targets = modality.sequences(patches)
+    return ModelInput(modality, tokens[0], targets[0], f"photo {name}", photo.note, image=photo.image)
+
+
+def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInput:
+    modality = _needs_upload(run, "text")
+    T = run.model_config.block_size
+    t = text_from_bytes(data, T + 1)  # one byte more than the context: the last target, when there is one
+    tokens = t.tokens[:T]
+    targets = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
+    targets[: len(t.tokens) - 1] = t.tokens[1:]
+    note = (f"{t.total_bytes} bytes; the model reads the first {len(tokens)} (its context is {T} bytes)"
+            if t.cut else f"{len(tokens)} bytes")
+    return ModelInput(modality, tokens, targets, name, note, text=bytes(tokens.astype(np.uint8)).decode("utf-8", "replace"))
+
+
+MAX_TYPED_IDS_CHARS = 200_000
+ASCII_ID = re.compile(r"[0-9]+")
+
+
+def input_from_token_ids(run: Run, text: str, name: str = "typed token ids") -> ModelInput:
+    """Token ids typed as integers (separated by spaces or commas): for runs whose tokenizer is not
+    here (imported subword models). Each id is the next one's target."""
+    modality = _needs_upload(run, "ids")
+    if len(text) > MAX_TYPED_IDS_CHARS:
+        raise InputError(f"{len(text):,} characters is too long for a list of token ids")
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if not parts:
+        raise InputError("type at least one token id")
+    # Plain ASCII digits only: Python's int() would also take '١٢٣', '1_0' and '+5', which no tokenizer writes.
+    odd = next((p for p in parts if not ASCII_ID.fullmatch(p)), None)
+    if odd is not None:
+        shown = odd if len(odd) <= 20 else odd[:20] + "…"
+        raise InputError(f"{shown!r} is not a token id: ids are whole numbers written with the digits 0-9, "
+                         "separated by spaces or commas")
+    V, T = run.model_config.vocab_size, run.model_config.block_size
+    too_big = next((p for p in parts if len(p) > 12 or int(p) >= V), None)  # compared before any int64 exists
+    if too_big is not None:
+        shown = too_big if len(too_big) <= 20 else too_big[:20] + "…"
+        raise InputError(f"token id {shown} is outside this model's vocabulary [0, {V - 1}]")
+    ids = np.array([int(p) for p in parts], dtype=np.int64)
+    tokens = ids[:T]
+    targets = np.full(len(tokens), IGNORE_INDEX, dtype=np.int64)
+    targets[: len(ids[: T + 1]) - 1] = ids[1: T + 1]
+    note = f"{len(ids)} ids; the model reads the first {len(tokens)}" if len(ids) > T else f"{len(tokens)} ids"
+    return ModelInput(modality, tokens, targets, name, note)
+
+
+BUNDLED_DATASETS = ("digits", "digits-cls", "text", "sample-images")  # validation data that ships with Python and scikit-learn
+
+
+@lru_cache(maxsize=8)
+def _validation_arrays(dataset: str, split_seed: int, block_size: int, val_windows: int):
+    data = load_dataset(dataset, block_size=block_size, split_seed=split_seed)
+    if data.kind == "corpus":
+        x, y = fixed_val_windows(data.val_stream, block_size, val_windows)
+        return x.numpy(), y.numpy(), None
+    return data.val_inputs.numpy(), data.val_targets.numpy(), data.val_labels
+
+
+def validation_count(run: Run) -> int:
+    return len(validation_arrays(run)[0])
+
+
+def validation_length(run: Run) -> int:
+    """How many positions each validation input has (the mean metric M-bar has as many)."""
+    return validation_arrays(run)[0].shape[1]
+
+
+def validation_arrays(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The run's validation inputs (N, T), targets, and class labels (None for text)."""
+    t = run.train_config
+    if run.dataset not in BUNDLED_DATASETS:
+        raise InputError(f"validation samples of data set {run.dataset!r} need its local files; upload an input instead")
+    x, y, labels = _validation_arrays(run.dataset, int(t.get("split_seed", 0)), run.model_config.block_size,
+                                      int(t.get("val_windows", 256)))
+    modality = run_modality(run)
+    if isinstance(modality, ImagePatches):  # the bundled crops framed as this run reads them
+        x = modality.sequences(y)[0]
+    return x, y, labels
+
+
+def validation_input(run: Run, index: int) -> ModelInput:
+    x, y, labels = validation_arrays(run)
+    if not 0 <= index < len(x):
+        raise InputError(f"validation index must be in [0, {len(x) - 1}]")
+    tokens = x[index].copy()
+    modality = run_modality(run)
+    if modality.name == "digit_image":
+        label = int(labels[index])
+        pixels = tokens if run.model_config.n_classes else y[index]
+        targets = int(y[index]) if run.model_config.n_classes else y[index].copy()
+        return ModelInput(modality, tokens, targets, f"validation sample {index} (digit {label})",
+                          levels=pixels.reshape(8, 8), label=label, validation_index=index)
+    if isinstance(modality, ImagePatches):
+        image = np.rint(patches_to_image(y[index]) * 255).astype(np.uint8)
+        return ModelInput(modality, tokens, y[index].copy(), f"validation crop {index} ({run.dataset})",
+                          image=image, validation_index=index)
+    text = bytes(tokens.astype(np.uint8)).decode("utf-8", "replace")
+    return ModelInput(modality, tokens, y[index].copy(), f"validation window {index}", text=text,
+                      validation_index=index)

@@ -1,0 +1,193 @@
+"""Model configuration: one dataclass describes every variant the paper compares.
+
+Which attention a config builds is its `attention` field, a name in the mechanism registry
+(`damcha.model.mechanisms`); a variant (`--variant`) is a registered preset of the attention fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from damcha.model import mechanisms
+
+MAX_PARAMETERS = 200_000_000
+MAX_BUFFER_ELEMENTS = 50_000_000
+MAX_BLOCK_SIZE = 65_536
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A small transformer with a registered attention mechanism (DAMCHA, its ablations, MHA, ...).
+
+    Two configs that differ only in the attention fields build transformers that differ
+    only in their attention: embeddings, blocks, MLPs and heads are the same code.
+    """
+
+    vocab_size: int = 18
+    block_size: int = 64  # longest sequence the position table holds
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 32
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    causal: bool = True  # causal decoder (LM head) or non-causal encoder
+    n_classes: int = 0  # > 0: non-causal encoder with a classification head
+    attention: str = "damcha"  # a registered mechanism: "damcha", "mha", ...
+    # DAMCHA's fields (kept flat: they are the paper's subject and every shipped run has them)
+    metric_sharing: str = "shared"  # "shared": one M per stack (paper default) | "per_layer"
+    metric_input: str = "adaptive"  # "adaptive": M = f(x) | "static": "w/o f(x)", one learned M
+    score_form: str = "row_sum"  # "row_sum": paper Eq. 4 | "bilinear": extension beyond the paper
+    generator_widths: tuple[int, ...] = (64, 128)  # hidden widths of f; the paper uses (256, 512)
+    generator_dropout: float = 0.0
+    pad_token: int | None = None  # token id that marks padding, if any
+    input_dim: int = 0  # > 0: continuous inputs (e.g. 48-dim CIFAR patches): linear embedding, linear head, MSE
+    modality: str = ""  # what a token is (see damcha.inputs.modalities); "" for a bare model: plain token ids
+    # Block layout. This project's models are pre-LN with a learned position table and a final norm;
+    # the authors' reference code (damcha.runs.reference imports it) is post-LN with fixed sinusoidal
+    # positions, no final norm and a feed-forward width of 2D.
+    norm_placement: str = "pre"  # "pre": x + f(LN(x)) | "post": LN(x + f(x))
+    position_encoding: str = "learned"  # "learned": a table of block_size vectors | "sinusoidal": fixed
+    final_norm: bool = True
+    head_bias: bool = False  # the next-token head with a bias (the reference's LM head has one)
+    mlp_width: int = 0  # the feed-forward width; 0: mlp_ratio * n_embd (the reference's d_ff may be any width)
+    head_hidden: int = 0  # > 0: the vector head is Linear -> GELU -> Linear with this hidden width (the reference's)
+    attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "generator_widths", tuple(int(w) for w in self.generator_widths))
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid model config: generator_widths must be a list of integers, got "
+                             f"{self.generator_widths!r}") from None
+        options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
+        object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
+        self.validate()
+
+    @property
+    def feed_forward_width(self) -> int:
+        return self.mlp_width or self.mlp_ratio * self.n_embd
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def mechanism(self) -> mechanisms.Mechanism:
+        return mechanisms.get_mechanism(self.attention)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """One of `attention_options` (a mechanism's own setting), or `default`."""
+        return dict(self.attention_options).get(name, default)
+
+    def setting(self, name: str) -> Any:
+        """A setting the mechanism declares (damcha.model.mechanisms.Setting): the config's value, else the
+        declared default."""
+        declared = self.mechanism.declared(name)
+        if declared.flat:
+            return getattr(self, name)
+        return dict(self.attention_options).get(name, declared.default)
+
+    @property
+    def variant(self) -> str:
+        """The registered variant this config is ('mha', 'damcha', 'damcha-unshared', ...), else
+        '<mechanism> (custom)'."""
+        for v in mechanisms.variants():
+            if v.mechanism == self.attention and all(self._field(k) == val for k, val in v.fields.items()):
+                return v.name
+        return f"{self.attention} (custom)"
+
+    def _field(self, name: str) -> Any:
+        return getattr(self, name) if hasattr(self, name) else self.option(name)
+
+    def validate(self) -> None:
+        """Raise ValueError with a clear message for any inconsistent or absurd value."""
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"invalid model config: {msg}")
+
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive integer, got {v!r}")
+        need(self.n_embd % self.n_head == 0, f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        need(self.attention in mechanisms.mechanism_names(),
+             f"attention must be one of {mechanisms.mechanism_names()}, got {self.attention!r}")
+        unknown = sorted(set(dict(self.attention_options)) - set(self.mechanism.config_options))
+        need(not unknown, f"{self.attention} has no settings {unknown}; it has {list(self.mechanism.config_options)}")
+        try:
+            self.mechanism.validate(self)
+        except ValueError as e:
+            need(False, str(e))
+        need(isinstance(self.dropout, int | float) and isinstance(self.generator_dropout, int | float)
+             and 0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
+        need(self.norm_placement in ("pre", "post"), f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
+        need(self.position_encoding in ("learned", "sinusoidal"),
+             f"position_encoding must be 'learned' or 'sinusoidal', got {self.position_encoding!r}")
+        need(self.n_classes >= 0, "n_classes must be >= 0")
+        need(not (self.n_classes and self.causal), "a classification head needs a non-causal encoder (causal=False)")
+        need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
+        need(self.pad_token is None or 0 <= self.pad_token < self.vocab_size, "pad_token must be a token id")
+        need(self.input_dim >= 0, "input_dim must be >= 0")
+        for name in ("mlp_width", "head_hidden"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name} must be an integer >= 0, got {v!r}")
+        need(not self.head_hidden or self.input_dim, "head_hidden applies to the vector head (input_dim > 0)")
+        need(not (self.input_dim and (self.n_classes or not self.causal or self.pad_token is not None)),
+             "continuous inputs (input_dim > 0) are for causal next-vector prediction, without classes or padding")
+        # Refuse configs that would allocate absurd memory before any tensor exists: parameters and
+        # every buffer the config implies (a sinusoidal table of block_size x n_embd).
+        need(self.parameter_estimate() <= MAX_PARAMETERS,
+             f"config would hold ~{self.parameter_estimate():,} parameters (limit {MAX_PARAMETERS:,})")
+        need(self.buffer_estimate() <= MAX_BUFFER_ELEMENTS,
+             f"config would hold buffers of ~{self.buffer_estimate():,} values (a {self.block_size:,} x {self.n_embd} "
+             f"position table; limit {MAX_BUFFER_ELEMENTS:,})")
+        need(self.block_size <= MAX_BLOCK_SIZE, f"block_size {self.block_size:,} is above {MAX_BLOCK_SIZE:,}: "
+             "one sequence's attention scores alone would not fit in memory")
+
+    def buffer_estimate(self) -> int:
+        """Values in the model's non-trained buffers (exact; checked by a test)."""
+        return self.block_size * self.n_embd if self.position_encoding == "sinusoidal" else 0
+
+    def parameter_estimate(self) -> int:
+        """Parameter count computed from the config alone (exact; checked by a test)."""
+        D, V, L = self.n_embd, self.vocab_size, self.n_layer
+        n = (self.block_size * D if self.position_encoding == "learned" else 0) + (2 * D if self.final_norm else 0)
+        if self.input_dim:
+            n += 2 * self.input_dim * D + D + self.input_dim  # linear embedding and regression head, with biases
+        else:
+            n += V * D  # token embedding
+            n += self.n_classes * D + self.n_classes if self.n_classes else V * D + V * self.head_bias  # head (untied)
+        F = self.feed_forward_width
+        n += L * (4 * D + D * F * 2 + F + D)  # 2 norms + MLP per block
+        if self.input_dim and self.head_hidden:
+            n += D * self.head_hidden + self.head_hidden + (self.head_hidden - D) * self.input_dim  # the head's hidden layer
+        return n + self.mechanism.parameter_count(self)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["generator_widths"] = list(self.generator_widths)
+        d["attention_options"] = dict(self.attention_options)
+        if not d["attention_options"]:
+            del d["attention_options"]  # configs without them read as before
+        for name in ("mlp_width", "head_hidden"):  # fields of imported runs only: others' configs stay as they were
+            if not d[name]:
+                del d[name]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"invalid model config: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+
+def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
+    """The same model with another registered attention variant (names as in ModelConfig.variant)."""
+    v = mechanisms.get_variant(variant)
+    own = {f.name for f in dataclasses.fields(ModelConfig)}
+    fields = {k: val for k, val in v.fields.items() if k in own}
+    options = {k: val for k, val in v.fields.items() if k not in own}
+    return dataclasses.replace(base, attention=v.mechanism, attention_options=options, **fields)

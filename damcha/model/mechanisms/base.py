@@ -1,0 +1,512 @@
+"""What every attention mechanism shares: its call signature, its returned record, the masks and
+the softmax step, and the description of the cross-head structures it exposes for inspection.
+
+A mechanism is one module that subclasses `Mechanism` and registers itself (see
+`damcha.model.mechanisms.register`). The transformer, inspection, figures and pages only ever talk to
+this interface, never to a particular mechanism.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from damcha.model.config import ModelConfig
+
+
+# ----------------------------------------------------------------------------- forward options
+
+@dataclass(frozen=True)
+class ForwardOptions:
+    """Per-call choices of one mechanism (inference-time ablations, explicit paths, ...).
+
+    Each mechanism declares its own subclass with typed fields; a mechanism without per-call
+    choices uses this empty one. Options are call arguments, never module state, so one cached
+    model serves every caller.
+    """
+
+
+# ----------------------------------------------------------------------------- returned records
+
+@dataclass
+class AttentionOutput:
+    """What a layer returns.
+
+    y: (B, T, D), the layer's output. weights: (B, H, T, T) the attention that multiplies the values,
+    required when the call has need_weights=True (None otherwise). internals: the mechanism's own
+    record of what it computed (DAMCHA's HeadMetric, MoA's gates, ...), required when need_weights
+    is True (inspection reads it in `Mechanism.structures`), optional otherwise; it must describe the
+    call's options (an intervened metric, not the trained one). aux_loss: a scalar the mechanism
+    adds to the training loss (MoA's load balancing), or None.
+
+    The layer call: layer(x, real, mask, causal, options, need_weights=False, stochastic=False,
+    shared=None), where x (B, T, D) is the block's normed input; real (B, T) bool marks real tokens
+    (None: no padding); mask (B, 1, T, T) bool the allowed (query, key) pairs (None: plain causal or
+    none, as `causal` says; see attention_mask); options the mechanism's ForwardOptions (never
+    stored on the module: one cached model serves every caller); stochastic whether dropout and
+    other sampling apply (training), independent of module.train(); shared what `run_shared`
+    computed once for the stack (DAMCHA's shared metric), or None."""
+
+    y: torch.Tensor
+    weights: torch.Tensor | None = None
+    internals: Any = None
+    aux_loss: torch.Tensor | None = None
+
+
+class StructureKind(StrEnum):
+    """How a cross-head structure is drawn; the number of trailing axes each kind draws."""
+
+    HEAD_GRID_MATRIX = "head_grid_matrix"  # (D, D) read as H x H blocks: heatmap with the head grid
+    HEAD_BY_HEAD = "head_by_head"  # (H, H): one value per pair of heads (mixing, block norms)
+    PER_HEAD_FORMS = "per_head_forms"  # (H, a, b): one small matrix per head, small multiples
+    TOKEN_GATES = "token_gates"  # (T, E): a weight per token and expert or type
+    MATRIX = "matrix"  # (a, b): any other matrix, its axes named by the structure
+    MASK_PATTERN = "mask_pattern"  # (H, T, T): which keys each head may see
+    ATTENTION_MAPS = "attention_maps"  # (H, T, T): a weight per head, query and key
+
+    @property
+    def drawn_axes(self) -> int:
+        return {"head_grid_matrix": 2, "head_by_head": 2, "per_head_forms": 3, "token_gates": 2,
+                "mask_pattern": 3, "attention_maps": 3, "matrix": 2}[self.value]
+
+
+class ValueKind(StrEnum):
+    """What a structure's values are, which decides its colour scale everywhere it is drawn."""
+
+    SIGNED = "signed"  # any real number: diverging scale centred at 0
+    MAGNITUDE = "magnitude"  # non-negative (norms, strengths): sequential scale from 0
+    PROBABILITY = "probability"  # in [0, 1] (attention, gates, shares): sequential scale from 0 to 1
+    MASK = "mask"  # boolean: two colours; a difference of masks is drawn as changed / unchanged
+    COUNT = "count"  # non-negative integers: sequential scale from 0
+
+    @property
+    def non_negative(self) -> bool:
+        return self is not ValueKind.SIGNED
+
+
+# What an index along a drawn axis names: heads and experts counted from 1, tokens by their
+# labels, coordinates and positions from 0. Axis names not listed here are counted from 1.
+COORDINATE_AXES = ("row", "col", "d", "D", "coordinate")
+TOKEN_AXES = ("token", "query", "key")
+AXIS_TITLES = {
+    "row": "row", "col": "column", "d": "coordinate of the head's slice", "D": "coordinate of x",
+    "head": "head", "head_q": "head i", "head_k": "head j", "head_i": "head i", "head_j": "head j",
+    "head_out": "head h (mixed)", "head_src": "source head g", "expert": "expert", "expert_i": "expert i",
+    "expert_j": "expert j", "token": "token", "query": "query", "key": "key", "chunk": "chunk j",
+    "type": "head type", "use": "map", "share": "share", "input": "input", "coordinate": "coordinate",
+}
+
+
+class Identifiability(StrEnum):
+    """What training can determine about a structure."""
+
+    LEARNED = "learned"  # every entry reaches the loss on its own
+    FIXED = "fixed"  # not a trained quantity (a mask, a constant)
+    UNIDENTIFIABLE = "unidentifiable"  # receives no gradient signal of its own (initialisation residue)
+    PARTLY = "partly identifiable"  # a learned part plus an unidentifiable residue
+
+
+@dataclass(frozen=True)
+class Structure:
+    """One named array a mechanism exposes for inspection.
+
+    values: numpy array whose leading axes index where it was taken (among "layer", "position",
+    "token") and whose trailing `kind.drawn_axes` axes are drawn. axes: one name per axis of values.
+
+    How it is drawn, the same in every figure (inspector, dynamics, comparisons, exports):
+    labels: names of the entries along a drawn axis (axis name -> labels); without them an axis is
+        labelled by `axis_labels` (heads and experts from 1, tokens by their labels).
+    axis_titles: what a drawn axis means (axis name -> title); default `AXIS_TITLES`.
+    value_kind: what the values are (decides the colour scale); unit: what they are measured in
+        (the colour bar's title; default: the structure's name).
+    """
+
+    name: str
+    title: str
+    values: np.ndarray
+    axes: tuple[str, ...]
+    kind: StructureKind
+    description: str
+    identifiability: Identifiability
+    labels: dict = field(default_factory=dict)
+    value_kind: ValueKind = ValueKind.SIGNED
+    unit: str = ""
+    axis_titles: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.axes) != self.values.ndim:
+            raise ValueError(f"structure {self.name}: {len(self.axes)} axis names for a {self.values.ndim}-d array")
+        if self.values.ndim < self.kind.drawn_axes:
+            raise ValueError(f"structure {self.name}: a {self.kind} needs at least {self.kind.drawn_axes} axes")
+
+    @property
+    def index_axes(self) -> tuple[str, ...]:
+        return self.axes[: self.values.ndim - self.kind.drawn_axes]
+
+    @property
+    def drawn(self) -> tuple[str, ...]:
+        """The names of the drawn axes."""
+        return self.axes[self.values.ndim - self.kind.drawn_axes:]
+
+    def axis_title(self, axis: str) -> str:
+        return self.axis_titles.get(axis) or AXIS_TITLES.get(axis, axis.replace("_", " "))
+
+    def axis_labels(self, axis: str, n: int, token_labels=()) -> list[str]:
+        """One label per index along a drawn axis: the structure's own labels, else token labels for
+        token axes, numbers from 0 for coordinates, and '<noun> 1..n' for heads, experts and the like."""
+        own = self.labels.get(axis)
+        if own is not None and len(own) == n:
+            return [str(x) for x in own]
+        if axis in TOKEN_AXES and len(token_labels) == n:
+            return [str(x) for x in token_labels]
+        if axis in COORDINATE_AXES or axis in TOKEN_AXES:
+            return [str(i) for i in range(n)]
+        noun = axis.split("_")[0]
+        return [f"{noun} {i + 1}" for i in range(n)]
+
+    @property
+    def colorbar_title(self) -> str:
+        return self.unit or self.name.replace("_", " ")
+
+    def size(self, axis: str) -> int:
+        """How many values the structure has along an index axis (1 when it has no such axis)."""
+        return self.values.shape[self.axes.index(axis)] if axis in self.index_axes else 1
+
+    def at(self, **index: int) -> np.ndarray:
+        """The drawn array at the given layer/position indices; an axis the structure lacks, or of
+        size 1 (shared across layers, one metric per sequence), is taken at 0."""
+        out = self.values
+        for axis in self.index_axes:
+            n = out.shape[0]
+            out = out[min(int(index.get(axis, 0)), n - 1) if n > 1 else 0]
+        return out
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.values.shape))
+        return f"Structure({self.name!r}: {shape} {self.axes}, {self.kind}, {self.identifiability})"
+
+
+# ----------------------------------------------------------------------------- declared settings
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting of a mechanism, declared once: config validation, the train CLI's `--option` help
+    and the model card all read this declaration.
+
+    kind: int, float, str or tuple (of ints). default: the value when a config does not set it
+    (None: computed from the rest of the config, as `help` says). flat: a field of ModelConfig
+    itself (DAMCHA's, which every shipped run has as a field) instead of an `attention_options` entry."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    flat: bool = False
+
+    def check(self, value: Any) -> None:
+        """Raise ValueError naming the setting when `value` is not one it accepts."""
+        if value is None and self.default is None:
+            return
+        if self.kind is tuple:
+            ok = isinstance(value, tuple | list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            items = list(value) if ok else []
+        else:
+            numeric = self.kind is float and isinstance(value, int)
+            ok = (isinstance(value, self.kind) or numeric) and not isinstance(value, bool)
+            items = [value]
+        if not ok:
+            raise ValueError(f"{self.name} must be {self._kind_name()}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
+        if self.minimum is not None and any(v < self.minimum for v in items):
+            raise ValueError(f"{self.name} must be at least {self.minimum:g}, got {value!r}")
+
+    def _kind_name(self) -> str:
+        return {int: "an integer", float: "a number", str: "a string", tuple: "a list of integers"}[self.kind]
+
+    def describe(self) -> str:
+        """One line for help texts: name, choices or kind, default, meaning."""
+        what = "|".join(map(str, self.choices)) if self.choices else self.kind.__name__
+        default = "" if self.default is None else f", default {self.default}"
+        return f"{self.name} ({what}{default}): {self.help}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A per-call choice of a mechanism (a field of its ForwardOptions) that pages offer as a
+    control: its values (the default, the model as trained, first), what it means, and the key it
+    keeps in the page's URL."""
+
+    name: str
+    values: tuple[str, ...]
+    help: str
+    url_key: str
+
+    @property
+    def label(self) -> str:
+        return self.name.replace("_", " ").capitalize()
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+class Mechanism:
+    """An attention mechanism: how to build its layers, and what it shows about itself.
+
+    Subclasses set `name`, `title`, `reference` and `options_type`, implement `build_layer`, and
+    may override `build_shared` (a module run once per stack, its output handed to every layer),
+    `validate`, `structures` and `parameter_count`.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    reference: ClassVar[str] = ""
+    options_type: ClassVar[type[ForwardOptions]] = ForwardOptions
+    # This mechanism's settings, declared once (see Setting).
+    declared_settings: ClassVar[tuple[Setting, ...]] = ()
+    # Per-call choices a page offers as controls (see Choice).
+    option_choices: ClassVar[tuple[Choice, ...]] = ()
+
+    @property
+    def config_options(self) -> tuple[str, ...]:
+        """Names of the settings a config holds in `attention_options`."""
+        return tuple(s.name for s in self.declared_settings if not s.flat)
+
+    def declared(self, name: str) -> Setting:
+        found = next((s for s in self.declared_settings if s.name == name), None)
+        if found is None:
+            raise ValueError(f"{self.title} has no setting {name!r}")
+        return found
+
+    def choice(self, name: str) -> Choice | None:
+        return next((c for c in self.option_choices if c.name == name), None)
+
+    def build_layer(self, config: ModelConfig, layer_index: int) -> nn.Module:
+        raise NotImplementedError
+
+    def build_shared(self, config: ModelConfig) -> nn.Module | None:
+        return None
+
+    def run_shared(self, module: nn.Module, x: torch.Tensor, real: torch.Tensor | None, options: ForwardOptions,
+                   stochastic: bool) -> Any:
+        """Run the shared module on the stack input x (B, T, D); its result goes to every layer."""
+        return module(x, real, options, stochastic)
+
+    def validate(self, config: ModelConfig) -> None:
+        """Raise ValueError for configs this mechanism cannot build: every declared setting is
+        checked here; a mechanism with rules across settings adds them (calling this first)."""
+        for s in self.declared_settings:
+            s.check(config.setting(s.name))
+
+    def options(self, options: ForwardOptions | None) -> ForwardOptions:
+        """The options of one call, checked against this mechanism's type (None: defaults)."""
+        if options is None:
+            return self.options_type()
+        own = type(options) is self.options_type or (
+            isinstance(options, self.options_type) and self.options_type is not ForwardOptions)
+        if not own:
+            raise ValueError(f"{self.title} takes {self.options_type.__name__}, not {type(options).__name__}")
+        return options
+
+    def options_from(self, choices: dict[str, Any]) -> ForwardOptions:
+        """Options from named choices (e.g. {"metric_mode": "diagonal"}). A choice this mechanism does
+        not have is refused unless it asks for that choice's default (the whole model)."""
+        own = {f.name for f in dataclasses.fields(self.options_type)}
+        for name, value in choices.items():
+            if name not in own and str(value) != _default_choice(name):
+                raise ValueError(f"{self.title} has no option {name!r}: only the default applies")
+        return self.options_type(**{k: v for k, v in choices.items() if k in own})
+
+    def parameter_count(self, config: ModelConfig) -> int:
+        """Exact number of attention parameters of the whole stack (layers and shared module):
+        counted on modules built on the meta device, so nothing is allocated however large the
+        config (a mechanism may override this with a formula)."""
+        with torch.device("meta"):
+            modules = [self.build_layer(config, i) for i in range(config.n_layer)]
+            shared = self.build_shared(config)
+        return sum(p.numel() for m in [*modules, shared] if m is not None for p in m.parameters())
+
+    def structures(self, model: nn.Module, layers: Sequence[Any], positions: np.ndarray,
+                   options: ForwardOptions) -> list[Structure]:
+        """The cross-head structures of one input (batch of one), from what the layers returned
+        (each with .attention (1, H, T, T) and .internals, the layer's own record). positions: the
+        query positions to take per-position structures at (-1: whole sequence)."""
+        return []
+
+    def inference_bytes(self, config: ModelConfig, T: int) -> int:
+        """Memory a forward pass without gradients holds per sequence of T tokens beyond the usual
+        activations (DAMCHA: a shared metric per position), so evaluation can size its batches."""
+        return 0
+
+    def sequence_profile(self, model: nn.Module, layers: Sequence[Any], options: ForwardOptions,
+                         progress: Callable[[int, int], None] | None = None, chunk: int | None = None) -> list[Structure]:
+        """Small per-position summaries at every position of one input (kind MATRIX, axes
+        (layer, token, ...)), computed `chunk` positions at a time so no per-position matrix exists whole;
+        the cheap overview of a long input whose full structures are taken only where viewed."""
+        return []
+
+    def metric(self, config: ModelConfig) -> str | None:
+        """Whether the mechanism scores with a D x D metric M whose layer internals expose it (`.full`,
+        the `metric` structure): "adaptive" (M(x) computed from each input), "static" (one learned M),
+        or None. Attribution to M(x), its statistics over a data set and the metric figures use it."""
+        return None
+
+    def single_layer(self, config: ModelConfig) -> ModelConfig:
+        """The config of one self-contained layer of this mechanism (the efficiency benchmark builds
+        one layer alone; a mechanism whose layers share a module may need to say how)."""
+        return config
+
+    def interventions(self, config: ModelConfig) -> list[Intervention]:
+        """The interventions this mechanism supports (the interventions page offers only these)."""
+        return []
+
+    def settings(self, config: ModelConfig) -> dict[str, Any]:
+        """This mechanism's settings in a config, for model cards (name -> value)."""
+        return {s.name: config.setting(s.name) for s in self.declared_settings}
+
+    def notes(self, config: ModelConfig) -> list[str]:
+        """Sentences a page shows beside this mechanism's structures (what is learned, caveats)."""
+        return []
+
+    def identifiability_note(self, config: ModelConfig) -> str:
+        return ""
+
+
+_CHOICE_DEFAULTS = {"metric_mode": "full"}
+
+
+def _default_choice(name: str) -> str | None:
+    """The value of a per-call choice that means 'the model as trained' for mechanisms without it."""
+    return _CHOICE_DEFAULTS.get(name)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter of an intervention: kind "head" (an index 0..H-1), "fraction" (a number in
+    [low, high]), "input" (another input of the same length), "mean" (the validation mean; no control)."""
+
+    name: str
+    kind: str
+    low: float = 0.0
+    high: float = 1.0
+    default: float = 0.0
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A change of a mechanism's forward pass, given as forward options (never as state on the
+    model). `make(model, tokens, **params)` returns the options; interventions with an "input" or
+    "mean" parameter receive what they need from damcha.analysis.interventions."""
+
+    name: str
+    title: str
+    description: str
+    params: tuple[Param, ...] = ()
+    make: Any = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named configuration of a mechanism: `--variant NAME` sets `fields` on the model config."""
+
+    name: str
+    mechanism: str
+    fields: dict = field(default_factory=dict)
+    description: str = ""
+
+
+# ----------------------------------------------------------------------------- shared attention maths
+
+def attention_mask(real: torch.Tensor | None, causal: bool, T: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean mask of allowed (query, key) pairs, (B, 1, T, T), or None when plain causal/none.
+
+    A padded query that could see no key at all attends to itself, so no row is empty
+    (its output is never used, but NaN must not appear).
+    """
+    if real is None:
+        return None  # is_causal covers the causal case
+    allowed = real[:, None, None, :]  # (B, 1, 1, T)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (B, 1, T, T)
+    else:
+        allowed = allowed.expand(-1, 1, T, T)  # (B, 1, T, T)
+    eye = torch.eye(T, dtype=torch.bool, device=device)  # (T, T)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, T, 1)
+    return allowed | (empty & eye)  # (B, 1, T, T)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+           scale: float, dropout: float, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T * scale) v with the masks. q, k: (B, H, T, e); v: (B, H, T, d).
+
+    Without need_weights this is one fused scaled_dot_product_attention call that never
+    builds the (B, H, T, T) scores; with it, the scores are explicit and returned.
+    """
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None, scale=scale
+        )  # (B, H, T, d)
+        return out, None
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    weights = masked_softmax(scores, mask, causal)  # (B, H, T, T)
+    out = F.dropout(weights, dropout) @ v if dropout > 0 else weights @ v  # (B, H, T, d)
+    return out, weights
+
+
+def allowed_keys(mask: torch.Tensor | None, causal: bool, T: int, device: torch.device) -> torch.Tensor | None:
+    """The boolean mask of allowed (query, key) pairs, (B|1, 1, T, T), or None when every pair is allowed."""
+    if mask is None and causal:
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+    return mask
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """softmax over keys of explicit scores (B, H, T, T), with the causal and padding masks."""
+    allowed = allowed_keys(mask, causal, scores.shape[-1], scores.device)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))  # (B, H, T, T)
+    return scores.softmax(dim=-1)  # (B, H, T, T)
+
+
+def head_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)
+
+
+class ProjectedAttention(nn.Module):
+    """The parts most mechanisms share with MHA: per-head projections query, key, value and the
+    output projection proj (D -> D each, with biases; created in that order, so seeded models
+    initialise alike), and the head layout."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        D = config.n_embd
+        self.n_head, self.head_dim, self.dropout = config.n_head, config.head_dim, config.dropout
+        self.query = nn.Linear(D, D)
+        self.key = nn.Linear(D, D)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+
+    def heads(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, H, T, d) through one of the projections."""
+        B, T, _ = x.shape
+        return layer(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, d) head outputs -> (B, T, D) through the output projection."""
+        B, H, T, d = out.shape
+        return self.proj(out.transpose(1, 2).reshape(B, T, H * d))
+
+    def weighted(self, weights: torch.Tensor, v: torch.Tensor, stochastic: bool) -> torch.Tensor:
+        """Explicit weights (B, H, T, T) applied to values (B, H, T, d), with attention dropout in training."""
+        return (F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights) @ v

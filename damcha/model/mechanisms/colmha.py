@@ -1,0 +1,187 @@
+"""Collaborative Multi-Head Attention (Cordonnier, Loukas, Jaggi 2020, arXiv 2006.16362), and the
+re-parametrisation of MHA in the DAMCHA authors' code.
+
+ColMHA. All heads share one query and one key projection W~_Q, W~_K of size D x D~_k; head h
+re-weights their coordinates with its mixing vector m_h:
+
+    score_h(t, s) = (x_t W~_Q) diag(m_h) (x_s W~_K)^T / sqrt(D~_k / H) + x_s W_b[:, h],
+
+where the content bias x_s W_b[:, h] is all that survives of the projection biases (query-only
+terms cancel in the softmax over keys). Values and output are MHA's. Head h's effective bilinear
+form W~_Q diag(m_h) W~_K^T is a D x D matrix, the closest static analogue of DAMCHA's per-head
+metric. Mixing initialisations: "concatenate" (m_h = the indicator of block h of D~_k / H
+coordinates: with W~ holding MHA's projections this is MHA), "all_ones", "uniform" (normal, std
+0.2). D~_k defaults to D; the paper's saving comes from making it smaller.
+
+colmha-authors: Q_h = sum_j C[h, j] chunk_j(x W_Q), C an H x H matrix (identity at the start),
+keys as in MHA. A linear re-parametrisation of W_Q: expressively the same as MHA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from damcha.model.mechanisms.base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Intervention,
+    Mechanism,
+    ProjectedAttention,
+    Setting,
+    Structure,
+    StructureKind,
+    attend,
+    head_scale,
+)
+
+MIXING_INITS = ("concatenate", "all_ones", "uniform")
+
+
+@dataclass(frozen=True)
+class CollaborativeOptions(ForwardOptions):
+    """Intervention: concatenate_mixing replaces the learned m_h by block indicators (each head its own
+    D~_k / H coordinates, as MHA's heads have)."""
+
+    concatenate_mixing: bool = False
+
+
+def mixing_init(H: int, dk: int, how: str) -> torch.Tensor:
+    """(H, D~_k) mixing vectors m_h."""
+    if how == "concatenate":
+        return torch.kron(torch.eye(H), torch.ones(1, dk // H))  # (H, dk): block h of dk / H ones
+    if how == "all_ones":
+        return torch.ones(H, dk)
+    return torch.randn(H, dk) * 0.2
+
+
+class CollaborativeAttention(nn.Module):
+    def __init__(self, config, dk: int, init: str):
+        super().__init__()
+        D, H = config.n_embd, config.n_head
+        self.n_head, self.head_dim, self.dk = H, config.head_dim, dk
+        self.dropout = config.dropout
+        self.query = nn.Linear(D, dk, bias=False)  # W~_Q, shared by every head
+        self.key = nn.Linear(D, dk, bias=False)  # W~_K
+        self.mixing = nn.Parameter(mixing_init(H, dk, init))  # (H, dk): m_h
+        self.content_bias = nn.Linear(D, H, bias=False)  # W_b
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        mixing = mixing_init(H, self.dk, "concatenate").to(x) if options.concatenate_mixing else self.mixing  # (H, dk)
+        q = self.query(x)[:, None] * mixing[None, :, None, :]  # (B, H, T, dk): x_t W~_Q diag(m_h)
+        k = self.key(x)[:, None].expand(B, H, T, self.dk)  # (B, H, T, dk)
+        bias = self.content_bias(x).transpose(1, 2)[:, :, None, :]  # (B, H, 1, T): x_s W_b[:, h]
+        scale = head_scale(self.dk // H)
+        # The content bias enters as extra key coordinates with a query of ones: one attention call
+        # computes q.k * scale + bias without building the scores unless they are asked for.
+        q = torch.cat([q, torch.full((B, H, T, 1), 1.0 / scale, dtype=x.dtype, device=x.device)], dim=-1)  # (B, H, T, dk+1)
+        k = torch.cat([k, bias.transpose(-2, -1)], dim=-1)  # (B, H, T, dk+1)
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        out, weights = attend(q, k, v, mask, causal, scale, self.dropout if stochastic else 0.0, need_weights)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights)
+
+
+class AuthorsCollaborativeAttention(ProjectedAttention):
+    """colmha-authors: MHA whose per-head queries are mixed, Q_h = sum_j C[h, j] chunk_j(x W_Q)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mixing = nn.Parameter(torch.eye(config.n_head))  # C (H, H)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        chunks, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        q = torch.einsum("hj,bjtd->bhtd", self.mixing, chunks)  # (B, H, T, d)
+        out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        return AttentionOutput(y=self.merge(out), weights=weights)
+
+
+def _dk(config) -> int:
+    return int(config.setting("colmha_dk") or config.n_embd)
+
+
+class ColMHA(Mechanism):
+    name = "colmha"
+    title = "Collaborative multi-head attention (ColMHA)"
+    reference = "Cordonnier, Loukas, Jaggi 2020, arXiv 2006.16362"
+    declared_settings = (
+        Setting("colmha_init", str, "concatenate", "how the mixing vectors start (the original's choices)", MIXING_INITS),
+        Setting("colmha_dk", int, None, "the shared query/key dimension D~_k (default: n_embd)", minimum=1),
+    )
+    options_type = CollaborativeOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        return [Intervention("concatenate_mixing", "'Concatenate' mixing", "Each head keeps only its own block of "
+                             "D~_k / H shared coordinates, weighted 1.",
+                             make=lambda model, tokens: CollaborativeOptions(concatenate_mixing=True))]
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return CollaborativeAttention(config, _dk(config), config.setting("colmha_init"))
+
+    def validate(self, config) -> None:
+        super().validate(config)
+        if _dk(config) % config.n_head:
+            raise ValueError(f"colmha_dk ({_dk(config)}) must be divisible by n_head ({config.n_head})")
+
+
+    def settings(self, config) -> dict:
+        return {"shared key dimension D~_k": _dk(config), "mixing initialisation": config.setting("colmha_init")}
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        forms, mixing, overlap = [], [], []
+        for b in model.blocks:
+            a = b.attn
+            m = a.mixing.detach()  # (H, dk)
+            forms.append(torch.einsum("ki,hk,kj->hij", a.query.weight.detach(), m, a.key.weight.detach()).cpu().numpy())
+            mixing.append(m.cpu().numpy())
+            overlap.append((m @ m.T).cpu().numpy())
+        return [
+            Structure("qk_forms", "Per-head bilinear forms W~_Q diag(m_h) W~_Kᵀ", np.stack(forms),
+                      ("layer", "head", "row", "col"), StructureKind.PER_HEAD_FORMS,
+                      "Head h scores x_tᵀ B_h x_s (plus the content bias): the same for every input. The closest "
+                      "static analogue of DAMCHA's per-head metric.", Identifiability.LEARNED,
+                      labels={"head": [f"B_{h + 1}" for h in range(len(forms[0]))]},
+                      axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="value"),
+            Structure("mixing", "Mixing vectors m_h", np.stack(mixing), ("layer", "head", "coordinate"),
+                      StructureKind.MATRIX, "Row h: how head h weights each coordinate of the shared "
+                      "query/key space.", Identifiability.LEARNED, unit="weight"),
+            Structure("head_overlap", "Head overlap M Mᵀ", np.stack(overlap), ("layer", "head_i", "head_j"),
+                      StructureKind.HEAD_BY_HEAD, "How much two heads' mixing vectors share coordinates "
+                      "(diagonal under 'concatenate' at initialisation).", Identifiability.LEARNED, unit="overlap"),
+        ]
+
+    def notes(self, config) -> list[str]:
+        return ["Collaborative heads share one query/key space; each head re-weights its coordinates with a "
+                "mixing vector m_h. The per-head forms are fixed after training, like MHA's."]
+
+
+class ColMHAAuthors(Mechanism):
+    name = "colmha-authors"
+    title = "ColMHA as written in the DAMCHA authors' code"
+    reference = "DAMCHA authors' code (a re-parametrisation of MHA after Cordonnier et al. 2020)"
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return AuthorsCollaborativeAttention(config)
+
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        C = np.stack([b.attn.mixing.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
+        return [Structure("query_mixing", "Query mixing C", C, ("layer", "head", "chunk"), StructureKind.HEAD_BY_HEAD,
+                          "Q_h = Σ_j C[h, j] chunk_j(x W_Q).", Identifiability.LEARNED,
+                          axis_titles={"head": "query head h", "chunk": "chunk j of x W_Q"}, unit="weight")]
+
+    def notes(self, config) -> list[str]:
+        return ["This version only re-parametrises W_Q (Q_h = Σ_j C[h, j] chunk_j(x W_Q)): it can express "
+                "exactly what MHA can, no more. It is kept to compare with results obtained with that code."]

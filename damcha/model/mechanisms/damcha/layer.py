@@ -1,0 +1,350 @@
+"""DAMCHA (Duan et al. 2026): scores under an input-dependent cross-head metric M(x), and its ablations.
+
+The metric maths (context pooling, the generator f, the row sum and its fused form) lives in
+`damcha.model.mechanisms.damcha.metric`; this module is the attention layer that uses it, the mechanism's description
+for the registry, and the structures it exposes (M(x), learned part, residue, block norms, m_i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from damcha.model.mechanisms.base import (
+    AttentionOutput,
+    Choice,
+    ForwardOptions,
+    Identifiability,
+    Mechanism,
+    Setting,
+    Structure,
+    StructureKind,
+    ValueKind,
+    attend,
+    head_scale,
+)
+from damcha.model.mechanisms.damcha.metric import (
+    HeadMetric,
+    MetricMode,
+    MetricSource,
+    block_norms,
+    learned_and_residue,
+    per_position_queries,
+)
+
+METRIC_SHARINGS = ("shared", "per_layer")
+METRIC_INPUTS = ("adaptive", "static")
+SCORE_FORMS = ("row_sum", "bilinear")
+PROFILE_CHUNK = 64  # positions whose full D x D metric exists at once in a sequence profile (64 MB at D = 512)
+
+
+@dataclass(frozen=True, eq=False)
+class DamchaOptions(ForwardOptions):
+    """metric_mode: inference-time row sum (full, diagonal-only, off-diagonal-only).
+    explicit: build the full M(x) and explicit scores (inspection and tests), not the fused path.
+
+    Interventions (damcha.analysis.interventions), each computed exactly on the explicit path:
+    block_scales: an H x H matrix s_ij replacing the metric mode's (zero a block, keep one block,
+        ablate a head's metric, scale the off-diagonal blocks);
+    reference, alpha: use M' = reference + alpha (M(x) - reference) instead of M(x), reference of
+        shape (L_m, P|1, D, D) with one entry per metric source (another input's M, the mean M);
+    drop_residue: keep only the learned part of M (each block = its row mean)."""
+
+    metric_mode: MetricMode | str = MetricMode.FULL
+    explicit: bool = False
+    block_scales: tuple[tuple[float, ...], ...] | None = None
+    reference: torch.Tensor | None = None
+    alpha: float = 1.0
+    drop_residue: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric_mode", MetricMode.parse(self.metric_mode))
+        if self.block_scales is not None:
+            object.__setattr__(self, "block_scales", tuple(tuple(float(v) for v in row) for row in self.block_scales))
+
+    @property
+    def intervened(self) -> bool:
+        return self.block_scales is not None or self.reference is not None or self.drop_residue or self.alpha != 1.0
+
+    @property
+    def scales(self):
+        return self.block_scales if self.block_scales is not None else self.metric_mode
+
+    def _key(self) -> tuple:
+        ref = None if self.reference is None else (tuple(self.reference.shape), self.reference.detach().cpu().numpy().tobytes())
+        return (self.metric_mode, self.explicit, self.block_scales, ref, self.alpha, self.drop_residue)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DamchaOptions) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class MetricAttention(nn.Module):
+    """DAMCHA attention. Head i scores query t against key s with its own metric:
+
+    row sum (paper):   S_i[t, s] = x_{t,i}^T m_i(c_t) x_{s,i} / sqrt(d)
+    bilinear (extension beyond the paper):
+                       S_i[t, s] = x_{t,i}^T (sum_j M_ij(c_t) x_{s,j}) / sqrt(d)
+
+    There are no Q/K projections; values and output are the usual V = x W_V, y = O W_O.
+    With per-layer metrics the layer owns its MetricSource; with a shared metric the
+    transformer passes in the HeadMetric it computed once from the stack input.
+    """
+
+    def __init__(self, config, own_metric: bool, index: int = 0):
+        super().__init__()
+        self.index = index  # which metric source this is (interventions give one reference per source)
+        D = config.n_embd
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.bilinear = config.score_form == "bilinear"
+        self.dropout = config.dropout
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+        self.metric_source = MetricSource(config) if own_metric else None
+
+    def forward(self, x: torch.Tensor, real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool,
+                options: DamchaOptions, need_weights: bool = False, stochastic: bool = False,
+                shared: HeadMetric | None = None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        if self._streams_metric(causal, options, need_weights):
+            metric = None  # built chunk by chunk, never whole
+            q = self.metric_source.chunked_queries(x, real, x.view(B, T, H, d), options.metric_mode, stochastic)  # (B, H, T, d)
+            k = x.view(B, T, H, d).transpose(1, 2).contiguous()  # (B, H, T, d)
+        else:
+            metric = self._metric(x, real, options, stochastic, shared)
+            q, k = self.queries_and_keys(x, metric)  # (B, H, T, d|D) each
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights, internals=metric)
+
+    def _streams_metric(self, causal: bool, options: DamchaOptions, need_weights: bool) -> bool:
+        """Inference with this layer's own per-position row-sum metric: the chunked path."""
+        src = self.metric_source
+        return (src is not None and causal and not self.bilinear and not src.static and not options.explicit
+                and not options.intervened and not need_weights and not torch.is_grad_enabled())
+
+    def _metric(self, x, real, options: DamchaOptions, stochastic: bool, shared: HeadMetric | None) -> HeadMetric:
+        if self.metric_source is None:
+            assert shared is not None, "a layer without its own metric needs the shared one"
+            return shared
+        return run_source(self.metric_source, self.index, x, real, options, stochastic)
+
+    def queries_and_keys(self, x: torch.Tensor, metric: HeadMetric) -> tuple[torch.Tensor, torch.Tensor]:
+        """q_t = x_{t,i}^T m_i(c_t) (per head), k_s = x_{s,i} (row sum) or all of x_s (bilinear)."""
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        x_heads = x.view(B, T, H, d)  # (B, T, H, d)
+        # One head-major copy serves as the keys and as the per-head GEMM's operand (which would
+        # otherwise copy it itself).
+        x_by_head = x_heads.transpose(1, 2) if self.bilinear else x_heads.transpose(1, 2).contiguous()  # (B, H, T, d)
+        m = metric.head  # (B|1, P, H, d, d) row sum or (B|1, P, H, d, D) bilinear; P in {1, T}
+        if m.shape[1] == 1:  # one metric per sequence: a batched GEMM per head
+            q = x_by_head @ m[:, 0]  # (B, H, T, d|D)
+        else:  # one metric per query position
+            q = per_position_queries(x_heads, m).transpose(1, 2)  # (B, H, T, d|D)
+        k = x[:, None].expand(B, H, T, D) if self.bilinear else x_by_head  # (B, H, T, D|d)
+        return q, k
+
+
+class Damcha(Mechanism):
+    name = "damcha"
+    title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
+    reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
+    options_type = DamchaOptions
+    option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
+                             "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
+                             "Σ_{j≠i} M_ij.", "mode"),)
+    # Fields of ModelConfig itself (every shipped run has them there), declared here like any setting.
+    declared_settings = (
+        Setting("metric_sharing", str, "shared", "one generator f for the whole stack (the paper) or one per layer",
+                METRIC_SHARINGS, flat=True),
+        Setting("metric_input", str, "adaptive", "M = f(x) from each input, or one learned M ('w/o f(x)')",
+                METRIC_INPUTS, flat=True),
+        Setting("score_form", str, "row_sum", "the paper's row sum (Eq. 4) or the full cross-head bilinear form "
+                "(an extension beyond the paper)", SCORE_FORMS, flat=True),
+        Setting("generator_widths", tuple, (64, 128), "hidden widths of f (the paper: 256,512)", minimum=1, flat=True),
+        Setting("generator_dropout", float, 0.0, "dropout inside f", minimum=0, flat=True),
+    )
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return MetricAttention(config, own_metric=config.metric_sharing == "per_layer", index=layer_index)
+
+    def build_shared(self, config) -> nn.Module | None:
+        return MetricSource(config) if config.metric_sharing == "shared" else None
+
+    def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
+        return run_source(module, 0, x, real, options, stochastic)
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray,
+                   options: DamchaOptions) -> list[Structure]:
+        cfg = model.config
+        H = cfg.n_head
+        sources = metric_sources(model)
+        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
+        device = next(model.parameters()).device
+        sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
+        fulls, heads_m = [], []
+        for source, hm in zip(sources, metrics):
+            head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
+            heads_m.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
+            ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
+            ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
+            fulls.append(source.full_metric(ctx))  # (P, D, D)
+        M = torch.stack(fulls)  # (L_m, P, D, D)
+        learned, residue = learned_and_residue(M, H)  # (L_m, P, D, D) each
+        row_sum = cfg.score_form == "row_sum"
+        axes = ("layer", "position", "row", "col")
+        heads = {"head_q": [f"head {i + 1}" for i in range(H)], "head_k": [f"head {j + 1}" for j in range(H)]}
+        if row_sum:  # head i scores its own slice with m_i = Σ_j M_ij: a block's columns are no other head's keys
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: coordinate within the block "
+                                                                              "(summed over j into m_i)"}
+            norm_titles = {"head_q": "block row i (head i's metric m_i)", "head_k": "block column j (a term of m_i)"}
+        else:
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: head j's key coordinates"}
+            norm_titles = {"head_q": "query head i", "head_k": "key head j"}
+        part = Identifiability.PARTLY if row_sum else Identifiability.LEARNED
+        learned_title = "learned (m_i / H)" if row_sum else "row mean (m_i / H)"
+        residue_title = "residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)"
+        grid = dict(axis_titles=grid_titles, unit="value")
+        norms = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
+        block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
+                         "say how the metric happens to be split, not what head i reads of head j."
+                         if row_sum else "Under the bilinear form block M_ij scores head i's queries against head j's "
+                         "keys: its norm is how strongly head i reads head j.")
+        return [
+            Structure("metric", "M(x)", _np(M), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "The full D×D metric at this input, H×H head blocks outlined; block row i is head i's."
+                      + (" Under the row sum head i uses only Σ_j M_ij: see the learned part and the residue."
+                         if row_sum else ""), part, **grid),
+            Structure("metric_learned", learned_title, _np(learned), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "Each block replaced by the mean of its block row, m_i / H: all the row sum can see.",
+                      Identifiability.LEARNED, **grid),
+            Structure("metric_residue", residue_title, _np(residue), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "M minus the learned part: zero mean along each block row."
+                      + (" It receives no gradient of its own under the row sum." if row_sum else ""),
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **grid),
+            Structure("block_norms_learned", "Block norms of the learned part ‖m_i / H‖", _np(block_norms(learned, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
+                      "Frobenius norm of each block of the learned part: the same along a block row (every block of "
+                      "row i is m_i / H). " + block_meaning, Identifiability.LEARNED, **norms),
+            Structure("block_norms_residue", "Block norms of the residue", _np(block_norms(residue, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
+                      "Frobenius norm of each block of the residue (M minus the learned part). " + block_meaning,
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **norms),
+            Structure("head_metrics", "Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
+                      _np(torch.stack(heads_m)), ("layer", "position", "head", "d", "d_key" if row_sum else "D"),
+                      StructureKind.PER_HEAD_FORMS,
+                      f"What each head scores with under the '{options.metric_mode}' metric mode.",
+                      Identifiability.LEARNED, labels={"head": [f"m_{i + 1}" for i in range(H)]},
+                      axis_titles={"d": "query coordinate of head i's slice",
+                                   "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
+                      unit="value"),
+        ]
+
+    def metric(self, config) -> str:
+        return config.metric_input
+
+    def single_layer(self, config):
+        import dataclasses
+
+        return dataclasses.replace(config, metric_sharing="per_layer")  # alone, a layer owns its generator
+
+    def interventions(self, config) -> list:
+        from damcha.model.mechanisms.damcha.interventions import metric_interventions  # it builds on this module
+
+        return metric_interventions(config)
+
+    def inference_bytes(self, config, T: int) -> int:
+        if config.metric_sharing != "shared" or config.metric_input == "static":
+            return 0  # per-layer metrics are streamed in chunks at inference; a static one is one matrix
+        P = T if config.causal else 1
+        width = config.n_embd if config.score_form == "bilinear" else config.head_dim
+        return P * config.n_embd * width * 4  # (P, H, d, d|D) float32
+
+    def sequence_profile(self, model, layers: Sequence, options: DamchaOptions, progress=None,
+                         chunk: int | None = None) -> list[Structure]:
+        cfg = model.config
+        chunk = chunk or PROFILE_CHUNK
+        if not cfg.causal or cfg.metric_input == "static":
+            return []  # one metric for the whole input: the structures themselves are the profile
+        H = cfg.n_head
+        sources = metric_sources(model)
+        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
+        norms, shares = [], []
+        steps = sum(-(-hm.context.shape[1] // chunk) for hm in metrics)
+        done = 0
+        for source, hm in zip(sources, metrics):
+            norms.append(hm.head[0].flatten(-2).norm(dim=-1))  # (T, H)
+            ctx = hm.context[0]  # (T, D)
+            rows = []
+            for s in range(0, ctx.shape[0], chunk):
+                M = source.full_metric(ctx[s:s + chunk])  # (c, D, D): the only per-position matrices, one chunk at a time
+                total = M.pow(2).sum(dim=(-2, -1)).clamp_min(1e-30)  # (c,)
+                residue = learned_and_residue(M, H)[1].pow(2).sum(dim=(-2, -1))  # (c,)
+                blocks = block_norms(M, H).pow(2)  # (c, H, H)
+                off = blocks.sum(dim=(-2, -1)) - blocks.diagonal(dim1=-2, dim2=-1).sum(-1)  # (c,)
+                rows.append(torch.stack([residue / total, off / total], dim=-1))  # (c, 2)
+                done += 1
+                if progress:
+                    progress(done, steps)
+            shares.append(torch.cat(rows))  # (T, 2)
+        heads = {"head": [f"head {i + 1}" for i in range(H)]}
+        unidentifiable = "unidentifiable part" if cfg.score_form == "row_sum" else "deviation from the row mean"
+        return [
+            Structure("head_metric_norms", "‖m_i(c_t)‖ along the input", _np(torch.stack(norms)), ("layer", "token", "head"),
+                      StructureKind.MATRIX, "Frobenius norm of each head's metric at every query position.",
+                      Identifiability.LEARNED, heads, value_kind=ValueKind.MAGNITUDE, unit="‖m_i‖_F"),
+            Structure("metric_shares", "Shares of ‖M(c_t)‖² along the input", _np(torch.stack(shares)),
+                      ("layer", "token", "share"), StructureKind.MATRIX,
+                      f"At every query position: the residue's share ({unidentifiable}) and the off-diagonal blocks' "
+                      f"share of the metric's energy. The block count alone puts (H−1)/H = {(H - 1) / H:.2f} of the "
+                      "learned part's energy off the diagonal.", Identifiability.PARTLY,
+                      {"share": ["residue", "off-diagonal blocks"]}, value_kind=ValueKind.PROBABILITY, unit="share"),
+        ]
+
+    def settings(self, config) -> dict:
+        return {"metric": config.metric_input, "sharing": config.metric_sharing, "score form": config.score_form,
+                "generator widths": list(config.generator_widths)}
+
+    def identifiability_note(self, config) -> str:
+        if config.score_form == "row_sum":
+            return ("Row-sum form (paper Eq. 4): every block of row i reaches the loss only through "
+                    "m_i = sum_j M_ij, so only the learned part (each block = m_i / H) is identifiable; "
+                    "the residue (zero row mean) is a fixed random read-out of the generator's "
+                    "features set at initialisation, and the diagonal/off-diagonal split it creates "
+                    "is not learned.")
+        return ("Bilinear form (an extension beyond the paper): each block M_ij scores head i's "
+                "queries against head j's keys, so every block, and the diagonal/off-diagonal "
+                "split, is learned.")
+
+    def notes(self, config) -> list[str]:
+        return [self.identifiability_note(config)]
+
+
+def run_source(source: MetricSource, index: int, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
+    """The HeadMetric of metric source `index`, under the options' interventions if any."""
+    if options.intervened:
+        reference = None if options.reference is None else options.reference[index]
+        return source.intervened(x, real, options.scales, reference, options.alpha, options.drop_residue, stochastic)
+    return source(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
+
+
+def metric_sources(model) -> list[MetricSource]:
+    """The generator(s) of M: one for a shared metric, one per layer otherwise."""
+    if model.metric_source is not None:
+        return [model.metric_source]
+    return [b.attn.metric_source for b in model.blocks if getattr(b.attn, "metric_source", None) is not None]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()

@@ -1,0 +1,211 @@
+"""Dynamically Composable Multi-Head Attention (Xiao, Meng, Li, Yuan, ICML 2024, arXiv 2405.08553; DCFormer),
+and the simplified version in the DAMCHA authors' code.
+
+DCMHA. With A[:, t, s] the H-vector of heads at query t and key s,
+
+    Compose(A)[:, t, s] = A + sum_r w2_r(t) (w1_r(t)^T A) + sum_r w2'_r(s) (w1'_r(s)^T A)
+                            + tanh(dd_q(t)) * A + tanh(dd_k(s)) * A,
+
+query-wise weights from the query token, key-wise weights from the key token (so causality
+holds). Compose is applied twice with separate weights: to the logits before the softmax (then
+masked) and to the probabilities after it. Dynamic weights: GELU(x W1) W2 split into w1 and w2
+(rank R = 2, hidden width 4H per use), w1 RMS-normalised over heads without a learned scale;
+dd = x W_dd. The projections that produce w2 and dd start at zero, so at initialisation DCMHA
+computes exactly MHA; W1 and the w1 part of W2 are random, or the rank-R term (a product of w1
+and w2) could never leave zero.
+
+dcmha-authors (the DAMCHA authors' simplification, as described to us; their code is not
+available here): one pre-softmax H x H mixing per query token from a tanh router of rank
+max(4, H/2), softmax over source heads, blended with the unmixed logits by a per-head sigmoid
+gate; no post-softmax compose and no key-wise term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from damcha.model.mechanisms.base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Intervention,
+    Mechanism,
+    ProjectedAttention,
+    Structure,
+    StructureKind,
+    ValueKind,
+    head_scale,
+    masked_softmax,
+)
+
+RANK = 2
+USES = ("pre_q", "pre_k", "post_q", "post_k")
+
+
+@dataclass(frozen=True)
+class ComposeOptions(ForwardOptions):
+    """Intervention: without_composition sets the dynamic weights to zero (DCMHA becomes MHA)."""
+
+    without_composition: bool = False
+
+
+class DynamicWeights(nn.Module):
+    """Per-token w1 (R, H), w2 (R, H) and dd (H,) for the four uses of one layer's two Composes."""
+
+    def __init__(self, D: int, H: int):
+        super().__init__()
+        self.H, K = H, 4 * H
+        self.hidden = nn.Linear(D, len(USES) * K, bias=False)  # W1
+        w2 = torch.randn(len(USES), K, 2, RANK, H) * (2.0 / (K + H)) ** 0.5  # (U, K, {w1, w2}, R, H)
+        w2[:, :, 1] = 0.0  # the w2 half: zero, so Compose starts as the identity
+        self.out = nn.Parameter(w2)  # W2
+        self.diagonal = nn.Linear(D, len(USES) * H, bias=False)  # W_dd
+        nn.init.zeros_(self.diagonal.weight)
+
+    def forward(self, x: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        B, T, _ = x.shape
+        U, H = len(USES), self.H
+        h = F.gelu(self.hidden(x)).view(B, T, U, -1)  # (B, T, U, K)
+        w = torch.einsum("btuk,ukcrh->btucrh", h, self.out)  # (B, T, U, 2, R, H)
+        w1 = w[:, :, :, 0] * torch.rsqrt(w[:, :, :, 0].pow(2).mean(-1, keepdim=True) + 1e-6)  # (B, T, U, R, H)
+        w2 = w[:, :, :, 1]  # (B, T, U, R, H)
+        dd = torch.tanh(self.diagonal(x)).view(B, T, U, H)  # (B, T, U, H)
+        return {use: (w1[:, :, u], w2[:, :, u], dd[:, :, u]) for u, use in enumerate(USES)}
+
+
+def compose(A: torch.Tensor, query: tuple, key: tuple) -> torch.Tensor:
+    """Compose(A) for A (B, H, T, S) with query-wise (w1, w2, dd) at t and key-wise ones at s."""
+    (qw1, qw2, qdd), (kw1, kw2, kdd) = query, key
+    out = A
+    out = out + torch.einsum("brts,btrg->bgts", torch.einsum("bhts,btrh->brts", A, qw1), qw2)  # (B, H, T, S)
+    out = out + torch.einsum("brts,bsrg->bgts", torch.einsum("bhts,bsrh->brts", A, kw1), kw2)  # (B, H, T, S)
+    out = out + A * qdd.permute(0, 2, 1)[..., None]  # (B, H, T, S): tanh(dd_q(t)) per head
+    return out + A * kdd.permute(0, 2, 1)[:, :, None, :]  # tanh(dd_k(s)) per head
+
+
+def head_map(w1: torch.Tensor, w2: torch.Tensor, dd: torch.Tensor) -> torch.Tensor:
+    """The H x H map one token's weights apply: W[h, g] = sum_r w1[r, h] w2[r, g] + diag(dd). (..., H, H)"""
+    return torch.einsum("...rh,...rg->...hg", w1, w2) + torch.diag_embed(dd)
+
+
+class ComposedAttention(ProjectedAttention):
+    def __init__(self, config):
+        super().__init__(config)
+        self.dynamic = DynamicWeights(config.n_embd, config.n_head)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        dw = self.dynamic(x)
+        if options.without_composition:
+            dw = {use: tuple(torch.zeros_like(t) for t in w) for use, w in dw.items()}
+        logits = (q @ k.transpose(-2, -1)) * head_scale(self.head_dim)  # (B, H, T, T)
+        probs = masked_softmax(compose(logits, dw["pre_q"], dw["pre_k"]), mask, causal)  # (B, H, T, T)
+        weights = compose(probs, dw["post_q"], dw["post_k"])  # (B, H, T, T)
+        y = self.merge(self.weighted(weights, v, stochastic))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights if need_weights else None, internals=dw if need_weights else None)
+
+
+class AuthorsComposedAttention(ProjectedAttention):
+    """dcmha-authors: L'_h(t) = (1 - g_h(t)) J_h + g_h(t) sum_j Mix(t)[h, j] J_j, Mix(t) = softmax_j(router)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        D, H = config.n_embd, config.n_head
+        self.router = nn.Linear(D, max(4, H // 2))
+        self.mix = nn.Linear(max(4, H // 2), H * H)
+        self.gate = nn.Linear(D, H)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        mix = self.mix(torch.tanh(self.router(x))).view(B, T, H, H).softmax(dim=-1)  # (B, T, H_out, H_src)
+        gate = torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None]  # (B, H, T, 1)
+        logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T)
+        mixed = torch.einsum("btgh,bhts->bgts", mix, logits)  # (B, H, T, T)
+        weights = masked_softmax((1 - gate) * logits + gate * mixed, mask, causal)  # (B, H, T, T)
+        y = self.merge(self.weighted(weights, v, stochastic))  # (B, T, D)
+        internals = {"mix": mix, "gate": gate[..., 0].transpose(1, 2)} if need_weights else None  # gate (B, T, H)
+        return AttentionOutput(y=y, weights=weights if need_weights else None, internals=internals)
+
+
+class DCMHA(Mechanism):
+    name = "dcmha"
+    title = "Dynamically composable multi-head attention (DCMHA)"
+    reference = "Xiao et al., ICML 2024, arXiv 2405.08553"
+    options_type = ComposeOptions
+
+    def interventions(self, config) -> list[Intervention]:
+        return [Intervention("without_composition", "Dynamic weights set to zero (MHA)",
+                             "Compose becomes the identity before and after the softmax.",
+                             make=lambda model, tokens: ComposeOptions(without_composition=True))]
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return ComposedAttention(config)
+
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        maps = {use: [] for use in USES}
+        for dw in (layer.internals for layer in layers):
+            for use in USES:
+                maps[use].append(head_map(*(t[0] for t in dw[use])).cpu().numpy())  # (T, H, H)
+        stacked = {use: np.stack(v) for use, v in maps.items()}  # (L, T, H, H)
+        axes = ("layer", "token", "head_in", "head_out")
+        out = []
+        for use, title, what in (("pre_q", "Query-wise composition of logits W_q(t)", "before the softmax"),
+                                 ("pre_k", "Key-wise composition of logits W_k(s)", "before the softmax"),
+                                 ("post_q", "Query-wise composition of weights W_q(t)", "after the softmax"),
+                                 ("post_k", "Key-wise composition of weights W_k(s)", "after the softmax")):
+            side = "query" if use.endswith("q") else "key"
+            out.append(Structure(
+                f"compose_{use}", title, stacked[use], axes, StructureKind.HEAD_BY_HEAD,
+                f"The H×H map (w1ᵀw2 + diag tanh dd) this {side} token adds to the identity {what}: row h, column g "
+                f"= how much head h feeds head g. Computed from the token, so it changes along the sequence.",
+                Identifiability.LEARNED, axis_titles={"head_in": "head h (feeds)", "head_out": "head g (fed)"},
+                unit="weight"))
+        norms = np.stack([np.linalg.norm(stacked[use], axis=(-2, -1)) for use in USES], axis=-1)  # (L, T, 4)
+        out.append(Structure("compose_norms", "Composition strength along the sequence", norms,
+                             ("layer", "token", "use"), StructureKind.TOKEN_GATES,
+                             "Frobenius norm of each token's four maps (pre/post softmax, query/key-wise); 0 = MHA.",
+                             Identifiability.LEARNED, labels={"use": USES}, value_kind=ValueKind.MAGNITUDE,
+                             unit="‖·‖_F"))
+        return out
+
+    def notes(self, config) -> list[str]:
+        return ["DCMHA composes the heads' logits and attention weights with H×H maps computed from each query and "
+                "key token; at initialisation the maps are zero and it computes exactly MHA."]
+
+
+class DCMHAAuthors(Mechanism):
+    name = "dcmha-authors"
+    title = "DCMHA as simplified in the DAMCHA authors' code"
+    reference = "DAMCHA authors' code (a simplification of Xiao et al. 2024)"
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return AuthorsComposedAttention(config)
+
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        mix = np.stack([layer.internals["mix"][0].cpu().numpy() for layer in layers])  # (L, T, H, H)
+        gate = np.stack([layer.internals["gate"][0].cpu().numpy() for layer in layers])  # (L, T, H)
+        return [
+            Structure("head_mix", "Per-token head mixing Mix(t)", mix, ("layer", "token", "head_out", "head_src"),
+                      StructureKind.HEAD_BY_HEAD, "Row h: the softmax over source heads that head h's logits mix, "
+                      "from the query token's router.", Identifiability.LEARNED, value_kind=ValueKind.PROBABILITY,
+                      axis_titles={"head_out": "head h (mixed)", "head_src": "source head g"}, unit="weight"),
+            Structure("mix_gate", "Mixing gate g_h(t)", gate, ("layer", "token", "head"), StructureKind.TOKEN_GATES,
+                      "How much of each head's logits is the mixed version (0: plain MHA logits).",
+                      Identifiability.LEARNED, value_kind=ValueKind.PROBABILITY, unit="gate"),
+        ]
+
+    def notes(self, config) -> list[str]:
+        return ["The DAMCHA authors' simplified DCMHA: one pre-softmax mixing per query token, gated; no key-wise "
+                "term and no post-softmax compose. Implemented from a description of their code, not from the code."]

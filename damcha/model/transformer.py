@@ -1,0 +1,257 @@
+"""A small pre-LN transformer around any registered attention mechanism (DAMCHA, its ablations, MHA, ...).
+
+Read top to bottom: the task heads (each owns its loss), the block, the transformer. The
+attention itself lives in `damcha.model.mechanisms`; this file only calls its shared interface.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from damcha.model.config import ModelConfig
+from damcha.model.mechanisms import ForwardOptions, attention_mask
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class LayerIntermediates:
+    """What one layer computed. attention: (B, H, T, T) when asked for; internals: the mechanism's
+    own record (DAMCHA: the HeadMetric it used); aux_loss: what it adds to the training loss."""
+
+    attention: torch.Tensor | None
+    internals: Any
+    aux_loss: torch.Tensor | None = None
+
+    @property
+    def metric(self):
+        """DAMCHA's HeadMetric (the internals of a DAMCHA layer)."""
+        return self.internals
+
+
+@dataclass
+class ModelOutput:
+    """logits: (B, T, V) for a decoder, (B, C) for a classifier, (B, T, input_dim) for vectors.
+    loss: what training minimises, the task loss plus the mechanism's auxiliary losses (if any);
+    task_loss: mean loss over real targets; token_loss: (B, T) per-token task loss (0 where
+    ignored), (B,) for a classifier; aux_loss: the sum of the layers' auxiliary losses, or None."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    token_loss: torch.Tensor | None = None
+    layers: list[LayerIntermediates] | None = None
+    task_loss: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+
+
+# ----------------------------------------------------------------------------- task heads
+
+# Each head is the final linear map itself (so its weights keep the checkpoint name `head.*`)
+# with a forward that returns (output, mean loss, per-token loss).
+
+class NextTokenHead(nn.Linear):
+    """Next-token logits at every position; cross-entropy over targets that are not IGNORE_INDEX."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.n_embd, config.vocab_size, bias=config.head_bias)
+
+    def forward(self, x, real, targets):
+        logits = super().forward(x)  # (B, T, V)
+        if targets is None:
+            return logits, None, None
+        B, T = targets.shape
+        token_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                     reduction="none").view(B, T)  # (B, T)
+        return logits, token_loss.sum() / (targets != IGNORE_INDEX).sum().clamp_min(1), token_loss
+
+
+class ClassificationHead(nn.Linear):
+    """Class logits from the mean of the real tokens' features; cross-entropy per sequence."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.n_embd, config.n_classes)
+
+    def forward(self, x, real, targets):
+        B, T, _ = x.shape
+        w = torch.ones(B, T, 1, dtype=x.dtype, device=x.device) if real is None else real.unsqueeze(-1).to(x.dtype)
+        pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (B, D)
+        logits = super().forward(pooled)  # (B, C)
+        if targets is None:
+            return logits, None, None
+        token_loss = F.cross_entropy(logits, targets, reduction="none")  # (B,)
+        return logits, token_loss.mean(), token_loss
+
+
+class NextVectorHead(nn.Linear):
+    """Continuous vector prediction (image patches); mean squared error per vector. With
+    config.head_hidden, a hidden layer with GELU comes first (the reference code's head)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.head_hidden or config.n_embd, config.input_dim)
+        self.hidden = nn.Linear(config.n_embd, config.head_hidden) if config.head_hidden else None
+
+    def forward(self, x, real, targets):
+        pred = super().forward(F.gelu(self.hidden(x)) if self.hidden is not None else x)  # (B, T, input_dim)
+        if targets is None:
+            return pred, None, None
+        token_loss = (pred - targets).pow(2).mean(dim=-1)  # (B, T)
+        return pred, token_loss.mean(), token_loss
+
+
+def task_head(config: ModelConfig) -> nn.Linear:
+    if config.input_dim:
+        return NextVectorHead(config)
+    return ClassificationHead(config) if config.n_classes else NextTokenHead(config)
+
+
+# ----------------------------------------------------------------------------- the transformer
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, config.feed_forward_width)
+        self.proj = nn.Linear(config.feed_forward_width, config.n_embd)
+        self.dropout = config.dropout
+
+    def forward(self, x: torch.Tensor, stochastic: bool) -> torch.Tensor:
+        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, training=stochastic)  # (B, T, D)
+
+
+class Block(nn.Module):
+    """Pre-LN: x + attention(LN(x)), then x + MLP(LN(x)) (this project's models).
+    Post-LN: LN(x + attention(x)), then LN(x + MLP(x)) (the authors' reference layout)."""
+
+    def __init__(self, config: ModelConfig, layer_index: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.attn = config.mechanism.build_layer(config, layer_index)
+        self.mlp = MLP(config)
+        self.dropout = config.dropout
+        self.post_norm = config.norm_placement == "post"
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool, stochastic: bool,
+                shared=None) -> tuple[torch.Tensor, LayerIntermediates]:
+        a = self.attn(x if self.post_norm else self.ln_1(x), real, mask, causal, options, need_weights=need_weights,
+                      stochastic=stochastic, shared=shared)
+        x = x + F.dropout(a.y, self.dropout, training=stochastic)  # (B, T, D)
+        if self.post_norm:
+            x = self.ln_1(x)  # (B, T, D)
+            x = self.ln_2(x + self.mlp(x, stochastic))  # (B, T, D)
+        else:
+            x = x + self.mlp(self.ln_2(x), stochastic)  # (B, T, D)
+        return x, LayerIntermediates(attention=a.weights, internals=a.internals, aux_loss=a.aux_loss)
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed positions (Vaswani et al.): sin on even features, cos on odd ones. Not a parameter and
+    not saved: the table is a function of block_size and n_embd."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        T, D = config.block_size, config.n_embd
+        position = torch.arange(T, dtype=torch.float32)[:, None]  # (T, 1)
+        frequency = torch.exp(torch.arange(0, D, 2, dtype=torch.float32) * (-math.log(10000.0) / D))  # (ceil(D/2),)
+        table = torch.zeros(T, D)  # (T, D)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency[: D // 2])
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.table[pos]  # (T, D)
+
+
+class Transformer(nn.Module):
+    """Token embedding + positions -> n_layer pre-LN blocks -> final norm -> task head.
+
+    Every choice that could differ between requests (the mechanism's options such as DAMCHA's
+    metric mode, returned internals, dropout on or off) is an argument of forward, never module
+    state, so one model can serve many callers at once.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.mechanism = config.mechanism
+        # Tokens are embedded by a table; continuous inputs (image patches) by a linear map.
+        self.tok_emb = nn.Linear(config.input_dim, config.n_embd) if config.input_dim else nn.Embedding(config.vocab_size, config.n_embd)
+        self.pos_emb = nn.Embedding(config.block_size, config.n_embd) if config.position_encoding == "learned" \
+            else SinusoidalPositions(config)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd) if config.final_norm else nn.Identity()
+        # A module the mechanism runs once per stack (DAMCHA's shared metric); the name is kept
+        # from the first checkpoint format, whose files name their tensors after it.
+        self.metric_source = self.mechanism.build_shared(config)
+        self.head = task_head(config)
+        self.apply(_init_weights)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
+                options: ForwardOptions | None = None, need_intermediates: bool = False,
+                stochastic: bool | None = None) -> ModelOutput:
+        """tokens: (B, T) ids, or (B, T, input_dim) vectors. targets: (B, T) next tokens (IGNORE_INDEX to
+        skip), (B,) class ids, or (B, T, input_dim) next vectors. real: (B, T) bool, True for real tokens
+        (default: tokens not equal to config.pad_token). options: the mechanism's per-call options
+        (None: its defaults). stochastic: dropout on; None follows self.training."""
+        cfg = self.config
+        B, T = tokens.shape[:2]
+        if T > cfg.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than the model's block_size {cfg.block_size}")
+        options = self.mechanism.options(options)
+        stochastic = self.training if stochastic is None else stochastic
+        real = self._real_tokens(tokens, real)  # (B, T) or None: no padding
+        mask = attention_mask(real, cfg.causal, T, tokens.device)  # (B, 1, T, T) or None
+
+        pos = torch.arange(T, device=tokens.device)  # (T,)
+        x = self.tok_emb(tokens) + self.pos_emb(pos)  # (B, T, D)
+        x = F.dropout(x, cfg.dropout, training=stochastic)  # (B, T, D)
+        shared = None
+        if self.metric_source is not None:  # computed once from the stack input, used by every layer
+            shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
+        layers = []
+        for block in self.blocks:
+            x, inter = block(x, real, mask, cfg.causal, options, need_intermediates, stochastic, shared)  # (B, T, D)
+            layers.append(inter)
+        x = self.ln_f(x)  # (B, T, D)
+        logits, task_loss, token_loss = self.head(x, real, targets)
+        aux = [inter.aux_loss for inter in layers if inter.aux_loss is not None]
+        aux_loss = torch.stack(aux).sum() if aux else None
+        loss = task_loss if aux_loss is None or task_loss is None else task_loss + aux_loss
+        return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None, task_loss, aux_loss)
+
+    def _real_tokens(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
+        if real is None and self.config.pad_token is not None and not self.config.input_dim:
+            real = tokens != self.config.pad_token  # (B, T)
+        return None if real is None or bool(real.all()) else real  # no padding: the plain path is exact and faster
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def _init_weights(module: nn.Module) -> None:
+    # nanoGPT-style init for the transformer; the metric generator keeps PyTorch's default
+    # Linear init so its random initial residue is as a plain MLP would have it.
+    if isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+
+
+def build_model(config: ModelConfig, seed: int | None = None) -> Transformer:
+    """Build a transformer from its config; with a seed the initial weights are reproducible."""
+    if seed is None:
+        return Transformer(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Transformer(config)
+
+
+def as_model_input(values, cfg, device) -> torch.Tensor:
+    """One input (or its targets) as a batch of one: (1, T) token ids, or (1, T, input_dim) floats."""
+    if cfg.input_dim:
+        return torch.as_tensor(np.asarray(values), dtype=torch.float32, device=device).reshape(1, -1, cfg.input_dim)
+    return torch.as_tensor(np.asarray(values), dtype=torch.long, device=device).reshape(1, -1)

@@ -1,0 +1,422 @@
+"""Runs on disk: save, load, list and validate. Safetensors + JSON only: loading never unpickles.
+
+A run is a directory:
+  config.json               model config, training config, data split, format and package version
+  metrics.jsonl             one JSON row per evaluated epoch
+  epoch_0000.safetensors    one weights file per snapshot epoch (epoch 0 = the initialisation)
+  training_state.safetensors  weights and optimiser state for resuming (not shipped)
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from damcha.inputs.modalities import modality_of_dataset
+from damcha.model.config import ModelConfig
+from damcha.model.transformer import Transformer, build_model
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "training_state.safetensors"
+SNAPSHOT_RE = re.compile(r"^epoch_(\d{4,6})\.safetensors$")
+MAX_CONFIG_BYTES = 1_000_000
+MAX_SNAPSHOT_BYTES = 1_000_000_000
+MAX_HEADER_BYTES = 10_000_000
+
+
+class CheckpointError(ValueError):
+    """A run or snapshot cannot be used; the message says which file and why."""
+
+
+def snapshot_name(epoch: int) -> str:
+    return f"epoch_{epoch:04d}.safetensors"
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds,
+    so an interruption never leaves a half-written file under the final name."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; runs are shared and shipped
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def save_tensors_atomic(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    with atomic_path(path) as tmp:
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        except SafetensorError as e:  # the writer's own error type, for what is an OS failure (disk full, ...)
+            full = "No space left" in str(e) or "StorageFull" in str(e)
+            raise OSError(errno.ENOSPC if full else errno.EIO,
+                          f"cannot write {path}: {'no space left on device' if full else e}; "
+                          "the files written before it are intact") from None
+
+
+TEMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # the names atomic_path's mkstemp gives
+
+
+def remove_stale_temp_files(run_dir: Path) -> list[str]:
+    """Delete the temporary files that interrupted atomic writes left in a run folder (a kill
+    between mkstemp and the rename); returns their names. Called by the one process that opens
+    the run for writing, before it writes anything."""
+    removed = []
+    for f in Path(run_dir).iterdir():
+        try:
+            if TEMP_RE.match(f.name) and f.is_file():
+                f.unlink()
+                removed.append(f.name)
+        except OSError:
+            continue
+    return removed
+
+
+def save_snapshot(run_dir: Path, epoch: int, model: Transformer) -> Path:
+    path = Path(run_dir) / snapshot_name(epoch)
+    meta = {"format_version": str(FORMAT_VERSION), "epoch": str(epoch), "variant": model.config.variant}
+    save_tensors_atomic(path, model.state_dict(), meta)
+    return path
+
+
+@dataclass(frozen=True)
+class Run:
+    """A validated run directory (weights are loaded on demand by load_model)."""
+
+    path: Path
+    name: str
+    model_config: ModelConfig
+    train_config: dict
+    data: dict
+    epochs: tuple[int, ...]
+    metrics: tuple[dict, ...]
+    raw_config: dict
+    # Snapshots on disk that cannot be read (epoch, why): reported on the run, not offered.
+    bad_snapshots: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def dataset(self) -> str:
+        return self.data.get("name", "?")
+
+    @property
+    def variant(self) -> str:
+        return self.model_config.variant
+
+    def snapshot_path(self, epoch: int) -> Path:
+        why = dict(self.bad_snapshots).get(epoch)
+        if why is not None:
+            raise CheckpointError(why)
+        if epoch not in self.epochs:
+            raise CheckpointError(f"{self.path}: no snapshot for epoch {epoch}; available: {list(self.epochs)}")
+        return self.path / snapshot_name(epoch)
+
+    def metrics_at(self, epoch: int) -> dict | None:
+        return next((m for m in self.metrics if m.get("epoch") == epoch), None)
+
+
+def read_config(run_dir: Path) -> dict:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir}: no {CONFIG_FILE} (not a DAMCHA run directory)")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path}: {path.stat().st_size} bytes is too large for a run config")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict) or "format_version" not in cfg or "model" not in cfg:
+        raise CheckpointError(f"{path}: not a DAMCHA run config (expected format_version and model)")
+    if cfg["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: unknown format version {cfg['format_version']!r}; this DAMCHA Lab reads version {FORMAT_VERSION}")
+    return cfg
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{path}: line {i} is not valid JSON") from None
+        rows.append(row)
+    return rows
+
+
+# Types of the config entries the app and the CLI read; anything else in them is kept as it is.
+SECTION_TYPES = {"model": dict, "train": dict, "data": dict, "notes": list}
+ENTRY_TYPES = {
+    "train": {"epochs": int, "lr": (int, float), "optimizer": str, "split_seed": int, "val_windows": int,
+              "batch_size": int, "seed": int},
+    "data": {"name": str, "kind": str, "unit": str, "bytes": int, "val_fraction": (int, float), "n_train": int,
+             "n_val": int, "val_start": int},
+}
+
+
+def check_config_shape(cfg: dict, path: Path) -> None:
+    """Refuse a config whose sections or read entries have the wrong type, naming the first one."""
+    for section, kind in SECTION_TYPES.items():
+        if section in cfg and not isinstance(cfg[section], kind):
+            raise CheckpointError(f"{path}: '{section}' must be a {kind.__name__}, "
+                                  f"not {type(cfg[section]).__name__}")
+    for section, entries in ENTRY_TYPES.items():
+        for key, kind in entries.items():
+            value = cfg.get(section, {}).get(key)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise CheckpointError(f"{path}: '{section}.{key}' has the wrong type ({type(value).__name__})")
+    if not all(isinstance(n, str) for n in cfg.get("notes", [])):
+        raise CheckpointError(f"{path}: 'notes' must be a list of strings")
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read and validate a run's config, metrics and list of snapshots (no weights yet).
+
+    Every snapshot's header is checked here (a few bytes each): a truncated or foreign file is
+    reported in `bad_snapshots` and left out of `epochs`, so the run's other epochs stay usable."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir}: no such run directory")
+    cfg = read_config(run_dir)
+    check_config_shape(cfg, run_dir / CONFIG_FILE)
+    try:
+        fields = dict(cfg["model"])
+        # Runs saved before the config named its modality: the data set decides it, here only.
+        fields.setdefault("modality", modality_of_dataset(cfg.get("data", {}).get("name", "")))
+        model_config = ModelConfig.from_dict(fields)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
+    found = sorted(int(m.group(1)) for f in run_dir.iterdir() if (m := SNAPSHOT_RE.match(f.name)))
+    if not found:
+        raise CheckpointError(f"{run_dir}: no snapshot files (epoch_NNNN.safetensors)")
+    epochs, bad = [], []
+    for epoch in found:
+        try:
+            _read_header(run_dir / snapshot_name(epoch))
+            epochs.append(epoch)
+        except CheckpointError as e:
+            bad.append((epoch, str(e)))
+    if not epochs:
+        raise CheckpointError(f"{run_dir}: no readable snapshot ({bad[0][1]})")
+    return Run(run_dir, run_dir.name, model_config, cfg.get("train", {}), cfg.get("data", {}),
+               tuple(epochs), tuple(read_metrics(run_dir)), cfg, tuple(bad))
+
+
+def _read_header(path: Path) -> dict:
+    """The safetensors JSON header, checked before any tensor is allocated."""
+    size = path.stat().st_size
+    if size > MAX_SNAPSHOT_BYTES:
+        raise CheckpointError(f"{path}: {size} bytes is larger than any DAMCHA snapshot should be")
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise CheckpointError(f"{path}: truncated (not a safetensors file)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > min(MAX_HEADER_BYTES, size - 8):
+            raise CheckpointError(f"{path}: not a safetensors file (header length {n} does not fit the file)")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path}: not a safetensors file (unreadable header)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (unreadable header)")
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)), default=0)
+    if 8 + n + end > size:
+        raise CheckpointError(f"{path}: truncated ({size} bytes, the header promises {8 + n + end})")
+    return header
+
+
+_DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors of a snapshot, after checking names, shapes and dtypes against `expected`."""
+    header = _read_header(path)
+    meta = header.get("__metadata__", {}) or {}
+    if meta.get("format_version") not in (None, str(FORMAT_VERSION)):
+        raise CheckpointError(f"{path}: unknown format version {meta.get('format_version')!r}")
+    names = {k for k in header if k != "__metadata__"}
+    missing, extra = set(expected) - names, names - set(expected)
+    if missing or extra:
+        detail = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(extra)[:3]}"
+        raise CheckpointError(f"{path}: weights do not match the run's config ({detail}); a foreign or mismatched checkpoint")
+    for k, ref in expected.items():
+        info = header[k]
+        if tuple(info.get("shape", ())) != tuple(ref.shape) or info.get("dtype") not in _DTYPES:
+            raise CheckpointError(f"{path}: tensor {k} has shape {info.get('shape')} {info.get('dtype')}, the config needs {list(ref.shape)}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {k: f.get_tensor(k) for k in expected}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
+    not_finite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if not_finite:
+        more = f" and {len(not_finite) - 5} more" if len(not_finite) > 5 else ""
+        raise CheckpointError(f"{path}: tensors with NaN or infinite values: {', '.join(not_finite[:5])}{more}")
+    return tensors
+
+
+def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:
+    """Weights and optimiser state after `epoch` (global `step`), for an exact resume."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for i, st in opt.state_dict()["state"].items():
+        for name, value in st.items():
+            tensors[f"opt.{i}.{name}"] = torch.as_tensor(value).reshape(-1) if name == "step" else value
+    meta = {"format_version": str(FORMAT_VERSION), "epoch": str(epoch), "step": str(step)}
+    save_tensors_atomic(Path(run_dir) / STATE_FILE, tensors, meta)
+
+
+def load_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer) -> tuple[int, int]:
+    """Restore weights and optimiser state saved by save_training_state; returns (epoch, step).
+
+    Checked like a snapshot: the header before any tensor is read, the model's tensors by name,
+    shape and dtype; the optimiser's by parameter index and shape."""
+    path = Path(run_dir) / STATE_FILE
+    header = _read_header(path)
+    meta = header.get("__metadata__", {}) or {}
+    try:
+        epoch, step = int(meta["epoch"]), int(meta["step"])
+    except (KeyError, ValueError):
+        raise CheckpointError(f"{path}: not a training state (no epoch and step in its metadata)") from None
+    expected = {f"model.{k}": v for k, v in model.state_dict().items()}
+    params = list(model.parameters())
+    for k in header:
+        if not k.startswith("opt."):
+            continue
+        parts = k.split(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(params):
+            raise CheckpointError(f"{path}: optimiser tensor {k} belongs to no parameter of this model")
+        ref = params[int(parts[1])]
+        expected[k] = torch.empty(1) if parts[2] == "step" else torch.empty(ref.shape)
+    tensors = load_state(path, expected)
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    sd = opt.state_dict()
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = v.reshape(()) if name == "step" else v
+    sd["state"] = state
+    opt.load_state_dict(sd)
+    return epoch, step
+
+
+def load_model(run: Run | str | Path, epoch: int | None = None, device: str | torch.device = "cpu") -> Transformer:
+    """The run's model at `epoch` (default: the last snapshot), in eval mode and frozen
+    (requires_grad False: for inference; attribution works on its own trainable copy), on `device`."""
+    if not isinstance(run, Run):
+        run = load_run(run)
+    epoch = run.epochs[-1] if epoch is None else epoch
+    model = build_model(run.model_config)
+    state = load_state(run.snapshot_path(epoch), model.state_dict())
+    model.load_state_dict(state)
+    return model.to(device).eval().requires_grad_(False)
+
+
+RUN_FILES = re.compile(rf"^({SNAPSHOT_RE.pattern[1:-1]}|{re.escape(METRICS_FILE)}|{re.escape(STATE_FILE)})$")
+
+
+def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Every run directory under `root` (depth 1 or 2), and the ones that failed validation with why.
+
+    Only directories that resolve inside root are considered (no '..' or symlink escapes). A
+    folder that holds a run's files but no config.json is listed as failed; one broken run
+    never hides the others.
+    """
+    try:
+        root = Path(root).resolve()
+        if not root.is_dir():
+            raise CheckpointError(f"{root}: no such checkpoint directory")
+    except (RuntimeError, OSError) as e:  # a symlink loop, a name too long, no permission
+        raise CheckpointError(f"{root}: cannot open this folder ({e})") from None
+    runs, bad = [], []
+    candidates = []
+    for child in _subdirs(root):
+        candidates.append(child)
+        if not _has(child, CONFIG_FILE):
+            candidates.extend(_subdirs(child))
+    for path in candidates:
+        try:
+            inside = path.resolve().is_relative_to(root)
+        except (RuntimeError, OSError):
+            continue
+        if not inside:
+            continue
+        if not _has(path, CONFIG_FILE):
+            if _holds_run_files(path):
+                bad.append((path, f"{path}: no {CONFIG_FILE} (its snapshots cannot be read without the config)"))
+            continue
+        try:
+            runs.append(load_run(path))
+        except CheckpointError as e:
+            bad.append((path, str(e)))
+        except Exception as e:  # noqa: BLE001 — whatever a foreign folder holds, it is this run's problem only
+            bad.append((path, f"{path}: unreadable run ({type(e).__name__}: {e})"))
+    return runs, bad
+
+
+def _has(path: Path, name: str) -> bool:
+    try:
+        return (path / name).exists()
+    except OSError:
+        return False
+
+
+def _holds_run_files(path: Path) -> bool:
+    try:
+        return any(RUN_FILES.match(f.name) for f in path.iterdir())
+    except OSError:
+        return False
+
+
+def _subdirs(path: Path, limit: int = 2000) -> list[Path]:
+    """Sub-directories of path (sorted, at most `limit`); unreadable ones are skipped."""
+    out = []
+    try:
+        for child in path.iterdir():
+            try:
+                if child.is_dir():
+                    out.append(child)
+            except OSError:
+                continue
+            if len(out) >= limit:
+                break
+    except OSError:
+        return []
+    return sorted(out)
+
+
+def resolve_under(root: str | Path, relative: str) -> Path:
+    """root / relative, refusing anything that leaves root (.., absolute paths, symlinks out)."""
+    root_r = Path(root).resolve()
+    target = (root_r / relative).resolve()
+    if not target.is_relative_to(root_r):
+        raise CheckpointError(f"{relative!r} is outside the checkpoint root {root_r}")
+    return target

@@ -1,0 +1,353 @@
+"""Figures and their data to files: PNG/SVG/PDF (kaleido + system Chromium), offline HTML, CSV/NPZ,
+each with a provenance JSON; ZIP bundles. Used by the app and by `python -m damcha figures`."""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import datetime as _dt
+import functools
+import hashlib
+import io
+import json
+import os
+import shutil
+import threading
+import warnings
+import zipfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+
+from damcha import __version__
+from damcha.runs.checkpoints import atomic_path
+
+STATIC_FORMATS = ("png", "svg", "pdf")
+ALL_FORMATS = (*STATIC_FORMATS, "html", "csv", "npz")
+PAPER_FONT = "Arial, Helvetica, sans-serif"
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """Size of static images in CSS pixels (PNG is rendered at width*scale x height*scale; PDF and
+    SVG pages are width*0.75 pt wide). 460 px fits a single journal column (3.5 in) with 14 px text
+    printing at about 7.5 pt; 940 px fits a double column at the same text size."""
+
+    width: int = 460
+    height: int | None = None  # None: the figure's own height (multi-panel figures), else 0.85 x width
+    scale: float = 2.0
+    paper_style: bool = True
+    font_size: int = 14
+
+
+def chromium_path() -> str | None:
+    """The Chromium kaleido will drive: $BROWSER_PATH, else one on PATH."""
+    env = os.environ.get("BROWSER_PATH")
+    if env and Path(env).exists():
+        return env
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def static_export_status() -> tuple[bool, str]:
+    """(available, message). Without Chromium, PNG/SVG/PDF are off; HTML and data still work."""
+    path = chromium_path()
+    if path:
+        return True, f"static export through kaleido with {path}"
+    return False, ("PNG, SVG and PDF need a Chromium browser for kaleido: install Debian's package "
+                   "(`apt-get install chromium`) or set BROWSER_PATH; HTML and data export work without it.")
+
+
+_server_lock = threading.Lock()
+_server_started = False
+
+
+def _ensure_server() -> None:
+    """Start kaleido's persistent server once per process: the first export pays for starting
+    Chromium (about 2 s), later ones reuse it (about 0.2 s)."""
+    global _server_started
+    with _server_lock:
+        if not _server_started:
+            import kaleido
+
+            kaleido.start_sync_server(silence_warnings=True)
+            atexit.register(kaleido.stop_sync_server, silence_warnings=True)  # close Chromium before exit
+            _server_started = True
+
+
+def paper_template(font_size: int = 14) -> str:
+    """The name of a registered plotly template in paper style at `font_size`: plotly_white with a
+    white background, one sans-serif family at sizes that survive scaling to a single column, thin
+    black axes without grid lines (colour scales stay as each figure sets them)."""
+    import plotly.io as pio
+
+    name = f"damcha_paper_{font_size}"
+    if name not in pio.templates:
+        template = go.layout.Template(pio.templates["plotly_white"])
+        template.layout.update(
+            paper_bgcolor="white", plot_bgcolor="white", font=dict(family=PAPER_FONT, size=font_size, color="black"),
+            title=dict(font=dict(size=font_size + 1)), margin=dict(l=50, r=20, t=50, b=45),
+            xaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size))),
+            yaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size))),
+        )
+        pio.templates[name] = template
+    return name
+
+
+def paper_style(fig: go.Figure, settings: ExportSettings | None = None) -> go.Figure:
+    """A copy of the figure under the paper template (see paper_template)."""
+    base = (settings or ExportSettings()).font_size
+    out = go.Figure(copy.deepcopy(fig.to_dict()))
+    # A figure's own margins and subplot axes were set for the screen: the template's take over.
+    out.update_layout(template=paper_template(base), margin=None, font=None)
+    out.update_annotations(font=dict(family=PAPER_FONT, size=base))  # subplot titles are annotations
+    out.update_xaxes(showgrid=False, zeroline=False, title_font=dict(size=base))
+    out.update_yaxes(showgrid=False, zeroline=False, title_font=dict(size=base))
+    return out
+
+
+def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = None) -> bytes:
+    """The figure as PNG/SVG/PDF (kaleido) or a standalone offline HTML file (plotly.js embedded)."""
+    settings = settings or ExportSettings()
+    styled = paper_style(fig, settings) if settings.paper_style else fig
+    if fmt == "html":
+        return styled.to_html(include_plotlyjs=True, full_html=True).encode("utf-8")
+    if fmt not in STATIC_FORMATS:
+        raise ValueError(f"unknown figure format {fmt!r}; expected one of {STATIC_FORMATS + ('html',)}")
+    ok, message = static_export_status()
+    if not ok:
+        raise RuntimeError(message)
+    import plotly.io as pio
+
+    _ensure_server()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "kopts ignored when using a server"
+        height = settings.height or styled.layout.height or int(0.85 * settings.width)
+        return pio.to_image(styled, format=fmt, width=settings.width, height=height,
+                            scale=settings.scale if fmt == "png" else 1)
+
+
+def figure_data(fig: go.Figure) -> dict[str, np.ndarray]:
+    """The arrays a figure shows, by trace: z of heatmaps, contours and surfaces; x and y of
+    lines and bars. Animation frames are included as frame_<name>_<trace>."""
+    out: dict[str, np.ndarray] = {}
+
+    def take(traces, prefix):
+        for k, t in enumerate(traces):
+            name = f"{prefix}{k}_{(t.name or t.type).replace(' ', '_')}"
+            if getattr(t, "z", None) is not None:
+                out[name] = np.asarray(t.z, dtype=float)
+            elif getattr(t, "y", None) is not None and t.type in ("scatter", "bar"):
+                x = np.arange(len(t.y)) if t.x is None else np.asarray(t.x)
+                try:
+                    out[f"{name}_x"] = x.astype(float)
+                except ValueError:
+                    out[f"{name}_x"] = np.arange(len(x), dtype=float)
+                out[f"{name}_y"] = np.asarray(t.y, dtype=float)
+
+    take(fig.data, "trace")
+    for frame in fig.frames or ():
+        take(frame.data, f"frame_{frame.name}_")
+    return out
+
+
+def data_csv(data: dict[str, np.ndarray]) -> bytes:
+    """Long-format CSV: array,row,col,value (one line per entry), exact to float64 repr."""
+    buf = io.StringIO()
+    buf.write("array,row,col,value\n")
+    for name, arr in data.items():
+        a = np.atleast_2d(np.asarray(arr, dtype=float))
+        if a.ndim > 2:
+            a = a.reshape(a.shape[0], -1)
+        for (i, j), v in np.ndenumerate(a):
+            buf.write(f"{name},{i},{j},{float(v)!r}\n")
+    return buf.getvalue().encode()
+
+
+def read_data_csv(raw: bytes) -> dict[str, np.ndarray]:
+    """Inverse of data_csv (2-D arrays)."""
+    cells: dict[str, dict[tuple[int, int], float]] = {}
+    for line in raw.decode().splitlines()[1:]:
+        name, i, j, v = line.rsplit(",", 3)
+        cells.setdefault(name, {})[(int(i), int(j))] = float(v)
+    out = {}
+    for name, c in cells.items():
+        rows = 1 + max(i for i, _ in c)
+        cols = 1 + max(j for _, j in c)
+        a = np.full((rows, cols), np.nan)
+        for (i, j), v in c.items():
+            a[i, j] = v
+        out[name] = a
+    return out
+
+
+def data_npz(data: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in data.items()})
+    return buf.getvalue()
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file, remembered per (path, size, mtime) so repeated provenance is free."""
+    st = Path(path).stat()
+    return _sha256_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+COUNTED_FROM_ONE = ("layer", "attn_layer", "head")  # figure parameters people count from 1, as the app shows them
+
+
+def numbered_from_one(params: dict) -> dict:
+    """Figure parameters as a provenance file writes them: layers and heads counted from 1 (as the
+    app and the figures name them), marked so that `library_params` can read them back."""
+    out = {k: v + 1 if k in COUNTED_FROM_ONE and isinstance(v, int) else v for k, v in params.items()}
+    if any(k in COUNTED_FROM_ONE for k in params):
+        out["counted_from"] = 1
+    return out
+
+
+def library_params(params: dict) -> dict:
+    """The inverse of numbered_from_one (files written before the marker count from 0 and are read as they are)."""
+    params = dict(params)
+    if params.pop("counted_from", 0) == 1:
+        params = {k: v - 1 if k in COUNTED_FROM_ONE and isinstance(v, int) else v for k, v in params.items()}
+    return params
+
+
+def _run_name(path, root) -> str:
+    """A run's path relative to the checkpoint root it was opened from (its folder name when outside)."""
+    if root is None:
+        return str(path)
+    try:
+        return str(Path(path).resolve().relative_to(Path(root).resolve()))
+    except (ValueError, OSError, RuntimeError):
+        return Path(path).name
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a figure shows and how to rebuild it: the run and epoch (with the snapshot's SHA-256),
+    the input (its tokens when small enough, always their hash), and the figure's parameters.
+
+    regenerable: the figure is a named figure of damcha.views.figure_sets, so `damcha figures
+    --from-provenance` rebuilds it. Written to JSON with the export settings, version and date."""
+
+    figure: str
+    run: str | None = None
+    epoch: int | None = None
+    checkpoint_sha256: str | None = None
+    input_source: str = ""
+    input_sha256: str | None = None
+    input_tokens: list | None = None
+    input_targets: list | int | None = None
+    params: dict = field(default_factory=dict)
+    regenerable: bool = False
+
+    @classmethod
+    def of(cls, figure: str, run=None, epoch: int | None = None, tokens=None, targets=None, input_source: str = "",
+           params: dict | None = None, regenerable: bool = True, root=None) -> Provenance:
+        """The provenance of a figure of `run` (a damcha.runs.checkpoints.Run) at `epoch` on an input.
+        root: the checkpoint folder the run was opened from; the run is then named relative to it
+        (the app never writes the server's absolute paths into a file it hands out)."""
+        checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
+        prov = dict(figure=figure, run=None if run is None else _run_name(run.path, root), epoch=epoch,
+                    checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
+                    params=numbered_from_one(params or {}), regenerable=regenerable and run is not None)
+        if tokens is not None:
+            tok = np.asarray(tokens)
+            tok = tok.astype(np.int64) if np.issubdtype(tok.dtype, np.integer) else tok.astype(np.float32)
+            prov["input_sha256"] = hashlib.sha256(tok.tobytes()).hexdigest()
+            if tok.size <= 4096:
+                prov["input_tokens"] = tok.tolist()
+                if targets is not None:
+                    prov["input_targets"] = np.asarray(targets).tolist()
+        return cls(**prov)
+
+    def tokens_array(self) -> np.ndarray:
+        return np.asarray(self.input_tokens)
+
+    def targets_array(self):
+        t = self.input_targets
+        return np.asarray(t) if isinstance(t, list) else t
+
+    def to_dict(self, settings: ExportSettings | None = None) -> dict:
+        out = {k: v for k, v in asdict(self).items() if v is not None or k in ("run", "epoch")}
+        out.update(settings=asdict(settings or ExportSettings()), package="damcha", package_version=__version__,
+                   created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Provenance:
+        """Read a provenance JSON written by to_dict (older files without `regenerable` count as named figures)."""
+        if not isinstance(d, dict) or "figure" not in d:
+            raise ValueError("not a DAMCHA provenance file (no 'figure')")
+        own = {f.name for f in fields(cls)}
+        values = {k: v for k, v in d.items() if k in own}
+        values.setdefault("regenerable", d.get("run") is not None)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ExportItem:
+    """One figure ready to export: its name (file stem), the figure and its provenance."""
+
+    name: str
+    figure: go.Figure
+    provenance: Provenance
+
+
+def item_files(item: ExportItem, formats: Iterable[str], settings: ExportSettings | None = None) -> dict[str, bytes]:
+    """{filename: bytes} for one figure in the given formats, plus its provenance JSON."""
+    settings = settings or ExportSettings()
+    files: dict[str, bytes] = {}
+    data = None
+    for fmt in formats:
+        if fmt in (*STATIC_FORMATS, "html"):
+            files[f"{item.name}.{fmt}"] = figure_bytes(item.figure, fmt, settings)
+        elif fmt in ("csv", "npz"):
+            data = figure_data(item.figure) if data is None else data
+            files[f"{item.name}.{fmt}"] = data_csv(data) if fmt == "csv" else data_npz(data)
+        else:
+            raise ValueError(f"unknown format {fmt!r}; expected some of {ALL_FORMATS}")
+    prov = {**item.provenance.to_dict(settings), "files": sorted(files)}
+    files[f"{item.name}.provenance.json"] = json.dumps(prov, indent=2).encode()
+    return files
+
+
+def write_item(item: ExportItem, out_dir: str | Path, formats: Iterable[str],
+               settings: ExportSettings | None = None) -> list[Path]:
+    """Write one figure's files atomically (an interrupted export leaves no half-written file)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, raw in item_files(item, formats, settings).items():
+        with atomic_path(out / name) as tmp:
+            tmp.write_bytes(raw)
+        paths.append(out / name)
+    return paths
+
+
+def zip_bundle(items: Iterable[ExportItem], formats: Iterable[str], settings: ExportSettings | None = None) -> bytes:
+    """A ZIP of every item's files and a manifest.json listing them."""
+    formats = list(formats)
+    buf = io.BytesIO()
+    manifest = []
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for item in items:
+            files = item_files(item, formats, settings)
+            for name, raw in files.items():
+                z.writestr(name, raw)
+            manifest.append({"figure": item.name, "files": sorted(files)})
+        z.writestr("manifest.json", json.dumps(manifest, indent=2))
+    return buf.getvalue()

@@ -1,0 +1,62 @@
+"""The package's layers import one way: model < inputs < runs < analysis < views < evidence, and
+nothing in damcha/ imports the UI. Every import counts, module-level or inside a function, except
+those under `if TYPE_CHECKING:` (annotations only)."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "damcha"
+LAYERS = ("model", "inputs", "runs", "analysis", "views", "evidence")
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """(imported damcha module, line) of every import that runs."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for n in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "damcha" and parts[1] in LAYERS else None
+
+
+def test_every_module_lives_in_a_layer_and_imports_only_downwards():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if len(rel.parts) == 1:
+            assert rel.name in ("__init__.py", "__main__.py"), f"{rel}: a module outside the layers"
+            continue
+        own = rel.parts[0]
+        assert own in LAYERS, f"{rel}: in no layer"
+        for module, line in imports_of(path):
+            other = layer_of(module)
+            if other is not None and LAYERS.index(other) > LAYERS.index(own):
+                offenders.append(f"damcha/{rel}:{line} ({own}) imports {module} ({other})")
+            if module.split(".")[0] == "streamlit" or module.startswith("app"):
+                offenders.append(f"damcha/{rel}:{line} imports the UI ({module})")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_each_layer_says_its_job():
+    for layer in LAYERS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text()))
+        assert doc and len(doc.splitlines()) <= 3, layer
+
+
+def test_the_check_sees_a_violation(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from damcha.views.figures import matrix_figure\n")
+    assert layer_of(imports_of(bad)[0][0]) == "views"
