@@ -12,8 +12,10 @@ if str(ROOT) not in sys.path:  # the app also runs from a checkout without `pip 
 import pandas  # noqa: E402, F401 — imported whole before any figure: plotly peeks at a half-imported pandas of another session's thread
 import streamlit as st  # noqa: E402
 
+from app.export_widgets import export_all_widget, export_settings_widget  # noqa: E402
+from app.roots import checkpoint_root  # noqa: E402
+from app.run_picker import run_picker  # noqa: E402
 from app.sharing import redacted  # noqa: E402
-from app.ui import checkpoint_root, export_all_widget, export_settings_widget, run_picker  # noqa: E402
 from damcha.runs.checkpoints import CheckpointError  # noqa: E402
 
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")

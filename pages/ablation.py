@@ -6,18 +6,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.ui import (
-    ablation_cached,
-    ablation_table,
-    cached_runs,
-    checkpoint_root,
-    computed_on_request,
-    input_picker,
-    input_under_modes,
-    provenance,
-    selected_run,
-    show,
-)
+from app.cache import cached_runs, input_under_modes
+from app.cached_interventions import ablation_cached, ablation_table
+from app.controls import computed_on_request, input_picker
+from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
+from app.run_picker import selected_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label, printable

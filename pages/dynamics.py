@@ -2,26 +2,13 @@
 
 import streamlit as st
 
+from app.cache import cached_runs, inspection, mean_structures, projection, statistic_bands, sweep, weight_drift
+from app.controls import bounded_slider, computed_on_request, input_picker, is_large, option_controls
+from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
+from app.run_picker import selected_run
 from app.sharing import redacted
-from app.ui import (
-    bound,
-    bounded_slider,
-    cached_runs,
-    checkpoint_root,
-    computed_on_request,
-    input_picker,
-    inspection,
-    is_large,
-    mean_structures,
-    option_controls,
-    projection,
-    provenance,
-    selected_run,
-    show,
-    statistic_bands,
-    sweep,
-    weight_drift,
-)
+from app.url_state import bound
 from damcha.analysis.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
 from damcha.analysis.inspection import matrices_fit
 from damcha.inputs.modalities import loss_factor, loss_label

@@ -6,7 +6,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.ui import SHIPPED_ROOT, provenance, show
+from app.export_widgets import provenance, show
+from app.roots import SHIPPED_ROOT
 from damcha.evidence.claims import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, load_results
 from damcha.views import figures
 

@@ -3,21 +3,12 @@
 import numpy as np
 import streamlit as st
 
-from app.ui import (
-    bound,
-    bounded_slider,
-    cached_runs,
-    checkpoint_root,
-    computed_on_request,
-    contributions,
-    each_run,
-    input_picker,
-    inspection,
-    provenance,
-    selected_run,
-    show,
-    token_attributions,
-)
+from app.cache import cached_runs, contributions, inspection, token_attributions
+from app.controls import bounded_slider, computed_on_request, input_picker
+from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
+from app.run_picker import each_run, selected_run
+from app.url_state import bound
 from damcha.analysis.attribution import (
     TARGET_NAMES,
     attribution_targets,

@@ -3,8 +3,10 @@
 import pandas as pd
 import streamlit as st
 
+from app.cache import cached_runs
+from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
 from app.sharing import redacted, shown_path, skipped_line
-from app.ui import cached_runs, checkpoint_root, provenance, show
 from damcha.inputs.modalities import loss_factor, loss_label, modality_named
 from damcha.runs.checkpoints import CheckpointError
 from damcha.views import figures

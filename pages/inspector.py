@@ -2,19 +2,11 @@
 
 import streamlit as st
 
-from app.ui import (
-    bound,
-    bounded_slider,
-    input_picker,
-    inspection,
-    model_figure_values,
-    option_controls,
-    position_in_context,
-    provenance,
-    selected_run,
-    sequence_profile,
-    show,
-)
+from app.cache import inspection, model_figure_values, sequence_profile
+from app.controls import bounded_slider, input_picker, option_controls, position_in_context
+from app.export_widgets import provenance, show
+from app.run_picker import selected_run
+from app.url_state import bound
 from damcha.analysis.inspection import matrices_fit, matrix_energy_shares, off_diagonal_share
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.views.figure_sets import (

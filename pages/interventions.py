@@ -4,19 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.ui import (
-    adaptivity_over_epochs,
-    block_grid,
-    bound,
-    computed_on_request,
-    input_picker,
-    intervened,
-    metric_curves,
-    provenance,
-    selected_run,
-    show,
-    validation_effects,
-)
+from app.cached_interventions import adaptivity_over_epochs, block_grid, intervened, metric_curves, validation_effects
+from app.controls import computed_on_request, input_picker
+from app.export_widgets import provenance, show
+from app.run_picker import selected_run
+from app.url_state import bound
 from damcha.analysis.interventions import alignment_note, available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length

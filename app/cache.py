@@ -1,0 +1,173 @@
+"""Library calls cached for every session, keyed by the run's snapshots and the input's hash.
+
+Models are cached with st.cache_resource and shared by every browser session: nothing here or
+in a page mutates one (the mechanism's options, dropout and the like are call arguments).
+Every cached call takes the run itself; `HASH_FUNCS` keys it by its path and the modification
+times of its snapshots (a rewritten snapshot loads afresh), and an input by the hash of what the
+model reads. Long calls show their progress."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from damcha.analysis.inspection import InspectionRecord, inspect_input
+from damcha.inputs.model_inputs import ModelInput
+from damcha.model.mechanisms import ForwardOptions
+from damcha.runs.checkpoints import Run, list_runs, load_model
+
+
+def run_key(run: Run) -> tuple:
+    """What identifies a run's weights for caching: its path and its snapshots' modification times."""
+    return str(run.path), tuple((e, run.snapshot_path(e).stat().st_mtime_ns) for e in run.epochs)
+
+
+HASH_FUNCS = {Run: run_key, ModelInput: ModelInput.key}
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def cached_runs(root: str) -> tuple[list[Run], list[tuple[Path, str]]]:
+    return list_runs(root)
+
+
+def inference_device() -> str:
+    """Where the app runs its models: $DAMCHA_DEVICE (e.g. cuda), else the CPU."""
+    return os.environ.get("DAMCHA_DEVICE", "cpu")
+
+
+@st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def model_for(run: Run, epoch: int):
+    """One model per (run, epoch), shared by every session; frozen and in eval mode."""
+    return load_model(run, epoch, device=inference_device())
+
+
+@st.cache_data(show_spinner=False, max_entries=256, hash_funcs=HASH_FUNCS)
+def inspection(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None,
+               positions: tuple[int, ...] | None = None, attention_layers: tuple[int, ...] | None = None
+               ) -> InspectionRecord:
+    """One input's record; positions / attention_layers: take the large per-position matrices and
+    attention maps only where viewed (default: all that fit the inspection budget)."""
+    return inspect_input(model_for(run, epoch), inp.tokens, inp.targets, positions=positions, options=options,
+                         attention_layers=attention_layers)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def sequence_profile(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None):
+    """Per-position summaries at every position of the input, in chunks, with a progress bar."""
+    from damcha.analysis.inspection import sequence_profile as profile_of
+
+    bar = st.progress(0.0, text="Summarising every position…")
+    result = profile_of(model_for(run, epoch), inp.tokens, options,
+                        progress=lambda k, n: bar.progress(k / n, text=f"Positions, chunk {k}/{n}"))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None, positions: tuple[int, ...] | None = None):
+    """The input through every snapshot, with a progress bar the first time; instant afterwards."""
+    from damcha.analysis.dynamics import sweep_epochs
+
+    bar = st.progress(0.0, text="Running every snapshot on this input…")
+    result = sweep_epochs(run, model_for, inp.tokens, inp.targets, options, positions=positions,
+                          progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def dataset_metrics(run: Run, n: int):
+    """M(x) of n validation inputs at their last position, per snapshot: ({epoch: (n, L_m, D, D)}, labels,
+    label name). Inputs without classes are grouped by brightness (images) or share of letters (text)."""
+    from damcha.analysis.dynamics import dataset_metrics as metrics_of
+    from damcha.analysis.dynamics import input_groups
+    from damcha.inputs.model_inputs import validation_arrays
+
+    x, _, labels = validation_arrays(run)
+    x = x[:n]
+    out = {}
+    bar = st.progress(0.0, text="Metrics of validation inputs…")
+    for k, epoch in enumerate(run.epochs):
+        out[epoch] = metrics_of(model_for(run, epoch), x)
+        bar.progress((k + 1) / len(run.epochs), text=f"Validation metrics, snapshot {k + 1}/{len(run.epochs)}")
+    bar.empty()
+    if labels is None:
+        return out, *input_groups(x, bool(run.model_config.input_dim))
+    return out, labels[:n], "class"
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def statistic_bands(run: Run, n: int, layer: int, keys: tuple[str, ...]):
+    from damcha.analysis.dynamics import statistic_bands as bands
+
+    mats, _, _ = dataset_metrics(run, n)
+    return bands([mats[e][:, layer] for e in run.epochs], run.model_config.n_head, keys)
+
+
+@st.cache_data(show_spinner="Projecting the metrics…", max_entries=64, hash_funcs=HASH_FUNCS)
+def projection(run: Run, n: int, epoch: int, layer: int, method: str):
+    """2D points of n validation metrics at `epoch`, their labels, and the class separation per epoch."""
+    from damcha.analysis.dynamics import class_separation, project
+
+    mats, labels, label_name = dataset_metrics(run, n)
+    separation = {e: class_separation(mats[e][:, layer], labels) for e in run.epochs}
+    return project(mats[epoch][:, layer], method), labels, label_name, separation
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None = None,
+                    positions: tuple[int, ...] | None = None):
+    """The run's structures averaged over its first n validation inputs, with a progress bar."""
+    from damcha.analysis.inspection import mean_structures as average
+    from damcha.inputs.model_inputs import validation_arrays
+
+    x, y, _ = validation_arrays(run)
+    bar = st.progress(0.0, text="Structures of validation inputs…")
+    result = average(model_for(run, epoch), x[:n], y[:n], options, positions=positions,
+                     progress=lambda k, m: bar.progress(k / m, text=f"Validation input {k}/{m}"))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def weight_drift(run: Run):
+    from damcha.analysis.dynamics import generator_weight_drift
+
+    return generator_weight_drift([model_for(run, e) for e in run.epochs])
+
+
+@st.cache_data(show_spinner="Gradients of the loss with respect to M(x)…", max_entries=128, hash_funcs=HASH_FUNCS)
+def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str):
+    from damcha.analysis.attribution import metric_contributions
+
+    return metric_contributions(model_for(run, epoch), inp.tokens, inp.targets, mode, method)
+
+
+@st.cache_data(show_spinner=False, max_entries=128, hash_funcs=HASH_FUNCS)
+def token_attributions(run: Run, epoch: int, inp: ModelInput, target: str, baseline: int, n_steps: int,
+                       options: tuple = ()):
+    from damcha.analysis.attribution import token_attributions as attribute
+
+    bar = st.progress(0.0, text="Integrated Gradients…")
+    result = attribute(model_for(run, epoch), inp.tokens, baseline, target, inp.targets, n_steps,
+                       progress=lambda k, n: bar.progress(k / n, text=f"Integrated Gradients: step {k}/{n}"),
+                       **dict(options))
+    bar.empty()
+    return result
+
+
+@st.cache_data(show_spinner="This input under each metric mode…", max_entries=64, hash_funcs=HASH_FUNCS)
+def input_under_modes(run: Run, epoch: int, inp: ModelInput):
+    from damcha.analysis.ablation import input_under_modes as under_modes
+
+    return under_modes(model_for(run, epoch), inp.tokens, inp.targets)
+
+
+@st.cache_data(show_spinner="Computing from the model…", max_entries=64, hash_funcs=HASH_FUNCS)
+def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
+    """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES)."""
+    from damcha.views.figure_sets import model_figure_values as values
+
+    return values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params))

@@ -1,0 +1,131 @@
+"""The controls a page draws: the input picker, a mechanism's per-call choices, bounded sliders,
+sections computed on request for paper-sized runs."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.run_picker import plain_text
+from app.url_state import URL, bound, typed_text_area, url_number_input
+from damcha.inputs.model_inputs import (
+    BUNDLED_DATASETS,
+    ModelInput,
+    input_from_image,
+    input_from_photo,
+    input_from_text,
+    input_from_token_ids,
+    run_modality,
+    validation_count,
+    validation_input,
+)
+from damcha.inputs.uploads import InputError
+from damcha.model.mechanisms import ForwardOptions
+from damcha.runs.checkpoints import Run
+
+UPLOAD_TYPES = {"image": ["png", "jpg", "jpeg", "gif", "bmp", "webp"], "text": ["txt", "md", "py", "csv", "json", "text"]}
+
+
+def input_picker(run: Run) -> ModelInput | None:
+    """Upload, type, or pick a validation sample, as the run's modality allows; returns the model
+    input or None (with a message shown). The source, validation index and typed text are in the URL."""
+    modality = run_modality(run)
+    sources = ["Validation sample"] if run.dataset in BUNDLED_DATASETS else []
+    if modality.upload == "image":
+        sources.append("Upload an image")
+    elif modality.upload == "photo":
+        sources.append("Upload a colour photo")
+    elif modality.upload == "text":
+        sources = ["Type text", "Upload a text file", *sources]
+    elif modality.upload == "ids":
+        sources = ["Type token ids", *sources]
+    if not sources:
+        st.info(f"{run.name} reads {modality.title} from local files ({run.dataset}) and takes no uploads.")
+        return None
+    source = st.radio("Input", sources, horizontal=True, **bound("source"))
+    try:
+        if source == "Validation sample":
+            n = validation_count(run)
+            return validation_input(run, url_number_input(st, f"Validation index (0..{n - 1})", 0, n - 1, 0, "sample"))
+        if source == "Upload an image":
+            up = st.file_uploader("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)",
+                                  type=UPLOAD_TYPES["image"], key="upload_image")
+            if up is None:
+                st.info("Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels.")
+                return None
+            return input_from_image(run, up.getvalue(), up.name)
+        if source == "Upload a colour photo":
+            up = st.file_uploader("A colour photo (PNG, JPEG, GIF, BMP, WebP)", type=UPLOAD_TYPES["image"],
+                                  key="upload_photo")
+            if up is None:
+                st.info("Upload any colour photo; it is turned upright, centre-cropped to a square and resized to "
+                        "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels.")
+                return None
+            return input_from_photo(run, up.getvalue(), up.name)
+        if source == "Upload a text file":
+            up = st.file_uploader("UTF-8 text file", type=UPLOAD_TYPES["text"], key="upload_text")
+            if up is None:
+                st.info("Upload a UTF-8 text file; the model reads its first bytes, up to its context length.")
+                return None
+            return input_from_text(run, up.getvalue(), f"file {up.name}")
+        if source == "Type token ids":
+            default = " ".join(str(i % run.model_config.vocab_size) for i in range(1, 33))
+            return input_from_token_ids(run, typed_text_area(st, "Token ids (spaces or commas)", default, "ids"))
+        text = typed_text_area(st, "Text", "The metric of each head is computed from the context.", "text")
+        return input_from_text(run, text.encode("utf-8"), "typed text")
+    except InputError as e:
+        st.error(f"Cannot use this input: {e}")
+        return None
+
+
+def option_controls(run: Run, container=None) -> ForwardOptions:
+    """A control for each per-call choice the run's mechanism declares (DAMCHA: the metric mode),
+    with its help, in the URL under its declared key."""
+    mechanism = run.model_config.mechanism
+    where = container or st
+    chosen = {c.name: where.radio(c.label, list(c.values), **bound(c.url_key), help=c.help)
+              for c in mechanism.option_choices}
+    return mechanism.options_from(chosen)
+
+
+def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = URL, **kw) -> int:
+    """A slider over 0..upper (default: upper) whose kept value (session or URL) is clamped first:
+    a new input may be shorter than the one the value was chosen for."""
+    kept = st.session_state.get(key)
+    if isinstance(kept, int) and kept > upper:
+        st.session_state[key] = upper
+    if bind is None:
+        return where.slider(label, 0, upper, upper, key=key, **kw)
+    return where.slider(label, 0, upper, upper, **bound(key), **kw)
+
+
+def is_large(run: Run) -> bool:
+    """A paper-sized run: its per-position matrices for a full-length input exceed the inspection
+    budget, and one forward pass of such an input takes about a second on a CPU."""
+    from damcha.analysis.inspection import matrices_fit
+
+    cfg = run.model_config
+    return not matrices_fit(cfg, cfg.block_size)
+
+
+def computed_on_request(run: Run, label: str, key: str) -> bool:
+    """Whether to compute a section that runs the model over many inputs, snapshots or integration
+    steps: always for small runs; for paper-sized ones only when asked, so the page answers at once."""
+    if not is_large(run):
+        return True
+    on = st.toggle(label, value=False, key=key,
+                   help="A paper-sized run: this runs the model many times (minutes on a CPU), so it waits to be asked.")
+    if not on:
+        st.caption("Not computed yet (paper-sized run): switch it on above.")
+    return on
+
+
+def position_in_context(labels, position: int, width: int = 40) -> str:
+    """Markdown of the tokens around `position`, the one at it highlighted: where a query sits in a
+    long input, readable where a slider alone is not."""
+    def text(part) -> str:
+        return plain_text("".join(part))
+
+    before = text(labels[max(0, position - width):position])
+    after = text(labels[position + 1:position + 1 + width])
+    return (f"{'…' if position > width else ''}{before}:orange-background[**{text(labels[position:position + 1])}**]"
+            f"{after}{'…' if position + 1 + width < len(labels) else ''}")

@@ -1,0 +1,83 @@
+"""Figures with export buttons, their provenance, the sidebar's export settings and the page's ZIP."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from app.roots import checkpoint_root
+from damcha.inputs.model_inputs import ModelInput
+from damcha.runs.checkpoints import Run
+from damcha.views.export import Provenance
+
+
+def export_settings_widget() -> None:
+    """Sidebar: size, scale and style of exported figures (kept for the session)."""
+    from damcha.views.export import ExportSettings
+
+    with st.sidebar.expander("Export settings", expanded=False):
+        w = st.number_input("Width (px)", 200, 4000, 460, step=20, key="exp_w",
+                            help="460 px fits a single journal column, 940 px a double column (text ≈ 7.5 pt).")
+        h = st.number_input("Height (px, 0 = the figure's own)", 0, 4000, 0, step=50, key="exp_h")
+        s = st.select_slider("PNG scale", [1.0, 2.0, 3.0, 4.0], value=2.0, key="exp_s")
+        paper = st.toggle("Paper style", value=True, key="exp_paper",
+                          help="White background, one sans-serif font sized for a single column, RdBu centred at 0.")
+    st.session_state["export_settings"] = ExportSettings(int(w), int(h) or None, float(s), bool(paper))
+
+
+def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: ModelInput | None = None,
+               params: dict | None = None, regenerable: bool = False) -> Provenance:
+    """The provenance of a figure on this page. regenerable: a named figure of damcha.views.figure_sets
+    (`python -m damcha figures --from-provenance` rebuilds it)."""
+    return Provenance.of(figure, run, epoch, None if inp is None else inp.tokens, None if inp is None else inp.targets,
+                         "" if inp is None else inp.source, params, regenerable, root=checkpoint_root())
+
+
+def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
+    """Draw a figure (large heatmaps as block means) and give it export buttons at full resolution
+    (PNG/SVG/PDF, offline HTML, CSV/NPZ, provenance); it is also registered for this page's "Export all" ZIP."""
+    from damcha.views.export import data_csv, data_npz, figure_bytes, figure_data, static_export_status
+    from damcha.views.figures import display_copy
+
+    st.plotly_chart(display_copy(fig), width=width, key=f"chart_{name}")
+    st.session_state.setdefault("export_registry", {})[name] = (fig, prov)
+    settings = st.session_state.get("export_settings")
+    ok, why = static_export_status()
+    with st.popover("Export", icon=":material/download:"):
+        # Bytes are made only when a button is clicked (a callable), so unexported figures cost nothing.
+        mimes = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "html": "text/html",
+                 "csv": "text/csv", "npz": "application/octet-stream"}
+        makers = {fmt: (lambda f=fmt: figure_bytes(fig, f, settings)) for fmt in ("png", "svg", "pdf", "html")}
+        makers["csv"] = lambda: data_csv(figure_data(fig))
+        makers["npz"] = lambda: data_npz(figure_data(fig))
+        for row in (("png", "svg", "pdf"), ("html", "csv", "npz")):
+            for col, fmt in zip(st.columns(3), row):
+                col.download_button(fmt.upper(), makers[fmt], f"{name}.{fmt}", mimes[fmt], key=f"dl_{name}_{fmt}",
+                                    disabled=fmt in ("png", "svg", "pdf") and not ok)
+        st.download_button("Provenance JSON", json.dumps(prov.to_dict(settings), indent=2),
+                           f"{name}.provenance.json", "application/json", key=f"dl_{name}_prov",
+                           help="Run, epoch, checkpoint and input hashes, settings; "
+                                "`python -m damcha figures --from-provenance` rebuilds named figures")
+        if not ok:
+            st.caption(why)
+
+
+def export_all_widget() -> None:
+    """A ZIP of every figure shown on this page, with data and provenance."""
+    from damcha.views.export import STATIC_FORMATS, ExportItem, static_export_status, zip_bundle
+
+    registry = st.session_state.get("export_registry", {})
+    if not registry:
+        return
+    st.divider()
+    ok, why = static_export_status()
+    formats = st.multiselect("Formats for “Export all”", ["png", "svg", "pdf", "html", "csv", "npz"],
+                             default=(["pdf", "svg"] if ok else []) + ["html", "csv"], key="exp_all_formats")
+    if not ok and set(formats) & set(STATIC_FORMATS):
+        st.warning(why)
+        formats = [f for f in formats if f not in STATIC_FORMATS]
+    items = [ExportItem(name, fig, prov) for name, (fig, prov) in registry.items()]
+    settings = st.session_state.get("export_settings")  # read now: the callable runs outside the session
+    st.download_button(f"Export all {len(items)} figure{'s' if len(items) != 1 else ''} (ZIP)", lambda: zip_bundle(items, formats, settings),
+                       "damcha-figures.zip", "application/zip", key="dl_all", icon=":material/folder_zip:")
