@@ -7,7 +7,7 @@ import pytest
 import streamlit.config
 import torch
 
-from damcha import ModelConfig, build_model, variant_config
+from damcha import ModelConfig, build_model, variant_config, variant_names
 from damcha.model.mechanisms.damcha.layer import metric_sources
 
 # AppTest runs the app in this process: give it the settings `streamlit run app` reads from
@@ -18,8 +18,10 @@ streamlit.config.get_config_options(force_reparse=True)
 os.environ.setdefault("DAMCHA_CACHE", tempfile.mkdtemp(prefix="damcha-test-cache-"))
 os.environ.setdefault("DAMCHA_INPUT_STORE", tempfile.mkdtemp(prefix="damcha-test-inputs-"))
 
-DAMCHA_VARIANTS = ("damcha", "damcha-unshared", "damcha-static", "damcha-bilinear")
-ALL_VARIANTS = (*DAMCHA_VARIANTS, "mha")
+# Variants from the registry, never a hand-kept list: every registered one, and those whose
+# mechanism scores with a metric M (the tests of the metric paths).
+ALL_VARIANTS = variant_names()
+METRIC_VARIANTS = tuple(v for v in ALL_VARIANTS if (c := variant_config(ModelConfig(), v)).mechanism.metric(c) is not None)
 
 
 def tiny_config(variant: str = "damcha", causal: bool = True, **overrides) -> ModelConfig:
@@ -32,7 +34,7 @@ def tiny_config(variant: str = "damcha", causal: bool = True, **overrides) -> Mo
 
 def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtype=torch.float64, **overrides):
     model = build_model(tiny_config(variant, causal, **overrides), seed=seed).to(dtype)
-    if variant == "damcha-static":  # an identity metric hides block mix-ups; perturb it
+    if model.mechanism.metric(model.config) == "static":  # an identity metric hides block mix-ups; perturb it
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1)
             for src in metric_sources(model):

@@ -10,7 +10,7 @@ import torch
 from damcha import MetricMode
 from damcha.model.mechanisms.damcha.metric import block_scales, context_means, fold_rows, per_position_queries
 from damcha.runs.allocator import keep_freed_memory
-from tests.conftest import DAMCHA_VARIANTS, logits_and_grads, tiny_model
+from tests.conftest import METRIC_VARIANTS, logits_and_grads, tiny_model
 
 MODES = list(MetricMode)
 
@@ -60,7 +60,7 @@ def test_context_means_without_padding_equal_the_weighted_form(causal):
     torch.testing.assert_close(context_means(x, None, causal), context_means(x, all_real, causal), atol=1e-14, rtol=0)
 
 
-@pytest.mark.parametrize("variant", DAMCHA_VARIANTS)
+@pytest.mark.parametrize("variant", METRIC_VARIANTS)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("mode", [m.value for m in MODES])
 def test_fast_and_explicit_paths_agree_under_padding(variant, causal, mode):

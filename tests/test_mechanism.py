@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from damcha import DamchaOptions, MetricMode, inspect_input
+from damcha import DamchaOptions, MetricMode, ModelConfig, inspect_input, variant_config
 from damcha.model.mechanisms.damcha.metric import MetricGenerator, context_means
-from tests.conftest import ALL_VARIANTS, DAMCHA_VARIANTS, logits_and_grads, opts, tiny_model
+from tests.conftest import ALL_VARIANTS, METRIC_VARIANTS, logits_and_grads, opts, tiny_model
 
 MODES = [m.value for m in MetricMode]
 
 
-@pytest.mark.parametrize("variant", DAMCHA_VARIANTS)
+@pytest.mark.parametrize("variant", METRIC_VARIANTS)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("mode", MODES)
 def test_fused_and_explicit_paths_agree_in_values_and_gradients(variant, causal, mode):
@@ -79,7 +79,7 @@ def test_attention_weights_match_an_independent_recomputation(variant):
     np.testing.assert_allclose(record.attention[0], expected, atol=1e-10)
 
 
-@pytest.mark.parametrize("variant", [v for v in DAMCHA_VARIANTS if v != "damcha-bilinear"])
+@pytest.mark.parametrize("variant", [v for v in METRIC_VARIANTS if variant_config(ModelConfig(), v).score_form == "row_sum"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_metric_modes_use_exactly_the_named_blocks(variant, causal):
     model = tiny_model(variant, causal)
@@ -120,7 +120,7 @@ def test_future_tokens_change_no_earlier_output(variant):
         lb = model(b, options=opts(model, explicit=explicit)).logits
         assert torch.allclose(la[:, :7], lb[:, :7], atol=1e-12)
         assert not torch.allclose(la[:, 7:], lb[:, 7:])  # the test can fail: later outputs do change
-    if variant != "mha":
+    if model.mechanism.metric(model.config) is not None:
         ma = inspect_input(model, a[0]).head_metrics[:, :7]
         mb = inspect_input(model, b[0]).head_metrics[:, :7]
         np.testing.assert_allclose(ma, mb, atol=1e-12)
@@ -140,7 +140,7 @@ def test_appended_padding_changes_no_real_output_or_metric(variant, causal):
         want = out_r.logits if causal else out_r.logits
         assert torch.allclose(got, want, atol=1e-12)
         assert torch.isfinite(out_p.logits).all()
-        if variant != "mha":
+        if model.mechanism.metric(model.config) is not None:
             hr, hp = out_r.layers[0].metric.head, out_p.layers[0].metric.head
             assert torch.allclose(hp[:, : hr.shape[1]], hr, atol=1e-12)
     # In a batch, a short padded row gives the same outputs as alone.
