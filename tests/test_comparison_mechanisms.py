@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config
-from damcha.model.mechanisms import attention_mask
+from damcha.model.mechanisms import ForwardOptions, attention_mask
 
 COMPARISON = ("tha", "tha-identity", "dcmha", "dcmha-authors", "colmha", "colmha-authors")
 H, D, d = 4, 16, 4
@@ -73,9 +73,11 @@ def reference(attn, variant, x, real, causal):
         else:
             q = lin(attn.query, xb).reshape(T, H, d)
             k = lin(attn.key, xb).reshape(T, H, d)
-            if variant == "colmha-authors":
-                C = attn.mixing.detach().numpy()
-                q = np.einsum("hj,tjd->thd", C, q)
+            if variant == "colmha-authors":  # their CollaborativeAttention: combine_q and combine_k
+                Cq, Ck = attn.query_mixing.detach().numpy(), attn.key_mixing.detach().numpy()
+                assert attn.query.bias is None and attn.key.bias is None
+                q = np.array([[sum(Cq[h, j] * q[t, j] for j in range(H)) for h in range(H)] for t in range(T)])
+                k = np.array([[sum(Ck[h, j] * k[t, j] for j in range(H)) for h in range(H)] for t in range(T)])
             logits = np.array([[[q[t, h] @ k[s, h] / math.sqrt(d) for s in range(T)] for t in range(T)]
                                for h in range(H)])  # (H, T, T)
         if variant.startswith("tha"):
@@ -103,9 +105,10 @@ def reference(attn, variant, x, real, causal):
         elif variant == "dcmha-authors":
             R = attn.router.weight.shape[0]
             r = np.tanh(lin(attn.router, xb))  # (T, R)
-            mix = lin(attn.mix, r).reshape(T, H, H)
-            mix = np.exp(mix - mix.max(-1, keepdims=True))
-            mix /= mix.sum(-1, keepdims=True)
+            alpha = lin(attn.mix, r).reshape(T, H, H)  # their view (B, T, H_in, H_out), softmax over H_in
+            alpha = np.exp(alpha - alpha.max(1, keepdims=True))
+            alpha /= alpha.sum(1, keepdims=True)
+            mix = alpha.transpose(0, 2, 1)  # mix[t, h_out, j] = alpha[t, j, h_out]
             g = 1 / (1 + np.exp(-lin(attn.gate, xb)))  # (T, H)
             assert R == 4
             blended = np.array([[(1 - g[t, h]) * logits[h, t] + g[t, h] * sum(mix[t, h, j] * logits[j, t] for j in range(H))
@@ -209,6 +212,21 @@ def test_colmha_concatenate_equals_mha_with_matching_weights(causal):
     tokens = torch.randint(0, 11, (2, 9))
     with torch.no_grad():
         assert torch.allclose(model(tokens).logits, mha(tokens).logits, atol=1e-10)
+
+
+def test_colmha_authors_mixes_queries_and_keys_from_near_identity():
+    torch.manual_seed(0)
+    attn = build_model(config("colmha-authors"), seed=0).blocks[0].attn
+    for C in (attn.query_mixing, attn.key_mixing):  # I + 0.01 N(0, 1), as their combine_q / combine_k
+        off = (C - torch.eye(H)).detach()
+        assert 0.002 < off.std() < 0.03 and off.abs().max() < 0.1
+    assert attn.query.bias is None and attn.key.bias is None and attn.value.bias is not None
+    with torch.no_grad():  # key mixing acts: mixing the keys changes the output (the old version had none)
+        x = torch.randn(1, 5, D)
+        options = ForwardOptions()
+        before = attn(x, None, None, True, options).y.clone()
+        attn.key_mixing.copy_(torch.eye(H).flip(0))
+        assert not torch.allclose(before, attn(x, None, None, True, options).y)
 
 
 @pytest.mark.parametrize("variant", COMPARISON)

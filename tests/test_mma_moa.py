@@ -34,7 +34,8 @@ def mma_reference(attn, x, real, causal, window=5):
     return lin(attn.proj, out.reshape(B, T, D))
 
 
-def moa_reference(attn, x, real, causal, authors):
+def moa_reference(attn, x, real, causal):
+    """MoA (Zhang et al. 2022): shared K, V; top-k softmax gates, not renormalised; one W_o^i per expert."""
     B, T, _ = x.shape
     ok = allowed(real, causal, T)
     E, kk = attn.E, attn.k
@@ -43,18 +44,40 @@ def moa_reference(attn, x, real, causal, authors):
     for b in range(B):
         logits = lin(attn.router, x[b])  # (T, E)
         q = lin(attn.query, x[b]).reshape(T, E, d)
-        k = lin(attn.key, x[b]).reshape(T, -1, d)
-        v = lin(attn.value, x[b]).reshape(T, -1, d)
+        k, v = lin(attn.key, x[b]), lin(attn.value, x[b])  # (T, d): one head for every expert
         for t in range(T):
             p = np.exp(logits[t] - logits[t].max())
             p /= p.sum()
             chosen = np.argsort(-p)[:kk]
-            gates = p[chosen] / (p[chosen].sum() if authors else 1.0)
-            for e, g in zip(chosen, gates):
-                ke, ve = (k[:, e], v[:, e]) if authors else (k[:, 0], v[:, 0])
-                w = softmax_rows(np.array([q[t, e] @ ke[s] / math.sqrt(d) for s in range(T)]), ok[b, t])
-                y[b, t] += g * ((w @ ve) @ Wo[e])
+            for e in chosen:
+                w = softmax_rows(np.array([q[t, e] @ k[s] / math.sqrt(d) for s in range(T)]), ok[b, t])
+                y[b, t] += p[e] * ((w @ v) @ Wo[e])
         y[b] += attn.out_bias.detach().numpy()
+    return y
+
+
+def moa_authors_reference(attn, x, real, causal):
+    """The DAMCHA authors' MoAAttention (models/baselines.py at ffa99807), read and rewritten here as loops:
+    router with bias; top-k logits, softmax over them; every expert's own Q, K, V (x @ W[e], no bias);
+    the gated outputs of the chosen experts concatenated in rank order into one Linear(k d, D)."""
+    B, T, _ = x.shape
+    ok = allowed(real, causal, T)
+    E, kk = attn.E, attn.k
+    Wq, Wk, Wv = (w.detach().numpy() for w in (attn.query, attn.key, attn.value))  # (E, D, d)
+    y = np.zeros((B, T, D))
+    for b in range(B):
+        logits = lin(attn.router, x[b])  # (T, E)
+        for t in range(T):
+            ranked = sorted(range(E), key=lambda e: -logits[t, e])[:kk]
+            top = np.array([logits[t, e] for e in ranked])
+            g = np.exp(top - top.max())
+            g /= g.sum()
+            slots = []
+            for r, e in enumerate(ranked):
+                q = x[b, t] @ Wq[e]
+                w = softmax_rows(np.array([q @ (x[b, s] @ Wk[e]) / math.sqrt(d) for s in range(T)]), ok[b, t])
+                slots.append(g[r] * sum(w[s] * (x[b, s] @ Wv[e]) for s in range(T)))
+            y[b, t] = lin(attn.out, np.concatenate(slots))
     return y
 
 
@@ -68,8 +91,8 @@ def test_layer_equals_its_independent_recomputation_with_padding(variant, causal
     real = torch.tensor([[True] * T, [True] * 5 + [False] * 2])
     with torch.no_grad():
         y = attn(x, real, attention_mask(real, causal, T, x.device), causal, model.mechanism.options(None)).y.numpy()
-    ref = (mma_reference(attn, x.numpy(), real.numpy(), causal) if variant == "mma"
-           else moa_reference(attn, x.numpy(), real.numpy(), causal, variant == "moa-authors"))
+    ref = {"mma": mma_reference, "moa": moa_reference, "moa-authors": moa_authors_reference}[variant](
+        attn, x.numpy(), real.numpy(), causal)
     rows = real.numpy()
     np.testing.assert_allclose(y[rows], ref[rows], atol=1e-10)
 
@@ -114,8 +137,11 @@ def test_gradients_reach_every_parameter_the_router_too(variant):
 
 
 def test_moa_auxiliary_losses_equal_a_direct_computation():
+    """Each balance term as the official MoA code writes it (moe.py's compute_switchloss and
+    compute_cvloss), and the project's former cv-load pair, recomputed here with numpy."""
     torch.manual_seed(0)
-    for balance in ("cv", "switch"):
+    assert build_model(config("moa")).blocks[0].attn.aux["balance"] == "switch"  # the official run's choice
+    for balance in ("switch", "cv", "cv-load"):
         options = {"moa_balance": balance, "moa_balance_weight": 0.3, "moa_z_weight": 0.05}
         model = perturbed(build_model(config("moa", attention_options=options), seed=0).double())
         tokens = torch.randint(0, 11, (3, 9))
@@ -129,20 +155,41 @@ def test_moa_auxiliary_losses_equal_a_direct_computation():
             top = np.argsort(-p, axis=1)[:, :4]
             gates = np.zeros_like(p)
             np.put_along_axis(gates, top, np.take_along_axis(p, top, 1), 1)
-            if balance == "cv":
+            freqs = (gates > 0).sum(0).astype(float)
+            if balance == "switch":  # E * sum(normalize(probs.sum(0), p=1) * normalize(freqs, p=1))
+                bal = 8 * np.sum(p.sum(0) / p.sum() * freqs / freqs.sum())
+            elif balance == "cv":  # cv_squared(normalize(gates.sum(0), p=1)), torch's unbiased variance
+                imp = gates.sum(0) / gates.sum()
+                bal = imp.var(ddof=1) / (imp.mean() ** 2 + 1e-10)
+            else:
                 def cv2(v):
                     return v.var() / (v.mean() ** 2 + 1e-10)
-                bal = cv2(gates.sum(0)) + cv2((gates > 0).sum(0).astype(float))
-            else:
-                bal = 8 * ((gates > 0).mean(0) * p.mean(0)).sum() / 4
+                bal = cv2(gates.sum(0)) + cv2(freqs)
             z = (np.log(np.exp(logits).sum(1)) ** 2).mean()
             expected += 0.3 * bal + 0.05 * z
             x = block(x, None, None, True, model.mechanism.options(None), False, False)[0]
-        assert out.aux_loss.item() == pytest.approx(expected, rel=1e-9)
+        assert out.aux_loss.item() == pytest.approx(expected, rel=1e-6)
         assert out.loss.item() == pytest.approx(out.task_loss.item() + expected, rel=1e-9)
     with torch.no_grad():
         assert model(tokens, targets=tokens).aux_loss is None  # only training adds them
     assert build_model(config("moa-authors"))(tokens, targets=tokens).aux_loss is None
+
+
+def test_moa_authors_slot_weights_serve_whichever_expert_ranks_there():
+    model = perturbed(build_model(config("moa-authors"), seed=0).double())
+    attn = model.blocks[0].attn
+    assert attn.out.weight.shape == (D, attn.k * d) and attn.router.bias is not None
+    assert all(not isinstance(m, torch.nn.Linear) or m is attn.out or m is attn.router for m in attn.modules())
+    x = torch.randn(1, 6, D, dtype=torch.float64)
+    options = model.mechanism.options(None)
+    with torch.no_grad():
+        rec = attn(x, None, None, True, options, need_weights=True)
+        slots = rec.internals["slots"][0]  # (T, k), best first
+        before = rec.y.clone()
+        attn.out.weight[:, d:].zero_()  # slot 2..k silenced: only each token's best expert is left
+        only_first = attn(x, None, None, True, options).y
+    assert not torch.allclose(before, only_first) and slots.shape == (6, attn.k)
+    assert len({int(e) for e in slots[:, 0]}) > 1  # one slot-1 weight served different experts in this input
 
 
 def test_an_unchosen_expert_contributes_exactly_nothing():

@@ -99,11 +99,12 @@ register(DCMHA(), Variant("dcmha", "dcmha", {}, "dynamically composable heads (D
 register(DCMHAAuthors(), Variant("dcmha-authors", "dcmha-authors", {}, "the DAMCHA authors' simplified DCMHA"))
 register(ColMHA(), Variant("colmha", "colmha", {"colmha_init": "concatenate"},
                            "collaborative heads sharing one query/key space (the original)"))
-register(ColMHAAuthors(), Variant("colmha-authors", "colmha-authors", {}, "the DAMCHA authors' ColMHA (a "
-                                  "re-parametrisation of MHA)"))
+register(ColMHAAuthors(), Variant("colmha-authors", "colmha-authors", {}, "the DAMCHA authors' ColMHA: "
+                                  "shared bias-free Q/K mixed per head (a re-parametrisation of MHA)"))
 register(MMA(), Variant("mma", "mma", {}, "mixed heads: global, local, forward and backward masks"))
 register(MoA(), Variant("moa", "moa", {}, "mixture of attention heads: top-k of 2H experts, shared keys and values"))
-register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense, renormalised gates"))
+register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense experts, top-k "
+                                             "softmax gates, one output projection per rank slot"))
 
 __all__ = [
     "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param", "Setting",

@@ -13,8 +13,13 @@ metric. Mixing initialisations: "concatenate" (m_h = the indicator of block h of
 coordinates: with W~ holding MHA's projections this is MHA), "all_ones", "uniform" (normal, std
 0.2). D~_k defaults to D; the paper's saving comes from making it smaller.
 
-colmha-authors: Q_h = sum_j C[h, j] chunk_j(x W_Q), C an H x H matrix (identity at the start),
-keys as in MHA. A linear re-parametrisation of W_Q: expressively the same as MHA.
+colmha-authors (`CollaborativeAttention` in the DAMCHA authors' models/baselines.py, commit ffa99807):
+shared bias-free projections W_Q, W_K (D x D), and per head h
+
+    Q_h = sum_j C_Q[h, j] chunk_j(x W_Q),   K_h = sum_j C_K[h, j] chunk_j(x W_K),
+
+C_Q, C_K two H x H matrices drawn as I + 0.01 N(0, 1); values and output projection with biases,
+as MHA's. Linear re-parametrisations of W_Q and W_K: expressively the same as MHA without Q/K biases.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from damcha.model.mechanisms.base import (
     Identifiability,
     Intervention,
     Mechanism,
-    ProjectedAttention,
     Setting,
     Structure,
     StructureKind,
@@ -92,20 +96,33 @@ class CollaborativeAttention(nn.Module):
         return AttentionOutput(y=y, weights=weights)
 
 
-class AuthorsCollaborativeAttention(ProjectedAttention):
-    """colmha-authors: MHA whose per-head queries are mixed, Q_h = sum_j C[h, j] chunk_j(x W_Q)."""
+class AuthorsCollaborativeAttention(nn.Module):
+    """colmha-authors: per-head queries and keys mixed across the chunks of shared bias-free projections."""
 
     def __init__(self, config):
-        super().__init__(config)
-        self.mixing = nn.Parameter(torch.eye(config.n_head))  # C (H, H)
+        super().__init__()
+        D, H = config.n_embd, config.n_head
+        self.n_head, self.head_dim, self.dropout = H, config.head_dim, config.dropout
+        self.query = nn.Linear(D, D, bias=False)  # W_Q, shared
+        self.key = nn.Linear(D, D, bias=False)  # W_K, shared
+        self.query_mixing = nn.Parameter(torch.eye(H) + 0.01 * torch.randn(H, H))  # C_Q (H, H)
+        self.key_mixing = nn.Parameter(torch.eye(H) + 0.01 * torch.randn(H, H))  # C_K (H, H)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
-        chunks, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
-        q = torch.einsum("hj,bjtd->bhtd", self.mixing, chunks)  # (B, H, T, d)
-        out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
+        B, T, D = x.shape
+        H, d = self.n_head, self.head_dim
+        chunks_q = self.query(x).view(B, T, H, d)  # (B, T, H, d): chunk_j(x W_Q)
+        chunks_k = self.key(x).view(B, T, H, d)  # (B, T, H, d)
+        q = torch.einsum("hj,btjd->bhtd", self.query_mixing, chunks_q)  # (B, H, T, d)
+        k = torch.einsum("hj,btjd->bhtd", self.key_mixing, chunks_k)  # (B, H, T, d)
+        v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
                               need_weights)  # (B, H, T, d)
-        return AttentionOutput(y=self.merge(out), weights=weights)
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return AttentionOutput(y=y, weights=weights)
 
 
 def _dk(config) -> int:
@@ -170,18 +187,23 @@ class ColMHA(Mechanism):
 class ColMHAAuthors(Mechanism):
     name = "colmha-authors"
     title = "ColMHA as written in the DAMCHA authors' code"
-    reference = "DAMCHA authors' code (a re-parametrisation of MHA after Cordonnier et al. 2020)"
+    reference = "DAMCHA authors' models/baselines.py, CollaborativeAttention (after Cordonnier et al. 2020)"
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return AuthorsCollaborativeAttention(config)
 
-
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
-        C = np.stack([b.attn.mixing.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
-        return [Structure("query_mixing", "Query mixing C", C, ("layer", "head", "chunk"), StructureKind.HEAD_BY_HEAD,
-                          "Q_h = Σ_j C[h, j] chunk_j(x W_Q).", Identifiability.LEARNED,
-                          axis_titles={"head": "query head h", "chunk": "chunk j of x W_Q"}, unit="weight")]
+        out = []
+        for name, title, side in (("query_mixing", "Query mixing C_Q", "query"), ("key_mixing", "Key mixing C_K", "key")):
+            C = np.stack([getattr(b.attn, name).detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
+            out.append(Structure(name, title, C, ("layer", "head", "chunk"), StructureKind.HEAD_BY_HEAD,
+                                 f"Head h's {side} is Σ_j C[h, j] chunk_j of the shared {side} projection "
+                                 "(I + 0.01 N(0, 1) at the start).", Identifiability.LEARNED,
+                                 axis_titles={"head": f"{side} head h", "chunk": f"chunk j of the shared {side}s"},
+                                 unit="weight"))
+        return out
 
     def notes(self, config) -> list[str]:
-        return ["This version only re-parametrises W_Q (Q_h = Σ_j C[h, j] chunk_j(x W_Q)): it can express "
-                "exactly what MHA can, no more. It is kept to compare with results obtained with that code."]
+        return ["The DAMCHA authors' ColMHA mixes the chunks of shared, bias-free query and key projections with two "
+                "H×H matrices: a re-parametrisation of W_Q and W_K, so it expresses what MHA without Q/K biases can, "
+                "no more. Kept to compare with results obtained with that code."]

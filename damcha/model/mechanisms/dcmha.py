@@ -14,10 +14,11 @@ dd = x W_dd. The projections that produce w2 and dd start at zero, so at initial
 computes exactly MHA; W1 and the w1 part of W2 are random, or the rank-R term (a product of w1
 and w2) could never leave zero.
 
-dcmha-authors (the DAMCHA authors' simplification, as described to us; their code is not
-available here): one pre-softmax H x H mixing per query token from a tanh router of rank
-max(4, H/2), softmax over source heads, blended with the unmixed logits by a per-head sigmoid
-gate; no post-softmax compose and no key-wise term.
+dcmha-authors (`DCMHAAttention` in the DAMCHA authors' models/baselines.py, commit ffa99807):
+one pre-softmax H x H mixing per query token, alpha(t) = softmax over source heads of
+Linear(tanh(Linear(x_t))) (router rank max(4, H/2), both with biases; the H² outputs laid out
+source-major, as theirs), blended with the unmixed logits by a per-head sigmoid gate,
+(1 - g) J + g alpha^T J; then the mask and the softmax. No post-softmax compose, no key-wise term.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ class AuthorsComposedAttention(ProjectedAttention):
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
-        mix = self.mix(torch.tanh(self.router(x))).view(B, T, H, H).softmax(dim=-1)  # (B, T, H_out, H_src)
+        alpha = self.mix(torch.tanh(self.router(x))).view(B, T, H, H).softmax(dim=-2)  # (B, T, H_src, H_out)
+        mix = alpha.transpose(-2, -1)  # (B, T, H_out, H_src): row h sums to 1
         gate = torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None]  # (B, H, T, 1)
         logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T)
         mixed = torch.einsum("btgh,bhts->bgts", mix, logits)  # (B, H, T, T)
@@ -187,7 +189,7 @@ class DCMHA(Mechanism):
 class DCMHAAuthors(Mechanism):
     name = "dcmha-authors"
     title = "DCMHA as simplified in the DAMCHA authors' code"
-    reference = "DAMCHA authors' code (a simplification of Xiao et al. 2024)"
+    reference = "DAMCHA authors' models/baselines.py, DCMHAAttention (a simplification of Xiao et al. 2024)"
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return AuthorsComposedAttention(config)
@@ -208,4 +210,4 @@ class DCMHAAuthors(Mechanism):
 
     def notes(self, config) -> list[str]:
         return ["The DAMCHA authors' simplified DCMHA: one pre-softmax mixing per query token, gated; no key-wise "
-                "term and no post-softmax compose. Implemented from a description of their code, not from the code."]
+                "term and no post-softmax compose (their models/baselines.py)."]

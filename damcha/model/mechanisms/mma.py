@@ -7,8 +7,10 @@ boolean masks still go through the fused attention kernel).
 
 Every type is intersected with the model's own masks. In a causal decoder that makes forward heads
 equal to global heads and leaves backward heads only the query itself; the non-causal classifier
-is where the four types differ. (A version of the DAMCHA authors' code did not intersect the
-causal mask, letting backward heads see future tokens; that is never done here.)
+is where the four types differ. The DAMCHA authors' MMAAttention (models/baselines.py at commit
+ffa99807) does the same: its backward mask (keys at or after the query) is added to the decoder's
+causal mask, so its backward heads, too, see only the query itself. Their local window differs:
+keys t - 7 .. t (a one-sided window of 8), where the original's is centred (|t - s| <= w // 2).
 """
 
 from __future__ import annotations

@@ -8,15 +8,27 @@ per token, g_t = softmax(x_t W_g), keeps the top k, and
     y_t = sum_{i in topk(t)} g_{i,t} W_o^i softmax(x_t W_q^i K^T / sqrt(d)) V,
 
 the gates not renormalised over the top k. Training adds two auxiliary losses with their own
-weights: load balancing (the squared coefficient of variation of the experts' importance and
-load, as in the paper's code, or the Switch Transformer's E * sum_i f_i P_i) and the router
-z-loss (mean squared log-sum-exp of the router logits); they are logged apart from the task loss.
+weights, logged apart from the task loss: load balancing and the router z-loss (mean squared
+log-sum-exp of the router logits). Load balancing, as the official code (yikangshen/MoA,
+moa_layer/parallel_linear/moe.py) defines its terms:
+  switch   E * sum_i f_i P_i, f_i the share of the N k choices that went to expert i and P_i the
+           mean router probability: its released training command (run.sh: --cvloss 0
+           --switchloss 0.01 --zloss 0.001) uses this one with weight 0.01, so it is the default;
+  cv       cv²(importance), importance_i = the sum of expert i's gates, variance unbiased (their
+           compute_cvloss; weight 0 in their run);
+  cv-load  cv²(importance) + cv²(load), biased variances: what this project used before
+           (Shazeer et al. 2017's pair), kept as a named setting.
 Experts are computed densely here and unchosen ones multiplied by an exact zero gate: an unchosen
 expert contributes nothing, and the benchmark reports the dense cost.
 
-moa-authors (as described to us; their code is not available here): 2H experts, each with its
-own Q, K, V and output projection, computed densely; the top-H gates renormalised to sum to one;
-no auxiliary loss.
+moa-authors (`MoAAttention` in the DAMCHA authors' models/baselines.py, commit ffa99807): E = 2H
+experts with their own bias-free Q, K, V (E x D x d, Xavier-uniform on an (E D, d) view), all
+computed densely; a router with a bias; each token keeps its top k = H logits, gates = softmax
+over those k; the gated outputs of the chosen experts, in rank order, are concatenated and go
+through one Linear(k d, D): slot r's weights serve whichever expert ranks r-th for that token.
+No auxiliary loss. Their layer also adds its own causal mask; their stack is always causal, where
+the two agree; here the layer follows the model's mask like every other mechanism (an encoder's
+authors' MoA sees the whole sequence).
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from damcha.model.mechanisms.base import (
     masked_softmax,
 )
 
-BALANCES = ("cv", "switch")
+BALANCES = ("switch", "cv", "cv-load")
 
 
 @dataclass(frozen=True)
@@ -55,18 +67,29 @@ class MoAOptions(ForwardOptions):
     fixed_experts: tuple[int, ...] = ()
 
 
-def cv_squared(x: torch.Tensor) -> torch.Tensor:
-    """Squared coefficient of variation of a vector (0 when every entry is equal)."""
-    return x.var(unbiased=False) / (x.mean() ** 2 + 1e-10)
+def cv_squared(x: torch.Tensor, unbiased: bool) -> torch.Tensor:
+    """Squared coefficient of variation of a vector (0 when every entry is equal, or for one entry)."""
+    if x.numel() < 2:
+        return x.new_zeros(())
+    return x.var(unbiased=unbiased) / (x.mean() ** 2 + 1e-10)
 
 
-def top_k_gates(logits: torch.Tensor, k: int, renormalise: bool) -> torch.Tensor:
-    """(..., E) router logits -> gates with exactly k non-zero entries per token."""
+def top_k_gates(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """(..., E) router logits -> softmax gates with exactly k non-zero entries per token (not renormalised)."""
     probs = logits.softmax(dim=-1)  # (..., E)
     top, idx = probs.topk(k, dim=-1)  # (..., k)
-    if renormalise:
-        top = top / top.sum(dim=-1, keepdim=True)
     return torch.zeros_like(probs).scatter(-1, idx, top)  # (..., E)
+
+
+def intervened_gates(gates: torch.Tensor, logits: torch.Tensor, options: MoAOptions) -> torch.Tensor:
+    """The (..., E) gates an intervention asks for (unchanged without one)."""
+    if options.fixed_experts:
+        keep = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+        keep[list(options.fixed_experts)] = True
+        gates = torch.where(keep, logits.softmax(-1), torch.zeros_like(gates))  # (..., E)
+    if options.uniform_gates:
+        gates = (gates > 0).to(gates.dtype) / (gates > 0).sum(-1, keepdim=True).clamp_min(1)  # (..., E)
+    return gates
 
 
 def experts_attention(q, k, v, mask, causal, d, dropout):
@@ -76,16 +99,15 @@ def experts_attention(q, k, v, mask, causal, d, dropout):
 
 
 class MixtureOfAttentionHeads(nn.Module):
-    def __init__(self, config, experts: int, top_k: int, renormalise: bool, shared_kv: bool, aux: dict):
+    def __init__(self, config, experts: int, top_k: int, aux: dict):
         super().__init__()
         D, d = config.n_embd, config.head_dim
-        self.E, self.k, self.d, self.renormalise, self.aux = experts, top_k, d, renormalise, aux
+        self.E, self.k, self.d, self.aux = experts, top_k, d, aux
         self.dropout = config.dropout
         self.router = nn.Linear(D, experts, bias=False)  # W_g
         self.query = nn.Linear(D, experts * d)  # W_q^i, stacked
-        kv = d if shared_kv else experts * d
-        self.key = nn.Linear(D, kv)  # W_k: one head, or one per expert (authors' version)
-        self.value = nn.Linear(D, kv)
+        self.key = nn.Linear(D, d)  # W_k: one head shared by the experts
+        self.value = nn.Linear(D, d)
         self.out = nn.Parameter(torch.randn(experts, d, D) / d**0.5)  # W_o^i
         self.out_bias = nn.Parameter(torch.zeros(D))
 
@@ -94,16 +116,10 @@ class MixtureOfAttentionHeads(nn.Module):
         B, T, D = x.shape
         E, d = self.E, self.d
         logits = self.router(x)  # (B, T, E)
-        gates = top_k_gates(logits, self.k, self.renormalise)  # (B, T, E)
-        if options.fixed_experts:
-            keep = torch.zeros(E, dtype=torch.bool, device=x.device)
-            keep[list(options.fixed_experts)] = True
-            gates = torch.where(keep, logits.softmax(-1), torch.zeros_like(gates))  # (B, T, E)
-        if options.uniform_gates:
-            gates = (gates > 0).to(gates.dtype) / (gates > 0).sum(-1, keepdim=True).clamp_min(1)  # (B, T, E)
+        gates = intervened_gates(top_k_gates(logits, self.k), logits, options)  # (B, T, E)
         q = self.query(x).view(B, T, E, d).transpose(1, 2)  # (B, E, T, d)
-        k = self.key(x).view(B, T, -1, d).transpose(1, 2)  # (B, 1|E, T, d)
-        v = self.value(x).view(B, T, -1, d).transpose(1, 2)  # (B, 1|E, T, d)
+        k = self.key(x)[:, None]  # (B, 1, T, d)
+        v = self.value(x)[:, None]  # (B, 1, T, d)
         heads, weights = experts_attention(q, k, v, mask, causal, d, self.dropout if stochastic else 0.0)  # (B, E, T, d)
         per_expert = torch.einsum("betd,edf->btef", heads, self.out)  # (B, T, E, D): W_o^i O_i
         y = torch.einsum("bte,btef->btf", gates, per_expert) + self.out_bias  # (B, T, D)
@@ -115,13 +131,59 @@ class MixtureOfAttentionHeads(nn.Module):
         """Load balancing and router z-loss over the real tokens of the batch."""
         keep = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device) if real is None else real
         lg, g = logits[keep], gates[keep]  # (N, E)
+        chosen = (g > 0).to(lg.dtype)  # (N, E)
         if self.aux["balance"] == "switch":
-            chosen = (g > 0).to(lg.dtype).mean(0)  # f_i: share of tokens routed to expert i (over k choices)
-            balance = self.E * (chosen * lg.softmax(-1).mean(0)).sum() / self.k
+            f = chosen.sum(0) / chosen.sum()  # f_i: share of the N k choices that went to expert i
+            balance = self.E * (f * lg.softmax(-1).mean(0)).sum()
+        elif self.aux["balance"] == "cv":
+            balance = cv_squared(g.sum(0), unbiased=True)  # importance
         else:
-            balance = cv_squared(g.sum(0)) + cv_squared((g > 0).to(lg.dtype).sum(0))  # importance and load
+            balance = cv_squared(g.sum(0), unbiased=False) + cv_squared(chosen.sum(0), unbiased=False)
         z_loss = torch.logsumexp(lg, dim=-1).pow(2).mean()
         return self.aux["balance_weight"] * balance + self.aux["z_weight"] * z_loss
+
+
+class AuthorsMixtureOfAttention(nn.Module):
+    """moa-authors: dense experts with their own Q, K, V; the top-k gated outputs in rank order through one
+    Linear(k d, D)."""
+
+    def __init__(self, config, experts: int, top_k: int):
+        super().__init__()
+        D, d = config.n_embd, config.head_dim
+        self.E, self.k, self.d = experts, top_k, d
+        self.dropout = config.dropout
+        self.query, self.key, self.value = (nn.Parameter(torch.empty(experts, D, d)) for _ in range(3))  # (E, D, d)
+        for w in (self.query, self.key, self.value):
+            nn.init.xavier_uniform_(w.view(experts * D, d))
+        self.out = nn.Linear(top_k * d, D)  # one projection of the k rank slots
+        self.router = nn.Linear(D, experts)
+
+    def slots(self, logits: torch.Tensor, options: MoAOptions) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, E) router logits -> the experts in rank order (B, T, k) and their gates (B, T, k)."""
+        if options.fixed_experts:
+            chosen = torch.tensor(options.fixed_experts, device=logits.device).expand(*logits.shape[:2], -1)
+            top = logits.gather(-1, chosen)  # (B, T, k)
+        else:
+            top, chosen = logits.topk(self.k, dim=-1)  # (B, T, k), best first
+        gates = top.softmax(-1)  # (B, T, k)
+        if options.uniform_gates:
+            gates = torch.full_like(gates, 1.0 / gates.shape[-1])
+        return chosen, gates
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        E, d, k = self.E, self.d, self.k
+        chosen, gates = self.slots(self.router(x), options)  # (B, T, k) each
+        q, kk, v = (torch.einsum("btf,efd->betd", x, w) for w in (self.query, self.key, self.value))  # (B, E, T, d)
+        heads, weights = experts_attention(q, kk, v, mask, causal, d, self.dropout if stochastic else 0.0)  # (B, E, T, d)
+        ranked = heads.transpose(1, 2).gather(2, chosen[..., None].expand(B, T, k, d))  # (B, T, k, d)
+        y = self.out((ranked * gates[..., None]).reshape(B, T, k * d))  # (B, T, D)
+        internals = None
+        if need_weights:
+            dense = torch.zeros(B, T, E, dtype=gates.dtype, device=x.device).scatter(-1, chosen, gates)  # (B, T, E)
+            internals = {"gates": dense, "slots": chosen}
+        return AttentionOutput(y=y, weights=weights if need_weights else None, internals=internals)
 
 
 def _sizes(config, authors: bool) -> tuple[int, int]:
@@ -134,7 +196,8 @@ def _sizes(config, authors: bool) -> tuple[int, int]:
 MOA_SETTINGS = (
     Setting("moa_experts", int, None, "expert heads E (default: 2 × n_head)", minimum=1),
     Setting("moa_top_k", int, None, "experts each token chooses k (default: n_head)", minimum=1),
-    Setting("moa_balance", str, "cv", "load-balancing loss: cv (coefficient of variation) or switch", BALANCES),
+    Setting("moa_balance", str, "switch", "load-balancing loss: switch (E Σ f_i P_i, the official run's), cv "
+            "(cv² of importance, the official code's other term) or cv-load (cv² of importance and of load)", BALANCES),
     Setting("moa_balance_weight", float, 0.01, "weight of the load-balancing loss", minimum=0),
     Setting("moa_z_weight", float, 0.001, "weight of the router z-loss", minimum=0),
 )
@@ -167,8 +230,9 @@ class _MoABase(Mechanism):
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         E, k = _sizes(config, self.authors)
-        aux = {} if self.authors else _aux(config)
-        return MixtureOfAttentionHeads(config, E, k, renormalise=self.authors, shared_kv=not self.authors, aux=aux)
+        if self.authors:
+            return AuthorsMixtureOfAttention(config, E, k)
+        return MixtureOfAttentionHeads(config, E, k, aux=_aux(config))
 
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
@@ -224,9 +288,23 @@ class MoA(_MoABase):
 class MoAAuthors(_MoABase):
     name = "moa-authors"
     title = "MoA as written in the DAMCHA authors' code"
-    reference = "DAMCHA authors' code (after Zhang et al. 2022)"
+    reference = "DAMCHA authors' models/baselines.py, MoAAttention (after Zhang et al. 2022)"
     authors = True
 
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        out = super().structures(model, layers, positions, options)
+        E, k = _sizes(model.config, True)
+        slots = np.stack([layer.internals["slots"][0].cpu().numpy() for layer in layers])  # (L, T, k)
+        usage = np.stack([(slots[:, :, r, None] == np.arange(E)).mean(axis=1) for r in range(k)], axis=1)  # (L, k, E)
+        return [*out, Structure(
+            "slot_usage", "Which expert fills each rank slot", usage, ("layer", "slot", "expert"), StructureKind.MATRIX,
+            "Row r: the share of this input's tokens whose r-th ranked expert is each expert. One output projection "
+            "per slot serves whichever expert lands in it.", Identifiability.LEARNED,
+            labels={"slot": [f"rank {r + 1}" for r in range(k)], "expert": [f"expert {e + 1}" for e in range(E)]},
+            axis_titles={"slot": "rank slot r"}, value_kind=ValueKind.PROBABILITY, unit="share of tokens")]
+
     def notes(self, config) -> list[str]:
-        return ["The DAMCHA authors' MoA: 2H experts with their own queries, keys and values, computed densely; "
-                "the top-H gates renormalised; no auxiliary loss. Implemented from a description of their code."]
+        return ["The DAMCHA authors' MoA (their models/baselines.py): 2H experts with their own queries, keys and "
+                "values, computed densely; each token's top-H experts gated by a softmax over their logits and "
+                "concatenated in rank order into one output projection (slot r's weights serve whichever expert "
+                "ranks r-th); no auxiliary loss."]
