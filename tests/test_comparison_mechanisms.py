@@ -194,6 +194,27 @@ def test_dcmha_at_initialisation_is_mha_and_can_leave_it():
 
 
 @pytest.mark.parametrize("causal", [True, False])
+def test_dcmha_fused_path_gives_the_definitions_values_and_gradients(causal):
+    """The fused path (no (B, H, T, S) tensor) against compose -> softmax -> compose, padding included."""
+    model = perturbed(build_model(config("dcmha", causal), seed=0).double())
+    attn = model.blocks[0].attn
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    real = torch.tensor([[True] * 7, [True] * 5 + [False] * 2])
+    mask = attention_mask(real, causal, 7, x.device)
+    options = model.mechanism.options(None)
+    grads = []
+    for explicit in (False, True):
+        attn.zero_grad()
+        y = attn(x, real, mask, causal, options, need_weights=explicit).y
+        (y[real] ** 2).sum().backward()
+        grads.append((y.detach(), {n: p.grad.clone() for n, p in attn.named_parameters()}))
+    (fast, gf), (slow, gs) = grads
+    np.testing.assert_allclose(fast[real].numpy(), slow[real].numpy(), atol=1e-10)
+    for n in gs:
+        np.testing.assert_allclose(gf[n].numpy(), gs[n].numpy(), atol=1e-9, err_msg=n)
+
+
+@pytest.mark.parametrize("causal", [True, False])
 def test_colmha_concatenate_equals_mha_with_matching_weights(causal):
     model, mha, _, _ = _mha_twin("colmha", causal)
     perturbed(mha)

@@ -30,6 +30,9 @@ from damcha.model.mechanisms.base import (
 from damcha.model.mechanisms.colmha import ColMHA, ColMHAAuthors
 from damcha.model.mechanisms.damcha.layer import Damcha, DamchaOptions
 from damcha.model.mechanisms.dcmha import DCMHA, DCMHAAuthors
+from damcha.model.mechanisms.diff import Differential
+from damcha.model.mechanisms.iha import InterleavedHeads
+from damcha.model.mechanisms.knocking import KnockingHeads
 from damcha.model.mechanisms.mha import MHA
 from damcha.model.mechanisms.mma import MMA
 from damcha.model.mechanisms.moa import MoA, MoAAuthors
@@ -105,6 +108,13 @@ register(MMA(), Variant("mma", "mma", {}, "mixed heads: global, local, forward a
 register(MoA(), Variant("moa", "moa", {}, "mixture of attention heads: top-k of 2H experts, shared keys and values"))
 register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense experts, top-k "
                                              "softmax gates, one output projection per rank slot"))
+# Head-interaction mechanisms newer than the paper, which a reviewer would compare with now
+register(Differential(), Variant("diff", "diff", {}, "differential attention: two softmax maps, the second "
+                                 "subtracted λ times (Diff Transformer)"))
+register(InterleavedHeads(), Variant("iha", "iha", {}, "interleaved head attention: P pseudo-heads per head mixed "
+                                     "from all heads, attending over the interleaved sequence"))
+register(KnockingHeads(), Variant("knocking", "knocking", {}, "knocking heads: one d×d matrix shared by all heads "
+                                  "on the values (a control: shared parameters, no mixing)"))
 
 __all__ = [
     "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param", "Setting",

@@ -80,19 +80,51 @@ class DynamicWeights(nn.Module):
         return {use: (w1[:, :, u], w2[:, :, u], dd[:, :, u]) for u, use in enumerate(USES)}
 
 
-def compose(A: torch.Tensor, query: tuple, key: tuple) -> torch.Tensor:
-    """Compose(A) for A (B, H, T, S) with query-wise (w1, w2, dd) at t and key-wise ones at s."""
-    (qw1, qw2, qdd), (kw1, kw2, kdd) = query, key
-    out = A
-    out = out + torch.einsum("brts,btrg->bgts", torch.einsum("bhts,btrh->brts", A, qw1), qw2)  # (B, H, T, S)
-    out = out + torch.einsum("brts,bsrg->bgts", torch.einsum("bhts,bsrh->brts", A, kw1), kw2)  # (B, H, T, S)
-    out = out + A * qdd.permute(0, 2, 1)[..., None]  # (B, H, T, S): tanh(dd_q(t)) per head
-    return out + A * kdd.permute(0, 2, 1)[:, :, None, :]  # tanh(dd_k(s)) per head
-
-
 def head_map(w1: torch.Tensor, w2: torch.Tensor, dd: torch.Tensor) -> torch.Tensor:
     """The H x H map one token's weights apply: W[h, g] = sum_r w1[r, h] w2[r, g] + diag(dd). (..., H, H)"""
     return torch.einsum("...rh,...rg->...hg", w1, w2) + torch.diag_embed(dd)
+
+
+def compose(A: torch.Tensor, query: tuple, key: tuple) -> torch.Tensor:
+    """Compose(A) for A (B, H, T, S) with query-wise (w1, w2, dd) at t and key-wise ones at s: the
+    definition, used where the composed maps themselves are wanted (inspection, training with
+    attention dropout). Each token's rank-R term and diagonal fold into one H x H map first."""
+    H = A.shape[1]
+    Mq = head_map(*query) + torch.eye(H, dtype=A.dtype, device=A.device)  # (B, T, H, G): identity + W_q(t)
+    Mk = head_map(*key)  # (B, S, H, G): W_k(s)
+    by_query = torch.matmul(A.permute(0, 2, 3, 1), Mq)  # (B, T, S, G)
+    by_key = torch.matmul(A.permute(0, 3, 2, 1), Mk)  # (B, S, T, G)
+    return by_query.permute(0, 3, 1, 2) + by_key.permute(0, 3, 2, 1)  # (B, G, T, S)
+
+
+def per_head_scaled(M: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[M[b, t, 1, g] x_1(t), ..., M[b, t, H, g] x_H(t)] for every g: M (B, T, H, G), x (B, H, T, d) -> (B, G, T, H d)."""
+    B, H, T, d = x.shape
+    return torch.einsum("bthg,bhtd->bgthd", M, x).reshape(B, M.shape[-1], T, H * d)
+
+
+def composed_attention(q, k, v, dw: dict, mask, causal: bool, scale: float) -> torch.Tensor:
+    """The head outputs (B, H, T, d) of DCMHA without any (B, H, T, S) tensor: the same numbers as
+    compose -> softmax -> compose -> weights @ v, by two identities.
+
+    Before the softmax, Compose(q k^T)[g] = Q~_g K^T + Q K~_g^T with Q = [q_1 .. q_H] (B, T, D),
+    Q~_g = [M_q(t)[1, g] q_1 .. M_q(t)[H, g] q_H] and K~_g alike with M_k(s): one attention score
+    of width 2D per head, [Q~_g | Q] . [K | K~_g]. After it, Compose(P) V only needs P_h times
+    [v_1 .. v_H | M_k(s)[h, 1] v_1 .. M_k(s)[h, H] v_H] per head h (width 2D), then the query-wise
+    maps mix the results. Both are ordinary softmax attentions: one fused call."""
+    B, H, T, d = q.shape
+    eye = torch.eye(H, dtype=q.dtype, device=q.device)
+    pre_q, pre_k = head_map(*dw["pre_q"]) + eye, head_map(*dw["pre_k"])  # (B, T, H, G) each
+    post_q, post_k = head_map(*dw["post_q"]) + eye, head_map(*dw["post_k"])  # (B, T, H, G) each
+    flat = lambda x: x.transpose(1, 2).reshape(B, 1, T, H * d).expand(B, H, T, H * d)  # noqa: E731  (B, H, T, D)
+    queries = torch.cat([per_head_scaled(pre_q, q), flat(q)], dim=-1)  # (B, H, T, 2D): [Q~_g | Q]
+    keys = torch.cat([flat(k), per_head_scaled(pre_k, k)], dim=-1)  # (B, H, T, 2D): [K | K~_g]
+    values = torch.cat([flat(v), per_head_scaled(post_k.transpose(-2, -1), v)], dim=-1)  # (B, H, T, 2D)
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, is_causal=causal and mask is None,
+                                         scale=scale)  # (B, H, T, 2D): P_h [V | V~_h]
+    plain = out[..., : H * d].reshape(B, H, T, H, d)  # (B, h, T, g, d): P_h v_g
+    keyed = out[..., H * d:].reshape(B, H, T, H, d).sum(1)  # (B, T, g, d): sum_h P_h (M_k[h, g] v_g)
+    return torch.einsum("bthg,bhtgd->bgtd", post_q, plain) + keyed.transpose(1, 2)  # (B, G, T, d)
 
 
 class ComposedAttention(ProjectedAttention):
@@ -106,7 +138,10 @@ class ComposedAttention(ProjectedAttention):
         dw = self.dynamic(x)
         if options.without_composition:
             dw = {use: tuple(torch.zeros_like(t) for t in w) for use, w in dw.items()}
-        logits = (q @ k.transpose(-2, -1)) * head_scale(self.head_dim)  # (B, H, T, T)
+        scale = head_scale(self.head_dim)
+        if not need_weights and not (stochastic and self.dropout > 0):  # dropout acts on the composed weights
+            return AttentionOutput(y=self.merge(composed_attention(q, k, v, dw, mask, causal, scale)))
+        logits = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
         probs = masked_softmax(compose(logits, dw["pre_q"], dw["pre_k"]), mask, causal)  # (B, H, T, T)
         weights = compose(probs, dw["post_q"], dw["post_k"])  # (B, H, T, T)
         y = self.merge(self.weighted(weights, v, stochastic))  # (B, T, D)

@@ -1,0 +1,161 @@
+"""Differential attention (Ye, Dong, Xia, Sun, Zhu, Huang, Wei, ICLR 2025, arXiv 2410.05258; the
+Diff Transformer).
+
+Each of the H heads splits its query and key into two halves of width d' = D / (2H) and keeps a
+value of width 2d' = D / H:
+
+    A_h = softmax(Q1_h K1_hᵀ / sqrt(d')) - λ softmax(Q2_h K2_hᵀ / sqrt(d'))        (B, H, T, T)
+    O_h = (1 - λ_init) RMSNorm(A_h V_h)                                            (B, T, 2d')
+    λ   = exp(λ_q1 · λ_k1) - exp(λ_q2 · λ_k2) + λ_init,  λ_init = 0.8 - 0.6 exp(-0.3 l)
+
+with l the layer's index from 0 (the paper's depth schedule), the λ vectors of width d' drawn from
+N(0, 0.1²), the RMS norm per head with a learned scale (eps 1e-5), projections without biases,
+as in the official code (microsoft/unilm, Diff-Transformer/multihead_diffattn.py). One λ per layer,
+shared by its heads, as the paper; `diff_lambda=head` gives each head its own λ vectors (an
+extension, for inspection). The two maps are two ordinary softmax attentions, so outside
+inspection each is one fused attention call on the shared values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from damcha.model.mechanisms.base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Intervention,
+    Mechanism,
+    Setting,
+    Structure,
+    StructureKind,
+    ValueKind,
+    attend,
+    head_scale,
+)
+
+LAMBDA_SHARING = ("layer", "head")
+
+
+@dataclass(frozen=True)
+class DiffOptions(ForwardOptions):
+    """Intervention: without_second_map sets λ = 0, leaving each head its first softmax map (still
+    normalised and scaled as trained)."""
+
+    without_second_map: bool = False
+
+
+def lambda_init(layer_index: int) -> float:
+    """The paper's depth schedule, layer counted from 0."""
+    return 0.8 - 0.6 * math.exp(-0.3 * layer_index)
+
+
+class DifferentialAttention(nn.Module):
+    def __init__(self, config, layer_index: int, per_head: bool):
+        super().__init__()
+        D, H = config.n_embd, config.n_head
+        self.n_head, self.half = H, config.head_dim // 2  # d'
+        self.dropout = config.dropout
+        self.lambda_init = lambda_init(layer_index)
+        self.query = nn.Linear(D, D, bias=False)  # 2H halves of width d'
+        self.key = nn.Linear(D, D, bias=False)
+        self.value = nn.Linear(D, D, bias=False)  # H values of width 2d'
+        self.proj = nn.Linear(D, D, bias=False)
+        n = H if per_head else 1
+        self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+            nn.Parameter(torch.randn(n, self.half) * 0.1) for _ in range(4))  # (n, d')
+        self.norm = nn.RMSNorm(2 * self.half, eps=1e-5)
+
+    def lambdas(self) -> torch.Tensor:
+        """(n,) λ of the layer (n = 1) or of each head (n = H)."""
+        return (torch.exp((self.lambda_q1 * self.lambda_k1).sum(-1)) - torch.exp((self.lambda_q2 * self.lambda_k2).sum(-1))
+                + self.lambda_init)
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        B, T, D = x.shape
+        H, e = self.n_head, self.half
+        q = self.query(x).view(B, T, 2 * H, e).transpose(1, 2)  # (B, 2H, T, d'): halves 2h and 2h+1 of head h
+        k = self.key(x).view(B, T, 2 * H, e).transpose(1, 2)  # (B, 2H, T, d')
+        v = self.value(x).view(B, T, H, 2 * e).transpose(1, 2)  # (B, H, T, 2d')
+        lam = self.lambdas()  # (1|H,)
+        if options.without_second_map:
+            lam = torch.zeros_like(lam)
+        lam_h = lam.view(1, -1, 1, 1)  # (1, 1|H, 1, 1)
+        drop = self.dropout if stochastic else 0.0
+        out1, first = attend(q[:, 0::2], k[:, 0::2], v, mask, causal, head_scale(e), drop, need_weights)  # (B, H, T, 2d')
+        out2, second = attend(q[:, 1::2], k[:, 1::2], v, mask, causal, head_scale(e), drop, need_weights)  # (B, H, T, 2d')
+        out = self.norm(out1 - lam_h * out2) * (1 - self.lambda_init)  # (B, H, T, 2d')
+        y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        if not need_weights:
+            return AttentionOutput(y=y)
+        weights = first - lam_h * second  # (B, H, T, T): what multiplies the values, before the norm
+        return AttentionOutput(y=y, weights=weights, internals={"first": first, "second": second, "lambda": lam})
+
+
+def _per_head(config) -> bool:
+    return config.setting("diff_lambda") == "head"
+
+
+class Differential(Mechanism):
+    name = "diff"
+    title = "Differential attention (Diff Transformer)"
+    reference = "Ye et al., ICLR 2025, arXiv 2410.05258"
+    declared_settings = (Setting("diff_lambda", str, "layer", "one λ per layer (the paper) or one per head",
+                                 LAMBDA_SHARING),)
+    options_type = DiffOptions
+
+    def validate(self, config) -> None:
+        super().validate(config)
+        if config.head_dim % 2:
+            raise ValueError(f"differential attention splits each head's query in two: head width "
+                             f"{config.head_dim} (n_embd / n_head) must be even")
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return DifferentialAttention(config, layer_index, _per_head(config))
+
+    def interventions(self, config) -> list[Intervention]:
+        return [Intervention("without_second_map", "λ = 0 (first map only)", "Each head attends with its first "
+                             "softmax map alone; the norm and the (1 − λ_init) scale stay.",
+                             make=lambda model, tokens: DiffOptions(without_second_map=True))]
+
+    def settings(self, config) -> dict:
+        return {"λ": "one per head" if _per_head(config) else "one per layer",
+                "λ_init by layer": ", ".join(f"{lambda_init(i):.3f}" for i in range(config.n_layer))}
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        first = np.stack([layer.internals["first"][0].cpu().numpy() for layer in layers])  # (L, H, T, T)
+        second = np.stack([layer.internals["second"][0].cpu().numpy() for layer in layers])  # (L, H, T, T)
+        lam = np.stack([layer.internals["lambda"].detach().cpu().numpy() for layer in layers])  # (L, 1|H)
+        diff = first - lam[:, :, None, None] * second  # (L, H, T, T)
+        inits = [b.attn.lambda_init for b in model.blocks]
+        heads = ["all heads"] if lam.shape[1] == 1 else [f"head {h + 1}" for h in range(lam.shape[1])]
+        maps = dict(axes=("layer", "head", "query", "key"), kind=StructureKind.ATTENTION_MAPS,
+                    identifiability=Identifiability.LEARNED)
+        return [
+            Structure("first_maps", "First maps softmax(Q1 K1ᵀ/√d′)", first, description="Each head's first "
+                      "softmax attention.", value_kind=ValueKind.PROBABILITY, unit="weight", **maps),
+            Structure("second_maps", "Second maps softmax(Q2 K2ᵀ/√d′)", second, description="Each head's second "
+                      "softmax attention, subtracted λ times: common-mode attention cancels.",
+                      value_kind=ValueKind.PROBABILITY, unit="weight", **maps),
+            Structure("differential_maps", "Differential maps A1 − λ A2", diff, description="What multiplies the "
+                      "values (before the per-head RMS norm); negative where the second map outweighs the first.",
+                      value_kind=ValueKind.SIGNED, unit="weight", **maps),
+            Structure("lambda", "λ per layer", lam, ("depth", "lambda_head"), StructureKind.MATRIX,
+                      "λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init; λ_init by layer: "
+                      + ", ".join(f"{v:.3f}" for v in inits) + ". The same for every input.",
+                      Identifiability.LEARNED, labels={"depth": [f"layer {i + 1}" for i in range(len(inits))],
+                                                       "lambda_head": heads},
+                      axis_titles={"depth": "layer", "lambda_head": "λ shared by"}, unit="λ"),
+        ]
+
+    def notes(self, config) -> list[str]:
+        return ["Differential attention subtracts a second softmax map, λ times, from the first, so attention both "
+                "maps share cancels. The attention drawn is A1 − λA2 (signed), before the per-head RMS norm; heads "
+                "read half-width queries and keys and full-width values."]

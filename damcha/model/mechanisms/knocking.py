@@ -1,0 +1,101 @@
+"""Knocking-Heads attention (Zhou et al., arXiv 2510.23052), in the form this project compares: MHA
+whose per-head values (and, as a setting, queries and keys) pass through one small d x d matrix
+shared by every head of the layer before attention,
+
+    v'_h(t) = v_h(t) K_V   (likewise q'_h = q_h K_Q, k'_h = k_h K_K with `knock_targets=qkv`),
+
+each K started at the identity (the diagonal initialisation), where the layer is MHA. It shares
+parameters across heads without mixing their data: head h's output still depends only on head
+h's own projections. A control for the mechanisms that do mix heads (THA, DCMHA, IHA, DAMCHA):
+the same kind of small extra parameters, no cross-head data flow. Where the paper's text was not
+available to us (only the issue's summary of it): no bias, identity rather than another diagonal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from damcha.model.mechanisms.base import (
+    AttentionOutput,
+    ForwardOptions,
+    Identifiability,
+    Intervention,
+    Mechanism,
+    ProjectedAttention,
+    Setting,
+    Structure,
+    StructureKind,
+    attend,
+    head_scale,
+)
+
+TARGETS = ("v", "qkv")
+
+
+@dataclass(frozen=True)
+class KnockOptions(ForwardOptions):
+    """Intervention: without_knock puts the identity in place of the shared matrices (MHA)."""
+
+    without_knock: bool = False
+
+
+class KnockingHeadsAttention(ProjectedAttention):
+    def __init__(self, config, targets: str):
+        super().__init__(config)
+        d = config.head_dim
+        self.targets = targets
+        self.knock = nn.ParameterDict({t: nn.Parameter(torch.eye(d)) for t in targets})  # K_t (d, d), shared by heads
+
+    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
+                stochastic: bool = False, shared=None) -> AttentionOutput:
+        q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        if not options.without_knock:
+            knocked = {"q": q, "k": k, "v": v}
+            for t, K in self.knock.items():
+                knocked[t] = knocked[t] @ K  # (B, H, T, d): the same K for every head
+            q, k, v = knocked["q"], knocked["k"], knocked["v"]
+        out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
+                              need_weights)  # (B, H, T, d)
+        return AttentionOutput(y=self.merge(out), weights=weights)
+
+
+class KnockingHeads(Mechanism):
+    name = "knocking"
+    title = "Knocking-heads attention (shared per-head matrices)"
+    reference = "Zhou et al., arXiv 2510.23052"
+    declared_settings = (Setting("knock_targets", str, "v", "what the shared matrix acts on: values, or queries, "
+                                 "keys and values (one matrix each)", TARGETS),)
+    options_type = KnockOptions
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return KnockingHeadsAttention(config, config.setting("knock_targets"))
+
+    def interventions(self, config) -> list[Intervention]:
+        return [Intervention("without_knock", "Identity in place of the shared matrices (MHA)", "Each head's "
+                             "projections used as they are.", make=lambda model, tokens: KnockOptions(without_knock=True))]
+
+    def settings(self, config) -> dict:
+        return {"shared matrices on": {"v": "values", "qkv": "queries, keys and values"}[config.setting("knock_targets")]}
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
+        names = {"q": "queries", "k": "keys", "v": "values"}
+        out = []
+        for t in model.blocks[0].attn.knock:
+            K = np.stack([b.attn.knock[t].detach().cpu().numpy() for b in model.blocks])  # (L, d, d)
+            out.append(Structure(
+                f"knock_{t}", f"Shared matrix on the {names[t]} K_{t.upper()}", K, ("layer", "d", "d_out"),
+                StructureKind.MATRIX, f"Every head's {names[t][:-1]} is multiplied by this d×d matrix (the identity "
+                "= MHA). Shared parameters, no data from other heads.", Identifiability.LEARNED,
+                labels={"d_out": [str(i) for i in range(K.shape[-1])]},
+                axis_titles={"d": "coordinate of the head's slice", "d_out": "coordinate after the matrix"},
+                unit="weight"))
+        return out
+
+    def notes(self, config) -> list[str]:
+        return ["Knocking heads shares one small matrix among the heads of a layer; no head reads another's data, "
+                "so it is a control for the mechanisms that mix heads, with parameters of the same kind."]
