@@ -160,7 +160,7 @@ def test_knocking_shares_parameters_but_never_mixes_heads():
         heads = {}
         for name in ("before", "after"):
             captured = {}
-            hook = attn.proj.register_forward_hook(lambda m, i, o: captured.setdefault("in", i[0].clone()))
+            hook = attn.proj.register_forward_hook(lambda m, i, o, c=captured: c.setdefault("in", i[0].clone()))
             try:
                 attn(x, None, None, True, options)
             finally:

@@ -37,6 +37,10 @@ DEMO_RUNS: dict[str, tuple[ModelConfig, TrainConfig]] = {
     "digits-mma": (variant_config(DIGITS_MODEL, "mma"), DIGITS_TRAIN),
     "digits-cls-mma": (variant_config(DIGITS_MODEL, "mma"), DIGITS_CLS_TRAIN),
     "digits-moa": (variant_config(DIGITS_MODEL, "moa"), DIGITS_TRAIN),
+    # Head-interaction mechanisms newer than the paper
+    "digits-diff": (variant_config(DIGITS_MODEL, "diff"), DIGITS_TRAIN),
+    "digits-iha": (variant_config(DIGITS_MODEL, "iha"), DIGITS_TRAIN),
+    "digits-knocking": (variant_config(DIGITS_MODEL, "knocking"), DIGITS_TRAIN),
     "digits-cls-damcha": (variant_config(DIGITS_MODEL, "damcha"), DIGITS_CLS_TRAIN),
     "digits-cls-mha": (variant_config(DIGITS_MODEL, "mha"), DIGITS_CLS_TRAIN),
     # Colour images (a CIFAR-10 stand-in that ships offline): figs. 8, 10, 11 compare DAMCHA and w/o f(x)

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from damcha.model.mechanisms.base import (
@@ -51,8 +50,8 @@ from damcha.model.mechanisms.base import (
     Structure,
     StructureKind,
     ValueKind,
+    attend,
     head_scale,
-    masked_softmax,
 )
 
 BALANCES = ("switch", "cv", "cv-load")
@@ -92,10 +91,12 @@ def intervened_gates(gates: torch.Tensor, logits: torch.Tensor, options: MoAOpti
     return gates
 
 
-def experts_attention(q, k, v, mask, causal, d, dropout):
-    """softmax(q_e K_e^T / sqrt(d)) V_e for every expert: q (B, E, T, d), k, v (B, E|1, T, d) -> (B, E, T, d)."""
-    weights = masked_softmax((q @ k.transpose(-2, -1)) * head_scale(d), mask, causal)  # (B, E, T, T)
-    return (F.dropout(weights, dropout) if dropout > 0 else weights) @ v, weights
+def experts_attention(q, k, v, mask, causal, d, dropout, need_weights):
+    """softmax(q_e K_e^T / sqrt(d)) V_e for every expert: q (B, E, T, d), k, v (B, E|1, T, d) -> (B, E, T, d),
+    one fused attention call unless the weights (B, E, T, T) are wanted."""
+    E = q.shape[1]
+    k, v = k.expand(-1, E, -1, -1), v.expand(-1, E, -1, -1)  # (B, E, T, d): shared keys are a view
+    return attend(q, k, v, mask, causal, head_scale(d), dropout, need_weights)
 
 
 class MixtureOfAttentionHeads(nn.Module):
@@ -120,7 +121,8 @@ class MixtureOfAttentionHeads(nn.Module):
         q = self.query(x).view(B, T, E, d).transpose(1, 2)  # (B, E, T, d)
         k = self.key(x)[:, None]  # (B, 1, T, d)
         v = self.value(x)[:, None]  # (B, 1, T, d)
-        heads, weights = experts_attention(q, k, v, mask, causal, d, self.dropout if stochastic else 0.0)  # (B, E, T, d)
+        heads, weights = experts_attention(q, k, v, mask, causal, d, self.dropout if stochastic else 0.0,
+                                            need_weights)  # (B, E, T, d)
         per_expert = torch.einsum("betd,edf->btef", heads, self.out)  # (B, T, E, D): W_o^i O_i
         y = torch.einsum("bte,btef->btf", gates, per_expert) + self.out_bias  # (B, T, D)
         aux = self._aux_loss(logits, gates, real) if self.aux and torch.is_grad_enabled() else None
@@ -176,7 +178,8 @@ class AuthorsMixtureOfAttention(nn.Module):
         E, d, k = self.E, self.d, self.k
         chosen, gates = self.slots(self.router(x), options)  # (B, T, k) each
         q, kk, v = (torch.einsum("btf,efd->betd", x, w) for w in (self.query, self.key, self.value))  # (B, E, T, d)
-        heads, weights = experts_attention(q, kk, v, mask, causal, d, self.dropout if stochastic else 0.0)  # (B, E, T, d)
+        heads, weights = experts_attention(q, kk, v, mask, causal, d, self.dropout if stochastic else 0.0,
+                                            need_weights)  # (B, E, T, d)
         ranked = heads.transpose(1, 2).gather(2, chosen[..., None].expand(B, T, k, d))  # (B, T, k, d)
         y = self.out((ranked * gates[..., None]).reshape(B, T, k * d))  # (B, T, D)
         internals = None
