@@ -29,6 +29,7 @@ from damcha.evidence.efficiency import (  # noqa: E402
     interleaved,
     layer_flops_counted,
     layer_parameters,
+    layer_variant_config,
     make_layer,
     peak_memory_mb,
 )
@@ -76,54 +77,139 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
     return rows
 
 
+MEMORY_BUDGET = 2 * 2**30  # a mechanism needing more than this per layer call (declared) is not measured
 MECHANISM_BATCH = 4  # explicit-score mechanisms hold several (B, H, T, T) tensors: 128 MB each at B=4, T=1024
 
 
 def mechanism_cases(repeats: int, quick: bool, variants: tuple[str, ...] | None = None) -> list[dict]:
     """Every registered attention variant against MHA in one layer (the paper's table 2): parameters,
     FLOPs (counted by torch), time and peak memory, each as a ratio to MHA measured in the same run."""
+    from tqdm import tqdm
+
     from damcha import variant_names
 
     b = MECHANISM_BATCH
     chosen = [v for v in (variants or variant_names()) if v != "mha" and v not in ("damcha-unshared", "damcha-static")]
     rows = []
     lengths = (64,) if quick else (64, 256, 1024)
-    for causal in (False, True):
-        for T in lengths:
-            cfg = layer_config(causal, T)
-            x = torch.randn(b, T, D)
-            mha = make_layer(cfg, "mha")
-            flops_m, params_m = layer_flops_counted(cfg, "mha", T, b), layer_parameters(cfg, "mha")
-            peak_m = None if quick else peak_memory_mb(cfg, "mha", T, b)
-            for variant in chosen:
-                layer = make_layer(cfg, variant)
-                with torch.no_grad():
-                    tv, tm = interleaved(lambda f=layer, x=x: f(x), lambda m=mha, x=x: m(x), max(3, repeats // 2))
-                peak_v = None if quick else peak_memory_mb(cfg, variant, T, b)
-                rows.append({
-                    "case": f"mechanism {variant}, 1 layer {'causal' if causal else 'non-causal'} T={T} (B={b})",
-                    "variant": variant, "damcha_ms": tv * 1e3, "mha_ms": tm * 1e3, "ratio": tv / tm,
-                    "params_ratio": layer_parameters(cfg, variant) / params_m,
-                    "flops_ratio": layer_flops_counted(cfg, variant, T, b) / flops_m,
-                    "peak_ratio": None if quick or not peak_m else peak_v / peak_m,
-                    "damcha_peak_mb": peak_v, "mha_peak_mb": peak_m,
-                })
+    cases = [(causal, T) for causal in (False, True) for T in lengths]
+    bar = tqdm(total=len(cases) * len(chosen), desc="mechanisms", unit="case", file=sys.stderr)
+    for causal, T in cases:
+        cfg = layer_config(causal, T)
+        x = torch.randn(b, T, D)
+        mha = make_layer(cfg, "mha")
+        flops_m, params_m = layer_flops_counted(cfg, "mha", T, b), layer_parameters(cfg, "mha")
+        peak_m = None if quick else peak_memory_mb(cfg, "mha", T, b)
+        for variant in chosen:
+            bar.set_postfix_str(f"{variant} T={T}{' causal' if causal else ''}")
+            bar.update(1)
+            case = f"mechanism {variant}, 1 layer {'causal' if causal else 'non-causal'} T={T} (B={b})"
+            vcfg = layer_variant_config(cfg, variant)
+            need = b * vcfg.mechanism.inference_bytes(vcfg, T)
+            if need > MEMORY_BUDGET:  # measured explicitly it would need several times this
+                rows.append({"case": case, "variant": variant, "skipped": f"needs {need / 2**30:.1f} GB beyond the "
+                             f"usual activations (budget {MEMORY_BUDGET / 2**30:.0f} GB)"})
+                continue
+            layer = make_layer(cfg, variant)
+            with torch.no_grad():
+                tv, tm = interleaved(lambda f=layer, x=x: f(x), lambda m=mha, x=x: m(x), max(3, repeats // 2))
+            peak_v = None if quick else peak_memory_mb(cfg, variant, T, b)
+            rows.append({
+                "case": case, "variant": variant, "damcha_ms": tv * 1e3, "mha_ms": tm * 1e3, "ratio": tv / tm,
+                "params_ratio": layer_parameters(cfg, variant) / params_m,
+                "flops_ratio": layer_flops_counted(cfg, variant, T, b) / flops_m,
+                "peak_ratio": None if quick or not peak_m else peak_v / peak_m,
+                "damcha_peak_mb": peak_v, "mha_peak_mb": peak_m,
+            })
+    bar.close()
     return rows
 
 
 def print_mechanism_table(rows: list[dict]) -> None:
     """Ratios to MHA; memory as a ratio only where MHA's own peak is above 1 MB (below, the fused
-    kernel allocates almost nothing and the ratio is noise), with the peaks in MB beside it."""
+    kernel allocates almost nothing and the ratio is noise), with the peaks in MB beside it. The
+    column time÷FLOPs is how much slower a mechanism is than its arithmetic alone would make it."""
     head = (f"{'mechanism (one layer, B=' + str(MECHANISM_BATCH) + ')':54s} {'params':>7s} {'FLOPs':>7s} {'time':>7s} "
-            f"{'memory':>7s} {'peak MB':>14s}   (ratios to MHA)")
+            f"{'time÷FLOPs':>10s} {'memory':>7s} {'peak MB':>14s}   (ratios to MHA)")
     print(head)
     print("-" * len(head))
     for r in rows:
+        if "skipped" in r:
+            print(f"{r['case'].replace('mechanism ', '').replace(f' (B={MECHANISM_BATCH})', ''):54s} skipped: {r['skipped']}")
+            continue
         ok = r.get("peak_ratio") is not None and (r.get("mha_peak_mb") or 0) > 1
         mem = f"{r['peak_ratio']:.2f}" if ok else "-"
         peaks = f"{r['damcha_peak_mb']:.1f}/{r['mha_peak_mb']:.1f}" if r.get("mha_peak_mb") is not None else "-"
         case = r["case"].replace("mechanism ", "").replace(f" (B={MECHANISM_BATCH})", "")
-        print(f"{case:54s} {r['params_ratio']:7.2f} {r['flops_ratio']:7.2f} {r['ratio']:7.2f} {mem:>7s} {peaks:>14s}")
+        print(f"{case:54s} {r['params_ratio']:7.2f} {r['flops_ratio']:7.2f} {r['ratio']:7.2f} "
+              f"{r['ratio'] / r['flops_ratio']:10.2f} {mem:>7s} {peaks:>14s}")
+    print_targets(rows)
+
+
+def moa_gathered_case(repeats: int, T: int = 1024) -> list[dict]:
+    """Why MoA's experts are computed densely here: the same expert outputs (one MoA layer's shapes,
+    E = 16 experts, k = 8 per token) computed only for the tokens that chose each expert (queries
+    gathered per expert, an explicit mask per gathered row) against all experts for all tokens in one
+    fused call (causal block skipping included). Checked equal, then timed in the same run."""
+    import torch.nn.functional as F
+
+    b, E, k, d = MECHANISM_BATCH, 2 * H, H, D // H
+    g = torch.Generator().manual_seed(0)
+    x, Wq, Wo = torch.randn(b, T, D, generator=g), torch.randn(E, D, d, generator=g) / D**0.5, torch.randn(E, d, D, generator=g)
+    K, V = torch.randn(b, T, d, generator=g), torch.randn(b, T, d, generator=g)
+    gates = torch.zeros(b, T, E).scatter(-1, torch.randn(b, T, E, generator=g).topk(k, -1).indices, 1.0)
+    tril = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def dense(causal):
+        q = torch.einsum("btf,efd->betd", x, Wq)  # (b, E, T, d)
+        o = F.scaled_dot_product_attention(q, K[:, None].expand(-1, E, -1, -1), V[:, None].expand(-1, E, -1, -1),
+                                           is_causal=causal)
+        return torch.einsum("bte,betd,edf->btf", gates, o, Wo)
+
+    def gathered(causal):
+        y = torch.zeros(b, T, D)
+        for e in range(E):
+            chosen = gates[..., e] > 0  # (b, T)
+            n = chosen.sum(1)
+            idx = torch.argsort((~chosen).to(torch.int8), dim=1, stable=True)[:, : int(n.max())]  # chosen first
+            valid = torch.arange(idx.shape[1])[None] < n[:, None]
+            q = x.gather(1, idx[..., None].expand(-1, -1, D)) @ Wq[e]  # (b, n, d)
+            mask = (tril[idx] | ~valid[..., None])[:, None] if causal else None
+            o = F.scaled_dot_product_attention(q[:, None], K[:, None], V[:, None], attn_mask=mask)[:, 0]
+            y.scatter_add_(1, idx[..., None].expand(-1, -1, D), (o @ Wo[e]) * (gates[..., e].gather(1, idx) * valid)[..., None])
+        return y
+
+    rows = []
+    with torch.no_grad():
+        for causal in (False, True):
+            assert torch.allclose(dense(causal), gathered(causal), atol=1e-3)
+            tg, td = interleaved(lambda c=causal: gathered(c), lambda c=causal: dense(c), max(3, repeats // 2))
+            rows.append({"case": f"MoA experts for chosen tokens only vs dense, {'causal' if causal else 'non-causal'} "
+                                 f"T={T} (B={b})", "damcha_ms": tg * 1e3, "mha_ms": td * 1e3, "ratio": tg / td})
+    return rows
+
+
+def print_gathered(rows: list[dict]) -> None:
+    print()
+    for r in rows:
+        print(f"{r['case']}: gathered {r['damcha_ms']:.1f} ms, dense {r['mha_ms']:.1f} ms, ratio {r['ratio']:.2f}")
+
+
+def print_targets(rows: list[dict]) -> None:
+    """The comparison systems' speed targets, from the same run: DCMHA within 2x THA's time (both need
+    explicit head mixing), MoA within 1.5x of its FLOP ratio."""
+    by = {(r["variant"], r["case"].split(", ", 1)[1]): r for r in rows if "skipped" not in r}
+    lines = []
+    for (variant, where), r in sorted(by.items()):
+        if variant == "dcmha" and ("tha", where) in by:
+            x = r["ratio"] / by[("tha", where)]["ratio"]
+            lines.append(f"  DCMHA / THA time, {where}: {x:.2f} (target <= 2): {'met' if x <= 2 else 'NOT met'}")
+        if variant == "moa":
+            x = r["ratio"] / r["flops_ratio"]
+            lines.append(f"  MoA time / its FLOP ratio, {where}: {x:.2f} (target <= 1.5): {'met' if x <= 1.5 else 'NOT met'}")
+    if lines:
+        print("targets (ratios from this run):")
+        print("\n".join(lines))
 
 
 def training_step(variant: str, T: int, compiled: bool = False):
@@ -243,7 +329,18 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", help="also write the table as JSON here")
     p.add_argument("--quick", action="store_true", help="small sizes and few repeats: checks the script runs")
+    p.add_argument("--mechanisms", nargs="*", metavar="VARIANT",
+                   help="only the mechanism table, for these variants (none named: every registered one)")
     args = p.parse_args(argv)
+    if args.mechanisms is not None:
+        rows = mechanism_cases(3 if args.quick else args.repeats, args.quick, tuple(args.mechanisms) or None)
+        print_mechanism_table(rows)
+        gathered = moa_gathered_case(3, T=256 if args.quick else 1024)
+        print_gathered(gathered)
+        rows += gathered
+        if args.json:
+            Path(args.json).write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=2))
+        return 0
     repeats = 3 if args.quick else args.repeats
     tuned = keep_freed_memory()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {repeats} interleaved runs; "
@@ -258,6 +355,9 @@ def main(argv=None) -> int:
     print()
     print_mechanism_table(mechanisms)
     rows += mechanisms
+    gathered = moa_gathered_case(repeats, T=256 if args.quick else 1024)
+    print_gathered(gathered)
+    rows += gathered
     if args.json:
         Path(args.json).write_text(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                                                "repeats": repeats, "malloc_keeps_freed_memory": tuned, "rows": rows}, indent=2))

@@ -233,7 +233,8 @@ def _evidence(args) -> int:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
                            progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),
                                                          bar.update(1)),
-                           command="python -m damcha " + " ".join(sys.argv[1:]), workers=args.workers)
+                           command="python -m damcha " + " ".join(sys.argv[1:]), workers=args.workers,
+                           reuse=args.reuse, redo=tuple(args.redo))
     for claim in doc["claims"]:
         print(f"{claim['verdict']:>28s}  {claim['title']}")
     print(f"wrote {args.out}/results.json ({doc['wall_seconds']} s)")
@@ -294,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                     help="processes of one thread each that train and evaluate units side by side (default 2)")
     ev.add_argument("--out", default="checkpoints/evidence", help="where results.json and the CSVs go")
+    ev.add_argument("--reuse", metavar="RESULTS_JSON", help="take over the units of an earlier results.json for the "
+                    "arms the claims still define (recorded in the document)")
+    ev.add_argument("--redo", nargs="*", default=[], metavar="CLAIM_OR_VARIANT",
+                    help="with --reuse: claims and variants to recompute anyway (code changed, or timed)")
     ev.add_argument("--work", default=".evidence-work", help="trained runs and finished units (resumable)")
     app = sub.add_parser("app", help="start the app (127.0.0.1 unless --host says otherwise)",
                          description="Start the Streamlit app with its safe settings wherever it is started from. "

@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.export_widgets import provenance, show
 from app.roots import SHIPPED_ROOT
-from damcha.evidence.claims import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, load_results
+from damcha.evidence.claims import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, claims, load_results
 from damcha.views import figures
 
 st.title("Evidence")
@@ -26,12 +26,18 @@ compute = (f"; over the {len(doc['calls'])} call(s) that built these results {do
            f"wall time and {doc['compute_seconds']} s of compute summed over workers" if "calls" in doc else "")
 st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — seeds {doc['seeds']}, {doc['wall_seconds']} s for "
            f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
-           f"{compute}, versions {doc['versions']}." + (" **A quick run: its numbers are a smoke test, not evidence.**"
+           f"{compute}, versions {doc['versions']}"
+           + (f"; {doc['reused_units']} units taken over from an earlier run's results (`--reuse`)"
+              if doc.get("reused_units") else "") + "." + (" **A quick run: its numbers are a smoke test, not evidence.**"
                                                          if doc["quick"] else ""))
 st.markdown(f"**Verdict rule.** {doc['verdict_rule']}")
 if doc.get("not_run") or not doc.get("complete", True):
     st.warning("Claims not in these results yet: " + ", ".join(doc.get("not_run", []) or ["(unknown)"]) +
                ("" if doc.get("complete", True) else " (the run has not finished them)"))
+newer = [c.title for c in claims(bool(doc["quick"])) if c.key not in {k["key"] for k in doc["claims"]}]
+if newer and doc.get("complete", True):
+    st.info("Defined since these results were made, so not in them: " + "; ".join(newer) +
+            ". `python -m damcha evidence` adds them.")
 sanity = doc.get("sanity", {})
 if sanity:
     st.caption("Sanity checks of the synthetic tasks: " + "; ".join(f"{k} = {v:.3g}" for k, v in sanity.items()))
@@ -40,8 +46,16 @@ BADGE = {HOLDS: ":green-badge[holds]", FAILS: ":red-badge[does not hold]",
 for claim in doc["claims"]:
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
-    st.markdown(f"**Verdict:** {BADGE.get(claim['verdict'], ':orange-badge[inconclusive at this scale]')}. "
-                f"{claim['scale']}")
+    kind = {"by construction": " Expected by construction, not evidence for the mechanism: "
+            + claim.get("by_construction", ""), "evidence": " Evidence for the mechanism at this scale."}
+    st.markdown(f"**Verdict:** {BADGE.get(claim['verdict'], ':orange-badge[inconclusive at this scale]')}."
+                f"{kind.get(claim.get('verdict_kind', ''), '')} {claim['scale']}")
+    power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] != HOLDS and c.get("mdd") == c.get("mdd")
+             and "mdd" in c]
+    if claim["verdict"] not in (HOLDS, SANITY_FAILED) and power:
+        st.caption("What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(
+            f"{c['metric']} {c['better']} vs {c['than']}: {c['gain']:+.3g} observed (sd {c['sd']:.2g}, n = {c['n']}), "
+            f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}" for c in power))
     if claim["note"]:
         st.caption(claim["note"])
     if claim.get("sanity_failures"):

@@ -60,7 +60,7 @@ def test_inspector_runs_on_every_shipped_run(run):
 
     inp = validation_input(loaded, 0)
     record = __import__("damcha").inspect_input(load_model(loaded), inp.tokens, inp.targets)
-    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+    specs = " ".join(json.dumps(json.loads(c.proto.spec), ensure_ascii=False) for c in at.get("plotly_chart"))
     assert charts(at) >= len(record.structures) + 2  # every structure, attention, and loss or prediction
     for s in record.structures:
         assert s.title.split(" ")[0] in specs, s.title

@@ -17,8 +17,11 @@ from damcha.evidence.claims import (
     SANITY_FAILED,
     claim_verdict,
     claims,
+    holm,
     mean_interval,
+    paired_test,
     summarise,
+    t_quantile,
     verdict,
 )
 from damcha.inputs.synthetic import (
@@ -42,9 +45,51 @@ def test_verdict_rule_on_constructed_inputs():
     assert verdict([0.2, -0.1, 0.05])[0] == INCONCLUSIVE  # the interval contains zero
     assert verdict([0.3])[0] == INCONCLUSIVE  # one seed has no interval
     m, lo, hi = mean_interval([1.0, 2.0, 3.0])
-    assert m == 2.0 and hi - m == pytest.approx(4.303 * 1.0 / math.sqrt(3))
-    assert claim_verdict([HOLDS, HOLDS]) == HOLDS and claim_verdict([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE
-    assert claim_verdict([HOLDS, FAILS]) == FAILS
+    assert m == 2.0 and hi - m == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-4)
+    assert t_quantile(0.975, 11) == pytest.approx(2.201, abs=1e-3)  # 12 seeds: not 1.96
+    hold = {"verdict": HOLDS, "gain": 0.1, "p": 0.001}
+    assert claim_verdict([hold, hold]) == HOLDS
+    assert claim_verdict([hold, {"verdict": INCONCLUSIVE, "gain": 0.01, "p": 0.4}]) == INCONCLUSIVE
+    assert claim_verdict([hold, {"verdict": FAILS, "gain": -0.1, "p": 0.001}]) == FAILS
+
+
+def test_holm_controls_the_family_of_a_claims_comparisons():
+    """Table 1 digits as shipped: 12 counted comparisons, the smallest p about 0.029 against the paper. One
+    comparison alone would fail; under Holm (0.05 / 12 for the smallest) the claim is inconclusive."""
+    against = {"verdict": FAILS, "gain": -0.01, "p": 0.029}
+    others = [{"verdict": INCONCLUSIVE, "gain": 0.001, "p": 0.2 + 0.05 * i} for i in range(11)]
+    assert claim_verdict([against]) == FAILS
+    assert claim_verdict([against, *others]) == INCONCLUSIVE
+    assert claim_verdict([dict(against, p=0.001), *others]) == FAILS  # 0.001 < 0.05 / 12
+    assert holm([0.01, 0.04, 0.03]) == [True, False, False]  # 0.01 < 0.05/3; then 0.03 > 0.05/2 stops
+    assert holm([0.01, 0.02, 0.04]) == [True, True, True]
+    assert holm([float("nan"), 0.001]) == [False, True]
+
+
+def test_paired_test_p_value_and_detectable_difference():
+    from scipy import stats
+
+    gains = [0.3, 0.1, 0.2, 0.5]
+    t = paired_test(gains)
+    assert t["p"] == pytest.approx(stats.ttest_1samp(gains, 0.0).pvalue)
+    se = np.std(gains, ddof=1) / 2
+    assert t["mdd"] == pytest.approx((stats.t.ppf(0.975, 3) + stats.t.ppf(0.8, 3)) * se)
+    assert paired_test([0.2])["p"] != paired_test([0.2])["p"]  # one seed: no test (NaN)
+
+
+def test_ratios_are_compared_as_log_ratios_with_geometric_means_and_controls_are_not_counted():
+    from damcha.evidence.claims import Arm, Claim
+
+    claim = Claim("c", "t", "s", "time_ratio", True, (Arm("damcha", kind="efficiency"), Arm("mha", kind="efficiency"),
+                                                       Arm("control", kind="efficiency")), "damcha", controls=("control",))
+    values = {"damcha": [{"time_ratio": v} for v in (7.9, 0.5, 16.0)], "mha": [{"time_ratio": 1.0}] * 3,
+              "control": [{"time_ratio": 100.0}] * 3}
+    result = summarise(claim, values)
+    row = next(r for r in result["summary"] if r["arm"] == "damcha")
+    assert row["mean"] == pytest.approx((7.9 * 0.5 * 16.0) ** (1 / 3)) and row["low"] > 0  # never a negative ratio
+    mha = next(c for c in result["comparisons"] if c["than"] == "mha")
+    assert mha["scale"] == "log ratio" and mha["gain"] == pytest.approx(-np.mean(np.log([7.9, 0.5, 16.0])))
+    assert not next(c for c in result["comparisons"] if c["than"] == "control")["counted"]
 
 
 @pytest.mark.parametrize("e", [0.0, 0.25, 0.5, 0.75, 1.0])
@@ -128,6 +173,22 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     assert json.loads((out / "results.json").read_text())["units_computed_in_this_call"] == 0
     assert (out / "adaptivity.csv").read_text().startswith("arm,seed,metric,value")
     assert "params_ratio" in (out / "table2_efficiency.csv").read_text()
+    # A fresh work folder that takes the units over from these results, redoing one claim and one variant
+    again = subprocess.run([*cmd[:-4], "--out", str(tmp_path / "again"), "--work", str(tmp_path / "work2"), "--reuse",
+                            str(out / "results.json"), "--redo", "table2_efficiency", "mha"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    redone = json.loads((tmp_path / "again" / "results.json").read_text())
+    known = {c.key: c for c in claims(quick=True)}
+    expected = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)
+                if c.key == "table2_efficiency" or (a.variant == "mha" and a.kind != "constant")}
+    assert redone["units_computed_in_this_call"] == len(expected) and redone["reused_units"] == doc["units"] - len(expected)
+    first_claims = {c["key"]: c for c in doc["claims"]}
+    for claim in redone["claims"]:  # arms not redone carry the very same values
+        for arm, rows in claim["values"].items():
+            if claim["key"] != "table2_efficiency" and not any(a.name == arm and a.variant == "mha"
+                                                                for a in known[claim["key"]].arms):
+                assert rows == first_claims[claim["key"]]["values"][arm]
 
 
 def test_the_page_renders_the_shipped_results_without_training():
@@ -154,7 +215,7 @@ def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_sy
     learned = summarise(claim, {"mha e=0.0": rows(0.10, 0.11, 0.12), "damcha e=0.0": rows(0.05, 0.06, 0.05),
                                 "moa e=0.0": rows(0.6, 0.7, 0.6)})
     assert learned["verdict"] == HOLDS and not learned["sanity_failures"]
-    assert learned["sanity_caveats"] == ["moa e=0.0: 0.633 (needs below 0.2)"]
+    assert learned["sanity_caveats"] == ["moa e=0.0: 0.632 (needs below 0.2)"]  # geometric mean of a ratio
     unlearned = summarise(claim, {"mha e=0.0": rows(0.50, 0.51, 0.52), "damcha e=0.0": rows(0.30, 0.31, 0.30),
                                   "moa e=0.0": rows(0.1, 0.1, 0.1)})
     assert unlearned["verdict"] == SANITY_FAILED and len(unlearned["sanity_failures"]) == 2

@@ -87,14 +87,14 @@ def head_map(w1: torch.Tensor, w2: torch.Tensor, dd: torch.Tensor) -> torch.Tens
 
 def compose(A: torch.Tensor, query: tuple, key: tuple) -> torch.Tensor:
     """Compose(A) for A (B, H, T, S) with query-wise (w1, w2, dd) at t and key-wise ones at s: the
-    definition, used where the composed maps themselves are wanted (inspection, training with
-    attention dropout). Each token's rank-R term and diagonal fold into one H x H map first."""
-    H = A.shape[1]
-    Mq = head_map(*query) + torch.eye(H, dtype=A.dtype, device=A.device)  # (B, T, H, G): identity + W_q(t)
-    Mk = head_map(*key)  # (B, S, H, G): W_k(s)
-    by_query = torch.matmul(A.permute(0, 2, 3, 1), Mq)  # (B, T, S, G)
-    by_key = torch.matmul(A.permute(0, 3, 2, 1), Mk)  # (B, S, T, G)
-    return by_query.permute(0, 3, 1, 2) + by_key.permute(0, 3, 2, 1)  # (B, G, T, S)
+    definition term by term (rank R products and diagonals, the paper's arithmetic), used where the
+    composed maps themselves are wanted (inspection, training with attention dropout)."""
+    (qw1, qw2, qdd), (kw1, kw2, kdd) = query, key
+    out = A
+    out = out + torch.einsum("brts,btrg->bgts", torch.einsum("bhts,btrh->brts", A, qw1), qw2)  # (B, H, T, S)
+    out = out + torch.einsum("brts,bsrg->bgts", torch.einsum("bhts,bsrh->brts", A, kw1), kw2)  # (B, H, T, S)
+    out = out + A * qdd.permute(0, 2, 1)[..., None]  # (B, H, T, S): tanh(dd_q(t)) per head
+    return out + A * kdd.permute(0, 2, 1)[:, :, None, :]  # tanh(dd_k(s)) per head
 
 
 def per_head_scaled(M: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

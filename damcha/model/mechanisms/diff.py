@@ -12,8 +12,9 @@ with l the layer's index from 0 (the paper's depth schedule), the λ vectors of 
 N(0, 0.1²), the RMS norm per head with a learned scale (eps 1e-5), projections without biases,
 as in the official code (microsoft/unilm, Diff-Transformer/multihead_diffattn.py). One λ per layer,
 shared by its heads, as the paper; `diff_lambda=head` gives each head its own λ vectors (an
-extension, for inspection). The two maps are two ordinary softmax attentions, so outside
-inspection each is one fused attention call on the shared values.
+extension, for inspection). The two maps are ordinary softmax attentions: outside inspection both
+come from one fused call (the 2H halves as heads, each with its head's values). Attention dropout,
+where a config has it, acts on each map (our choice; the paper's equations have none).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from damcha.model.mechanisms.base import (
@@ -89,12 +91,17 @@ class DifferentialAttention(nn.Module):
             lam = torch.zeros_like(lam)
         lam_h = lam.view(1, -1, 1, 1)  # (1, 1|H, 1, 1)
         drop = self.dropout if stochastic else 0.0
-        out1, first = attend(q[:, 0::2], k[:, 0::2], v, mask, causal, head_scale(e), drop, need_weights)  # (B, H, T, 2d')
-        out2, second = attend(q[:, 1::2], k[:, 1::2], v, mask, causal, head_scale(e), drop, need_weights)  # (B, H, T, 2d')
-        out = self.norm(out1 - lam_h * out2) * (1 - self.lambda_init)  # (B, H, T, 2d')
+        # Both maps in one attention call: half 2h+r of the queries and keys with head h's values. For the
+        # fused kernels, which need one head width for all three, queries and keys are padded with zeros to
+        # the values' width (dot products unchanged); explicit weights need no padding.
+        q2, k2 = (q, k) if need_weights else (F.pad(t, (0, e)) for t in (q, k))  # (B, 2H, T, 2d' | d')
+        both, maps = attend(q2, k2, v.repeat_interleave(2, dim=1), mask, causal, head_scale(e), drop,
+                            need_weights)  # (B, 2H, T, 2d'), (B, 2H, T, T) or None
+        out = self.norm(both[:, 0::2] - lam_h * both[:, 1::2]) * (1 - self.lambda_init)  # (B, H, T, 2d')
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         if not need_weights:
             return AttentionOutput(y=y)
+        first, second = maps[:, 0::2], maps[:, 1::2]  # (B, H, T, T) each
         weights = first - lam_h * second  # (B, H, T, T): what multiplies the values, before the norm
         return AttentionOutput(y=y, weights=weights, internals={"first": first, "second": second, "lambda": lam})
 

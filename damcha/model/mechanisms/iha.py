@@ -121,6 +121,11 @@ class InterleavedHeads(Mechanism):
     def settings(self, config) -> dict:
         return {"pseudo-heads per head P": _pseudo(config)}
 
+    def inference_bytes(self, config, T: int) -> int:
+        """The interleaved sequence is P times as long: its mask, and scores where the kernel builds them."""
+        n = T * _pseudo(config)
+        return n * n * (1 + 4 * config.n_head)
+
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         P = _pseudo(model.config)
         out = []
