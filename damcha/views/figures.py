@@ -242,8 +242,9 @@ def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shar
                                  colorbar=dict(title=style.unit),
                                  hovertemplate=f"{titles[i]}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
-                         title=style.row_title if i == 0 else None)
-        fig.update_xaxes(constrain="domain", row=1, col=i + 1, title=style.col_title if i == H // 2 else None)
+                         title=style.row_title if i == 0 else None, **_labelled_ticks(style.row_labels, m.shape[1], 16))
+        fig.update_xaxes(constrain="domain", row=1, col=i + 1, title=style.col_title if i == H // 2 else None,
+                         **_labelled_ticks(style.col_labels, m.shape[2], 8))
     fig.update_layout(title=title, margin=dict(l=40, r=40, t=70, b=40), height=140 + 900 // max(H, 3))
     return fig
 

@@ -129,12 +129,12 @@ class InterleavedHeads(Mechanism):
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         P = _pseudo(model.config)
         out = []
-        for i, (side, what) in enumerate((("q", "queries"), ("k", "keys"), ("v", "values"))):
+        for i, (side, what, one) in enumerate((("q", "queries", "query"), ("k", "keys", "key"), ("v", "values", "value"))):
             mix = np.stack([layer.internals["mixes"][i].detach().cpu().numpy() for layer in layers])  # (L, H, H, P)
             out.append(Structure(
                 f"coupling_{side}", f"Head coupling of pseudo-{what} per slot", mix.transpose(0, 3, 1, 2),
                 ("layer", "slot", "head_out", "head_src"), StructureKind.PER_HEAD_FORMS,
-                f"Slot p, row h, column j: how much head j's {what[:-1]} enters pseudo-{what[:-1]} p of head h "
+                f"Slot p, row h, column j: how much head j's {one} enters pseudo-{one} p of head h "
                 "(the identity in every slot = MHA). The same for every input.", Identifiability.LEARNED,
                 labels={"slot": [f"slot {p + 1}" for p in range(P)]},
                 axis_titles={"head_out": "head h", "head_src": "source head j"}, unit="weight"))
