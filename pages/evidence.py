@@ -58,6 +58,8 @@ for claim in doc["claims"]:
             f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}" for c in power))
     if claim["note"]:
         st.caption(claim["note"])
+    for line in claim.get("trivial_baselines", []):
+        st.warning(line)
     if claim.get("sanity_failures"):
         st.error("Sanity check failed, so no verdict: where the task is easiest the compared models must learn it "
                  "first. " + "; ".join(claim["sanity_failures"]))

@@ -20,6 +20,7 @@ from damcha.evidence.claims import (
     holm,
     mean_interval,
     paired_test,
+    reusable_units,
     summarise,
     t_quantile,
     verdict,
@@ -64,6 +65,37 @@ def test_holm_controls_the_family_of_a_claims_comparisons():
     assert holm([0.01, 0.04, 0.03]) == [True, False, False]  # 0.01 < 0.05/3; then 0.03 > 0.05/2 stops
     assert holm([0.01, 0.02, 0.04]) == [True, True, True]
     assert holm([float("nan"), 0.001]) == [False, True]
+
+
+def test_trivial_completion_baselines_equal_a_direct_computation_and_are_reported():
+    from damcha.evidence.baselines import completion_baseline
+    from damcha.evidence.claims import DIGIT_BASELINES, Arm, Claim
+    from damcha.inputs.datasets import load_dataset
+
+    data = load_dataset("digits")
+    train, val = data.train_targets.numpy().astype(float), data.val_targets[:5].numpy().astype(float)  # pixels 0..63
+    nn_errors, mean_errors = [], []
+    for v in val:  # loops: the nearest training top half, and the training mean of each bottom pixel
+        best = min(range(len(train)), key=lambda i: float(((train[i, :32] - v[:32]) ** 2).sum()))
+        nn_errors.append((((train[best, 32:] - v[32:]) / 16) ** 2).mean())
+        mean_errors.append((((train[:, 32:].mean(0) - v[32:]) / 16) ** 2).mean())
+    assert completion_baseline("top_half_1nn", "digits", 5)["val_completion_mse"] == pytest.approx(np.mean(nn_errors), rel=1e-5)
+    assert completion_baseline("train_mean", "digits", 5)["val_completion_mse"] == pytest.approx(np.mean(mean_errors), rel=1e-5)
+    images = load_dataset("sample-images").val_targets[:3].numpy()  # (3, 64, 48), 4x4x3 patches
+    fill = [images[i, :32].reshape(-1, 3).mean(0) for i in range(3)]
+    want = np.mean([((np.tile(fill[i], 16)[None] - images[i, 32:]) ** 2).mean() for i in range(3)])
+    assert completion_baseline("top_mean_colour", "sample-images", 3)["val_completion_mse"] == pytest.approx(want, rel=1e-4)  # float32 sums
+
+    claim = Claim("c", "t", "s", "val_completion_mse", True, (Arm("damcha"), Arm("mha"), *DIGIT_BASELINES), "damcha",
+                  controls=tuple(a.name for a in DIGIT_BASELINES))
+    rows = {"damcha": [0.09, 0.088, 0.091], "mha": [0.089, 0.09, 0.087], "training mean": [0.075] * 3,
+            "top-half 1-NN": [0.059] * 3}
+    result = summarise(claim, {k: [{"val_completion_mse": v} for v in vs] for k, vs in rows.items()})
+    assert result["trivial_baselines"] and "top-half 1-NN 0.059" in result["trivial_baselines"][0]
+    assert not any(c["counted"] for c in result["comparisons"] if c["than"] in rows and c["than"] != "mha")
+    better = summarise(claim, {k: [{"val_completion_mse": v * (0.5 if k == "damcha" else 1)} for v in vs]
+                               for k, vs in rows.items()})
+    assert not better["trivial_baselines"]
 
 
 def test_paired_test_p_value_and_detectable_difference():
@@ -152,6 +184,7 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     assert first.returncode == 0, first.stderr
     doc = json.loads((out / "results.json").read_text())
     assert [c["key"] for c in doc["claims"]] == [c.key for c in claims(quick=True)]
+    known_quick = {c.key: c for c in claims(quick=True)}
     assert {c["key"] for c in doc["claims"]} >= {"table1_digits", "table1_images", "table2_efficiency", "table3_depth",
                                                  "table3_modes", "table4_ablations", "table5_text",
                                                  "table6_classification", "adaptivity", "fig12_regression",
@@ -161,8 +194,10 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     for claim in doc["claims"]:
         assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, SANITY_FAILED)
         assert all(len(v) == 2 for v in claim["values"].values())
+        baselines = {a.name for a in known_quick[claim["key"]].arms if a.kind == "baseline"}
         for metric in (claim["metric"], *claim["columns"]):  # every reported metric was measured for every arm
-            assert all(metric in row or "constant" in row for rows in claim["values"].values() for row in rows)
+            assert all(metric in row or "constant" in row or (arm in baselines and not metric.startswith("val_completion"))
+                       for arm, rows in claim["values"].items() for row in rows)
     digits = next(c for c in doc["claims"] if c["key"] == "table1_digits")
     for rows in digits["values"].values():
         for row in rows:
@@ -175,14 +210,18 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     assert "params_ratio" in (out / "table2_efficiency.csv").read_text()
     # A fresh work folder that takes the units over from these results, redoing one claim and one variant
     again = subprocess.run([*cmd[:-4], "--out", str(tmp_path / "again"), "--work", str(tmp_path / "work2"), "--reuse",
-                            str(out / "results.json"), "--redo", "table2_efficiency", "mha"],
+                            str(out / "results.json"), "--redo", "table2_efficiency", "mha",
+                            "--only", "table1_digits", "table2_efficiency", "table4_ablations"],
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     redone = json.loads((tmp_path / "again" / "results.json").read_text())
-    known = {c.key: c for c in claims(quick=True)}
+    known = {c.key: c for c in claims(quick=True) if c.key in ("table1_digits", "table2_efficiency", "table4_ablations")}
+    units = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)}
     expected = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)
                 if c.key == "table2_efficiency" or (a.variant == "mha" and a.kind != "constant")}
-    assert redone["units_computed_in_this_call"] == len(expected) and redone["reused_units"] == doc["units"] - len(expected)
+    assert redone["units_computed_in_this_call"] == len(expected) and redone["units"] == len(units)
+    assert redone["reused_units"] == len(reusable_units(doc, True, ("table2_efficiency", "mha")))
+    assert [c["key"] for c in redone["claims"]] == list(known)
     first_claims = {c["key"]: c for c in doc["claims"]}
     for claim in redone["claims"]:  # arms not redone carry the very same values
         for arm, rows in claim["values"].items():

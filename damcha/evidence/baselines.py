@@ -1,0 +1,57 @@
+"""Trivial baselines of the completion metrics: what a number is worth before any model.
+
+Each is scored exactly as the models' completions are (the same validation images, the same
+per-image MSE on [0, 1] pixels, the same mean / q25 / q75), so a claim can say when no model
+beats one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from damcha.inputs.datasets import DIGIT_LEVELS, load_dataset
+
+TASKS = ("train_mean", "top_half_1nn", "top_mean_colour")
+
+
+def digit_pixels(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(N, 64) grey levels of decoder sequences (start + pixels 0..62 as inputs, pixels 0..63 as targets)."""
+    return torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]
+
+
+def digit_completion_errors(task: str, n_images: int) -> torch.Tensor:
+    """Per-image MSE of a trivial bottom half for the first n validation digits. (N,)
+    train_mean: each bottom pixel's mean over the training set; top_half_1nn: the bottom half of the
+    training digit whose top half is nearest (Euclidean)."""
+    data = load_dataset("digits")
+    train = digit_pixels(data.train_inputs, data.train_targets).float()  # (Ntr, 64)
+    val = digit_pixels(data.val_inputs[:n_images], data.val_targets[:n_images]).float()  # (N, 64)
+    if task == "train_mean":
+        pred = train[:, 32:].mean(0).expand(len(val), -1)  # (N, 32)
+    elif task == "top_half_1nn":
+        nearest = torch.cdist(val[:, :32], train[:, :32]).argmin(dim=1)  # (N,)
+        pred = train[nearest, 32:]  # (N, 32)
+    else:
+        raise ValueError(f"no digit baseline {task!r}")
+    return ((pred - val[:, 32:]) / (DIGIT_LEVELS - 1)).pow(2).mean(1)  # (N,)
+
+
+def patch_completion_errors(task: str, n_images: int, given: int = 32) -> torch.Tensor:
+    """Per-image MSE of every bottom patch filled with the mean colour of the image's true top half. (N,)"""
+    if task != "top_mean_colour":
+        raise ValueError(f"no image baseline {task!r}")
+    data = load_dataset("sample-images")
+    truth = data.val_targets[:n_images]  # (N, 64, 48): 4 x 4 x 3 patches, channels last
+    N, P, F = truth.shape
+    colour = truth[:, :given].reshape(N, given * F // 3, 3).mean(1)  # (N, 3)
+    pred = colour[:, None, None, :].expand(N, P - given, F // 3, 3).reshape(N, P - given, F)  # (N, 32, 48)
+    return (pred - truth[:, given:]).pow(2).mean(dim=(1, 2))  # (N,)
+
+
+def completion_baseline(task: str, dataset: str, n_images: int) -> dict[str, float]:
+    """The completion statistics of one trivial baseline, keyed as the models' evaluation keys them."""
+    from damcha.runs.evaluation import completion_statistics
+
+    errors = (patch_completion_errors(task, n_images) if dataset == "sample-images"
+              else digit_completion_errors(task, n_images))
+    return completion_statistics(errors)
