@@ -50,8 +50,7 @@ for claim in doc["claims"]:
             + claim.get("by_construction", ""), "evidence": " Evidence for the mechanism at this scale."}
     st.markdown(f"**Verdict:** {BADGE.get(claim['verdict'], ':orange-badge[inconclusive at this scale]')}."
                 f"{kind.get(claim.get('verdict_kind', ''), '')} {claim['scale']}")
-    power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] != HOLDS and c.get("mdd") == c.get("mdd")
-             and "mdd" in c]
+    power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] != HOLDS and not pd.isna(c.get("mdd"))]
     if claim["verdict"] not in (HOLDS, SANITY_FAILED) and power:
         st.caption("What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(
             f"{c['metric']} {c['better']} vs {c['than']}: {c['gain']:+.3g} observed (sd {c['sd']:.2g}, n = {c['n']}), "

@@ -83,14 +83,13 @@ class KnockingHeads(Mechanism):
         return {"shared matrices on": {"v": "values", "qkv": "queries, keys and values"}[config.setting("knock_targets")]}
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
-        names = {"q": "queries", "k": "keys", "v": "values"}
-        one = {"q": "query", "k": "key", "v": "value"}
+        nouns = {"q": ("queries", "query"), "k": ("keys", "key"), "v": ("values", "value")}
         out = []
         for t in model.blocks[0].attn.knock:
             K = np.stack([b.attn.knock[t].detach().cpu().numpy() for b in model.blocks])  # (L, d, d)
             out.append(Structure(
-                f"knock_{t}", f"Shared matrix on the {names[t]} K_{t.upper()}", K, ("layer", "d", "d_out"),
-                StructureKind.MATRIX, f"Every head's {one[t]} is multiplied by this d×d matrix (the identity "
+                f"knock_{t}", f"Shared matrix on the {nouns[t][0]} K_{t.upper()}", K, ("layer", "d", "d_out"),
+                StructureKind.MATRIX, f"Every head's {nouns[t][1]} is multiplied by this d×d matrix (the identity "
                 "= MHA). Shared parameters, no data from other heads.", Identifiability.LEARNED,
                 labels={"d_out": [str(i) for i in range(K.shape[-1])]},
                 axis_titles={"d": "coordinate of the head's slice", "d_out": "coordinate after the matrix"},
