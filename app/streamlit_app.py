@@ -22,6 +22,7 @@ st.set_page_config(page_title="DAMCHA Lab", layout="wide")
 pages = [
     st.Page(ROOT / "pages" / "home.py", title="Home", icon=":material/home:", default=True),
     st.Page(ROOT / "pages" / "inspector.py", title="Inspector", icon=":material/search:", url_path="inspector"),
+    st.Page(ROOT / "pages" / "compare.py", title="Compare mechanisms", icon=":material/compare:", url_path="compare"),
     st.Page(ROOT / "pages" / "dynamics.py", title="Training dynamics", icon=":material/timeline:", url_path="dynamics"),
     st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
             url_path="gradients"),

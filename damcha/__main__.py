@@ -69,6 +69,9 @@ def _train_parser(sub) -> None:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training step (20-40 s to compile; pays for long runs of large models)")
     p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
+    p.add_argument("--log-dir", help="also write TensorBoard event files here while training (losses, learning rate, "
+                                     "tokens/s; at snapshots the structures as images and an embedding); "
+                                     "needs pip install 'damcha[tensorboard]'")
 
 
 def _train(args) -> int:
@@ -88,7 +91,12 @@ def _train(args) -> int:
     if args.option:
         model_config = dataclasses.replace(model_config, attention_options={**dict(model_config.attention_options),
                                                                             **dict(args.option)})
-    result = train(model_config, tcfg, args.out, compile_model=args.compile)
+    observer = None
+    if args.log_dir:
+        from damcha.views.training_log import TensorBoardLog
+
+        observer = TensorBoardLog(args.log_dir)
+    result = train(model_config, tcfg, args.out, compile_model=args.compile, observer=observer)
     print(f"done: {result.run_dir} ({result.seconds:.1f} s)")
     return 0
 

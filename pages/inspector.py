@@ -1,6 +1,7 @@
 """Inspector: the cross-head structures one input induces in any mechanism, and what the model does with it."""
 
 import streamlit as st
+import streamlit.components.v1 as components
 
 from app.cache import inspection, model_figure_values, sequence_profile
 from app.controls import bounded_slider, input_picker, option_controls, position_in_context
@@ -19,6 +20,7 @@ from damcha.views.figure_sets import (
     structure_index,
     uses_positions,
 )
+from damcha.views.token_view import token_view_html
 
 st.title("Inspector")
 run, epoch = selected_run()
@@ -98,7 +100,10 @@ if matrices:
     tab_labels["contour_3d"] = "Contour & 3D"
 if profile:
     tab_labels["along_input"] = "Along the input"
-tab_labels.update(attention="Attention", loss="Loss & prediction")
+tab_labels["attention"] = "Attention"
+if not record.modality.grid and record.attention_layers:
+    tab_labels["tokens"] = "Attention as text"
+tab_labels["loss"] = "Loss & prediction"
 tabs = dict(zip(tab_labels, st.tabs(list(tab_labels.values()), **bound("tab"))))
 
 for s in record.structures:
@@ -147,6 +152,15 @@ with tabs["attention"]:
     if "attention_grid" in figures_here:
         st.caption(f"The same attention of query position {pos}, each key drawn at the patch or pixel it holds.")
         named("attention_grid", attention_record, attn_layer=a_layer)
+if "tokens" in tabs:
+    with tabs["tokens"]:
+        st.caption("Point at a token, or click it to keep it: the stripes under every token show, per head in its "
+                   "colour, the attention it receives from that query (or, reversed, gives). Self-contained: the "
+                   "download opens offline in any browser, interactive.")
+        page = token_view_html(record, f"{run.name}, epoch {epoch}: {inp.source}")
+        components.html(page, height=560, scrolling=True)
+        st.download_button("Download as standalone HTML", page, f"{run.name}_e{epoch}_tokens.html", "text/html",
+                           key="dl_token_view", icon=":material/download:")
 with tabs["loss"]:
     if "token_loss" in figures_here:
         named("token_loss")

@@ -252,3 +252,29 @@ def test_each_declared_setting_is_validated_from_its_declaration(variant):
     for c in mechanism.option_choices:  # per-call choices: the model as trained first, a URL key, help
         assert c.values and c.help and c.url_key
         mechanism.options_from({c.name: c.values[0]})
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_comparison_page_draws_every_run_of_the_task_from_its_record(runs, root, task):
+    """Every run of the data set in the table and as a row of the side-by-side figure, whose first
+    panel is the run's main structure (the first it declares) as its own record has it."""
+    from damcha.views.comparison import main_structure_name
+    from damcha.views.figure_sets import drawn_matrix, per_head, structure_index
+    from damcha.views.figures import block_means
+
+    same_task = sorted(n for n, r in runs.items() if r.dataset == task)
+    at = page_app(root, same_task[0], "compare")
+    assert not at.exception, [e.value for e in at.exception]
+    assert sorted(at.dataframe[0].value["run"]) == same_task
+    fig = titled(specs(at), "validation sample 0")
+    heatmaps = {t.get("xaxis", "x"): t for t in fig["data"] if t["type"] == "heatmap"}
+    for row, name in enumerate(sorted(same_task, key=[r.name for r in runs.values() if r.dataset == task].index)):
+        _, record = record_of(runs[name])
+        s = record.structure(main_structure_name(record))
+        index = structure_index(record, 0, -1)
+        k = 3 * row + 1
+        z = z_of({"data": [heatmaps["x" if k == 1 else f"x{k}"]]})
+        expected = drawn_matrix(s, index, 0 if per_head(s) else None)
+        f = expected.shape[0] // z.shape[0]  # a figure this large is displayed as block means (exported whole)
+        np.testing.assert_allclose(z, block_means(expected, f) if f > 1 else expected, rtol=1e-5, atol=1e-6,
+                                   err_msg=name)

@@ -253,6 +253,28 @@ def _read_header(path: Path) -> dict:
     return header
 
 
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
+
+
+def unwrapped_name(name: str) -> str:
+    """A parameter's name with the prefixes that wrapping a model adds taken off (`module.` from
+    DistributedDataParallel, `_orig_mod.` from torch.compile, in any order and number)."""
+    while name.startswith(WRAPPER_PREFIXES):
+        name = name.split(".", 1)[1]
+    return name
+
+
+def unwrapped_names(names, where: str = "") -> dict[str, str]:
+    """{unwrapped name: stored name}; refuses two stored names that unwrap to one."""
+    out: dict[str, str] = {}
+    for raw in names:
+        clean = unwrapped_name(raw)
+        if clean in out:
+            raise CheckpointError(f"{where}: both {out[clean]!r} and {raw!r} name the tensor {clean!r}")
+        out[clean] = raw
+    return out
+
+
 _DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
@@ -262,18 +284,19 @@ def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch
     meta = header.get("__metadata__", {}) or {}
     if meta.get("format_version") not in (None, str(FORMAT_VERSION)):
         raise CheckpointError(f"{path}: unknown format version {meta.get('format_version')!r}")
-    names = {k for k in header if k != "__metadata__"}
+    stored = unwrapped_names((k for k in header if k != "__metadata__"), str(path))
+    names = set(stored)
     missing, extra = set(expected) - names, names - set(expected)
     if missing or extra:
         detail = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(extra)[:3]}"
         raise CheckpointError(f"{path}: weights do not match the run's config ({detail}); a foreign or mismatched checkpoint")
     for k, ref in expected.items():
-        info = header[k]
+        info = header[stored[k]]
         if tuple(info.get("shape", ())) != tuple(ref.shape) or info.get("dtype") not in _DTYPES:
             raise CheckpointError(f"{path}: tensor {k} has shape {info.get('shape')} {info.get('dtype')}, the config needs {list(ref.shape)}")
     try:
         with safe_open(str(path), framework="pt") as f:
-            tensors = {k: f.get_tensor(k) for k in expected}
+            tensors = {k: f.get_tensor(stored[k]) for k in expected}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
     not_finite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]

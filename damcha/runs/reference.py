@@ -55,8 +55,10 @@ from damcha.runs.checkpoints import (
     CONFIG_FILE,
     FORMAT_VERSION,
     METRICS_FILE,
+    CheckpointError,
     save_tensors_atomic,
     snapshot_name,
+    unwrapped_names,
     write_text_atomic,
 )
 
@@ -111,7 +113,13 @@ def read_reference(path: str | Path) -> dict:
     state = ckpt.get("model_state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
         raise ReferenceCheckpointError(f"{path}: expected a dict with 'model_state_dict' (or a state dict) of named tensors")
-    return ckpt if "model_state_dict" in ckpt else {"model_state_dict": state}
+    try:  # saved from a DistributedDataParallel or torch.compile wrapper: the names it added come off
+        state = {clean: state[raw] for clean, raw in unwrapped_names(state, str(path)).items()}
+    except CheckpointError as e:
+        raise ReferenceCheckpointError(str(e)) from None
+    if "model_state_dict" in ckpt:
+        return {**ckpt, "model_state_dict": state}
+    return {"model_state_dict": state} if "model_state_dict" in ckpt else {"model_state_dict": state}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -143,9 +144,22 @@ def run_config_dict(model_config: ModelConfig, tcfg: TrainConfig, data: DataSet)
     }
 
 
+class TrainingObserver(Protocol):
+    """What watches a run while it trains (a TensorBoard log: damcha.analysis.training_log); called
+    on the main process only, after the step or epoch it reports is done."""
+
+    def step(self, step: int, loss: float, lr: float, tokens_per_second: float) -> None: ...
+
+    def epoch(self, row: dict, model: Transformer, data: DataSet, snapshot: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, progress: bool = True,
-          stop_after_epoch: int | None = None, compile_model: bool = False) -> TrainResult:
+          stop_after_epoch: int | None = None, compile_model: bool = False,
+          observer: TrainingObserver | None = None) -> TrainResult:
     """Train (or resume) a run into out_dir. stop_after_epoch simulates an interruption (tests).
+    observer: told of every step and epoch (rank 0 only under torchrun); closed at the end.
 
     compile_model: run the training steps through torch.compile (evaluation stays eager). It
     pays for large models and long runs only: compiling takes 20-40 s on 2 CPU cores (again for
@@ -183,6 +197,8 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
         if not (out / STATE_FILE).exists() and done and done[-1]["epoch"] >= tcfg.epochs:
             if progress:
                 print(f"{out}: already complete ({tcfg.epochs} epochs)")
+            if observer is not None:
+                observer.close()
             return TrainResult(out, done, 0.0)
         if (out / STATE_FILE).exists():
             last, step = load_training_state(out, model, opt)
@@ -201,20 +217,28 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     snapshots = set(tcfg.snapshots())
     steps_per_epoch = _steps_per_epoch(data, tcfg)
     total_steps = steps_per_epoch * tcfg.epochs
+    observer = observer if proc.main else None
     t0 = time.perf_counter()
-    for epoch in range(start_epoch, tcfg.epochs + 1):
-        te = time.perf_counter()
-        running = running_aux = None
-        if epoch > 0:
-            running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
-                                                          steps_per_epoch, device, progress, proc)
-        train_seconds = time.perf_counter() - te
-        if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
-            metrics.append(_record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux,
-                                         te, train_seconds, snapshots, mcfg, progress, metrics))
-        distributed.barrier(proc)
-        if stop_after_epoch is not None and epoch >= stop_after_epoch:
-            return TrainResult(out, metrics, time.perf_counter() - t0)
+    try:
+        for epoch in range(start_epoch, tcfg.epochs + 1):
+            te = time.perf_counter()
+            running = running_aux = None
+            if epoch > 0:
+                running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
+                                                              steps_per_epoch, device, progress, proc, observer)
+            train_seconds = time.perf_counter() - te
+            if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
+                metrics.append(_record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux,
+                                             te, train_seconds, snapshots, mcfg, progress, metrics))
+                if observer is not None:
+                    with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
+                        observer.epoch(metrics[-1], model, data, epoch in snapshots)
+            distributed.barrier(proc)
+            if stop_after_epoch is not None and epoch >= stop_after_epoch:
+                break
+    finally:
+        if observer is not None:
+            observer.close()
     return TrainResult(out, metrics, time.perf_counter() - t0)
 
 
@@ -246,7 +270,7 @@ def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
 
 
 def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress,
-                     proc: distributed.Process | None = None):
+                     proc: distributed.Process | None = None, observer: TrainingObserver | None = None):
     proc = proc or distributed.Process()
     gen = torch.Generator().manual_seed(tcfg.seed * 100_003 + epoch)
     torch.manual_seed(tcfg.seed * 100_019 + epoch)  # dropout
@@ -261,6 +285,7 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
     total, total_aux = 0.0, None
     bar = tqdm(batches, total=steps_per_epoch, desc=f"epoch {epoch}", leave=False, disable=not progress, mininterval=1.0)
     for x, y in bar:
+        t_step = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total_steps, tcfg)
         n = len(x)
@@ -281,5 +306,7 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
         if out.aux_loss is not None:
             total_aux = (total_aux or 0.0) + distributed.total(out.aux_loss.detach() * share / proc.world, proc).item()
         bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+        if observer is not None:  # tokens of the whole batch (every process's share) per second of this step
+            observer.step(step, loss_value, opt.param_groups[0]["lr"], n * x.shape[1] / (time.perf_counter() - t_step))
     model.eval()
     return total / steps_per_epoch, None if total_aux is None else total_aux / steps_per_epoch, step

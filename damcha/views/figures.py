@@ -84,7 +84,7 @@ def squarish(shape: tuple[int, ...]) -> bool:
     return max(rows, cols) <= 2 * min(rows, cols)
 
 
-def _style_axes(fig: go.Figure, style: MatrixStyle, shape: tuple[int, int], most: int = 32, **where) -> None:
+def style_axes(fig: go.Figure, style: MatrixStyle, shape: tuple[int, int], most: int = 32, **where) -> None:
     """Axis titles and ticks of one heatmap panel from its style (head ticks for a head grid)."""
     rows, cols = shape
     if style.grid:
@@ -137,8 +137,8 @@ def matrix_figure(M: np.ndarray, style: MatrixStyle, title: str = "", kind: str 
                                      zaxis=dict(range=[scale["zmin"], scale["zmax"]])), margin=dict(l=0, r=0, t=50, b=0))
         return fig
     if style.grid:
-        fig.update_layout(shapes=_grid_shapes(style.grid, M.shape[0] // style.grid))
-    _style_axes(fig, style, M.shape)
+        fig.update_layout(shapes=grid_shapes(style.grid, M.shape[0] // style.grid))
+    style_axes(fig, style, M.shape)
     if squarish(M.shape):
         fig.update_yaxes(scaleanchor="x")
     return fig
@@ -149,7 +149,7 @@ def _head_ticks(n_head: int, head_dim: int, short: bool = False) -> dict:
                 ticktext=[f"{'h' if short else 'head '}{i + 1}" for i in range(n_head)])
 
 
-def _grid_shapes(n_head: int, head_dim: int, xref: str = "x", yref: str = "y") -> list[dict]:
+def grid_shapes(n_head: int, head_dim: int, xref: str = "x", yref: str = "y") -> list[dict]:
     """Lines between the H x H head blocks of a D x D matrix."""
     D = n_head * head_dim
     shapes = []
@@ -197,7 +197,7 @@ def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str 
                                  colorbar=bar, name=name, hovertemplate=f"{name}<br>row %{{y}}, col %{{x}}: %{{z:.4f}}<extra></extra>"),
                       row=1, col=k)
         ax = "" if k == 1 else str(k)
-        shapes += _grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
+        shapes += grid_shapes(n_head, d, xref=f"x{ax}", yref=f"y{ax}")
         short = len(names) > 2
         fig.update_xaxes(**_head_ticks(n_head, d, short), row=1, col=k, constrain="domain")
         fig.update_yaxes(**_head_ticks(n_head, d, short), autorange="reversed", scaleanchor=f"x{ax}", constrain="domain", row=1, col=k,
@@ -257,7 +257,7 @@ def contour_figure(M: np.ndarray, n_head: int | None = None, title: str = "Conto
     if zmax and style.value_kind == "signed":
         fig.update_traces(zmin=-zmax, zmax=zmax)
     if style.grid:
-        fig.update_layout(shapes=_grid_shapes(style.grid, M.shape[0] // style.grid))
+        fig.update_layout(shapes=grid_shapes(style.grid, M.shape[0] // style.grid))
     return fig
 
 
@@ -319,7 +319,7 @@ def labelled_matrix_figure(values: np.ndarray, row_labels: Sequence[str], column
                         value_kind or ("signed" if (values < 0).any() else "magnitude"), colorbar_title)
     fig = go.Figure(matrix_trace(np.asarray(values, dtype=float), style, colour_scale(style.value_kind, values)))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
-    _style_axes(fig, style, (rows, cols))
+    style_axes(fig, style, (rows, cols))
     return fig
 
 
@@ -417,8 +417,8 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], style: Matri
     )
     if kind != "surface":
         if style.grid:
-            fig.update_layout(shapes=_grid_shapes(style.grid, mats.shape[-1] // style.grid))
-        _style_axes(fig, style, mats.shape[-2:])
+            fig.update_layout(shapes=grid_shapes(style.grid, mats.shape[-1] // style.grid))
+        style_axes(fig, style, mats.shape[-2:])
         if squarish(mats.shape):
             fig.update_yaxes(scaleanchor="x")
     else:
@@ -446,8 +446,8 @@ def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], st
         if kind != "surface":
             ax = "" if k == 0 else str(k + 1)
             if style.grid:
-                shapes += _grid_shapes(style.grid, M.shape[-1] // style.grid, xref=f"x{ax}", yref=f"y{ax}")
-            _style_axes(fig, style, M.shape, most=16, row=r, col=c)
+                shapes += grid_shapes(style.grid, M.shape[-1] // style.grid, xref=f"x{ax}", yref=f"y{ax}")
+            style_axes(fig, style, M.shape, most=16, row=r, col=c)
             fig.update_yaxes(showticklabels=c == 1, row=r, col=c, **({"scaleanchor": f"x{ax}"} if squarish(M.shape) else {}))
             if c != 1:
                 fig.update_yaxes(title=None, row=r, col=c)

@@ -1,0 +1,46 @@
+"""Several runs on one input: which runs can read it, and a table of their losses on it and on the
+validation set (the numbers of the comparison page, computed here so a notebook gets the same)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from damcha.analysis.inspection import InspectionRecord
+from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.runs.checkpoints import Run
+
+QUANTILE_SUFFIXES = ("_q25", "_q75")
+
+
+def why_input_does_not_fit(run: Run, modality_name: str, tokens: np.ndarray) -> str | None:
+    """None when `run` can read an input of this modality and these tokens, else the reason."""
+    cfg = run.model_config
+    if cfg.modality != modality_name:
+        return f"it reads {cfg.modality}, this input is {modality_name}"
+    tokens = np.asarray(tokens)
+    if len(tokens) > cfg.block_size:
+        return f"its context holds {cfg.block_size} positions, this input has {len(tokens)}"
+    if not cfg.input_dim and tokens.size and int(tokens.max()) >= cfg.vocab_size:
+        return f"token id {int(tokens.max())} is outside its vocabulary of {cfg.vocab_size}"
+    return None
+
+
+def validation_columns(row: dict | None) -> dict[str, float]:
+    """The validation metrics of an epoch's row ('validation nll', …), without the quartile columns."""
+    return {f"validation {k[4:].replace('_', ' ')}{' (nats)' if k == 'val_nll' else ''}": float(v)
+            for k, v in (row or {}).items()
+            if k.startswith("val_") and not k.endswith(QUANTILE_SUFFIXES) and isinstance(v, int | float)}
+
+
+def comparison_table(entries: Sequence[tuple[Run, int, InspectionRecord]]) -> list[dict]:
+    """One row per (run, epoch, record): the run, its mechanism, the epoch, its loss on this input in
+    the unit the app shows (bits per … or squared error), and its validation metrics at that epoch."""
+    rows = []
+    for run, epoch, record in entries:
+        cfg = run.model_config
+        loss = None if record.loss is None else record.loss * loss_factor(cfg)
+        rows.append({"run": run.name, "variant": run.variant, "mechanism": cfg.mechanism.title, "epoch": epoch,
+                     f"loss on this input ({loss_label(cfg)})": loss, **validation_columns(run.metrics_at(epoch))})
+    return rows

@@ -1,0 +1,139 @@
+"""One input through several runs, side by side: per run its main cross-head structure, the
+attention of one layer and head, and the loss per position, each drawn with the run's own labels.
+
+What a run shows is what its record declares (its first structure is its main one; a per-head
+structure is taken at the compared head), so no figure here asks which mechanism it draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from damcha.analysis.inspection import InspectionRecord
+from damcha.views import figures
+from damcha.views.figure_sets import drawn_matrix, per_head, structure_index, structure_style
+
+PANELS = ("structure", "attention", "loss")
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """What one run's row of the comparison draws (2-D arrays and their styles, no model)."""
+
+    label: str
+    structure: np.ndarray  # (a, b)
+    structure_style: figures.MatrixStyle
+    structure_title: str
+    attention: np.ndarray | None  # (T, T), None where the run has no such layer or head
+    attention_title: str
+    token_labels: tuple[str, ...]
+    loss: np.ndarray  # (T,) per position, or (1,) for a classifier
+    loss_labels: tuple[str, ...]
+    loss_unit: str
+
+
+def main_structure_name(record: InspectionRecord) -> str | None:
+    """The structure a mechanism lists first is its main one (DAMCHA's M(x), MHA's W_Q W_Kᵀ forms, …)."""
+    return record.structures[0].name if record.structures else None
+
+
+def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int = 0, position: int = -1,
+                 structure: str | None = None) -> ComparedRun:
+    """A run's row: `structure` (default its main one) at layer/position (a per-head kind at `head`),
+    the attention of `layer` and `head` (None when the record lacks them), and its loss per position."""
+    s = record.structure(structure or main_structure_name(record) or "")
+    if s is None:
+        raise ValueError(f"{record.variant} has no structure {structure!r}: it has {[x.name for x in record.structures]}")
+    index = structure_index(record, min(layer, record.metric_layers - 1), position)
+    taken_head = min(head, s.at(**index).shape[0] - 1) if per_head(s) else None
+    where = f", head {taken_head + 1}" if taken_head is not None else ""
+    where += f", {record.where(index['position'])}" if "position" in s.index_axes else ""
+    where += f", layer {index['layer'] + 1}" if s.size("layer") > 1 else ""
+    attention, attention_title = None, f"no layer {layer + 1} head {head + 1}"
+    if layer in record.attention_layers and head < record.n_head:
+        attention = record.attention_map(layer)[head]
+        attention_title = f"Attention, layer {layer + 1} head {head + 1}"
+    if record.task == "classification":
+        loss, loss_labels = np.atleast_1d(record.token_loss if record.token_loss is not None else [np.nan]), ("class",)
+    else:
+        loss = record.token_loss if record.token_loss is not None else np.full(len(record.tokens), np.nan)
+        loss_labels = record.target_labels or record.token_labels
+    vectors = record.task == "next_vector"
+    return ComparedRun(label, np.asarray(drawn_matrix(s, index, taken_head), dtype=float), structure_style(s, record),
+                       s.title + where, attention, attention_title, tuple(record.token_labels),
+                       np.asarray(loss, dtype=float) / (1.0 if vectors else np.log(2)), tuple(loss_labels),
+                       "squared error" if vectors else "bits")
+
+
+def _attention_style(run: ComparedRun) -> figures.MatrixStyle:
+    return figures.MatrixStyle("query", "key", run.token_labels, run.token_labels, "probability", "weight")
+
+
+def panel_figure(run: ComparedRun, panel: str, loss_range: Sequence[float] | None = None) -> go.Figure:
+    """One panel of a run's row as a figure of its own (for export one by one)."""
+    if panel == "structure":
+        return figures.matrix_figure(run.structure, run.structure_style, f"{run.label}: {run.structure_title}")
+    if panel == "attention":
+        if run.attention is None:
+            raise ValueError(f"{run.label}: {run.attention_title}")
+        return figures.matrix_figure(run.attention, _attention_style(run), f"{run.label}: {run.attention_title}")
+    if panel == "loss":
+        fig = go.Figure(_loss_bars(run))
+        fig.update_layout(title=f"{run.label}: loss per position ({run.loss_unit})", margin=dict(l=60, r=20, t=50, b=50))
+        fig.update_xaxes(title="position")
+        fig.update_yaxes(title=f"loss ({run.loss_unit})", **({"range": list(loss_range)} if loss_range else {}))
+        return fig
+    raise ValueError(f"unknown panel {panel!r}; expected one of {PANELS}")
+
+
+def _loss_bars(run: ComparedRun) -> go.Bar:
+    """The loss at each position (0 where there is no target), the target named on hover."""
+    return go.Bar(x=np.arange(len(run.loss)), y=np.nan_to_num(run.loss), customdata=list(run.loss_labels),
+                  showlegend=False, marker_color="#4c72b0",
+                  hovertemplate=f"position %{{x}}: target %{{customdata}}<br>%{{y:.3f}} {run.loss_unit}<extra></extra>")
+
+
+def shared_loss_range(runs: Sequence[ComparedRun]) -> tuple[float, float]:
+    """One y range for every run's loss bars, so their heights compare."""
+    top = max((float(np.nanmax(r.loss)) for r in runs if np.isfinite(r.loss).any()), default=1.0)
+    return 0.0, top * 1.05 if top > 0 else 1.0
+
+
+def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure:
+    """Every run as a row of three panels (structure, attention, loss per position), each heatmap
+    with its own colour bar beside it and the loss bars on one scale."""
+    n = len(runs)
+    if not n:
+        raise ValueError("no runs to compare")
+    titles = [t for r in runs for t in (f"{r.label}: {r.structure_title}", r.attention_title, f"loss ({r.loss_unit})")]
+    height = 120 + 330 * n
+    fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.09,
+                        vertical_spacing=110 / height, column_widths=[0.36, 0.36, 0.28])
+    loss_range = shared_loss_range(runs)
+    for row, r in enumerate(runs, start=1):
+        cells = [(r.structure, r.structure_style), (r.attention, _attention_style(r) if r.attention is not None else None)]
+        for col, (M, style) in enumerate(cells, start=1):
+            if M is None:
+                continue
+            sub = fig.get_subplot(row, col)
+            y0, y1 = sub.yaxis.domain
+            trace = figures.matrix_trace(M, style, figures.colour_scale(style.value_kind, M))
+            trace.colorbar = dict(title=style.unit, x=sub.xaxis.domain[1] + 0.005, y=(y0 + y1) / 2, len=y1 - y0,
+                                  thickness=10)
+            fig.add_trace(trace, row=row, col=col)
+            figures.style_axes(fig, style, M.shape, most=16, row=row, col=col)
+            if style.grid:
+                k = "" if (row - 1) * 3 + col == 1 else str((row - 1) * 3 + col)
+                for shape in figures.grid_shapes(style.grid, M.shape[0] // style.grid, f"x{k}", f"y{k}"):
+                    fig.add_shape(shape)
+        fig.add_trace(_loss_bars(r), row=row, col=3)
+        fig.update_yaxes(range=list(loss_range), title=r.loss_unit, row=row, col=3)
+        fig.update_xaxes(title="position", row=row, col=3)
+    fig.update_layout(title=title, height=height, margin=dict(l=60, r=30, t=80, b=40))
+    fig.update_annotations(font_size=11)
+    return fig

@@ -1,0 +1,118 @@
+"""A training run written as TensorBoard event files while it trains (`damcha train --log-dir DIR`).
+
+Scalars: each step's loss, learning rate and tokens per second; each epoch's row of metrics.jsonl
+(train/…, validation/…, epoch/…), at the global step it was taken. At each snapshot epoch: every
+cross-head structure the mechanism declares, taken on one fixed validation input, as an image, and
+the main structure (the first declared) of several validation inputs as a projector embedding.
+TensorBoard is an optional extra (`pip install damcha[tensorboard]`): only this module needs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from damcha.analysis.inspection import inspect_input
+from damcha.inputs.datasets import DataSet, windows
+from damcha.model.mechanisms import Structure
+from damcha.model.transformer import Transformer
+
+EMBEDDED_INPUTS = 32
+MIN_IMAGE_SIDE = 128  # small matrices are enlarged (each entry a block of pixels) to be seen in TensorBoard
+MAX_IMAGE_SIDE = 2048
+
+# Diverging blue-white-red for signed values, a dark-to-yellow ramp (viridis' ends) for the others.
+_DIVERGING = np.array([[33, 102, 172], [247, 247, 247], [178, 24, 43]], dtype=float)
+_SEQUENTIAL = np.array([[68, 1, 84], [33, 145, 140], [253, 231, 37]], dtype=float)
+
+
+def summary_writer(log_dir: str | Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError("--log-dir writes TensorBoard files, which needs the tensorboard package: "
+                         "pip install 'damcha[tensorboard]'") from None
+    return SummaryWriter(str(log_dir))
+
+
+def fixed_validation_inputs(data: DataSet, n: int) -> tuple[torch.Tensor, list | None]:
+    """The first n validation inputs (text: n windows one context apart) and their class labels."""
+    if data.val_inputs is not None:
+        labels = None if data.val_labels is None else [int(v) for v in data.val_labels[:n]]
+        return data.val_inputs[:n], labels
+    n = min(n, (len(data.val_stream) - 1) // data.block_size)
+    starts = torch.arange(n) * data.block_size
+    return windows(data.val_stream, data.block_size, starts)[0], None
+
+
+def structure_image(s: Structure, index: dict) -> np.ndarray:
+    """(rows, cols, 3) uint8 picture of a structure's drawn array at `index`; the panels of a
+    structure with more than two drawn axes (one matrix per head, …) side by side, a column apart."""
+    a = np.asarray(s.at(**index), dtype=float)
+    panels = a.reshape(-1, *a.shape[-2:])  # (P, r, c)
+    finite = panels[np.isfinite(panels)]
+    if s.value_kind.non_negative:
+        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        ramp, scaled = _SEQUENTIAL, np.clip(panels / top, 0, 1)
+    else:
+        lim = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
+        ramp, scaled = _DIVERGING, np.clip(panels / lim * 0.5 + 0.5, 0, 1)
+    scaled = np.nan_to_num(scaled, nan=0.5)
+    P, r, c = scaled.shape
+    canvas = np.full((r, P * (c + 1) - 1), np.nan)
+    for i in range(P):
+        canvas[:, i * (c + 1): i * (c + 1) + c] = scaled[i]
+    pos = np.nan_to_num(canvas, nan=0.0) * (len(ramp) - 1)
+    lo = np.clip(np.floor(pos).astype(int), 0, len(ramp) - 2)
+    frac = (pos - lo)[..., None]
+    rgb = ramp[lo] * (1 - frac) + ramp[lo + 1] * frac
+    rgb[np.isnan(canvas)] = 255.0  # the gaps between panels
+    side = min(canvas.shape)
+    k = max(1, min(-(-MIN_IMAGE_SIDE // side), MAX_IMAGE_SIDE // max(canvas.shape)))
+    return np.kron(rgb, np.ones((k, k, 1))).round().astype(np.uint8)
+
+
+class TensorBoardLog:
+    """A `damcha.runs.train.TrainingObserver` writing TensorBoard event files into log_dir."""
+
+    def __init__(self, log_dir: str | Path, embedded_inputs: int = EMBEDDED_INPUTS):
+        self.writer = summary_writer(log_dir)
+        self.embedded_inputs = embedded_inputs
+
+    def step(self, step: int, loss: float, lr: float, tokens_per_second: float) -> None:
+        self.writer.add_scalar("train/step_loss", loss, step)
+        self.writer.add_scalar("train/learning_rate", lr, step)
+        self.writer.add_scalar("train/tokens_per_second", tokens_per_second, step)
+
+    def epoch(self, row: dict, model: Transformer, data: DataSet, snapshot: bool) -> None:
+        step = int(row["step"])
+        for key, value in row.items():
+            if key in ("epoch", "step") or not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            group, _, name = key.partition("_")
+            tag = {"val": "validation", "train": "train"}.get(group)
+            self.writer.add_scalar(f"{tag}/{name}" if tag else f"epoch/{key}", value, step)
+        self.writer.add_scalar("epoch/epoch", row["epoch"], step)
+        if snapshot:
+            self.snapshot(int(row["epoch"]), model, data)
+        self.writer.flush()
+
+    def snapshot(self, epoch: int, model: Transformer, data: DataSet) -> None:
+        x, labels = fixed_validation_inputs(data, self.embedded_inputs)
+        last = {"layer": 0, "position": -1}
+        first = inspect_input(model, x[0])
+        for s in first.structures:
+            self.writer.add_image(f"structure/{s.name} (validation input 0)", structure_image(s, last), epoch,
+                                  dataformats="HWC")
+        if not first.structures:
+            return
+        main = first.structures[0]
+        vectors = [first.structure(main.name).at(**last).ravel()]
+        vectors += [inspect_input(model, xi).structure(main.name).at(**last).ravel() for xi in x[1:]]
+        self.writer.add_embedding(torch.as_tensor(np.stack(vectors), dtype=torch.float32), metadata=labels,
+                                  global_step=epoch, tag=f"{main.name} of {len(vectors)} validation inputs")
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,93 @@
+"""Compare mechanisms: one input through every run of a data set, each at its chosen epoch, side by side."""
+
+import streamlit as st
+
+from app.cache import cached_runs, inspection
+from app.controls import bounded_slider, input_picker
+from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
+from app.run_picker import each_run, selected_run
+from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
+from damcha.views.comparison import PANELS, compared_run, comparison_figure, panel_figure, shared_loss_range
+
+st.title("Compare mechanisms")
+run, epoch = selected_run()
+runs, _ = cached_runs(str(checkpoint_root()))
+siblings = [r for r in runs if r.dataset == run.dataset]
+st.caption(f"One input through the runs of data set **{run.dataset}**: each run's main cross-head structure (the "
+           "first its mechanism declares), the attention of one layer and head, and the loss at each position.")
+
+inp = input_picker(run)
+if inp is None:
+    st.stop()
+names = [r.name for r in siblings]
+chosen = st.multiselect("Runs", names, default=names, key="compare_runs")
+if not chosen:
+    st.info("Pick at least one run.")
+    st.stop()
+by_name = {r.name: r for r in siblings}
+with st.expander("Epoch of each run (default: its last snapshot; the sidebar's run at the sidebar's epoch)"):
+    epochs = {n: st.select_slider(n, options=list(by_name[n].epochs), key=f"compare_epoch_{n}",
+                                  value=epoch if n == run.name else by_name[n].epochs[-1]) for n in chosen}
+
+readable, unfit = [], []
+for n in chosen:
+    why = why_input_does_not_fit(by_name[n], inp.modality.name, inp.tokens)
+    if why:
+        unfit.append(f"{n} ({why})")
+    else:
+        readable.append(by_name[n])
+if unfit:
+    st.warning("Cannot read this input: " + "; ".join(unfit))
+bar = st.progress(0.0, text="Running each run on this input…")
+
+
+def record_of(r, k=[0]):  # noqa: B006 — the progress counter of this script run
+    k[0] += 1
+    bar.progress(k[0] / len(readable), text=f"{r.name} ({k[0]}/{len(readable)})")
+    return inspection(r, epochs[r.name], inp, None)
+
+
+results = each_run(readable, record_of)
+bar.empty()
+if not results:
+    st.stop()
+
+c1, c2, c3 = st.columns(3)
+n_layer = max(rec.n_layer for _, rec in results)
+n_head = max(rec.n_head for _, rec in results)
+layer = c1.selectbox("Layer", list(range(n_layer)), format_func=lambda i: f"layer {i + 1}", key="compare_layer")
+head = c2.selectbox("Head", list(range(n_head)), format_func=lambda i: f"head {i + 1}", key="compare_head")
+T = len(inp.tokens)
+causal = any(rec.causal for _, rec in results)
+position = bounded_slider(c3, "Query position (per-position structures)", T - 1, "compare_position",
+                          bind=None) if causal else -1
+with st.expander("Structure drawn for each run (default: its main one)"):
+    structure = {r.name: st.selectbox(r.name, [s.name for s in rec.structures], key=f"compare_structure_{r.name}",
+                                      format_func=lambda s, rec=rec: rec.structure(s).title)
+                 for r, rec in results if rec.structures}
+
+needs_attention = [(r, rec) for r, rec in results if layer < rec.n_layer and layer not in rec.attention_layers]
+results = [(r, inspection(r, epochs[r.name], inp, None, tuple(rec.positions.tolist()), (layer,)))
+           if (r, rec) in needs_attention else (r, rec) for r, rec in results]  # layers beyond the budget, on demand
+
+st.subheader("Losses")
+st.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True,
+             width="stretch")
+compared = [compared_run(rec, f"{r.name} @{epochs[r.name]}", layer, head, position, structure.get(r.name))
+            for r, rec in results if rec.structures]
+if len(compared) < len(results):
+    st.caption("Without cross-head structures, not drawn: " + ", ".join(r.name for r, rec in results if not rec.structures))
+params = {"runs": [r.name for r, _ in results], "epochs": [epochs[r.name] for r, _ in results], "layer": layer,
+          "head": head, "position": position}
+st.subheader("Side by side")
+show(comparison_figure(compared, f"{inp.source}: {len(compared)} runs"), "comparison",
+     provenance("comparison", run, epoch, inp, params))
+
+st.subheader("One panel on its own")
+a, b = st.columns(2)
+pick = a.selectbox("Run", list(range(len(compared))), format_func=lambda i: compared[i].label, key="compare_panel_run")
+panel = b.selectbox("Panel", [p for p in PANELS if p != "attention" or compared[pick].attention is not None],
+                    key="compare_panel")
+show(panel_figure(compared[pick], panel, shared_loss_range(compared)), f"comparison_{panel}",
+     provenance(f"comparison_{panel}", run, epoch, inp, {**params, "panel_run": compared[pick].label}))
