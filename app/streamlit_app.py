@@ -23,6 +23,7 @@ pages = [
     st.Page(ROOT / "pages" / "home.py", title="Home", icon=":material/home:", default=True),
     st.Page(ROOT / "pages" / "inspector.py", title="Inspector", icon=":material/search:", url_path="inspector"),
     st.Page(ROOT / "pages" / "compare.py", title="Compare mechanisms", icon=":material/compare:", url_path="compare"),
+    st.Page(ROOT / "pages" / "table.py", title="Data table", icon=":material/table_rows:", url_path="table"),
     st.Page(ROOT / "pages" / "dynamics.py", title="Training dynamics", icon=":material/timeline:", url_path="dynamics"),
     st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
             url_path="gradients"),

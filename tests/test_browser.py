@@ -139,7 +139,7 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
     _upload(page, f"{server}/inspector?run=text-damcha", "Upload a text file", text)
     page.get_by_text("file paragraph.txt").wait_for(timeout=60_000)
     assert _wait_for_figures(page, 2) >= 2
-    page.get_by_role("tab", name="Attention").click()
+    page.get_by_role("tab", name="Attention", exact=True).click()
     page.wait_for_timeout(1500)
     assert page.locator(".stException").count() == 0
     page.screenshot(path=str(ARTIFACTS / "inspector-text-upload.png"), full_page=True)

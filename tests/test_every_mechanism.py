@@ -28,6 +28,8 @@ from tests.toy_mechanism import TOY_VARIANT, Tied
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")
 PAGES = sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+# Pages that show the sidebar's run (the others, the evidence, read no run and have tests of their own).
+RUN_PAGES = [p for p in PAGES if any(w in (ROOT / "pages" / f"{p}.py").read_text() for w in ("selected_run(", '"selection"'))]
 BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16,))
 TASKS = ("digits", "digits-cls")
 
@@ -72,9 +74,11 @@ def _case(runs, task, variant):
     return runs[name]
 
 
-def page_app(root: Path, run: str, page: str, **params) -> AppTest:
+def page_app(root: Path, run: str, page: str, compare_with: list[str] | None = None, **params) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state["checkpoint_root"] = str(root)
+    at.session_state["table_rows"] = 8  # the data table of a few validation inputs: every variant, in seconds
+    at.session_state["compare_runs"] = compare_with or [run]  # all runs at once in a test of their own
     at.query_params["run"] = run
     for k, v in params.items():
         at.query_params[k] = str(v)
@@ -130,7 +134,7 @@ def test_parameter_counts_equal_the_parameters_built(variant, task):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_page_renders_for_every_variant(runs, root, variant, task):
     run = _case(runs, task, variant)
-    for page in PAGES:
+    for page in RUN_PAGES:
         at = page_app(root, run.name, page)
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.selectbox(key="run").value == run.name
@@ -263,7 +267,7 @@ def test_the_comparison_page_draws_every_run_of_the_task_from_its_record(runs, r
     from damcha.views.figures import block_means
 
     same_task = sorted(n for n, r in runs.items() if r.dataset == task)
-    at = page_app(root, same_task[0], "compare")
+    at = page_app(root, same_task[0], "compare", compare_with=same_task)
     assert not at.exception, [e.value for e in at.exception]
     assert sorted(at.dataframe[0].value["run"]) == same_task
     fig = titled(specs(at), "validation sample 0")

@@ -127,6 +127,8 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
                                   thickness=10)
             fig.add_trace(trace, row=row, col=col)
             figures.style_axes(fig, style, M.shape, most=16, row=row, col=col)
+            if col == 2:  # its query labels would run into the structure's colour bar; the hover names them
+                fig.update_yaxes(showticklabels=False, row=row, col=col)
             if style.grid:
                 k = "" if (row - 1) * 3 + col == 1 else str((row - 1) * 3 + col)
                 for shape in figures.grid_shapes(style.grid, M.shape[0] // style.grid, f"x{k}", f"y{k}"):

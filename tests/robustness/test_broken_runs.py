@@ -113,6 +113,10 @@ def test_pages_that_iterate_runs_leave_out_and_name_the_broken_one(broken_root):
     _clean(at)
     assert any("nan-weights" in w.value and "NaN" in w.value for w in at.warning)
     assert at.dataframe, "the table of the other runs is still there"
+    at = app_on(broken_root, "digits-damcha", "compare")  # one input through every run of the data set
+    _clean(at)
+    assert any("nan-weights" in w.value and "NaN" in w.value for w in at.warning)
+    assert "nan-weights" not in set(at.dataframe[0].value["run"]) and "digits-damcha" in set(at.dataframe[0].value["run"])
 
 
 def test_a_bad_snapshot_is_reported_on_its_run_and_its_other_epochs_work(broken_root):

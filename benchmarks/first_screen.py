@@ -1,0 +1,126 @@
+"""How long each page's first screen takes in Chromium, against the Inspector on the same server.
+
+    .venv/bin/python benchmarks/first_screen.py [--repeats 3] [--json out.json]
+
+Starts the app on the shipped runs (127.0.0.1, a fresh disk cache), then for each page: the
+first visit (cold: nothing cached in the server) and `--repeats` later visits in fresh browser
+contexts (warm: the server's caches hold the models and results). "first screen" is the time from
+navigation to the page's title and its first content (a chart or table, or for the data table its
+progress bar while it computes); "complete" is until its main content is drawn and no progress
+bar is left. Printed as medians with the ratio to the Inspector on a digit (the page users know).
+Run it when nothing else runs: it measures this machine, so it is a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (name, address, what "first screen" waits for, what "complete" waits for)
+PAGES = [
+    ("inspector (digit; the baseline)", "inspector?run=digits-damcha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("compare mechanisms (13 digit runs)", "compare?run=digits-damcha", "[data-testid='stDataFrame']", ".js-plotly-plot"),
+    ("compare mechanisms (text runs)", "compare?run=text-damcha", "[data-testid='stDataFrame']", ".js-plotly-plot"),
+    ("data table (359 digits)", "table?run=digits-damcha", "[data-testid='stProgress'], [data-testid='stDataFrame']",
+     "[data-testid='stDataFrame']"),
+    ("inspector, attention as text", "inspector?run=text-damcha&source=Validation+sample&tab=Attention+as+text",
+     "iframe[title='st.iframe']", "iframe[title='st.iframe']"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cache: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "DAMCHA_CACHE": cache}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app"), "--server.port", str(port),
+                             "--server.headless", "true"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return proc, url
+        except OSError:
+            time.sleep(0.3)
+    proc.terminate()
+    raise SystemExit("the app did not start within 60 s")
+
+
+def visit(browser, url: str, first: str, complete: str) -> tuple[float, float]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1400})
+    page = context.new_page()
+    t0 = time.perf_counter()
+    page.goto(url)
+    page.locator("h1").first.wait_for(timeout=300_000)
+    page.locator(first).first.wait_for(timeout=300_000)
+    t_first = time.perf_counter() - t0
+    page.locator(complete).first.wait_for(timeout=300_000)
+    while page.locator("[data-testid='stProgress']").count():  # computing with progress shown
+        page.wait_for_timeout(100)
+    t_done = time.perf_counter() - t0
+    errors = page.locator("[data-testid='stException']").count()
+    context.close()
+    if errors:
+        raise SystemExit(f"{url}: {errors} exception(s) on the page")
+    return t_first, t_done
+
+
+def main(argv=None) -> int:
+    from playwright.sync_api import sync_playwright
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="warm visits per page")
+    ap.add_argument("--json", help="write the measurements here")
+    args = ap.parse_args(argv)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        raise SystemExit("needs the system Chromium (apt-get install chromium)")
+    cache = tempfile.mkdtemp(prefix="damcha-bench-cache-")
+    proc, server = start_server(cache)
+    rows = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            for name, address, first, complete in PAGES:
+                url = f"{server}/{address}"
+                cold = visit(browser, url, first, complete)
+                warm = [visit(browser, url, first, complete) for _ in range(args.repeats)]
+                rows.append({"page": name, "cold_first_s": cold[0], "cold_complete_s": cold[1],
+                             "warm_first_s": statistics.median(w[0] for w in warm),
+                             "warm_complete_s": statistics.median(w[1] for w in warm)})
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        shutil.rmtree(cache, ignore_errors=True)
+    base = rows[0]
+    print(f"{'page':40s} {'cold first':>10s} {'cold done':>10s} {'warm first':>10s} {'warm done':>10s} "
+          f"{'÷ inspector (warm first)':>25s}")
+    for r in rows:
+        print(f"{r['page']:40s} {r['cold_first_s']:9.2f}s {r['cold_complete_s']:9.2f}s {r['warm_first_s']:9.2f}s "
+              f"{r['warm_complete_s']:9.2f}s {r['warm_first_s'] / base['warm_first_s']:24.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
