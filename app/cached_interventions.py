@@ -6,6 +6,7 @@ import streamlit as st
 
 from app.cache import HASH_FUNCS, inspection, model_for
 from app.run_picker import each_run
+from damcha.analysis.ablation import MODES
 from damcha.analysis.inspection import inspect_input
 from damcha.analysis.interventions import MEAN_INPUTS
 from damcha.inputs.model_inputs import ModelInput
@@ -108,12 +109,13 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
 
 
 ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}
+ABLATION_KEY = {**ABLATION_SETTINGS, "modes": list(MODES)}  # a table kept on disk holds every mode there is now
 
 
 def ablation_cached(run: Run) -> bool:
     from damcha.runs.disk_cache import is_cached
 
-    return is_cached("validation_ablation", ABLATION_SETTINGS, [(run, run.epochs[-1])])
+    return is_cached("validation_ablation", ABLATION_KEY, [(run, run.epochs[-1])])
 
 
 def ablation_table(runs: list[Run]) -> list[dict]:
@@ -137,7 +139,7 @@ def ablation_table(runs: list[Run]) -> list[dict]:
         return rows
 
     def one(r: Run) -> list[dict]:
-        rows = cached("validation_ablation", ABLATION_SETTINGS, [(r, r.epochs[-1])], lambda: compute(r))
+        rows = cached("validation_ablation", ABLATION_KEY, [(r, r.epochs[-1])], lambda: compute(r))
         left = len(todo) - computed
         eta = f", about {spent / computed * left:.0f} s left" if computed and left > 0 else ""
         bar.progress(min(1.0, (runs.index(r) + 1) / len(runs)), text=f"{r.name} done ({runs.index(r) + 1}/{len(runs)}{eta})")

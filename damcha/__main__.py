@@ -12,6 +12,7 @@ from damcha.inputs.datasets import DATASETS, DataError
 from damcha.inputs.uploads import InputError
 from damcha.model.config import ModelConfig, variant_config
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variants
+from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.runs.checkpoints import CheckpointError
 
 
@@ -121,7 +122,7 @@ def _figures_parser(sub) -> None:
     src.add_argument("--text", help="UTF-8 text file (text runs)")
     src.add_argument("--val-index", type=int, default=None, help="validation sample index")
     p.add_argument("--figures", default="", help="comma-separated names (default: all that apply)")
-    p.add_argument("--mode", default="full", choices=("full", "diagonal", "off_diagonal"))
+    p.add_argument("--mode", default="full", choices=[m.value for m in MetricMode])
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--position", type=int, default=-1, help="query position index (causal runs), -1: last")
     p.add_argument("--formats", default="png,svg,pdf,html,csv,npz")

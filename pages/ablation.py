@@ -1,4 +1,4 @@
-"""Metric ablations (paper table 3): the full, diagonal-only and off-diagonal-only metric at inference."""
+"""Metric ablations (paper table 3): the full, diagonal-only, off-diagonal-only and H-scaled diagonal metric at inference."""
 
 from pathlib import Path
 
@@ -25,7 +25,8 @@ st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**.")
 ROW_SUM_NOTE = ("**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "
                 "off-diagonal-only metric is (H−1)/H · m_i minus that residue. Neither 'the diagonal' nor 'the "
                 "off-diagonal' was learned as such, so a gap between them measures the random residue and the "
-                "1 : (H−1) scaling, not what cross-head blocks learned.")
+                "1 : (H−1) scaling, not what cross-head blocks learned. The mode diagonal_scaled (H · M_ii = m_i + "
+                "H · residue) restores the scale: where it ties with full, the diagonal-only loss is that arithmetic.")
 BILINEAR_NOTE = ("**Bilinear runs:** every block M_ij is trained for its own role (head i's queries against head j's "
                  "keys), so the diagonal/off-diagonal split is meaningful there.")
 

@@ -48,8 +48,9 @@ for claim in doc["claims"]:
     st.markdown(f"> {claim['statement']}")
     kind = {"by construction": " Expected by construction, not evidence for the mechanism: "
             + claim.get("by_construction", ""), "evidence": " Evidence for the mechanism at this scale."}
+    seeds = f" {claim['seeds']} seeds." if claim.get("seeds") else ""
     st.markdown(f"**Verdict:** {BADGE.get(claim['verdict'], ':orange-badge[inconclusive at this scale]')}."
-                f"{kind.get(claim.get('verdict_kind', ''), '')} {claim['scale']}")
+                f"{kind.get(claim.get('verdict_kind', ''), '')}{seeds} {claim['scale']}")
     power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] != HOLDS and not pd.isna(c.get("mdd"))]
     if claim["verdict"] not in (HOLDS, SANITY_FAILED) and power:
         st.caption("What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(

@@ -18,6 +18,7 @@ from damcha.analysis.attribution import (
     per_cell,
 )
 from damcha.analysis.inspection import identifiability_note
+from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
 
 st.title("Gradient contributions")
@@ -41,7 +42,7 @@ else:
         c1, c2, c3 = st.columns(3)
         method = c1.radio("Method", ["gradient_x_metric", "gradient"], **bound("method"),
                           format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
-        mode = c2.radio("Metric mode", ["full", "diagonal", "off_diagonal"], horizontal=True, **bound("mode"))
+        mode = c2.radio("Metric mode", [m.value for m in MetricMode], horizontal=True, **bound("mode"))
         T = len(inp.tokens)
         where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
             else "whole input"

@@ -183,7 +183,7 @@ def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
     frames = [d.value for d in at.dataframe]
     per_run = frames[-1]
     assert {"digits-damcha", "digits-damcha-bilinear", "digits-damcha-unshared"} <= set(per_run["run"])
-    assert set(per_run["mode"]) == {"full", "diagonal", "off_diagonal"}
+    assert set(per_run["mode"]) == {m.value for m in __import__("damcha").MetricMode}
     assert "completion_mse" in per_run.columns
     assert any("Bilinear runs" in m.value for m in at.markdown)
     again = new_app("digits-damcha", "ablation")  # a new session: read from the disk, no toggle needed

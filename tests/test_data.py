@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from damcha.inputs.datasets import (
+    CORPUS_FILE,
+    CORPUS_SHA256,
     DIGIT_START,
     DataError,
     bundled_corpus,
@@ -40,6 +42,21 @@ def test_bundled_corpus_and_bytes_round_trip():
     assert decode_bytes(encode_text("naïve ∑ text")) == "naïve ∑ text"
     d = load_dataset("text", block_size=64)
     assert d.kind == "corpus" and d.vocab_size == 256 and len(d.val_stream) > 40_000
+    assert d.split["sha256"] == CORPUS_SHA256 and d.split["bytes"] == len(corpus) == 466_273
+
+
+def test_a_changed_or_missing_corpus_is_refused_by_its_checksum(tmp_path):
+    changed = tmp_path / "pydoc_topics.txt"
+    data = bytearray(CORPUS_FILE.read_bytes())
+    data[1000] ^= 1  # one bit
+    changed.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="was changed .*restore it from git"):
+        bundled_corpus(changed)
+    with pytest.raises(DataError, match="cannot be read"):
+        bundled_corpus(tmp_path / "absent.txt")
+    import hashlib
+
+    assert hashlib.sha256(CORPUS_FILE.read_bytes()).hexdigest() == CORPUS_SHA256  # the shipped copy is intact
 
 
 def test_text_file_enwik8_and_text8(tmp_path):

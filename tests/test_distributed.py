@@ -31,9 +31,10 @@ def test_two_gloo_processes_end_with_the_weights_of_one(tmp_path):
     one = subprocess.run([sys.executable, "-m", "damcha", *args, "--out", str(tmp_path / "one")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run(torchrun(*args, "--out", str(tmp_path / "two")), cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    two = subprocess.run(torchrun(*args, "--out", str(tmp_path / "two"), "--log-dir", str(tmp_path / "tb")), cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1  # rank 0 alone logs
     diff = largest_difference(tmp_path / "one" / "epoch_0001.safetensors", tmp_path / "two" / "epoch_0001.safetensors")
     assert diff < 1e-5  # float summation order only
     rows = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()

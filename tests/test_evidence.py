@@ -211,11 +211,11 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     # A fresh work folder that takes the units over from these results, redoing one claim and one variant
     again = subprocess.run([*cmd[:-4], "--out", str(tmp_path / "again"), "--work", str(tmp_path / "work2"), "--reuse",
                             str(out / "results.json"), "--redo", "table2_efficiency", "mha",
-                            "--only", "table1_digits", "table2_efficiency", "table4_ablations"],
+                            "--only", "table2_efficiency", "table5_text"],
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     redone = json.loads((tmp_path / "again" / "results.json").read_text())
-    known = {c.key: c for c in claims(quick=True) if c.key in ("table1_digits", "table2_efficiency", "table4_ablations")}
+    known = {c.key: c for c in claims(quick=True) if c.key in ("table2_efficiency", "table5_text")}
     units = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)}
     expected = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)
                 if c.key == "table2_efficiency" or (a.variant == "mha" and a.kind != "constant")}
@@ -307,3 +307,17 @@ def test_interval_figure_puts_the_papers_numbers_on_their_own_axis():
     assert paper.yaxis == "y2" and math.isnan(paper.y[0]) and paper.y[1] == 120.0
     differences = interval_figure(["a"], [0.1], [-0.1], [0.3], zero_line=True)
     assert len(differences.data) == 1 and differences.layout.shapes[0].y0 == 0
+
+
+def test_a_claim_can_ask_for_more_seeds_than_the_command_outside_quick_runs():
+    full = {c.key: c for c in claims(quick=False)}
+    assert full["table1_digits"].seeds(3, quick=False) == 5  # the main DAMCHA-against-MHA comparison
+    assert full["table1_digits"].seeds(7, quick=False) == 7 and full["table1_digits"].seeds(2, quick=True) == 2
+    assert full["table4_ablations"].seeds(3, quick=False) == 3
+
+
+def test_table3s_h_scaled_diagonal_is_a_control_beside_the_counted_modes():
+    modes = {c.key: c for c in claims(quick=False)}["table3_modes"]
+    scaled = next(a for a in modes.arms if a.mode == "diagonal_scaled")
+    assert scaled.name in modes.controls and "diagonal-only" not in modes.controls
+    assert scaled.run_name(0, False) == next(a for a in modes.arms if a.name == "full").run_name(0, False)

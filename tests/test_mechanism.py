@@ -92,7 +92,7 @@ def test_metric_modes_use_exactly_the_named_blocks(variant, causal):
         blocks = M.reshape(*M.shape[:2], H, d, H, d)
         diag = np.stack([blocks[:, :, i, :, i, :] for i in range(H)], axis=2)  # (L_m, P, H, d, d)
         total = blocks.sum(axis=4)  # (L_m, P, H, d, d)
-        expected = {"full": total, "diagonal": diag, "off_diagonal": total - diag}[mode]
+        expected = {"full": total, "diagonal": diag, "off_diagonal": total - diag, "diagonal_scaled": H * diag}[mode]
         np.testing.assert_allclose(record.head_metrics, expected, atol=1e-12)
 
 

@@ -76,3 +76,13 @@ def test_every_structure_of_every_mechanism_draws_as_an_image(variant):
         assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 and 128 <= max(img.shape[:2]) <= 2048, s.name
         if np.ptp(np.asarray(s.at(layer=0, position=-1), dtype=float)) > 0:
             assert img.std() > 0, s.name  # values that differ are drawn in colours that differ
+
+
+def test_without_tensorboard_the_cli_says_what_to_install(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if the extra were not installed
+    assert main(["train", "--dataset", "digits", *TINY_CLI, "--out", str(tmp_path / "run"),
+                 "--log-dir", str(tmp_path / "tb")]) == 2
+    assert "pip install 'damcha[tensorboard]'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "tb").exists()  # refused before anything was written

@@ -1,4 +1,5 @@
-"""Inference with the full, diagonal-only and off-diagonal-only metric (paper table 3), per input and per run."""
+"""Inference with the full, diagonal-only, off-diagonal-only and H-scaled diagonal metric (paper table 3, and the
+control of its row-sum arithmetic), per input and per run."""
 
 from __future__ import annotations
 

@@ -95,11 +95,26 @@ def load_digits_data(classification: bool = False, split_seed: int = 0) -> DataS
 
 # ----------------------------------------------------------------------------- text as bytes
 
-def bundled_corpus() -> bytes:
-    """CPython's own pydoc topics (~465k characters of English documentation), as UTF-8 bytes."""
-    from pydoc_data.topics import topics
+CORPUS_FILE = Path(__file__).resolve().parent / "corpus" / "pydoc_topics.txt"
+CORPUS_SHA256 = "71f2ff5d99bdc1f9c48c5c2353ad138201c5ca1c377e0226857ef8fa89b8bcee"
+CORPUS_SOURCE = "damcha/inputs/corpus/pydoc_topics.txt (CPython 3.11.7 pydoc topics)"
 
-    return "\n\n".join(topics[k] for k in sorted(topics)).encode("utf-8")
+
+def bundled_corpus(path: Path = CORPUS_FILE) -> bytes:
+    """The shipped text corpus (CPython 3.11.7's pydoc topics, 466,273 bytes of English
+    documentation; see damcha/inputs/corpus/README.md), refused when its checksum differs."""
+    import hashlib
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"the bundled text corpus {path.name} cannot be read ({e.strerror}): restore it from git") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != CORPUS_SHA256:
+        raise DataError(f"the bundled text corpus {path.name} was changed (sha256 {digest[:12]}…, expected "
+                        f"{CORPUS_SHA256[:12]}…): the text runs and the evidence were trained on the original; "
+                        "restore it from git")
+    return data
 
 
 def _byte_tensor(data: bytes) -> torch.Tensor:
@@ -314,7 +329,9 @@ def load_dataset(name: str, path: str | None = None, block_size: int = 128, spli
     if name == "digits-cls":
         return load_digits_data(True, split_seed)
     if name == "text":
-        return corpus_dataset("text", bundled_corpus(), block_size, 0.1, "pydoc_data.topics")
+        data = corpus_dataset("text", bundled_corpus(), block_size, 0.1, CORPUS_SOURCE)
+        data.split["sha256"] = CORPUS_SHA256  # recorded in every text run's config
+        return data
     if name in ("textfile", "enwik8", "text8"):
         if not path:
             raise DataError(f"data set {name!r} needs --data-path to a local file")

@@ -28,13 +28,14 @@ _DIVERGING = np.array([[33, 102, 172], [247, 247, 247], [178, 24, 43]], dtype=fl
 _SEQUENTIAL = np.array([[68, 1, 84], [33, 145, 140], [253, 231, 37]], dtype=float)
 
 
-def summary_writer(log_dir: str | Path):
+def summary_writer_type():
+    """torch's SummaryWriter, or a clear error when the optional tensorboard package is missing."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise ValueError("--log-dir writes TensorBoard files, which needs the tensorboard package: "
                          "pip install 'damcha[tensorboard]'") from None
-    return SummaryWriter(str(log_dir))
+    return SummaryWriter
 
 
 def fixed_validation_inputs(data: DataSet, n: int) -> tuple[torch.Tensor, list | None]:
@@ -78,8 +79,16 @@ class TensorBoardLog:
     """A `damcha.runs.train.TrainingObserver` writing TensorBoard event files into log_dir."""
 
     def __init__(self, log_dir: str | Path, embedded_inputs: int = EMBEDDED_INPUTS):
-        self.writer = summary_writer(log_dir)
-        self.embedded_inputs = embedded_inputs
+        self._writer_type = summary_writer_type()  # a missing package fails here, before training starts
+        self.log_dir, self.embedded_inputs = Path(log_dir), embedded_inputs
+        self._writer = None
+
+    @property
+    def writer(self):
+        """Opened at the first event: under torchrun only rank 0 reports, so only it writes a file."""
+        if self._writer is None:
+            self._writer = self._writer_type(str(self.log_dir))
+        return self._writer
 
     def step(self, step: int, loss: float, lr: float, tokens_per_second: float) -> None:
         self.writer.add_scalar("train/step_loss", loss, step)
@@ -115,4 +124,5 @@ class TensorBoardLog:
                                   global_step=epoch, tag=f"{main.name} of {len(vectors)} validation inputs")
 
     def close(self) -> None:
-        self.writer.close()
+        if self._writer is not None:
+            self._writer.close()

@@ -341,7 +341,8 @@ class Mechanism:
                    options: ForwardOptions) -> list[Structure]:
         """The cross-head structures of one input (batch of one), from what the layers returned
         (each with .attention (1, H, T, T) and .internals, the layer's own record). positions: the
-        query positions to take per-position structures at (-1: whole sequence)."""
+        query positions to take per-position structures at (-1: whole sequence). The first returned
+        is the main one (drawn for the mechanism where one structure stands for it)."""
         return []
 
     def inference_bytes(self, config: ModelConfig, T: int) -> int:

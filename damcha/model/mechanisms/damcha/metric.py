@@ -24,17 +24,21 @@ CHUNK_TOKENS = 1024  # tokens per chunk of chunked_queries: ~8 MB of metric at D
 class MetricMode(StrEnum):
     """Inference-time weighting of the blocks of M(x) in the row sum (paper Eq. 4).
 
-    full: m_i = sum_j M_ij; diagonal: m_i = M_ii; off_diagonal: m_i = sum_{j != i} M_ij.
+    full: m_i = sum_j M_ij; diagonal: m_i = M_ii; off_diagonal: m_i = sum_{j != i} M_ij;
+    diagonal_scaled: m_i = H M_ii, the diagonal-only metric at the full metric's scale. Under the
+    row sum M_ii = m_i / H + residue, so diagonal_scaled gives m_i + H residue: where it ties with
+    full, diagonal-only lost by the 1 : (H − 1) split of m_i, not by cross-head structure.
     """
 
     FULL = "full"
     DIAGONAL = "diagonal"
     OFF_DIAGONAL = "off_diagonal"
+    DIAGONAL_SCALED = "diagonal_scaled"
 
-    @property
-    def scales(self) -> tuple[float, float]:
-        """(s_ii, s_ij for i != j)."""
-        return {"full": (1.0, 1.0), "diagonal": (1.0, 0.0), "off_diagonal": (0.0, 1.0)}[self.value]
+    def scales(self, n_head: int) -> tuple[float, float]:
+        """(s_ii, s_ij for i != j) for H = n_head heads."""
+        return {"full": (1.0, 1.0), "diagonal": (1.0, 0.0), "off_diagonal": (0.0, 1.0),
+                "diagonal_scaled": (float(n_head), 0.0)}[self.value]
 
     @classmethod
     def parse(cls, value: MetricMode | str) -> MetricMode:
@@ -72,7 +76,7 @@ def block_scales(n_head: int, mode, like: torch.Tensor) -> torch.Tensor:
     elsewhere), or given whole as a nested sequence or tensor (interventions on single blocks)."""
     if not isinstance(mode, (str, MetricMode)):
         return torch.as_tensor(mode, dtype=like.dtype, device=like.device).reshape(n_head, n_head)  # (H, H)
-    s_diag, s_off = MetricMode.parse(mode).scales
+    s_diag, s_off = MetricMode.parse(mode).scales(n_head)
     eye = torch.eye(n_head, dtype=like.dtype, device=like.device)  # (H, H)
     return s_diag * eye + s_off * (1 - eye)  # (H, H)
 
@@ -230,7 +234,7 @@ def fold_rows(w: torch.Tensor, H: int, d: int, mode: MetricMode) -> torch.Tensor
 
     w: (D*D, k) or (D*D,) read as (H, d, H, d*k) blocks. Returns (H, d, d*k).
     """
-    s_diag, s_off = mode.scales
+    s_diag, s_off = mode.scales(H)
     blocks = w.reshape(H, d, H, -1)  # (H, d, H, d*k)
     diagonal = blocks.diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (H, d, d*k): the blocks W_ii
     if s_off == 0:
