@@ -43,7 +43,7 @@ def test_the_cli_logs_what_tensorboard_reads_back(tmp_path):
     image_tags = {f"structure/{s.name} (validation input 0)" for s in record.structures}
     assert image_tags <= set(tags["images"])
     for tag in image_tags:
-        assert [e.step for e in acc.Images(tag)] == [0, 2]  # the snapshot epochs
+        assert [e.step for e in acc.Images(tag)] == [0, 2 * steps_per_epoch]  # the snapshot epochs' global steps
         first = acc.Images(tag)[0]
         assert min(first.width, first.height) >= 64 and first.encoded_image_string[:4] == b"\x89PNG"
     projector = (tmp_path / "tb" / "projector_config.pbtxt").read_text()

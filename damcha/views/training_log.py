@@ -1,7 +1,8 @@
 """A training run written as TensorBoard event files while it trains (`damcha train --log-dir DIR`).
 
-Scalars: each step's loss, learning rate and tokens per second; each epoch's row of metrics.jsonl
-(train/…, validation/…, epoch/…), at the global step it was taken. At each snapshot epoch: every
+Everything at the global training step (epoch/epoch maps steps to epochs). Scalars: each step's
+loss, learning rate and tokens per second; each epoch's row of metrics.jsonl (train/…,
+validation/…, epoch/…). At each snapshot epoch: every
 cross-head structure the mechanism declares, taken on one fixed validation input, as an image, and
 the main structure (the first declared) of several validation inputs as a projector embedding.
 TensorBoard is an optional extra (`pip install damcha[tensorboard]`): only this module needs it.
@@ -104,16 +105,16 @@ class TensorBoardLog:
             tag = {"val": "validation", "train": "train"}.get(group)
             self.writer.add_scalar(f"{tag}/{name}" if tag else f"epoch/{key}", value, step)
         self.writer.add_scalar("epoch/epoch", row["epoch"], step)
-        if snapshot:
-            self.snapshot(int(row["epoch"]), model, data)
+        if snapshot:  # at the global step too, so images, embeddings and scalars share one axis
+            self.snapshot(step, model, data)
         self.writer.flush()
 
-    def snapshot(self, epoch: int, model: Transformer, data: DataSet) -> None:
+    def snapshot(self, step: int, model: Transformer, data: DataSet) -> None:
         x, labels = fixed_validation_inputs(data, self.embedded_inputs)
         last = {"layer": 0, "position": -1}
         first = inspect_input(model, x[0])
         for s in first.structures:
-            self.writer.add_image(f"structure/{s.name} (validation input 0)", structure_image(s, last), epoch,
+            self.writer.add_image(f"structure/{s.name} (validation input 0)", structure_image(s, last), step,
                                   dataformats="HWC")
         if not first.structures:
             return
@@ -121,7 +122,7 @@ class TensorBoardLog:
         vectors = [first.structure(main.name).at(**last).ravel()]
         vectors += [inspect_input(model, xi).structure(main.name).at(**last).ravel() for xi in x[1:]]
         self.writer.add_embedding(torch.as_tensor(np.stack(vectors), dtype=torch.float32), metadata=labels,
-                                  global_step=epoch, tag=f"{main.name} of {len(vectors)} validation inputs")
+                                  global_step=step, tag=f"{main.name} of {len(vectors)} validation inputs")
 
     def close(self) -> None:
         if self._writer is not None:
