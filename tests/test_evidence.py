@@ -321,3 +321,17 @@ def test_table3s_h_scaled_diagonal_is_a_control_beside_the_counted_modes():
     scaled = next(a for a in modes.arms if a.mode == "diagonal_scaled")
     assert scaled.name in modes.controls and "diagonal-only" not in modes.controls
     assert scaled.run_name(0, False) == next(a for a in modes.arms if a.name == "full").run_name(0, False)
+
+
+def test_the_synthetic_test_set_is_no_training_batch_and_teachers_are_drawn_per_seed():
+    from damcha.inputs.synthetic import TEST_INPUT_SEED, regression_task, task_seed
+
+    test = inputs(1024, TEST_INPUT_SEED)
+    for seed in range(5):  # regression: the test set began with seed 0's batch at step 7
+        for step in (0, 7, 1499):
+            batch = inputs(64, seed * 100_003 + step)
+            assert not torch.isclose(batch[:, None], test[None]).all(-1).all(-1).any()
+    assert len({task_seed(0.5, s) for s in range(5)} | {task_seed(0.25, s) for s in range(5)}) == 10
+    a, b = regression_task(0.5, task_seed(0.5, 0)), regression_task(0.5, task_seed(0.5, 1))
+    x = inputs(4, 1)
+    assert not torch.allclose(a.targets(x), b.targets(x))  # another seed, another teacher

@@ -316,7 +316,8 @@ def claims(quick: bool = False) -> list[Claim]:
         syn_mechs, "Our reconstruction (the paper's definition is not in what we have; damcha/synthetic.py): the "
         "teacher is cross-head attention with metric A, one softmax per head. Models: one attention layer, width 64 "
         f"(each head's slice: 8 token and 8 position channels), {synthetic_steps(quick)} Adam steps of 64 fresh "
-        "sequences, scored on 1024 fixed ones. Sanity: MHA and DAMCHA must reach relative MSE below 0.1 at e = 0 "
+        "sequences, scored on 1024 fixed ones that no training batch contains; each seed draws its own teacher, so the "
+        "intervals include the teacher's variability. Sanity: MHA and DAMCHA must reach relative MSE below 0.1 at e = 0 "
         "(other systems that miss it are listed). Note that MHA's heads project the whole token, so MHA is not "
         "confined to A's diagonal blocks; DAMCHA's row-sum heads score their own slice only.",
         Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs[2:])))

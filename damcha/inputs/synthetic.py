@@ -111,6 +111,17 @@ def inputs(n: int, seed: int, T: int = T_SYN, D: int = D_SYN) -> torch.Tensor:
     return torch.randn(n, T, D, generator=torch.Generator().manual_seed(seed))
 
 
+# Beyond every training batch's generator seed (seed * 100_003 + step), so no overlap; below 2**32,
+# because torch's CPU generator seeds its Mersenne twister with the seed's low 32 bits only.
+TEST_INPUT_SEED = 2**32 - 1
+
+
+def task_seed(level: float, seed: int) -> int:
+    """The teacher (or class subspace) of a level for one training seed: drawn anew per seed, so the
+    intervals over seeds include the teacher's variability."""
+    return 1000 + int(level * 100) + 10_000 * seed
+
+
 class OneLayer(nn.Module):
     """One attention layer of a registered mechanism, a residual and a linear read-out (every position,
     or position 0 for classes). Head i's slice of the layer's input holds the token's i-th d-slice and
@@ -150,12 +161,13 @@ class SyntheticResult:
 def train_synthetic(variant: str, task: str, level: float, seed: int, steps: int, batch: int = 64,
                     n_test: int = 1024, lr: float = 3e-3) -> SyntheticResult:
     """Train one model on a synthetic task (fresh inputs every step) and score it on a fixed test set."""
-    task_seed = 1000 + int(level * 100)  # the same teacher for every model and seed of a level
+    if seed * 100_003 + steps >= TEST_INPUT_SEED:
+        raise ValueError("training batches would reach the test inputs' generator seed")
     if task == "regression":
-        teacher = regression_task(level, task_seed)
+        teacher = regression_task(level, task_seed(level, seed))  # every model of this seed sees this teacher
         target, outputs = teacher.targets, D_SYN
     else:
-        U = subspace(int(level), task_seed)
+        U = subspace(int(level), task_seed(level, seed))
         target, outputs = (lambda x: classification_labels(x, U)), T_SYN - 1
     torch.manual_seed(seed)
     model = OneLayer(variant, outputs)
@@ -169,7 +181,7 @@ def train_synthetic(variant: str, task: str, level: float, seed: int, steps: int
         opt.step()
     model.eval()
     with torch.no_grad():
-        x = inputs(n_test, 7)
+        x = inputs(n_test, TEST_INPUT_SEED)  # never a training batch
         out, _ = model(x)
         if task == "regression":
             y = target(x)
@@ -182,7 +194,7 @@ def train_synthetic(variant: str, task: str, level: float, seed: int, steps: int
 def teacher_sanity(level: float) -> float:
     """Relative MSE of the best linear read-out of the teacher's own attention output (near 0 if
     the task is what it says: a function of attention under A)."""
-    teacher = regression_task(level, 1000 + int(level * 100))
+    teacher = regression_task(level, task_seed(level, 0))
     x = inputs(2048, 3)
     z = teacher.head_outputs(x).reshape(-1, D_SYN)  # (N*T, D)
     y = teacher.targets(x).reshape(-1, D_SYN)
@@ -192,6 +204,6 @@ def teacher_sanity(level: float) -> float:
 
 def label_balance(d_e: int, n: int = 4096) -> np.ndarray:
     """Share of each class on n inputs (1 / (T - 1) each when balanced)."""
-    labels = classification_labels(inputs(n, 11), subspace(d_e, 1000 + d_e * 100))
+    labels = classification_labels(inputs(n, 11), subspace(d_e, task_seed(d_e, 0)))
     return np.bincount(labels.numpy(), minlength=T_SYN - 1) / n
 

@@ -57,7 +57,7 @@ def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int
     attention, attention_title = None, f"no layer {layer + 1} head {head + 1}"
     if layer in record.attention_layers and head < record.n_head:
         attention = record.attention_map(layer)[head]
-        attention_title = f"Attention, layer {layer + 1} head {head + 1}"
+        attention_title = f"Attention (query × key), layer {layer + 1} head {head + 1}"
     if record.task == "classification":
         loss, loss_labels = np.atleast_1d(record.token_loss if record.token_loss is not None else [np.nan]), ("class",)
     else:
@@ -127,8 +127,8 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
                                   thickness=10)
             fig.add_trace(trace, row=row, col=col)
             figures.style_axes(fig, style, M.shape, most=16, row=row, col=col)
-            if col == 2:  # its query labels would run into the structure's colour bar; the hover names them
-                fig.update_yaxes(showticklabels=False, row=row, col=col)
+            if col == 2:  # its query labels would run into the structure's colour bar; the title and hover name them
+                fig.update_yaxes(showticklabels=False, title="", row=row, col=col)
             if style.grid:
                 k = "" if (row - 1) * 3 + col == 1 else str((row - 1) * 3 + col)
                 for shape in figures.grid_shapes(style.grid, M.shape[0] // style.grid, f"x{k}", f"y{k}"):
