@@ -42,9 +42,9 @@ if unfit:
 bar = st.progress(0.0, text="Running each run on this input…")
 
 
-def record_of(r, k=[0]):  # noqa: B006 — the progress counter of this script run
-    k[0] += 1
-    bar.progress(k[0] / len(readable), text=f"{r.name} ({k[0]}/{len(readable)})")
+def record_of(r):
+    k = readable.index(r) + 1
+    bar.progress(k / len(readable), text=f"{r.name} ({k}/{len(readable)})")
     return inspection(r, epochs[r.name], inp, None)
 
 
@@ -67,9 +67,9 @@ with st.expander("Structure drawn for each run (default: its main one)"):
                                       format_func=lambda s, rec=rec: rec.structure(s).title)
                  for r, rec in results if rec.structures}
 
-needs_attention = [(r, rec) for r, rec in results if layer < rec.n_layer and layer not in rec.attention_layers]
 results = [(r, inspection(r, epochs[r.name], inp, None, tuple(rec.positions.tolist()), (layer,)))
-           if (r, rec) in needs_attention else (r, rec) for r, rec in results]  # layers beyond the budget, on demand
+           if layer < rec.n_layer and layer not in rec.attention_layers else (r, rec)
+           for r, rec in results]  # a layer beyond the inspection budget, fetched on demand
 
 st.subheader("Losses")
 st.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True,

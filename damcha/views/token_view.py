@@ -64,7 +64,6 @@ def token_view_data(record: InspectionRecord) -> dict:
         "signed": bool((record.attention < 0).any()),
         "colours": [HEAD_COLOURS[h % len(HEAD_COLOURS)] for h in range(record.n_head)],
         "norms": norms,
-        "norm_layers": {k: len(v) for k, v in norms.items()},
     }
 
 
