@@ -8,7 +8,15 @@ import streamlit as st
 
 from app.export_widgets import provenance, show
 from app.roots import SHIPPED_ROOT
-from damcha.evidence.claims import FAILS, HOLDS, SANITY_FAILED, EvidenceFileError, claims, load_results
+from damcha.evidence.claims import (
+    FAILS,
+    HOLDS,
+    SANITY_BOUNDS,
+    SANITY_FAILED,
+    EvidenceFileError,
+    claims,
+    load_results,
+)
 from damcha.views import figures
 
 st.title("Evidence")
@@ -19,7 +27,7 @@ except EvidenceFileError as e:
     st.error(f"The stored evidence cannot be shown: {e}")
     st.stop()
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about an hour on two cores; "
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (under 100 minutes on two cores; "
             "`--quick` for a smoke run).")
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
@@ -40,7 +48,10 @@ if newer and doc.get("complete", True):
             ". `python -m damcha evidence` adds them.")
 sanity = doc.get("sanity", {})
 if sanity:
-    st.caption("Sanity checks of the synthetic tasks: " + "; ".join(f"{k} = {v:.3g}" for k, v in sanity.items()))
+    st.caption("Checks of the synthetic tasks' construction (a claim that needs a failed one gets no verdict): " +
+               "; ".join(f"{k} = {v:.3g}" + (f" ({'passes' if v < SANITY_BOUNDS[k] else 'FAILS'}: below "
+                                             f"{SANITY_BOUNDS[k]:.3g})" if k in SANITY_BOUNDS else "")
+                         for k, v in sanity.items()))
 BADGE = {HOLDS: ":green-badge[holds]", FAILS: ":red-badge[does not hold]",
          SANITY_FAILED: ":gray-badge[not tested: sanity check failed]"}
 for claim in doc["claims"]:
@@ -82,6 +93,14 @@ for claim in doc["claims"]:
                                      "difference", zero_line=True),
              f"evidence_{claim['key']}_differences",
              provenance(f"evidence_{claim['key']}_differences", None, params={"claim": claim["key"]}))
+    pairs = comparisons[comparisons["measures"].notna()] if "measures" in comparisons else comparisons.iloc[:0]
+    if len(pairs):  # reported beside the verdict: what the other arms tell apart
+        label = pairs["measures"] + ": " + pairs["better"] + " vs " + pairs["than"]
+        show(figures.interval_figure(label, pairs["gain"], pairs["low"], pairs["high"],
+                                     "Reported, not counted: the contrasts between the other arms (above 0: the first "
+                                     "is better), 95% interval", "difference", zero_line=True),
+             f"evidence_{claim['key']}_contrasts",
+             provenance(f"evidence_{claim['key']}_contrasts", None, params={"claim": claim["key"]}))
     a, b = st.columns(2)
     details = pd.DataFrame(claim.get("details", claim["summary"]))
     if "metric" in details:  # one column per metric: mean [low, high]

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from damcha.evidence.efficiency import TRAINING_LAYERS
 from damcha.model.config import ModelConfig
 from damcha.runs.checkpoints import write_text_atomic
 
@@ -115,7 +116,8 @@ def claim_verdict(comparisons: list[dict]) -> str:
 class Arm:
     """One thing measured over seeds. kind: 'train' (variant on dataset, evaluated in `mode`),
     'adaptivity' (the gap M-bar vs M(x) of the trained `variant`), 'synthetic' (task, level),
-    'efficiency' (one layer of `variant` against one of MHA), 'constant' (`level` for every metric:
+    'efficiency' (one layer of `variant` against one of MHA; a synthetic arm's `variant` may also name one
+    of damcha.inputs.synthetic.SYNTHETIC_MODELS), 'constant' (`level` for every metric:
     a threshold the reference is compared with), 'baseline' (a trivial completion, `task` of
     damcha/evidence/baselines.py, on the dataset's validation images: no model, no seed dependence)."""
 
@@ -127,6 +129,7 @@ class Arm:
     mode: str = "full"
     task: str = ""
     level: float = 0.0
+    lrs: tuple[float, ...] = ()  # synthetic: a learning-rate grid, the best on a validation set kept (() = 3e-3)
 
     def unit(self, seed: int, quick: bool) -> str:
         return json.dumps([dataclasses.astuple(self), seed, quick])
@@ -168,8 +171,10 @@ class Claim:
     paper: dict = field(default_factory=dict)  # arm name -> the paper's number for `metric`, where it has one
     note: str = ""
     groups: tuple[tuple[str, ...], ...] = ()  # comparisons within groups (synthetic levels); () = all vs reference
-    verdict_against: str = ""  # only comparisons with arms named so count for the claim's verdict ("" = all)
+    verdict_against: str | tuple[str, ...] = ""  # only comparisons with arms named so count ("" = all)
     sanity: Sanity | None = None
+    requires: tuple[str, ...] = ()  # checks of `sanity_checks` (SANITY_BOUNDS) that must pass, else no verdict
+    pairs: tuple[tuple[str, str, str], ...] = ()  # (better, than, what it measures): reported, never counted
     columns: tuple[str, ...] = ()  # further metrics reported beside `metric`
     verdict_metrics: tuple[str, ...] = ()  # metrics compared for the verdict (default: `metric`)
     scale: str = ""  # how our scale differs from the paper's (default SCALE)
@@ -203,6 +208,8 @@ DIGIT_BASELINES = (Arm("training mean", kind="baseline", task="train_mean"),
 IMAGE_BASELINE = Arm("top half's mean colour", kind="baseline", task="top_mean_colour", dataset="sample-images")
 COMPLETION = ("val_completion_mse", "val_completion_mse_q25", "val_completion_mse_q75")
 COMPARABLE = 1.2  # "comparable" overhead: at most this multiple of MHA's
+TRAIN_STEP = f"train_step_ratio_{TRAINING_LAYERS}_layers"
+EFFICIENCY_BESIDE = ("time_ratio_eager_mha", "time_ratio_non_causal", TRAIN_STEP)  # as efficiency_ratios names them
 EFFICIENCY_CASE = dict(T=256, batch=4)
 EFFICIENCY_CONFIG = ModelConfig(vocab_size=256, block_size=256, n_layer=1, n_head=8, n_embd=128,
                                 generator_widths=(256, 512))  # the benchmark's causal layer
@@ -240,27 +247,30 @@ def claims(quick: bool = False) -> list[Claim]:
                        "DAMCHA row in what we have).", "time_ratio", True,
                        (*(Arm(m, kind="efficiency", variant=m) for m in ("damcha", *mechs[1:], *newer)),
                         Arm(f"comparable ({COMPARABLE}x MHA)", kind="constant", level=COMPARABLE)), "damcha",
-                       columns=("params_ratio", "flops_ratio", "memory_ratio"),
-                       verdict_metrics=("params_ratio", "flops_ratio", "time_ratio", "memory_ratio"),
+                       columns=("params_ratio", "flops_ratio", "memory_ratio", *EFFICIENCY_BESIDE),
+                       verdict_metrics=("params_ratio", "flops_ratio", "time_ratio", "memory_ratio", TRAIN_STEP),
                        verdict_against="comparable", scale=EFFICIENCY_SCALE,
                        note=f"One causal layer, D = 128, H = 8, T = {EFFICIENCY_CASE['T']}, batch "
                             f"{EFFICIENCY_CASE['batch']}, DAMCHA's f with widths (256, 512), against one MHA layer "
                             "in the same process (as benchmarks/bench.py): parameters, FLOPs counted by torch, median "
-                            "time (interleaved) and peak memory (fresh process). A seed is a repeat of the "
-                            f"measurement. \"Comparable\" is read as at most {COMPARABLE}x MHA.")
+                            "time (interleaved) and peak memory (fresh process); beside them the time against MHA "
+                            "written out (explicit softmax, not torch's fused kernel: a second denominator), the "
+                            f"non-causal layer's time, and one training step (forward, backward, Adam) of a "
+                            f"{TRAINING_LAYERS}-layer model (f shared over the stack), which counts for the verdict. A "
+                            f"seed is a repeat of the measurement. \"Comparable\" is read as at most {COMPARABLE}x MHA.")
     depths = (1, 5) if quick else (1, 3, 5)
     depth = Claim("table3_depth", "Table 3: depth of f(x)",
                   "Table 3: \"Ablation on the capacity of the standard DAMCHA's f(x) at different depth\" (FID@Top-50 "
                   "on CIFAR-10: 77.97, 75.79, 71.07 for 1, 3, 5 layers).", "val_nll", True,
                   tuple(Arm(f"f depth {k}", overrides=(("generator_widths", F_DEPTHS[k]),)) for k in depths),
-                  f"f depth {depths[-1]}", columns=COMPLETION,
+                  f"f depth {depths[-1]}", columns=COMPLETION, min_seeds=5,
                   note="Tested: the deepest f beats the shallower ones (the direction of the paper's CIFAR-10 "
                        "FID@Top-50 column). Hidden widths: " + "; ".join(f"{k}: {F_DEPTHS[k]}" for k in depths) + ".")
     table4 = Claim("table4_ablations", "Table 4: w/o f(x) and w/o sharing against DAMCHA",
                    "\"Blue ↓ indicates the relative degradation w.r.t. DAMCHA\": w/o f(x)+share −2.37% and w/o share "
                    "−0.58% FID on CIFAR-10.", "val_nll", True,
                    (Arm("damcha"), Arm("w/o f(x)", variant="damcha-static"), Arm("w/o sharing", variant="damcha-unshared")),
-                   "damcha", columns=COMPLETION)
+                   "damcha", columns=COMPLETION, min_seeds=5)
     table3 = Claim("table3_modes", "Table 3: full against diagonal-only and off-diagonal-only inference",
                    "Table 3: \"inference using full-, diagonal-only, and off-diagonal-only metric matrices\" (diagonal-only "
                    "FID@Top-50 102.5 against 77.97 for the full metric at 1 layer on CIFAR-10).", "val_nll", True,
@@ -306,27 +316,89 @@ def claims(quick: bool = False) -> list[Claim]:
                        "dependence helps. Table 4's trained w/o f(x) comparison is the test of the paper's claim.",
                        note="Gap = loss with M-bar (the mean of M over 256 validation inputs) − loss with M(x).")
     levels = (0.0, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0)
-    dims = (2,) if quick else (2, 4, 8, 16, 32)
-    syn_mechs = ("mha", "damcha") if quick else ("mha", "damcha", "damcha-bilinear", "tha", "dcmha", "colmha",
-                                                 "mma", "moa")
+    steps = synthetic_steps(quick)
+    lrs = SYNTHETIC_LRS[:2] if quick else SYNTHETIC_LRS
+    regression_lrs = SYNTHETIC_LRS[:2] if quick else SYNTHETIC_LRS[1:]
+    grid = ("Each of {} trains at learning rates {} and keeps the one best on 1024 validation sequences (a generator "
+            "seed of their own), scored on the test set; the chosen rate is the `lr` column.")
+    slice_arms = ("mha", "mha-slice", "damcha", "damcha-static", "damcha-bilinear", "damcha-static-bilinear")
+    syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear") if quick else \
+        (*slice_arms, "tha", "dcmha", "colmha", "mma", "moa")
     regression = synthetic_claim(
         "fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",
         "Figure 12: \"Cross-subspace regression: DAMCHA vs. MHA. (a) comparison results (testing MSE) under different "
         "entanglement levels. (b) DAMCHA's relative advantage.\"", "relative_mse", True, "regression", "e", levels,
-        syn_mechs, "Our reconstruction (the paper's definition is not in what we have; damcha/synthetic.py): the "
+        syn_mechs, "Our reconstruction (the paper's definition is not in what we have; damcha/inputs/synthetic.py): the "
         "teacher is cross-head attention with metric A, one softmax per head. Models: one attention layer, width 64 "
-        f"(each head's slice: 8 token and 8 position channels), {synthetic_steps(quick)} Adam steps of 64 fresh "
+        f"(each head's slice: 8 token and 8 position channels), {steps} Adam steps of 64 fresh "
         "sequences, scored on 1024 fixed ones that no training batch contains; each seed draws its own teacher, so the "
-        "intervals include the teacher's variability. Sanity: MHA and DAMCHA must reach relative MSE below 0.1 at e = 0 "
-        "(other systems that miss it are listed). Note that MHA's heads project the whole token, so MHA is not "
-        "confined to A's diagonal blocks; DAMCHA's row-sum heads score their own slice only.",
-        Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs[2:])))
+        "intervals include the teacher's variability. "
+        + grid.format("MHA, the slice MHA and the four DAMCHA arms", ", ".join(map(str, regression_lrs)))
+        + " The grid is the default rate and one above it: in a probe at e = 0.5 the static bilinear form reached "
+        "0.17 at 3e-3, 0.003 at 1e-2 and 0.36 at 1e-3. The other systems train at 3e-3, as before the grid existed. "
+        "MHA's heads project the whole token, so MHA represents every "
+        "level exactly (each teacher head is a bilinear form of rank 8 ≤ its head width 16): the informative "
+        "comparisons are the reported pairs — the static bilinear form against the slice-restricted MHA (cross-head "
+        "capacity), the row sum against it (predicted tie: a row-sum head scores its own slice only, as "
+        "damcha-static is exactly a slice MHA), full MHA against the bilinear form. Sanity: the teacher's batched "
+        "code equals an explicit loop, an oracle model at the teacher's parameters reproduces it, MHA and DAMCHA "
+        "reach relative MSE below 0.1 at e = 0 (other systems that miss it are listed).",
+        Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs if m not in ("mha", "damcha"))),
+        requires=REGRESSION_CHECKS, lrs=regression_lrs, tuned=slice_arms,
+        pairs=(("damcha-static-bilinear", "mha-slice", "cross-head capacity (static)"),
+               ("damcha", "mha-slice", "row sum against the diagonal blocks (predicted tie)"),
+               ("mha", "damcha-static-bilinear", "full-token MHA against the bilinear form"),
+               ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)")))
+    codes = (1, 24) if quick else (1, 4, 24)
+    perm_arms = ("mha", "damcha", "damcha-static", "damcha-bilinear", "damcha-static-bilinear") if quick else slice_arms
+    permutation = synthetic_claim(
+        "permutation_relations", "Beyond the paper: head relations that change per input (our task)",
+        "\"it parameterizes the metric matrix as an input-dependent function, enabling the attention geometry to "
+        "dynamically adapt\" (abstract): a task where the relation between heads changes with the input.",
+        "relative_mse", True, "permutation", "K", codes, perm_arms,
+        "Our task (damcha/inputs/synthetic.py): each sequence draws one of K codes, carried as an offset by every "
+        "token; teacher head i scores x_{t,i} · x_{s,π_k(i)} for the code's slice permutation π_k (K = 1: one cyclic "
+        "shift; 4: the cyclic shifts; 24: all), averages its own slice, and the heads are mixed by an orthogonal W. "
+        "A static model has one relation for every input; only an input-dependent cross-head metric can follow K = "
+        "24; a row-sum head scores its own slice only, so it cannot represent even K = 1. Counted: DAMCHA against "
+        f"MHA and against w/o f(x) at each K. Models and budget as in Fig. 12 ({steps} steps, lr 3e-3). Sanity: the "
+        "teacher's batched code equals an explicit loop (per-sequence relations), an oracle at K = 1 reproduces the "
+        "teacher, and MHA and the static bilinear form learn K = 1 (below 0.1).",
+        Sanity((f"mha K={codes[0]}", f"damcha-static-bilinear K={codes[0]}"), 0.1, "below",
+               (f"damcha-bilinear K={codes[0]}",)),
+        requires=PERMUTATION_CHECKS, against=("mha ", "damcha-static "),
+        pairs=(("damcha-bilinear", "damcha-static-bilinear", "input dependence with cross-head blocks"),
+               ("damcha", "damcha-static", "input dependence under the row sum"),
+               ("damcha-bilinear", "damcha", "cross-head blocks, input-dependent"),
+               ("damcha-bilinear", "mha", "adaptive bilinear against MHA")))
+    dims = (2,) if quick else (2, 4, 8, 16, 32)
+    cls_arms = ("mha", "mha-slice", "damcha") if quick else slice_arms[:5]
     classification = synthetic_claim(
         "fig13_classification", "Fig. 13 (our reconstruction): cross-subspace classification",
         "Figure 13: \"Cross-subspace classification: DAMCHA vs. MHA. (a) Comparison results (accuracy %) under "
-        "different d_e.\"", "accuracy", False, "classification", "d_e", dims, syn_mechs,
-        "Our reconstruction (damcha/synthetic.py); models and budget as in Fig. 12. Chance is 1/15 = 0.067. Sanity: "
-        "MHA must exceed 0.5 at the smallest d_e.", Sanity((f"mha d_e={dims[0]}",), 0.5, "above"))
+        "different d_e.\"", "accuracy", False, "classification", "d_e", dims, cls_arms,
+        f"Our reconstruction (damcha/inputs/synthetic.py); models as in Fig. 12, {steps} steps. "
+        f"{grid.format('the arms', ', '.join(map(str, lrs)))} The subspace "
+        "is random in the whole space (the entanglement knob below moves it into one head's slice). Chance is 1/15 = "
+        "0.067. Sanity: MHA must exceed 0.5 at the smallest d_e.", Sanity((f"mha d_e={dims[0]}",), 0.5, "above"),
+        requires=CLASSIFICATION_CHECKS, lrs=lrs,
+        pairs=(("damcha-static", "damcha", "w/o f(x) against DAMCHA (does f train?)"),
+               ("mha-slice", "damcha", "slice MHA against the row sum")))
+    spread = (0.0, 1.0) if quick else (0.0, 0.5, 1.0)
+    entanglement = synthetic_claim(
+        "fig13_entanglement", "Fig. 13 (our reconstruction): the class subspace from one head's slice to all",
+        "Figure 13 (as above), with an entanglement knob: at e = 0 the subspace lies inside one head's slice, which "
+        "a head of every per-head mechanism represents exactly; at e = 1 it is spread over all slices.",
+        "accuracy", False, "subspace-spread", "e", spread, cls_arms,
+        f"d_e = 4; the subspace spans √(1 − e) U_in + √e U_all (damcha/inputs/synthetic.py). {grid.format('the arms', ', '.join(map(str, lrs)))} "
+        "Sanity: DAMCHA "
+        "and the slice-restricted MHA must learn the easy end (above 0.5 at e = 0): where they do not, the harder "
+        "levels say nothing about cross-subspace ability.",
+        Sanity((f"damcha e={spread[0]}", f"mha-slice e={spread[0]}"), 0.5, "above",
+               tuple(f"{m} e={spread[0]}" for m in cls_arms if m not in ("damcha", "mha-slice"))),
+        requires=CLASSIFICATION_CHECKS, lrs=lrs,
+        pairs=(("damcha-static", "damcha", "w/o f(x) against DAMCHA (does f train?)"),
+               ("mha-slice", "damcha", "slice MHA against the row sum")))
     newer_claim = Claim("newer_head_interaction", "Beyond the paper: the newer head-interaction mechanisms (digits)",
                         QUOTE_ABSTRACT + " The paper predates differential attention (Ye et al. 2025), interleaved "
                         "head attention (Duvvuri et al. 2026) and knocking heads (Zhou et al. 2025); a reviewer would "
@@ -338,20 +410,28 @@ def claims(quick: bool = False) -> list[Claim]:
                         note="Not a claim of the paper: the same comparison as Table 1 digits (same sizes, schedule and "
                              "seeds; MHA and DAMCHA are the same runs), against mechanisms published after it. "
                              "Knocking heads is a control: shared parameters, no mixing of heads.")
-    return [table1, images, efficiency, depth, table4, table3, table5, table6, adaptivity, regression, classification,
-            newer_claim]
+    return [table1, images, efficiency, depth, table4, table3, table5, table6, adaptivity, regression, permutation,
+            classification, entanglement, newer_claim]
 
 
 def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_better: bool, task: str,
-                    label: str, levels: tuple, mechs: tuple[str, ...], note: str, sanity: Sanity) -> Claim:
-    """A cross-subspace task over levels: every mechanism at every level, compared within a level
-    (the verdict counts the comparisons with MHA)."""
+                    label: str, levels: tuple, mechs: tuple[str, ...], note: str, sanity: Sanity,
+                    requires: tuple[str, ...] = (), pairs: tuple = (), lrs: tuple[float, ...] = (),
+                    tuned: tuple[str, ...] | None = None, against: tuple[str, ...] = ("mha ",)) -> Claim:
+    """A synthetic task over levels: every model at every level, compared with DAMCHA within a level (the
+    verdict counts the comparisons with the arms `against` names); `pairs` (better, than, what it
+    measures) are reported at every level, never counted. lrs: the learning-rate grid of the models in
+    `tuned` (default all)."""
     def name(m, level):
         return f"{m} {label}={level}"
     return Claim(key, title, statement, metric, lower_is_better,
-                 tuple(Arm(name(m, v), kind="synthetic", variant=m, task=task, level=v) for v in levels for m in mechs),
+                 tuple(Arm(name(m, v), kind="synthetic", variant=m, task=task, level=v,
+                           lrs=lrs if tuned is None or m in tuned else ()) for v in levels for m in mechs),
                  "", note=note, groups=tuple(tuple(name(m, v) for m in mechs) for v in levels),
-                 verdict_against="mha ", sanity=sanity, columns=("parameters",), scale=SYNTHETIC_SCALE)
+                 verdict_against=tuple(against), sanity=sanity, requires=requires,
+                 pairs=tuple((name(a, v), name(b, v), what) for v in levels for a, b, what in pairs
+                             if a in mechs and b in mechs),
+                 columns=("parameters", "lr"), scale=SYNTHETIC_SCALE)
 
 
 def train_settings(dataset: str, quick: bool) -> dict:
@@ -373,6 +453,9 @@ def synthetic_steps(quick: bool) -> int:
     return 20 if quick else 1500
 
 
+SYNTHETIC_LRS = (1e-3, 3e-3, 1e-2)  # the learning-rate grid of the classification tasks
+
+
 def run_unit(arm: Arm, seed: int, quick: bool, work: Path) -> dict[str, float]:
     """The metrics of one arm at one seed (training what it needs, resuming where a run stopped)."""
     if arm.kind == "constant":
@@ -385,9 +468,11 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path) -> dict[str, float]:
     if arm.kind == "synthetic":
         from damcha.inputs.synthetic import train_synthetic
 
-        result = train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick))
-        return {"relative_mse" if arm.task == "regression" else "accuracy": result.score,
-                "parameters": float(result.parameters)}
+        result = train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
+                                 **({"lrs": arm.lrs} if arm.lrs else {}))
+        metric = "relative_mse" if result.kind == "regression" else "accuracy"
+        return {metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
+                **{f"validation_{metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
     if arm.kind == "efficiency":
         from damcha.evidence.efficiency import efficiency_ratios
 
@@ -433,7 +518,7 @@ def metric_values(claim: Claim, values: dict[str, list[dict]], metric: str) -> d
     return {arm: [row.get(metric, row.get("constant", math.nan)) for row in rows] for arm, rows in values.items()}
 
 
-RATIO_METRICS = ("params_ratio", "flops_ratio", "time_ratio", "memory_ratio", "relative_mse")
+RATIO_METRICS = ("params_ratio", "flops_ratio", "time_ratio", "memory_ratio", "relative_mse", *EFFICIENCY_BESIDE)
 
 
 def _on_scale(claim: Claim, metric: str, values) -> np.ndarray:
@@ -468,8 +553,26 @@ def unbeaten_baselines(claim: Claim, values: dict[str, list[dict]]) -> list[str]
     return lines
 
 
-def summarise(claim: Claim, values: dict[str, list[dict]]) -> dict:
-    """Per-arm means and intervals, comparisons with the reference (or within groups), verdicts."""
+def _comparison(claim: Claim, metric: str, by_arm: dict[str, list[float]], better: str, than: str) -> dict:
+    """`better` against `than`, paired by seed, in the paper's direction (log ratios for ratio metrics)."""
+    sign = -1.0 if claim.lower_is_better else 1.0
+    gains = sign * (_on_scale(claim, metric, by_arm[better]) - _on_scale(claim, metric, by_arm[than]))
+    v, m, lo, hi = verdict(gains)
+    test = paired_test(gains)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = float(np.exp(np.mean(np.log(np.asarray(by_arm[better], float) / np.asarray(by_arm[than], float)))))
+    return {"metric": metric, "better": better, "than": than, "gain": m, "low": lo, "high": hi,
+            "scale": "log ratio" if metric in RATIO_METRICS else "difference", "ratio": ratio,
+            "p": test["p"], "sd": test["sd"], "mdd": test["mdd"], "n": test["n"], "verdict": v}
+
+
+def _measured(values: list[float]) -> bool:
+    return not np.isnan(np.asarray(values, float)).all()  # a baseline has no NLL
+
+
+def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, float] | None = None) -> dict:
+    """Per-arm means and intervals, comparisons with the reference (or within groups) and the claim's
+    reported pairs, verdicts. checks: the values of `sanity_checks`, for the claim's `requires`."""
     primary = metric_values(claim, values, claim.metric)
     summary, details = [], []
     for arm in claim.arms:
@@ -480,31 +583,22 @@ def summarise(claim: Claim, values: dict[str, list[dict]]) -> dict:
         for arm, vs in metric_values(claim, values, metric).items():
             m, lo, hi = _interval(claim, metric, vs)
             details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
-    sign = -1.0 if claim.lower_is_better else 1.0
     groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
     comparisons = []
     for metric in claim.compared:
         by_arm = metric_values(claim, values, metric)
-        log = metric in RATIO_METRICS
         for group in groups:
             ref = next((g for g in group if g.startswith(claim.reference) and claim.reference), group[0]) \
                 if claim.reference else next(g for g in group if g.startswith("damcha ") or g == "damcha")
             for other in group:
-                if other == ref or np.isnan(np.asarray(by_arm[other], float)).all() or \
-                        np.isnan(np.asarray(by_arm[ref], float)).all():  # a baseline has no NLL
+                if other == ref or not _measured(by_arm[other]) or not _measured(by_arm[ref]):
                     continue
-                ref_v, other_v = _on_scale(claim, metric, by_arm[ref]), _on_scale(claim, metric, by_arm[other])
-                gains = sign * (ref_v - other_v)  # log ratios for ratio metrics
-                v, m, lo, hi = verdict(gains)
-                test = paired_test(gains)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ratio = float(np.exp(np.mean(np.log(np.asarray(by_arm[ref], float) / np.asarray(by_arm[other], float)))))
                 control = ref in claim.controls or other in claim.controls
-                comparisons.append({"metric": metric, "better": ref, "than": other, "gain": m, "low": lo, "high": hi,
-                                    "scale": "log ratio" if log else "difference", "ratio": ratio,
-                                    "p": test["p"], "sd": test["sd"], "mdd": test["mdd"], "n": test["n"],
-                                    "verdict": v, "control": control,
+                comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
                                     "counted": other.startswith(claim.verdict_against) and not control})
+        for better, than, measures in claim.pairs:
+            comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
+                                "measures": measures})
     counted = [c for c in comparisons if c["counted"]]
     for c, rejected in zip(counted, holm([c["p"] for c in counted])):
         c["holm_rejected"] = rejected
@@ -517,22 +611,37 @@ def summarise(claim: Claim, values: dict[str, list[dict]]) -> dict:
         means = {r["arm"]: r["mean"] for r in summary}
         result["sanity_failures"] = claim.sanity.misses(means, claim.sanity.arms)
         result["sanity_caveats"] = claim.sanity.misses(means, claim.sanity.also)
-        if result["sanity_failures"]:
-            result["verdict"] = SANITY_FAILED
+    result["sanity_failures"] += failed_checks(checks or {}, claim.requires)
+    if result["sanity_failures"]:
+        result["verdict"] = SANITY_FAILED
     return result
 
 
+def arm_spec(arm: Arm) -> list:
+    return list(json.loads(json.dumps(dataclasses.astuple(arm))))
+
+
+def same_arm(arm: Arm, stored: list | None) -> bool:
+    """Whether an earlier document's arm of this name is this arm. Documents before arms were stored name
+    only; they predate the fields added since (`lrs`), so theirs had those fields' defaults."""
+    if stored is None:
+        return arm == dataclasses.replace(arm, lrs=())
+    return arm_spec(arm) == stored
+
+
 def reusable_units(previous: dict, quick: bool, redo: tuple[str, ...] = ()) -> dict[str, dict]:
-    """unit -> value for the arms of an earlier results document that the claims still define by the same
-    name, except the claims and variants named in `redo` (their code changed since, or they are timed)."""
+    """unit -> value for the arms of an earlier results document that the claims still define alike (same
+    name and definition), except the claims and variants named in `redo` (their code changed since, or
+    they are timed)."""
     known = {c.key: c for c in claims(quick)}
     units = {}
     for stored in previous.get("claims", []):
         claim = known.get(stored.get("key"))
         if claim is None or claim.key in redo or bool(previous.get("quick")) != quick:
             continue
+        specs = stored.get("arms", {})
         for arm in claim.arms:
-            if arm.variant in redo and arm.kind != "constant":
+            if arm.variant in redo and arm.kind != "constant" or not same_arm(arm, specs.get(arm.name)):
                 continue
             for seed, value in enumerate(stored.get("values", {}).get(arm.name, [])):
                 units.setdefault(arm.unit(seed, quick), value)
@@ -607,7 +716,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                                       "metric": claim.metric, "columns": list(claim.columns),
                                       "lower_is_better": claim.lower_is_better, "note": claim.note,
                                       "scale": claim.scale or SCALE, "seeds": claim.seeds(seeds, quick),
-                                      "values": values, **summarise(claim, values)}
+                                      "arms": {a.name: arm_spec(a) for a in claim.arms},
+                                      "values": values, **summarise(claim, values, sanity)}
                 _write_csv(out / f"{claim.key}.csv", written[claim.key])
         doc["claims"] = [written[c.key] for c in chosen if c.key in written]
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
@@ -666,13 +776,40 @@ def run_task(units: list[tuple[Arm, int]], quick: bool, work: Path) -> list[tupl
     return results
 
 
-def sanity_checks() -> dict:
-    """What must hold before the synthetic numbers are believed."""
-    from damcha.inputs.synthetic import cross_head_share, label_balance, teacher_metric, teacher_sanity
+# Checks of the synthetic tasks' construction (not of any trained model): name -> the bound its value stays below.
+SANITY_BOUNDS = {
+    "regression teacher: batched vs loop reference, max abs": 1e-4,
+    "permutation teacher (K = 24): batched vs loop reference, max abs": 1e-4,
+    "regression oracle at the teacher's parameters: relative MSE": 1e-6,
+    "permutation oracle (K = 1) at the teacher's parameters: relative MSE": 1e-6,
+    "regression teacher e = 0.25: cross-head share minus 0.25, abs": 1e-6,
+    "classes d_e = 4: largest share minus 1/15": 0.02,
+}
+REGRESSION_CHECKS = tuple(k for k in SANITY_BOUNDS if k.startswith("regression"))
+PERMUTATION_CHECKS = tuple(k for k in SANITY_BOUNDS if k.startswith("permutation"))
+CLASSIFICATION_CHECKS = tuple(k for k in SANITY_BOUNDS if k.startswith("classes"))
 
-    return {"teacher_attention_relative_mse": teacher_sanity(0.5),
-            "entanglement_share_at_0.25": cross_head_share(teacher_metric(0.25, 1)),
-            "largest_class_share_d_e_4": float(label_balance(4).max())}
+
+def sanity_checks() -> dict[str, float]:
+    """What must hold before the synthetic numbers are believed (SANITY_BOUNDS): the teachers' batched
+    code against explicit loops, oracle models at the teachers' parameters, the entanglement share,
+    the class balance."""
+    from damcha.inputs import synthetic as syn
+
+    values = [syn.loop_reference_error(syn.regression_task(0.5, syn.task_seed(0.5, 0))),
+              syn.loop_reference_error(syn.permutation_task(24, syn.task_seed(24, 0))),
+              syn.oracle_error(syn.regression_task(0.5, syn.task_seed(0.5, 0))),
+              syn.oracle_error(syn.permutation_task(1, syn.task_seed(1, 0))),
+              abs(syn.cross_head_share(syn.teacher_metric(0.25, 1)) - 0.25),
+              float(syn.label_balance(4).max()) - 1 / 15]
+    return dict(zip(SANITY_BOUNDS, values))
+
+
+def failed_checks(checks: dict[str, float], names: tuple[str, ...]) -> list[str]:
+    """The named checks that are missing or not below their bound, as sentences."""
+    return [f"{name}: {checks[name]:.3g} (needs below {SANITY_BOUNDS[name]:.3g})" if name in checks else
+            f"{name}: not computed" for name in names
+            if name not in checks or not checks[name] < SANITY_BOUNDS[name]]
 
 
 def _write_csv(path: Path, result: dict) -> None:

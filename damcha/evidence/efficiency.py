@@ -26,17 +26,36 @@ def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
     return cfg.mechanism.single_layer(cfg)
 
 
-def make_layer(cfg: ModelConfig, variant: str) -> Callable[[torch.Tensor], torch.Tensor]:
+def make_layer(cfg: ModelConfig, variant: str, eager: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
     """One attention layer of a registered variant for inference, frozen as load_model returns
-    models (a frozen DAMCHA layer keeps its folded generator weights between calls)."""
+    models (a frozen DAMCHA layer keeps its folded generator weights between calls). eager: with
+    explicit attention weights (for MHA: softmax(QKᵀ) V written out, not torch's fused kernel)."""
     cfg = layer_variant_config(cfg, variant)
     torch.manual_seed(0)
     attn = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
     options = cfg.mechanism.options(None)
 
     def run(x):
-        return attn(x, None, None, cfg.causal, options).y
+        return attn(x, None, None, cfg.causal, options, need_weights=eager).y
     return run
+
+
+def make_training_step(cfg: ModelConfig, variant: str, layers: int, T: int, batch: int) -> Callable[[], None]:
+    """One optimiser step (forward, backward, Adam) of a whole `layers`-layer model of `variant` on random
+    tokens: the cost a user training it pays, generator shared over the stack as the paper's default."""
+    from damcha.model.transformer import build_model
+
+    model = build_model(dataclasses.replace(variant_config(cfg, variant), n_layer=layers), seed=0)
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    g = torch.Generator().manual_seed(0)
+    tokens, targets = (torch.randint(cfg.vocab_size, (batch, T), generator=g) for _ in range(2))
+
+    def step():
+        out = model(tokens, targets=targets)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+    return step
 
 
 def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
@@ -112,13 +131,27 @@ def peak_memory_mb(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+TRAINING_LAYERS = 4  # the whole-model training step of the efficiency claim
+
+
 def efficiency_ratios(cfg: ModelConfig, variant: str, T: int, batch: int, repeats: int = 10) -> dict:
-    """One layer of `variant` against one of MHA: parameters, FLOPs, time and peak memory as ratios."""
+    """One layer of `variant` against one of MHA: parameters, FLOPs, time and peak memory as ratios; beside
+    them the time against MHA written out (eager, explicit softmax), the non-causal layer's time, and a
+    TRAINING_LAYERS-layer model's training step."""
     x = torch.randn(batch, T, cfg.n_embd)
-    layer, mha = make_layer(cfg, variant), make_layer(cfg, "mha")
+    layer, mha, eager = make_layer(cfg, variant), make_layer(cfg, "mha"), make_layer(cfg, "mha", eager=True)
+    bidirectional = dataclasses.replace(cfg, causal=False, n_classes=2)  # (a non-causal model classifies)
+    layer_nc, mha_nc = make_layer(bidirectional, variant), make_layer(bidirectional, "mha")
     with torch.no_grad():
         tv, tm = interleaved(lambda: layer(x), lambda: mha(x), repeats)
+        tv_e, te = interleaved(lambda: layer(x), lambda: eager(x), repeats)
+        tv_nc, tm_nc = interleaved(lambda: layer_nc(x), lambda: mha_nc(x), repeats)
+    ts, tsm = interleaved(make_training_step(cfg, variant, TRAINING_LAYERS, T, batch),
+                          make_training_step(cfg, "mha", TRAINING_LAYERS, T, batch), max(3, repeats // 2), warmup=2)
     return {"params_ratio": layer_parameters(cfg, variant) / layer_parameters(cfg, "mha"),
             "flops_ratio": layer_flops_counted(cfg, variant, T, batch) / layer_flops_counted(cfg, "mha", T, batch),
             "time_ratio": tv / tm,
-            "memory_ratio": peak_memory_mb(cfg, variant, T, batch) / peak_memory_mb(cfg, "mha", T, batch)}
+            "memory_ratio": peak_memory_mb(cfg, variant, T, batch) / peak_memory_mb(cfg, "mha", T, batch),
+            "time_ratio_eager_mha": tv_e / te,
+            "time_ratio_non_causal": tv_nc / tm_nc,
+            f"train_step_ratio_{TRAINING_LAYERS}_layers": ts / tsm}
