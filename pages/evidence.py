@@ -27,7 +27,7 @@ except EvidenceFileError as e:
     st.error(f"The stored evidence cannot be shown: {e}")
     st.stop()
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (under 100 minutes on two cores; "
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 110 minutes on two cores; "
             "`--quick` for a smoke run).")
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "

@@ -18,6 +18,13 @@ streamlit.config.get_config_options(force_reparse=True)
 os.environ.setdefault("DAMCHA_CACHE", tempfile.mkdtemp(prefix="damcha-test-cache-"))
 os.environ.setdefault("DAMCHA_INPUT_STORE", tempfile.mkdtemp(prefix="damcha-test-inputs-"))
 
+# Under pytest-xdist each worker is its own torch process: with torch's default of one thread per core,
+# the workers (and the servers and commands the tests start) oversubscribe the cores, and spinning
+# OpenMP threads turn the millisecond steps of tiny models into seconds. One thread each.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Variants from the registry, never a hand-kept list: every registered one, and those whose
 # mechanism scores with a metric M (the tests of the metric paths).
 ALL_VARIANTS = variant_names()

@@ -36,8 +36,10 @@ VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: t
                 "correction needed); it does not hold when a counted comparison goes against the paper and stays "
                 "significant after Holm's correction over the claim's counted comparisons (family-wise 5%); otherwise "
                 "it is inconclusive at this scale, and the minimum difference these seeds could detect (80% power, "
-                "5% two-sided) is shown beside the observed one. Control arms are reported, never counted. A claim "
-                "that holds by the arithmetic of the mechanism rather than by anything learned says so.")
+                "5% two-sided) is shown beside the observed one. Control arms, and contrasts between other arms, are "
+                "reported, never counted. A claim whose task fails a construction check or whose easiest level its "
+                "named models do not learn gets no verdict, with the reason. A claim that holds by the arithmetic of "
+                "the mechanism rather than by anything learned says so.")
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 SANITY_FAILED = "not tested: the sanity check failed"
 FAMILY_ALPHA, POWER = 0.05, 0.80

@@ -136,9 +136,6 @@ class RegressionTask:
         x = inputs(n, seed)
         return x, self.targets(x)
 
-    def metric_of(self, x: torch.Tensor) -> torch.Tensor:
-        return self.A
-
 
 def teacher_metric(entanglement: float, seed: int, D: int = D_SYN, H: int = H_SYN) -> torch.Tensor:
     """A whose cross-head blocks hold exactly `entanglement` of its squared Frobenius norm."""
