@@ -11,6 +11,7 @@ from app.roots import SHIPPED_ROOT
 from damcha.evidence.claims import (
     FAILS,
     HOLDS,
+    RATIO_METRICS,
     SANITY_BOUNDS,
     SANITY_FAILED,
     EvidenceFileError,
@@ -81,7 +82,7 @@ for claim in doc["claims"]:
     better = "lower" if claim["lower_is_better"] else "higher"
     show(figures.interval_figure(summary["arm"], summary["mean"], summary["low"], summary["high"],
                                  f"{claim['metric']} ({better} is better), mean over seeds with 95% interval",
-                                 claim["metric"], list(summary["paper"])),
+                                 claim["metric"], list(summary["paper"]), log_scale=claim["metric"] in RATIO_METRICS),
          f"evidence_{claim['key']}", provenance(f"evidence_{claim['key']}", None, params={"claim": claim["key"]}))
     comparisons = pd.DataFrame(claim["comparisons"])
     counted = comparisons[comparisons["counted"]] if "counted" in comparisons else comparisons

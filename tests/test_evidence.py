@@ -310,6 +310,9 @@ def test_interval_figure_puts_the_papers_numbers_on_their_own_axis():
     ours, paper = fig.data
     assert list(ours.error_y.array) == [0.5, 0.5] and list(ours.error_y.arrayminus) == [0.5, 0.5]
     assert paper.yaxis == "y2" and math.isnan(paper.y[0]) and paper.y[1] == 120.0
+    assert fig.layout.yaxis.type != "log"
+    ratios = interval_figure(["a", "b"], [0.002, 0.04], [0.001, 0.0001], [0.003, 16.0], paper=[None, 1.0], log_scale=True)
+    assert ratios.layout.yaxis.type == "log" and ratios.layout.yaxis2.type != "log"
     differences = interval_figure(["a"], [0.1], [-0.1], [0.3], zero_line=True)
     assert len(differences.data) == 1 and differences.layout.shapes[0].y0 == 0
 

@@ -703,9 +703,11 @@ def block_means(z: np.ndarray, f: int) -> np.ndarray:
 
 def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
                     title: str = "", y_title: str = "", paper: Sequence[float | None] | None = None,
-                    zero_line: bool = False) -> go.Figure:
+                    zero_line: bool = False, log_scale: bool = False) -> go.Figure:
     """Means over seeds with their 95% intervals (error bars), and the paper's number where it has one
-    (on a right-hand axis: the paper's numbers come from other data sets and scales). zero_line: a dotted line at 0, for differences whose sign is the verdict."""
+    (on a right-hand axis: the paper's numbers come from other data sets and scales). zero_line: a dotted line at 0, for differences whose sign is the verdict.
+    log_scale: a log y axis, for ratios (their means and intervals are geometric, so one wide interval
+    would flatten every other arm on a linear axis)."""
     means = np.asarray(means, dtype=float)
     up = np.nan_to_num(np.asarray(highs, dtype=float) - means)
     down = np.nan_to_num(means - np.asarray(lows, dtype=float))
@@ -724,4 +726,6 @@ def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence
     long_names = max((len(str(n)) for n in names), default=0) > 12 or len(names) > 8
     fig.update_xaxes(tickangle=-45 if long_names else 0, automargin=True)
     fig.update_layout(title=title, yaxis_title=y_title, margin=dict(l=60, r=70, t=60, b=80))
+    if log_scale:
+        fig.update_layout(yaxis_type="log")  # our axis only; the paper's stays linear
     return fig
