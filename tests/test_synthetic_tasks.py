@@ -99,9 +99,9 @@ def test_the_learning_rate_grid_chooses_on_validation_and_reports_its_choice():
     lrs = (1e-4, 1e-2)
     r = syn.train_synthetic("mha", "classification", 2, 0, steps=30, n_test=64, lrs=lrs)
     assert set(r.validation) == set(lrs) and r.lr == max(r.validation, key=r.validation.get)
-    assert r.kind == "classification" and 0 <= r.score <= 1
+    assert r.metric == "accuracy" and 0 <= r.score <= 1
     single = syn.train_synthetic("mha", "regression", 0.0, 0, steps=5, n_test=64)
-    assert single.validation == {} and single.lr == 3e-3 and single.kind == "regression"
+    assert single.validation == {} and single.lr == 3e-3 and single.metric == "relative_mse"
     assert syn.VALIDATION_INPUT_SEED not in {syn.TEST_INPUT_SEED} and syn.VALIDATION_INPUT_SEED > 100_003 * 5 + 1500
     with pytest.raises(ValueError, match="validation or test"):
         syn.train_synthetic("mha", "regression", 0.0, 50_000, steps=10)

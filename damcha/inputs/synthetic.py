@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +119,7 @@ class RegressionTask:
     entanglement: float
     heads: int = H_SYN
     kind = "regression"
+    metric = "relative_mse"  # the test score's name
     outputs = D_SYN
 
     def targets(self, x: torch.Tensor) -> torch.Tensor:
@@ -135,6 +137,11 @@ class RegressionTask:
     def sample(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = inputs(n, seed)
         return x, self.targets(x)
+
+    def reference_case(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Inputs, the metric each sequence's teacher uses, and the batched targets (the loop reference's check)."""
+        x = inputs(n, seed)
+        return x, self.A, self.targets(x)
 
 
 def teacher_metric(entanglement: float, seed: int, D: int = D_SYN, H: int = H_SYN) -> torch.Tensor:
@@ -192,6 +199,7 @@ class PermutationTask:
     beta: float
     heads: int = H_SYN
     kind = "regression"
+    metric = "relative_mse"  # the test score's name
     outputs = D_SYN
 
     def draw(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,6 +215,10 @@ class PermutationTask:
     def sample(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, codes = self.draw(n, seed)
         return x, self.targets(x, codes)
+
+    def reference_case(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x, codes = self.draw(n, seed)
+        return x, self.metrics[codes], self.targets(x, codes)  # (n, D, D): one metric per sequence
 
     @property
     def A(self) -> torch.Tensor:
@@ -255,6 +267,7 @@ def spread_subspace(entanglement: float, seed: int, d_e: int = SPREAD_DIM, D: in
 class ClassificationTask:
     U: torch.Tensor  # (D, d_e)
     kind = "classification"
+    metric = "accuracy"
     outputs = T_SYN - 1
 
     def sample(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -390,7 +403,7 @@ class SyntheticResult:
     parameters: int
     lr: float  # the learning rate used (the grid's best on the validation set)
     validation: dict  # lr -> validation score (empty without a grid)
-    kind: str  # "regression" (score: relative MSE) or "classification" (accuracy)
+    metric: str  # what score is: "relative_mse" or "accuracy"
 
 
 def evaluate(model: OneLayer, task, x: torch.Tensor, target: torch.Tensor) -> float:
@@ -428,15 +441,18 @@ def train_synthetic(model_name: str, task: str, level: float, seed: int, steps: 
     validation = {}
     if len(lrs) > 1:
         x_val, y_val = teacher.sample(n_test, VALIDATION_INPUT_SEED)
-        models = {lr: fit(model_name, teacher, seed, steps, lr, batch) for lr in lrs}
-        validation = {lr: evaluate(m, teacher, x_val, y_val) for lr, m in models.items()}
-        best = (min if teacher.kind == "regression" else max)(validation, key=validation.get)
-        model = models[best]
+        better = operator.lt if teacher.kind == "regression" else operator.gt
+        best = model = None
+        for lr in lrs:  # only the best model so far stays alive
+            candidate = fit(model_name, teacher, seed, steps, lr, batch)
+            validation[lr] = evaluate(candidate, teacher, x_val, y_val)
+            if best is None or better(validation[lr], validation[best]):
+                best, model = lr, candidate
     else:
         best, model = lrs[0], fit(model_name, teacher, seed, steps, lrs[0], batch)
     x, y = teacher.sample(n_test, TEST_INPUT_SEED)  # never a training batch
     return SyntheticResult(evaluate(model, teacher, x, y), sum(p.numel() for p in model.parameters()), best, validation,
-                           teacher.kind)
+                           teacher.metric)
 
 
 def oracle_error(task) -> float:
@@ -448,12 +464,7 @@ def oracle_error(task) -> float:
 
 def loop_reference_error(task, n: int = 2) -> float:
     """Largest |batched targets - loop reference| on n test sequences (per-sequence metrics included)."""
-    if isinstance(task, PermutationTask):
-        x, codes = task.draw(n, TEST_INPUT_SEED)
-        batched, A = task.targets(x, codes), task.metrics[codes]
-    else:
-        x = inputs(n, TEST_INPUT_SEED)
-        batched, A = task.targets(x), task.A
+    x, A, batched = task.reference_case(n, TEST_INPUT_SEED)
     return float((batched - teacher_loop_reference(x, A, task.beta, task.W, task.heads)).abs().max())
 
 
