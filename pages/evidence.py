@@ -28,7 +28,7 @@ except EvidenceFileError as e:
     st.error(f"The stored evidence cannot be shown: {e}")
     st.stop()
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 110 minutes on two cores; "
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 95 minutes on two cores; "
             "`--quick` for a smoke run).")
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
@@ -99,7 +99,7 @@ for claim in doc["claims"]:
         label = pairs["measures"] + ": " + pairs["better"] + " vs " + pairs["than"]
         show(figures.interval_figure(label, pairs["gain"], pairs["low"], pairs["high"],
                                      "Reported, not counted: the contrasts between the other arms (above 0: the first "
-                                     "is better), 95% interval", "difference", zero_line=True),
+                                     "is better), 95% interval", "difference", zero_line=True, horizontal=True),
              f"evidence_{claim['key']}_contrasts",
              provenance(f"evidence_{claim['key']}_contrasts", None, params={"claim": claim["key"]}))
     a, b = st.columns(2)

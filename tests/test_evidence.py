@@ -315,6 +315,12 @@ def test_interval_figure_puts_the_papers_numbers_on_their_own_axis():
     assert ratios.layout.yaxis.type == "log" and ratios.layout.yaxis2.type != "log"
     differences = interval_figure(["a"], [0.1], [-0.1], [0.3], zero_line=True)
     assert len(differences.data) == 1 and differences.layout.shapes[0].y0 == 0
+    rows = interval_figure(["first", "second"], [0.1, -0.2], [0.0, -0.3], [0.3, 0.0], paper=[None, 2.0],
+                           zero_line=True, log_scale=False, horizontal=True)
+    ours, paper = rows.data
+    assert list(ours.y) == ["first", "second"] and list(ours.x) == [0.1, -0.2] and ours.error_y.array is None
+    assert list(ours.error_x.arrayminus) == pytest.approx([0.1, 0.1]) and paper.xaxis == "x2" and paper.x[1] == 2.0
+    assert rows.layout.shapes[0].x0 == 0 and rows.layout.yaxis.autorange == "reversed"
 
 
 def test_a_claim_can_ask_for_more_seeds_than_the_command_outside_quick_runs():

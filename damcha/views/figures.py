@@ -703,29 +703,38 @@ def block_means(z: np.ndarray, f: int) -> np.ndarray:
 
 def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
                     title: str = "", y_title: str = "", paper: Sequence[float | None] | None = None,
-                    zero_line: bool = False, log_scale: bool = False) -> go.Figure:
+                    zero_line: bool = False, log_scale: bool = False, horizontal: bool = False) -> go.Figure:
     """Means over seeds with their 95% intervals (error bars), and the paper's number where it has one
-    (on a right-hand axis: the paper's numbers come from other data sets and scales). zero_line: a dotted line at 0, for differences whose sign is the verdict.
-    log_scale: a log y axis, for ratios (their means and intervals are geometric, so one wide interval
-    would flatten every other arm on a linear axis)."""
+    (on an axis of its own: the paper's numbers come from other data sets and scales). zero_line: a
+    dotted line at 0, for differences whose sign is the verdict. log_scale: a log value axis, for ratios
+    (their means and intervals are geometric, so one wide interval would flatten every other arm on a
+    linear axis). horizontal: one row per name, values along x (many long names stay readable)."""
     means = np.asarray(means, dtype=float)
     up = np.nan_to_num(np.asarray(highs, dtype=float) - means)
     down = np.nan_to_num(means - np.asarray(lows, dtype=float))
-    fig = go.Figure(go.Scatter(x=list(names), y=means, mode="markers", name="ours (mean, 95% interval)",
-                               error_y=dict(type="data", array=up, arrayminus=down, visible=True),
-                               marker=dict(size=9)))
+    value, category = ("x", "y") if horizontal else ("y", "x")
+    bars = dict(type="data", array=up, arrayminus=down, visible=True)
+    fig = go.Figure(go.Scatter(**{category: list(names), value: means, f"error_{value}": bars}, mode="markers",
+                               name="ours (mean, 95% interval)", marker=dict(size=9)))
     if paper is not None and any(p is not None for p in paper):  # its own data set and scale: its own axis
-        fig.add_trace(go.Scatter(x=list(names), y=[np.nan if p is None else p for p in paper], mode="markers",
-                                 name="paper (right axis)", yaxis="y2", marker=dict(symbol="diamond-open", size=11)))
+        fig.add_trace(go.Scatter(**{category: list(names), value: [np.nan if p is None else p for p in paper],
+                                    f"{value}axis": f"{value}2"}, mode="markers", name="paper (own axis)",
+                                 marker=dict(symbol="diamond-open", size=11)))
         known = [p for p in paper if p is not None]
         span = (max(known) - min(known)) or abs(max(known)) or 1.0
-        fig.update_layout(yaxis2=dict(title="paper (its data set)", overlaying="y", side="right", showgrid=False,
-                                      range=[min(known) - 0.15 * span, max(known) + 0.15 * span]))  # ticks inside
+        fig.update_layout({f"{value}axis2": dict(title="paper (its data set)", overlaying=value,
+                                                 side="top" if horizontal else "right", showgrid=False,
+                                                 range=[min(known) - 0.15 * span, max(known) + 0.15 * span])})
     if zero_line:
-        fig.add_hline(y=0, line_dash="dot", line_color="grey")
-    long_names = max((len(str(n)) for n in names), default=0) > 12 or len(names) > 8
-    fig.update_xaxes(tickangle=-45 if long_names else 0, automargin=True)
-    fig.update_layout(title=title, yaxis_title=y_title, margin=dict(l=60, r=70, t=60, b=80))
+        (fig.add_vline if horizontal else fig.add_hline)(0, line_dash="dot", line_color="grey")
+    if horizontal:
+        fig.update_yaxes(autorange="reversed", automargin=True)  # the first name on top, as it reads
+        fig.update_layout(xaxis_title=y_title, height=140 + 26 * len(names), margin=dict(l=60, r=30, t=80, b=50))
+    else:
+        long_names = max((len(str(n)) for n in names), default=0) > 12 or len(names) > 8
+        fig.update_xaxes(tickangle=-45 if long_names else 0, automargin=True)
+        fig.update_layout(yaxis_title=y_title, margin=dict(l=60, r=70, t=60, b=80))
+    fig.update_layout(title=title)
     if log_scale:
-        fig.update_layout(yaxis_type="log")  # our axis only; the paper's stays linear
+        fig.update_layout({f"{value}axis_type": "log"})  # our axis only; the paper's stays linear
     return fig
