@@ -20,8 +20,16 @@ from damcha.runs.checkpoints import Run, list_runs, load_model
 
 
 def run_key(run: Run) -> tuple:
-    """What identifies a run's weights for caching: its path and its snapshots' modification times."""
-    return str(run.path), tuple((e, run.snapshot_path(e).stat().st_mtime_ns) for e in run.epochs)
+    """What identifies a run's weights for caching: its path and its snapshots' modification times
+    (-1 for one that vanished since the listing: loading it then says so, for that epoch only)."""
+    return str(run.path), tuple((e, _modified(run.snapshot_path(e))) for e in run.epochs)
+
+
+def _modified(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
 
 
 HASH_FUNCS = {Run: run_key, ModelInput: ModelInput.key}

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from pathlib import Path
 
 import streamlit as st
 
+from damcha.runs.checkpoints import MAX_FOLDER_ENTRIES
+
 
 def is_reference_source(path: Path) -> bool:
-    """A .pt file, or a folder holding .pt files and no runs: checkpoints of the reference code."""
+    """A .pt file, or a folder holding .pt files and no runs (no config.json in it or in any of its
+    folders): checkpoints of the reference code. A stray .pt beside runs never changes how they are read."""
     if path.is_file():
         return path.suffix == ".pt"
-    return path.is_dir() and any(p.suffix == ".pt" for p in path.iterdir()) and not (path / "config.json").exists()
+    try:
+        entries = list(itertools.islice(os.scandir(path), MAX_FOLDER_ENTRIES))
+    except OSError:
+        return False
+    if not any(e.name.endswith(".pt") for e in entries) or any(e.name == "config.json" for e in entries):
+        return False
+    return not any(e.is_dir() and os.path.lexists(Path(e.path) / "config.json") for e in entries)
 
 
 def reference_reading(where) -> tuple[str, str | None]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -10,7 +10,15 @@ import streamlit as st
 from app.cache import cached_runs
 from app.reference_folder import is_reference_source, reference_reading, reference_root, reference_stamp
 from app.roots import checkpoint_root, default_root
-from app.sharing import check_allowed, redacted, root_field_editable, server_settings_warning, shown_path, skipped_line
+from app.sharing import (
+    folder_problem,
+    plain_text,
+    redacted,
+    root_field_editable,
+    server_settings_warning,
+    shown_path,
+    skipped_line,
+)
 from app.url_state import keep_in_url, seed_from_url
 from damcha.runs.checkpoints import CheckpointError, Run
 
@@ -22,6 +30,7 @@ def run_picker() -> tuple[Run | None, int | None]:
     warning = server_settings_warning()
     if warning:
         sb.warning(warning)
+    st.session_state["listing"] = Listing()
     root = root_picker(sb)
     if root is None:
         return None, None
@@ -36,6 +45,7 @@ def run_picker() -> tuple[Run | None, int | None]:
     except CheckpointError as e:
         sb.error(f"{redacted(str(e), root)}. Pick another folder above.")
         return None, None
+    st.session_state["listing"] = Listing(root, runs, bad)
     for path, why in bad:
         sb.warning(skipped_line(path, why, root))
     if not runs:
@@ -45,6 +55,9 @@ def run_picker() -> tuple[Run | None, int | None]:
     by_name = {r.name: r for r in runs}
     datasets = sorted({r.dataset for r in runs})
     first_visit = "run" not in st.session_state
+    linked = st.query_params.get("run")
+    if first_visit and linked is not None and linked not in by_name:
+        sb.warning(f"The link's run {plain_text(linked[:100])} is not in this folder; another run is shown.")
     seed_from_url("run", by_name)
     seed_from_url("dataset", datasets)
     if first_visit and st.session_state.get("run") in by_name:  # a link's run decides its data set
@@ -57,9 +70,9 @@ def run_picker() -> tuple[Run | None, int | None]:
         st.session_state["run"] = names[0]
     name = sb.selectbox("Run", names, key="run")
     run = by_name[name]
-    sb.caption(f"{run.variant}: {run.model_config.mechanism.title}")
+    sb.caption(f"{plain_text(run.variant)}: {run.model_config.mechanism.title}")
     for epoch, why in run.bad_snapshots:
-        sb.warning(f"Epoch {epoch} of {run.name} is not offered: {redacted(why, root)}")
+        sb.warning(f"Epoch {epoch} of {plain_text(run.name)} is not offered: {redacted(why, root)}")
     epochs = list(run.epochs)
     seed_from_url("epoch", epochs)
     if st.session_state.get("epoch") not in epochs:  # first visit, or a run without the kept epoch
@@ -84,11 +97,17 @@ def root_picker(sb) -> Path | None:
         root_text = st.text_input("Run root", value=str(checkpoint_root()), key="root_input",
                                   help="A folder of run directories. Set DAMCHA_CHECKPOINTS to change the default.")
         if root_text != str(checkpoint_root()):
-            st.session_state["checkpoint_root"] = root_text
+            # A typed folder is adopted only once it can be opened: otherwise one message here,
+            # and the folder in use stays.
+            problem = folder_problem(Path(root_text)) if root_text.strip() else "no folder given"
+            if problem is None:
+                st.session_state["checkpoint_root"] = root_text
+            else:
+                st.error(f"Not opened: {problem}. Still showing {plain_text(shown_path(checkpoint_root(), checkpoint_root()))}.")
     root = checkpoint_root()
-    refused = None if root == default else check_allowed(root)
+    refused = None if root == default else folder_problem(root)
     if refused:
-        sb.error(f"Cannot open {root.name or root}: {refused}. Pick another folder above.")
+        sb.error(f"Cannot open {plain_text(root.name or str(root))[:200]}: {refused}. Pick another folder above.")
         return None
     return root
 
@@ -105,22 +124,35 @@ def selected_run() -> tuple[Run, int]:
 
 
 def each_run(runs, compute) -> list[tuple[Run, object]]:
-    """(run, compute(run)) for each run, leaving out the runs whose snapshots cannot be used and
+    """(run, compute(run)) for each run, leaving out the runs that fail, whatever they raise, and
     naming them in one warning: one broken run never takes a page of the others down."""
     out, skipped = [], []
     for r in runs:
         try:
             out.append((r, compute(r)))
         except CheckpointError as e:
-            skipped.append(f"{r.name} ({redacted(str(e), checkpoint_root())})")
+            skipped.append(f"{plain_text(r.name)} ({redacted(str(e), listed_root())})")
+        except Exception as e:  # noqa: BLE001 — a sibling's failure is reported on it, never on this page
+            skipped.append(f"{plain_text(r.name)} ({type(e).__name__}: {redacted(str(e)[:200], listed_root())})")
     if skipped:
-        st.warning("Left out, their snapshots cannot be used: " + "; ".join(skipped))
+        st.warning("Left out, they cannot be used: " + "; ".join(skipped))
     return out
 
 
-def plain_text(text: str) -> str:
-    """Text from a file shown as it is: Markdown and HTML characters escaped, so a config's notes
-    cannot draw links, images or formatting."""
-    escaped = re.sub(r"([\\`*_{}\[\]()#!|~<>$:])", r"\\\1", text)
-    escaped = re.sub(r"^(\s*)([-+>])", r"\1\\\2", escaped, flags=re.MULTILINE)  # list and quote markers
-    return re.sub(r"^(\s*\d+)\.", r"\1\\.", escaped, flags=re.MULTILINE)  # numbered lists
+@dataclass(frozen=True)
+class Listing:
+    """What the sidebar opened: the folder (after the fence and any reference conversion), its runs,
+    and the folders it skipped with why. Pages read runs from here, never from a typed path."""
+
+    root: Path | None = None
+    runs: tuple[Run, ...] | list = ()
+    skipped: tuple | list = ()
+
+
+def listing() -> Listing:
+    return st.session_state.get("listing") or Listing()
+
+
+def listed_root() -> Path:
+    """The folder messages are shown relative to: the opened one, else the default."""
+    return listing().root or default_root()

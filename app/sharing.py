@@ -10,6 +10,8 @@ otherwise any visitor could list and open whatever the server's user can read.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from pathlib import Path
 
 import streamlit as st
@@ -51,6 +53,35 @@ def root_field_editable() -> tuple[bool, str]:
                    "`python -m damcha app --allow-root DIR` to allow folders inside DIR.")
 
 
+MAX_PATH_CHARS = 4096
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why a typed checkpoint folder cannot be opened (None: it can): outside the allowed folders,
+    or not a readable folder (nor a reference .pt file). Never raises, whatever the string."""
+    text = str(path)
+    if "\x00" in text:
+        return "the path holds a NUL character"
+    if len(text) > MAX_PATH_CHARS or any(len(part.encode()) > 255 for part in Path(text).parts):
+        return "the path is too long"
+    refused = check_allowed(path)
+    if refused:
+        return refused
+    try:
+        info = os.stat(path.expanduser())
+    except FileNotFoundError:
+        return "no such folder"
+    except (OSError, RuntimeError, ValueError) as e:
+        return f"cannot open this folder ({'a symlink loop' if getattr(e, 'errno', None) == 40 else type(e).__name__})"
+    if stat.S_ISREG(info.st_mode):
+        return None if path.suffix == ".pt" else "this is a file, not a folder of runs (or a reference .pt file)"
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a folder"
+    if not os.access(path.expanduser(), os.R_OK | os.X_OK):
+        return "this folder cannot be read (permission denied)"
+    return None
+
+
 def check_allowed(path: Path) -> str | None:
     """Why `path` may not be opened (None: it may). The default folder is always allowed."""
     roots = allowed_roots()
@@ -58,11 +89,19 @@ def check_allowed(path: Path) -> str | None:
         return None
     try:
         resolved = path.expanduser().resolve()
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, ValueError) as e:
         return f"cannot open this folder ({type(e).__name__})"
     if any(resolved.is_relative_to(r) for r in roots):
         return None
     return "this folder is outside the folders this server allows runs to be opened from"
+
+
+def plain_text(text: str) -> str:
+    """Text from a file, a folder name or an upload shown as it is: Markdown and HTML characters
+    escaped, so nothing a visitor or a file supplies can draw links, images or formatting."""
+    escaped = re.sub(r"([\\`*_{}\[\]()#!|~<>$:])", r"\\\1", text)
+    escaped = re.sub(r"^(\s*)([-+>=])", r"\1\\\2", escaped, flags=re.MULTILINE)  # list, quote and heading markers
+    return re.sub(r"^(\s*\d+)\.", r"\1\\.", escaped, flags=re.MULTILINE)  # numbered lists
 
 
 def shown_path(path: Path | str, root: Path | str) -> str:
@@ -78,18 +117,19 @@ def shown_path(path: Path | str, root: Path | str) -> str:
 
 
 def redacted(message: str, root: Path | str) -> str:
-    """A library message with the server's absolute location of the checkpoint root taken out."""
+    """A library message as a visitor sees it: the server's absolute location of the checkpoint
+    root taken out, and shown as plain text (plain_text: file and folder names are not Markdown)."""
     root = Path(root)
     for base in sorted({str(root), str(_resolved(root))}, key=len, reverse=True):
         if base not in ("", ".", "/"):
             message = message.replace(base, Path(base).name)
-    return message
+    return plain_text(message)
 
 
 def skipped_line(path: Path, why: str, root: Path | str) -> str:
     """One line for a folder that could not be opened as a run: its name and the reason, once."""
-    shown, reason = shown_path(path, root), redacted(why, root)
-    for prefix in (f"{shown}: ", f"{shown}/"):
+    shown, reason = plain_text(shown_path(path, root)), redacted(why, root)
+    for prefix in (f"{shown}\\: ", f"{shown}/"):
         if reason.startswith(prefix):
             reason = reason[len(shown) + 1:].lstrip("/") if prefix.endswith("/") else reason[len(prefix):]
             break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -13,9 +14,8 @@ import pandas  # noqa: E402, F401 — imported whole before any figure: plotly p
 import streamlit as st  # noqa: E402
 
 from app.export_widgets import export_all_widget, export_settings_widget  # noqa: E402
-from app.roots import checkpoint_root  # noqa: E402
-from app.run_picker import run_picker  # noqa: E402
-from app.sharing import redacted  # noqa: E402
+from app.run_picker import listed_root, run_picker  # noqa: E402
+from app.sharing import is_local_server, redacted  # noqa: E402
 from damcha.runs.checkpoints import CheckpointError  # noqa: E402
 
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")
@@ -39,5 +39,13 @@ st.session_state["export_registry"] = {}  # filled by the page's figures, for "E
 try:
     nav.run()
 except CheckpointError as e:  # a snapshot that went bad after the run was listed: say so, keep the rest usable
-    st.error(f"{redacted(str(e), checkpoint_root())}. Pick another epoch or run in the sidebar.")
+    st.error(f"{redacted(str(e), listed_root())}. Pick another epoch or run in the sidebar.")
+except Exception as e:
+    if is_local_server():  # the user's own server: the whole traceback, where Streamlit shows it
+        raise
+    # A shared server: visitors get the kind of failure and a message without the server's paths;
+    # the traceback goes to the server's log.
+    logging.getLogger("damcha.app").exception("page failed")
+    st.error(f"This view failed ({type(e).__name__}: {redacted(str(e)[:300], listed_root())}). "
+             "The server's log has the details.")
 export_all_widget()

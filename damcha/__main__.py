@@ -261,6 +261,8 @@ def app_command(host: str, port: int, allow_roots: list[str]) -> tuple[list[str]
         env["DAMCHA_ALLOWED_ROOTS"] = os.pathsep.join(str(Path(r).expanduser().resolve()) for r in allow_roots)
     command = [sys.executable, "-m", "streamlit", "run", str(APP_DIR), "--server.address", host,
                "--server.port", str(port)]
+    if host not in ("127.0.0.1", "localhost", "::1"):  # visitors: exception types only, tracebacks to the log
+        command += ["--client.showErrorDetails", "type"]
     return command, env
 
 

@@ -6,12 +6,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.cache import cached_runs, input_under_modes
+from app.cache import input_under_modes
 from app.cached_interventions import ablation_cached, ablation_table
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
-from app.run_picker import selected_run
+from app.run_picker import listing, selected_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label, printable
@@ -84,7 +83,7 @@ else:
                             + f" — continues: `{o.continuation!r}`")
 
 st.subheader("Validation set, every run on this data set")
-runs, _ = cached_runs(str(checkpoint_root()))
+runs = listing().runs
 ablated = [r for r in runs if r.dataset == run.dataset and has_metric_modes(r)]
 ready = sum(ablation_cached(r) for r in ablated)
 st.caption(f"{len(ablated)} runs of {run.dataset} have metric modes; {ready} of them were evaluated before (kept on "

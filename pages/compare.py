@@ -2,17 +2,16 @@
 
 import streamlit as st
 
-from app.cache import cached_runs, inspection
+from app.cache import inspection
 from app.controls import bounded_slider, input_picker
 from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
-from app.run_picker import each_run, selected_run
+from app.run_picker import each_run, listing, selected_run
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
 from damcha.views.comparison import PANELS, compared_run, comparison_figure, panel_figure, shared_loss_range
 
 st.title("Compare mechanisms")
 run, epoch = selected_run()
-runs, _ = cached_runs(str(checkpoint_root()))
+runs = listing().runs
 siblings = [r for r in runs if r.dataset == run.dataset]
 st.caption(f"One input through the runs of data set **{run.dataset}**: each run's main cross-head structure (the "
            "first its mechanism declares), the attention of one layer and head, and the loss at each position.")

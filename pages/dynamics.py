@@ -2,12 +2,11 @@
 
 import streamlit as st
 
-from app.cache import cached_runs, inspection, mean_structures, projection, statistic_bands, sweep, weight_drift
+from app.cache import inspection, mean_structures, projection, statistic_bands, sweep, weight_drift
 from app.controls import bounded_slider, computed_on_request, input_picker, is_large, option_controls
 from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
-from app.run_picker import selected_run
-from app.sharing import redacted
+from app.run_picker import listed_root, listing, selected_run
+from app.sharing import plain_text, redacted
 from app.url_state import bound
 from damcha.analysis.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
 from damcha.analysis.inspection import matrices_fit
@@ -138,7 +137,7 @@ show(figures.matrix_figure(diff, style.difference(), f"{label}: epoch {eb} − e
      "epoch_difference", here("epoch_difference", diff_from=ea, diff_to=eb))
 
 st.subheader("Compare runs")
-runs, _ = cached_runs(str(checkpoint_root()))
+runs = listing().runs
 others = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
 if not others:
     st.caption("No other run on this data set.")
@@ -147,9 +146,10 @@ else:
     other_epoch = st.select_slider("Its epoch", list(other.epochs), value=other.epochs[-1], key="other_epoch")
     try:
         theirs = inspection(other, other_epoch, inp, None, tuple(first.positions.tolist()) if viewed_only else None)
-    except CheckpointError as e:
+    except Exception as e:  # noqa: BLE001 — the other run's failure is its own (CheckpointError or anything else)
         theirs = None
-        st.warning(f"{other.name} at epoch {other_epoch} cannot be used: {redacted(str(e), checkpoint_root())}")
+        why = str(e) if isinstance(e, CheckpointError) else f"{type(e).__name__}: {str(e)[:200]}"
+        st.warning(f"{plain_text(other.name)} at epoch {other_epoch} cannot be used: {redacted(why, listed_root())}")
     their_name = st.selectbox("Its structure", [s.name for s in theirs.structures], key="other_structure",
                               format_func=lambda n: theirs.structure(n).title) if theirs and theirs.structures else None
     this_epoch = epoch if epoch in epochs else epochs[-1]

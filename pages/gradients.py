@@ -3,11 +3,10 @@
 import numpy as np
 import streamlit as st
 
-from app.cache import cached_runs, contributions, inspection, token_attributions
+from app.cache import contributions, inspection, token_attributions
 from app.controls import bounded_slider, computed_on_request, input_picker
 from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
-from app.run_picker import each_run, selected_run
+from app.run_picker import each_run, listing, selected_run
 from app.url_state import bound
 from damcha.analysis.attribution import (
     TARGET_NAMES,
@@ -69,7 +68,7 @@ else:
             show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs",
                  provenance("contribution_epochs", run, epoch, inp, params))
 
-        runs, _ = cached_runs(str(checkpoint_root()))
+        runs = listing().runs
         siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
         partners = [r for r, rec in each_run(siblings, lambda r: inspection(r, r.epochs[-1], inp, None)) if rec.has_metric]
         if partners:

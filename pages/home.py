@@ -3,12 +3,10 @@
 import pandas as pd
 import streamlit as st
 
-from app.cache import cached_runs
 from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
-from app.sharing import redacted, shown_path, skipped_line
+from app.run_picker import each_run, listing
+from app.sharing import plain_text, shown_path, skipped_line
 from damcha.inputs.modalities import loss_factor, loss_label, modality_named
-from damcha.runs.checkpoints import CheckpointError
 from damcha.views import figures
 
 st.title("DAMCHA Lab")
@@ -25,19 +23,18 @@ st.info(
     "their initial values. Every view of M(x) in this app shows the learned part and that residue separately."
 )
 
-try:
-    runs, bad = cached_runs(str(checkpoint_root()))
-except CheckpointError as e:  # a wrong folder must not break the page
-    st.error(f"Cannot read the checkpoint folder: {redacted(str(e), checkpoint_root())}")
+opened = listing()  # only what the sidebar opened through the fence: never a folder it refused
+if opened.root is None:
+    st.info("No checkpoint folder is open: the sidebar says why.")
     st.stop()
-
+runs, bad, root = opened.runs, opened.skipped, opened.root
 
 
 def _data_line(run) -> str:
     d = run.data
     if "bytes" in d:  # a byte corpus
-        return f"{run.dataset}: {d['bytes']:,} bytes, the last {d['val_fraction']:.0%} for validation"
-    return f"{run.dataset}: {d.get('n_train', '?')} train / {d.get('n_val', '?')} validation"
+        return f"{plain_text(run.dataset)}: {d['bytes']:,} bytes, the last {d['val_fraction']:.0%} for validation"
+    return f"{plain_text(run.dataset)}: {d.get('n_train', '?')} train / {d.get('n_val', '?')} validation"
 
 
 def _bits(row: dict, unit: str) -> str:
@@ -45,11 +42,10 @@ def _bits(row: dict, unit: str) -> str:
     return "—" if value is None else f"{value:.4f} bits/{unit}"
 
 
-rows = []
-for r in runs:
+def _row(r) -> dict:
     last = r.metrics[-1] if r.metrics else {}
     unit = r.data.get("unit", "token")
-    rows.append({
+    return {
         "run": r.name, "data set": r.dataset, "variant": r.variant,
         "mechanism": r.model_config.mechanism.title,
         "layers×heads×width": f"{r.model_config.n_layer}×{r.model_config.n_head}×{r.model_config.n_embd}",
@@ -59,9 +55,11 @@ for r in runs:
         "final val loss": _bits(last, unit),
         "val accuracy": last.get("val_accuracy"),
         "completion MSE": last.get("val_completion_mse"),
-    })
-root = checkpoint_root()
-st.subheader(f"Runs in {shown_path(root, root)}")
+    }
+
+
+rows = [row for _, row in each_run(runs, _row)]
+st.subheader(f"Runs in {plain_text(shown_path(root, root))}")
 if rows:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 for path, why in bad:
@@ -70,7 +68,7 @@ for path, why in bad:
 sel = st.session_state.get("selection", (None, None))
 run, epoch = sel
 if run is not None:
-    st.subheader(f"Model card: {run.name}")
+    st.subheader(f"Model card: {plain_text(run.name)}")
     c = run.model_config
     left, right = st.columns([1, 2])
     with left:

@@ -7,6 +7,7 @@ from app.cache import inspection, model_figure_values, sequence_profile
 from app.controls import bounded_slider, input_picker, option_controls, position_in_context
 from app.export_widgets import provenance, show
 from app.run_picker import selected_run
+from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.inspection import matrices_fit, matrix_energy_shares, off_diagonal_share
 from damcha.inputs.modalities import loss_factor, loss_label
@@ -47,7 +48,7 @@ with st.status("Running the model on this input…", expanded=False) as status:
 figures_here = available_figures(record)
 
 with right:
-    st.markdown(f"**Input:** {inp.source}. {inp.note}")
+    st.markdown(f"**Input:** {plain_text(inp.source)}. {inp.note}")
     input_slot = st.container()  # the input is drawn once the query position is known
     if inp.text is not None:
         st.markdown("**The bytes the model reads**, as text (the figures label a newline ⏎ and a space ␣):")

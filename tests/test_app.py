@@ -125,7 +125,7 @@ def test_text_typed_uploaded_and_bad():
 def test_wrong_root_and_broken_runs_do_not_hide_good_ones(tmp_path):
     at = new_app(root=tmp_path / "does-not-exist")
     assert_clean(at)
-    assert any("no such checkpoint directory" in e.value for e in at.sidebar.error)
+    assert any("no such folder" in e.value for e in at.sidebar.error)
     shutil.copytree(SHIPPED / "digits-mha", tmp_path / "good")
     broken = tmp_path / "broken"
     shutil.copytree(SHIPPED / "digits-mha", broken)

@@ -7,6 +7,7 @@ Which attention a config builds is its `attention` field, a name in the mechanis
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,9 @@ from damcha.model import mechanisms
 MAX_PARAMETERS = 200_000_000
 MAX_BUFFER_ELEMENTS = 50_000_000
 MAX_BLOCK_SIZE = 65_536
+# Upper bounds checked before any count is computed, so no config makes even the estimate slow.
+FIELD_LIMITS = {"vocab_size": 1_000_000, "n_layer": 256, "n_head": 4_096, "n_embd": 65_536, "mlp_ratio": 64,
+                "n_classes": 100_000, "input_dim": 65_536, "mlp_width": 1_048_576, "head_hidden": 1_048_576}
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,10 @@ class ModelConfig:
     attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "generator_widths", tuple(int(w) for w in self.generator_widths))
-        except (TypeError, ValueError):
-            raise ValueError(f"invalid model config: generator_widths must be a list of integers, got "
-                             f"{self.generator_widths!r}") from None
+        widths = self.generator_widths
+        if not isinstance(widths, list | tuple) or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
+            raise ValueError(f"invalid model config: generator_widths must be a list of integers, got {_short(widths)}")
+        object.__setattr__(self, "generator_widths", tuple(widths))
         options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
         object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
         self.validate()
@@ -107,6 +110,11 @@ class ModelConfig:
             if not ok:
                 raise ValueError(f"invalid model config: {msg}")
 
+        for f in dataclasses.fields(self):
+            need(_has_type(getattr(self, f.name), f.type),
+                 f"{f.name} must be {FIELD_TYPE_NAMES.get(f.type, f.type)}, got {_short(getattr(self, f.name))}")
+        for name, limit in FIELD_LIMITS.items():
+            need(getattr(self, name) <= limit, f"{name} {getattr(self, name):,} is above {limit:,}")
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive integer, got {v!r}")
@@ -136,7 +144,11 @@ class ModelConfig:
         need(not (self.input_dim and (self.n_classes or not self.causal or self.pad_token is not None)),
              "continuous inputs (input_dim > 0) are for causal next-vector prediction, without classes or padding")
         # Refuse configs that would allocate absurd memory before any tensor exists: parameters and
-        # every buffer the config implies (a sinusoidal table of block_size x n_embd).
+        # every buffer the config implies (a sinusoidal table of block_size x n_embd). The part a
+        # formula gives comes first, so the mechanism's count is only taken for a plausible size.
+        need(self._parameters_outside_attention() <= MAX_PARAMETERS,
+             f"config would hold ~{self._parameters_outside_attention():,} parameters outside attention alone "
+             f"(limit {MAX_PARAMETERS:,})")
         need(self.parameter_estimate() <= MAX_PARAMETERS,
              f"config would hold ~{self.parameter_estimate():,} parameters (limit {MAX_PARAMETERS:,})")
         need(self.buffer_estimate() <= MAX_BUFFER_ELEMENTS,
@@ -151,6 +163,9 @@ class ModelConfig:
 
     def parameter_estimate(self) -> int:
         """Parameter count computed from the config alone (exact; checked by a test)."""
+        return self._parameters_outside_attention() + self.mechanism.parameter_count(self)
+
+    def _parameters_outside_attention(self) -> int:
         D, V, L = self.n_embd, self.vocab_size, self.n_layer
         n = (self.block_size * D if self.position_encoding == "learned" else 0) + (2 * D if self.final_norm else 0)
         if self.input_dim:
@@ -162,7 +177,7 @@ class ModelConfig:
         n += L * (4 * D + D * F * 2 + F + D)  # 2 norms + MLP per block
         if self.input_dim and self.head_hidden:
             n += D * self.head_hidden + self.head_hidden + (self.head_hidden - D) * self.input_dim  # the head's hidden layer
-        return n + self.mechanism.parameter_count(self)
+        return n
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -182,6 +197,33 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"invalid model config: unknown fields {sorted(unknown)}")
         return cls(**d)
+
+
+FIELD_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+                    "int | None": "an integer or null", "tuple[int, ...]": "a list of integers",
+                    "tuple[tuple[str, Any], ...]": "an object of settings"}
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    """Whether a config value has its field's declared type (JSON's numbers, lists and objects as read)."""
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    checks = {
+        "int": is_int,
+        "float": lambda v: (is_int(v) or isinstance(v, float)) and math.isfinite(v),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str) and len(v) <= 200,
+        "int | None": lambda v: v is None or is_int(v),
+        "tuple[int, ...]": lambda v: isinstance(v, tuple) and all(map(is_int, v)),
+        "tuple[tuple[str, Any], ...]": lambda v: isinstance(v, tuple),
+    }
+    if annotation not in checks:
+        raise TypeError(f"ModelConfig has a field of type {annotation}, which validate() does not know how to check")
+    return checks[annotation](value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:

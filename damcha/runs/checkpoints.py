@@ -10,7 +10,6 @@ A run is a directory:
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import struct
@@ -27,6 +26,7 @@ from safetensors.torch import save_file
 from damcha.inputs.modalities import modality_of_dataset
 from damcha.model.config import ModelConfig
 from damcha.model.transformer import Transformer, build_model
+from damcha.runs.files import CheckpointError, parse_json, read_json, read_text, regular_file, resolved_inside
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
@@ -34,12 +34,11 @@ METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "training_state.safetensors"
 SNAPSHOT_RE = re.compile(r"^epoch_(\d{4,6})\.safetensors$")
 MAX_CONFIG_BYTES = 1_000_000
+MAX_METRICS_BYTES = 20_000_000  # ~100,000 epochs of rows
 MAX_SNAPSHOT_BYTES = 1_000_000_000
 MAX_HEADER_BYTES = 10_000_000
-
-
-class CheckpointError(ValueError):
-    """A run or snapshot cannot be used; the message says which file and why."""
+MAX_FOLDER_ENTRIES = 20_000  # entries of one folder looked at when listing runs
+MAX_NAME_CHARS = 100  # a data set's name, kind and unit: they travel in every link
 
 
 def snapshot_name(epoch: int) -> str:
@@ -117,6 +116,8 @@ class Run:
     raw_config: dict
     # Snapshots on disk that cannot be read (epoch, why): reported on the run, not offered.
     bad_snapshots: tuple[tuple[int, str], ...] = ()
+    # The folder its files were fenced to when it was listed (symlinks may not leave it); None: unfenced.
+    root: Path | None = None
 
     @property
     def dataset(self) -> str:
@@ -138,35 +139,38 @@ class Run:
         return next((m for m in self.metrics if m.get("epoch") == epoch), None)
 
 
-def read_config(run_dir: Path) -> dict:
+def read_config(run_dir: Path, root: Path | None = None) -> dict:
     path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CheckpointError(f"{run_dir}: no {CONFIG_FILE} (not a DAMCHA run directory)")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{path}: {path.stat().st_size} bytes is too large for a run config")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    cfg = read_json(path, MAX_CONFIG_BYTES, root, "run config")
     if not isinstance(cfg, dict) or "format_version" not in cfg or "model" not in cfg:
         raise CheckpointError(f"{path}: not a DAMCHA run config (expected format_version and model)")
     if cfg["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: unknown format version {cfg['format_version']!r}; this DAMCHA Lab reads version {FORMAT_VERSION}")
+        raise CheckpointError(f"{path}: unknown format version {str(cfg['format_version'])[:40]!r}; "
+                              f"this DAMCHA Lab reads version {FORMAT_VERSION}")
     return cfg
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
+def read_metrics(run_dir: Path, root: Path | None = None) -> list[dict]:
+    """The rows of metrics.jsonl, each an object with an integer epoch and numbers or nulls (NaN kept:
+    a diverged epoch is a fact to show); anything else refused with its line number."""
     path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
     rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(read_text(path, MAX_METRICS_BYTES, root, "metrics file").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise CheckpointError(f"{path}: line {i} is not valid JSON") from None
+        row = parse_json(line, f"{path}: line {i}", allow_non_finite=True)
+        if not isinstance(row, dict):
+            raise CheckpointError(f"{path}: line {i} is a JSON {type(row).__name__}, not an object of metrics")
+        epoch = row.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 10**6:
+            raise CheckpointError(f"{path}: line {i} has no epoch between 0 and 999,999 (got {str(epoch)[:40]!r})")
+        for key, value in row.items():
+            if not (value is None or isinstance(value, int | float)):
+                raise CheckpointError(f"{path}: line {i}, '{key[:60]}' is a {type(value).__name__}, not a number")
         rows.append(row)
     return rows
 
@@ -194,17 +198,25 @@ def check_config_shape(cfg: dict, path: Path) -> None:
                 raise CheckpointError(f"{path}: '{section}.{key}' has the wrong type ({type(value).__name__})")
     if not all(isinstance(n, str) for n in cfg.get("notes", [])):
         raise CheckpointError(f"{path}: 'notes' must be a list of strings")
+    for key in ("name", "kind", "unit"):
+        value = cfg.get("data", {}).get(key)
+        if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+            raise CheckpointError(f"{path}: 'data.{key}' is {len(value):,} characters long (at most {MAX_NAME_CHARS}: "
+                                  "it is shown in every view and travels in every link)")
 
 
-def load_run(run_dir: str | Path) -> Run:
+def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
     """Read and validate a run's config, metrics and list of snapshots (no weights yet).
 
-    Every snapshot's header is checked here (a few bytes each): a truncated or foreign file is
-    reported in `bad_snapshots` and left out of `epochs`, so the run's other epochs stay usable."""
+    Every file is read through damcha.runs.files (regular files only, sizes capped, symlinks kept
+    inside `root` when given). Every snapshot's header is checked here (a few bytes each): a
+    truncated, foreign or unreadable snapshot is reported in `bad_snapshots` and left out of
+    `epochs`, so the run's other epochs stay usable."""
     run_dir = Path(run_dir)
+    root = None if root is None else Path(root)
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run directory")
-    cfg = read_config(run_dir)
+    cfg = read_config(run_dir, root)
     check_config_shape(cfg, run_dir / CONFIG_FILE)
     try:
         fields = dict(cfg["model"])
@@ -213,44 +225,65 @@ def load_run(run_dir: str | Path) -> Run:
         model_config = ModelConfig.from_dict(fields)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
-    found = sorted(int(m.group(1)) for f in run_dir.iterdir() if (m := SNAPSHOT_RE.match(f.name)))
+    try:
+        found = sorted(int(m.group(1)) for f in os.scandir(run_dir) if (m := SNAPSHOT_RE.match(f.name)))
+    except OSError as e:
+        raise CheckpointError(f"{run_dir}: cannot list this folder ({e.strerror})") from None
     if not found:
         raise CheckpointError(f"{run_dir}: no snapshot files (epoch_NNNN.safetensors)")
     epochs, bad = [], []
     for epoch in found:
         try:
-            _read_header(run_dir / snapshot_name(epoch))
+            read_snapshot_header(run_dir / snapshot_name(epoch), root)
             epochs.append(epoch)
         except CheckpointError as e:
             bad.append((epoch, str(e)))
+        except Exception as e:  # noqa: BLE001 — whatever one snapshot holds, only its epoch is lost
+            bad.append((epoch, f"{run_dir / snapshot_name(epoch)}: unreadable ({type(e).__name__})"))
     if not epochs:
         raise CheckpointError(f"{run_dir}: no readable snapshot ({bad[0][1]})")
     return Run(run_dir, run_dir.name, model_config, cfg.get("train", {}), cfg.get("data", {}),
-               tuple(epochs), tuple(read_metrics(run_dir)), cfg, tuple(bad))
+               tuple(epochs), tuple(read_metrics(run_dir, root)), cfg, tuple(bad), root)
 
 
-def _read_header(path: Path) -> dict:
-    """The safetensors JSON header, checked before any tensor is allocated."""
-    size = path.stat().st_size
-    if size > MAX_SNAPSHOT_BYTES:
-        raise CheckpointError(f"{path}: {size} bytes is larger than any DAMCHA snapshot should be")
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise CheckpointError(f"{path}: truncated (not a safetensors file)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > min(MAX_HEADER_BYTES, size - 8):
-            raise CheckpointError(f"{path}: not a safetensors file (header length {n} does not fit the file)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise CheckpointError(f"{path}: not a safetensors file (unreadable header)") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: not a safetensors file (unreadable header)")
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)), default=0)
-    if 8 + n + end > size:
-        raise CheckpointError(f"{path}: truncated ({size} bytes, the header promises {8 + n + end})")
-    return header
+@dataclass(frozen=True)
+class SnapshotHeader:
+    """What a safetensors file says of itself, read without touching its tensors."""
+
+    metadata: dict[str, str]
+    tensors: dict[str, tuple[tuple[int, ...], str]]  # stored name -> (shape, dtype such as "F32")
+
+
+def read_snapshot_header(path: Path, root: Path | None = None) -> SnapshotHeader:
+    """The header of a safetensors file, checked before any tensor is allocated: a regular file of a
+    bounded size, whose header safetensors itself accepts (offsets that cover the file exactly,
+    known dtypes, shapes that fit their bytes, string metadata)."""
+    size = regular_file(path, root, MAX_SNAPSHOT_BYTES, "DAMCHA snapshot").st_size
+    real = resolved_inside(path, root)
+    try:
+        with open(real, "rb") as f:
+            raw = f.read(8)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror})") from None
+    if len(raw) < 8:
+        raise CheckpointError(f"{path}: truncated ({size} bytes: not a safetensors file)")
+    (n,) = struct.unpack("<Q", raw)
+    if n > min(MAX_HEADER_BYTES, size - 8):
+        raise CheckpointError(f"{path}: truncated or not a safetensors file (header length {n:,} does not fit "
+                              f"the file's {size:,} bytes)")
+    try:
+        with safe_open(str(real), framework="pt") as f:
+            metadata = dict(f.metadata() or {})
+            tensors = {}
+            for name in f.keys():
+                part = f.get_slice(name)
+                tensors[name] = (tuple(part.get_shape()), str(part.get_dtype()))
+    except (SafetensorError, OSError, ValueError) as e:
+        reason = str(e).replace("Error while deserializing header: ", "")
+        if "incomplete metadata" in reason or "not fully covered" in reason:
+            reason = f"truncated or altered: its header does not describe the file's {size:,} bytes"
+        raise CheckpointError(f"{path}: not a readable safetensors file ({reason[:300]})") from None
+    return SnapshotHeader(metadata, tensors)
 
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
@@ -278,24 +311,23 @@ def unwrapped_names(names, where: str = "") -> dict[str, str]:
 _DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
-def load_state(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def load_state(path: Path, expected: dict[str, torch.Tensor], root: Path | None = None) -> dict[str, torch.Tensor]:
     """Tensors of a snapshot, after checking names, shapes and dtypes against `expected`."""
-    header = _read_header(path)
-    meta = header.get("__metadata__", {}) or {}
-    if meta.get("format_version") not in (None, str(FORMAT_VERSION)):
-        raise CheckpointError(f"{path}: unknown format version {meta.get('format_version')!r}")
-    stored = unwrapped_names((k for k in header if k != "__metadata__"), str(path))
+    header = read_snapshot_header(path, root)
+    if header.metadata.get("format_version") not in (None, str(FORMAT_VERSION)):
+        raise CheckpointError(f"{path}: unknown format version {header.metadata.get('format_version')[:40]!r}")
+    stored = unwrapped_names(header.tensors, str(path))
     names = set(stored)
     missing, extra = set(expected) - names, names - set(expected)
     if missing or extra:
         detail = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(extra)[:3]}"
         raise CheckpointError(f"{path}: weights do not match the run's config ({detail}); a foreign or mismatched checkpoint")
     for k, ref in expected.items():
-        info = header[stored[k]]
-        if tuple(info.get("shape", ())) != tuple(ref.shape) or info.get("dtype") not in _DTYPES:
-            raise CheckpointError(f"{path}: tensor {k} has shape {info.get('shape')} {info.get('dtype')}, the config needs {list(ref.shape)}")
+        shape, dtype = header.tensors[stored[k]]
+        if shape != tuple(ref.shape) or dtype not in _DTYPES:
+            raise CheckpointError(f"{path}: tensor {k} has shape {list(shape)} {dtype}, the config needs {list(ref.shape)}")
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(resolved_inside(path, root)), framework="pt") as f:
             tensors = {k: f.get_tensor(stored[k]) for k in expected}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
@@ -322,15 +354,15 @@ def load_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Opti
     Checked like a snapshot: the header before any tensor is read, the model's tensors by name,
     shape and dtype; the optimiser's by parameter index and shape."""
     path = Path(run_dir) / STATE_FILE
-    header = _read_header(path)
-    meta = header.get("__metadata__", {}) or {}
+    header = read_snapshot_header(path)
+    meta = header.metadata
     try:
         epoch, step = int(meta["epoch"]), int(meta["step"])
     except (KeyError, ValueError):
         raise CheckpointError(f"{path}: not a training state (no epoch and step in its metadata)") from None
     expected = {f"model.{k}": v for k, v in model.state_dict().items()}
     params = list(model.parameters())
-    for k in header:
+    for k in header.tensors:
         if not k.startswith("opt."):
             continue
         parts = k.split(".", 2)
@@ -358,7 +390,7 @@ def load_model(run: Run | str | Path, epoch: int | None = None, device: str | to
         run = load_run(run)
     epoch = run.epochs[-1] if epoch is None else epoch
     model = build_model(run.model_config)
-    state = load_state(run.snapshot_path(epoch), model.state_dict())
+    state = load_state(run.snapshot_path(epoch), model.state_dict(), run.root)
     model.load_state_dict(state)
     return model.to(device).eval().requires_grad_(False)
 
@@ -367,24 +399,33 @@ RUN_FILES = re.compile(rf"^({SNAPSHOT_RE.pattern[1:-1]}|{re.escape(METRICS_FILE)
 
 
 def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """Every run directory under `root` (depth 1 or 2), and the ones that failed validation with why.
+    """Every run directory under `root` (depth 1 or 2), and the folders that failed with why.
 
-    Only directories that resolve inside root are considered (no '..' or symlink escapes). A
-    folder that holds a run's files but no config.json is listed as failed; one broken run
-    never hides the others.
+    Only directories that resolve inside root are considered (no '..' or symlink escapes), and
+    every file of a run is read fenced to root. A folder that holds a run's files but no
+    config.json, an unreadable folder, and a folder with more than MAX_FOLDER_ENTRIES
+    sub-folders (the first ones by name are read) are each named in the failures; one broken run
+    never hides the others, whatever it raises.
     """
     try:
         root = Path(root).resolve()
         if not root.is_dir():
             raise CheckpointError(f"{root}: no such checkpoint directory")
-    except (RuntimeError, OSError) as e:  # a symlink loop, a name too long, no permission
-        raise CheckpointError(f"{root}: cannot open this folder ({e})") from None
+    except (RuntimeError, OSError, ValueError) as e:  # a symlink loop, a name too long, a NUL byte, no permission
+        raise CheckpointError(f"{root}: cannot open this folder ({_reason(e)})") from None
     runs, bad = [], []
+
+    def subdirs(path: Path) -> list[Path]:
+        found, problem = _subdirs(path)
+        if problem:
+            bad.append((path, f"{path}: {problem}"))
+        return found
+
     candidates = []
-    for child in _subdirs(root):
+    for child in subdirs(root):
         candidates.append(child)
         if not _has(child, CONFIG_FILE):
-            candidates.extend(_subdirs(child))
+            candidates.extend(subdirs(child))
     for path in candidates:
         try:
             inside = path.resolve().is_relative_to(root)
@@ -397,43 +438,51 @@ def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
                 bad.append((path, f"{path}: no {CONFIG_FILE} (its snapshots cannot be read without the config)"))
             continue
         try:
-            runs.append(load_run(path))
+            runs.append(load_run(path, root))
         except CheckpointError as e:
             bad.append((path, str(e)))
         except Exception as e:  # noqa: BLE001 — whatever a foreign folder holds, it is this run's problem only
-            bad.append((path, f"{path}: unreadable run ({type(e).__name__}: {e})"))
+            bad.append((path, f"{path}: unreadable run ({type(e).__name__}: {str(e)[:200]})"))
     return runs, bad
 
 
+def _reason(e: BaseException) -> str:
+    return "a symlink loop" if isinstance(e, RuntimeError) else getattr(e, "strerror", None) or str(e)[:100]
+
+
 def _has(path: Path, name: str) -> bool:
-    try:
-        return (path / name).exists()
-    except OSError:
-        return False
+    return os.path.lexists(path / name)
 
 
 def _holds_run_files(path: Path) -> bool:
     try:
-        return any(RUN_FILES.match(f.name) for f in path.iterdir())
+        return any(RUN_FILES.match(f.name) for f in os.scandir(path))
     except OSError:
         return False
 
 
-def _subdirs(path: Path, limit: int = 2000) -> list[Path]:
-    """Sub-directories of path (sorted, at most `limit`); unreadable ones are skipped."""
-    out = []
+def _subdirs(path: Path, limit: int = MAX_FOLDER_ENTRIES) -> tuple[list[Path], str | None]:
+    """Sub-directories of path, sorted by name: at most `limit` (the first by name), with a sentence
+    when the folder cannot be read or holds more."""
+    names = []
     try:
-        for child in path.iterdir():
-            try:
-                if child.is_dir():
-                    out.append(child)
-            except OSError:
-                continue
-            if len(out) >= limit:
-                break
-    except OSError:
-        return []
-    return sorted(out)
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir():
+                        names.append(entry.name)
+                except OSError:
+                    continue
+                if len(names) > 10 * limit:
+                    break
+    except OSError as e:
+        return [], f"cannot be read ({_reason(e)})"
+    names.sort()
+    problem = None
+    if len(names) > limit:
+        problem = (f"holds more than {limit:,} folders; only the first {limit:,} by name were looked at "
+                   "(keep runs in a folder of their own)")
+    return [path / n for n in names[:limit]], problem
 
 
 def resolve_under(root: str | Path, relative: str) -> Path:

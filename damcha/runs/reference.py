@@ -42,7 +42,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
+import shutil
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,13 +106,20 @@ def read_reference(path: str | Path) -> dict:
         looks = "a text file" if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head) else "another format"
         raise ReferenceCheckpointError(f"{path}: not a PyTorch checkpoint (it looks like {looks}: a .pt file written "
                                        "by torch.save starts with a zip or pickle header)")
+    if head.startswith(b"PK"):
+        _check_expanded_size(path)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds; all mean "refused"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "weights_only" in str(e) or "Unsupported global" in str(e) or "GLOBAL" in str(e):
-            raise ReferenceCheckpointError(f"{path}: refused, it holds Python objects other than tensors and plain values "
-                                 f"(loaded with weights_only=True; nothing was unpickled): {first}") from None
+        text = str(e)
+        if "weights_only" in text or "Unsupported global" in text or "GLOBAL" in text:
+            found = re.search(r"GLOBAL ([\w.]+)", text)
+            what = f" ({found.group(1)})" if found else ""
+            raise ReferenceCheckpointError(
+                f"{path}: refused, it holds Python objects other than tensors and plain values{what}; nothing was "
+                "unpickled. A file from the reference code holds only tensors and plain values: this one was "
+                "written by other code, and opening it would run that code") from None
+        first = text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
         raise ReferenceCheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or another format): {first}") from None
     state = ckpt.get("model_state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
@@ -120,6 +131,23 @@ def read_reference(path: str | Path) -> dict:
     if "model_state_dict" in ckpt:
         return {**ckpt, "model_state_dict": state}
     return {"model_state_dict": state} if "model_state_dict" in ckpt else {"model_state_dict": state}
+
+
+def _check_expanded_size(path: Path) -> None:
+    """Refuse a zip whose records would expand past what a checkpoint holds, before torch reads any:
+    torch.save stores its records uncompressed, so a compressed one is a zip bomb or another format."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise ReferenceCheckpointError(f"{path}: not a readable PyTorch checkpoint (its zip directory: {e})") from None
+    expanded = sum(m.file_size for m in members)
+    compressed = [m.filename for m in members if m.compress_type != zipfile.ZIP_STORED]
+    if expanded > MAX_REFERENCE_BYTES or compressed:
+        detail = (f"{len(compressed)} compressed records ({compressed[0]}, ...)" if compressed
+                  else f"records of {expanded:,} bytes in all")
+        raise ReferenceCheckpointError(f"{path}: refused before reading, {detail}: torch.save writes its records "
+                                       f"uncompressed, at most {MAX_REFERENCE_BYTES:,} bytes are read")
 
 
 @dataclass(frozen=True)
@@ -141,10 +169,11 @@ def reference_settings(ckpt: dict, modality: str | None = None, n_head: int | No
                        diag_scale: float | None = None, off_diag_scale: float | None = None) -> ReferenceSettings:
     """The settings of a reference checkpoint: a command-line value, else the file's own config
     (and off_diag_params), else what the tensors say, else the reference code's default."""
-    saved = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
-    params = ckpt.get("off_diag_params") if isinstance(ckpt.get("off_diag_params"), dict) else {}
+    saved, params = _saved_settings(ckpt)
     components = ckpt.get("components") if isinstance(ckpt.get("components"), dict) else {}
     sources: dict = {}
+    for name, value in (("--n-head", n_head), ("--diag-scale", diag_scale), ("--off-diag-scale", off_diag_scale)):
+        _check_setting(name, value, "count" if name == "--n-head" else "number", "the command line")
 
     def pick(name, flag, *found):
         for value, where in ((flag, "the command line"), *found):
@@ -177,6 +206,40 @@ def reference_settings(ckpt: dict, modality: str | None = None, n_head: int | No
             sources[name] = "default (1.0)"
     return ReferenceSettings(None if heads is None else int(heads), 1.0 if diag is None else float(diag),
                              1.0 if off is None else float(off), modality, sources)
+
+
+# What each setting of the reference's saved `config` (and `off_diag_params`) read here must be.
+SAVED_SETTINGS = {"n_heads": "count", "diag_scale": "number", "off_diag_scale": "number", "in_ch": "count",
+                  "img_size": "count", "patch_size": "count", "off_diag_mode": "text"}
+MAX_REFERENCE_COUNT = 65_536
+
+
+def _saved_settings(ckpt: dict) -> tuple[dict, dict]:
+    """The file's `config` and `off_diag_params`, every setting this converter reads checked by name."""
+    found = []
+    for key in ("config", "off_diag_params"):
+        section = ckpt.get(key)
+        if section is not None and not isinstance(section, dict):
+            raise ReferenceCheckpointError(f"'{key}' is a {type(section).__name__}, not a dict of settings")
+        section = section or {}
+        for name, kind in SAVED_SETTINGS.items():
+            _check_setting(f"{key}.{name}", section.get(name), kind, "the file")
+        found.append(section)
+    return found[0], found[1]
+
+
+def _check_setting(name: str, value, kind: str, where: str) -> None:
+    """Refuse a setting of the wrong type or range, naming it (None: not given)."""
+    if value is None:
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "count" and not (number and float(value).is_integer() and 1 <= value <= MAX_REFERENCE_COUNT):
+        raise ReferenceCheckpointError(f"{name} in {where} must be a whole number from 1 to {MAX_REFERENCE_COUNT:,}, "
+                                       f"got {str(value)[:60]!r}")
+    if kind == "number" and not (number and math.isfinite(value)):
+        raise ReferenceCheckpointError(f"{name} in {where} must be a finite number, got {str(value)[:60]!r}")
+    if kind == "text" and not isinstance(value, str):
+        raise ReferenceCheckpointError(f"{name} in {where} must be a string, got {str(value)[:60]!r}")
 
 
 def reference_config(ckpt: dict, settings: ReferenceSettings, block_size: int | None = None,
@@ -303,22 +366,67 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str | No
             raise ReferenceCheckpointError(f"unknown tokenizer {tokenizer!r}; known: {list(TOKENIZERS)} (or give --vocab-size)")
         vocab_size = TOKENIZERS[tokenizer]
     out = Path(out_dir)
-    config, settings, reports, rows, converted = None, None, {}, [], []
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ReferenceCheckpointError(f"{out}: already exists and is not an empty folder; give a new --out")
+    config, settings, rows, converted = None, None, [], []
     for k, (epoch, path) in enumerate(files):
-        ckpt = read_reference(path)
-        if epoch is None:
-            epoch = ckpt["epoch"] if isinstance(ckpt.get("epoch"), int) else 0
-        these = reference_settings(ckpt, modality, n_head, diag_scale, off_diag_scale)
-        cfg = reference_config(ckpt, these, block_size, vocab_size)
+        try:
+            epoch, cfg, these, state, report, loss = _convert_file(path, epoch, modality, n_head, diag_scale,
+                                                                   off_diag_scale, block_size, vocab_size)
+        except ReferenceCheckpointError as e:
+            raise ReferenceCheckpointError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError) as e:
+            raise ReferenceCheckpointError(f"{path}: cannot be converted ({type(e).__name__}: {str(e)[:200]})") from None
         if config is not None and (cfg != config or these != settings):
             raise ReferenceCheckpointError(f"{path}: a different architecture or setting from {files[0][1].name}")
+        if any(e == epoch for e, *_ in converted):
+            raise ReferenceCheckpointError(f"{path}: epoch {epoch} again (also in another file of {source})")
         config, settings = cfg, these
-        converted.append((epoch, path, *convert_state(ckpt, cfg, these)))
-        loss = ckpt.get("loss")
-        rows.append({"epoch": epoch, **({"reference_val_loss": float(loss)} if isinstance(loss, (int, float)) else {})})
+        converted.append((epoch, path, state, report))
+        rows.append({"epoch": epoch, **({"reference_val_loss": loss} if loss is not None else {})})
         if progress:
             progress(k + 1, len(files))
-    out.mkdir(parents=True, exist_ok=True)  # only once every file converted: a refused import writes nothing
+    rows.sort(key=lambda r: r["epoch"])
+    # Written into a staging folder beside out and renamed at the end: a refused, failed or killed
+    # import leaves neither a half run at out nor anything in the temporary directory.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".importing", dir=out.parent))
+    try:
+        _write_imported_run(staging, source, config, settings, converted, rows, tokenizer)
+        if out.exists():
+            out.rmdir()
+        staging.chmod(0o755)
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _convert_file(path: Path, epoch: int | None, modality, n_head, diag_scale, off_diag_scale, block_size, vocab_size):
+    """One reference file read, checked and converted: (epoch, config, settings, state, report, loss)."""
+    ckpt = read_reference(path)
+    if epoch is None:
+        epoch = ckpt.get("epoch", 0)
+        if not isinstance(epoch, int) or isinstance(epoch, bool):
+            raise ReferenceCheckpointError(f"'epoch' is {str(epoch)[:40]!r}, not a whole number")
+    if not 0 <= epoch < 10**6:
+        raise ReferenceCheckpointError(f"epoch {epoch} is outside 0..999,999 (a run's snapshots are numbered so)")
+    settings = reference_settings(ckpt, modality, n_head, diag_scale, off_diag_scale)
+    config = reference_config(ckpt, settings, block_size, vocab_size)
+    state, report = convert_state(ckpt, config, settings)
+    not_finite = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    if not_finite:
+        raise ReferenceCheckpointError(f"NaN or infinite values in {', '.join(not_finite[:5])}"
+                                       f"{f' and {len(not_finite) - 5} more' if len(not_finite) > 5 else ''}: "
+                                       "such a model can only produce NaN")
+    loss = ckpt.get("loss")
+    loss = float(loss) if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss) else None
+    return epoch, config, settings, state, report, loss
+
+
+def _write_imported_run(out: Path, source, config: ModelConfig, settings: ReferenceSettings, converted: list,
+                        rows: list[dict], tokenizer: str | None) -> None:
+    reports = {}
     for epoch, path, state, report in converted:
         save_tensors_atomic(out / snapshot_name(epoch), state, {"format_version": str(FORMAT_VERSION), "epoch": str(epoch),
                                                                  "variant": config.variant, "imported_from": path.name})
@@ -346,9 +454,8 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str | No
                              "diag_scale": settings.diag_scale, "off_diag_scale": settings.off_diag_scale,
                              "setting_sources": settings.sources, "import_report": reports},
                    "data": data, "notes": notes}
-    write_text_atomic(out / CONFIG_FILE, json.dumps(config_dict, indent=2))
-    write_text_atomic(out / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows))
-    return out
+    write_text_atomic(out / CONFIG_FILE, json.dumps(config_dict, indent=2, allow_nan=False))
+    write_text_atomic(out / METRICS_FILE, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
 
 
 def reference_files(source: str | Path) -> list[tuple[int | None, Path]]:
@@ -437,8 +544,7 @@ def _given_heads(n_head: int | None) -> int:
 def _block_scales(ckpt: dict, config: ModelConfig, settings: ReferenceSettings, report: ImportReport) -> torch.Tensor:
     """(D, D) factors s_ij the reference multiplies M by: diag_scale on the diagonal blocks,
     off_diag_scale elsewhere (both as the settings say where they come from)."""
-    params = ckpt.get("off_diag_params") if isinstance(ckpt.get("off_diag_params"), dict) else {}
-    saved = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    saved, params = _saved_settings(ckpt)
     mode = params.get("off_diag_mode", saved.get("off_diag_mode", "mlp"))
     if mode != "mlp":
         raise ReferenceCheckpointError(f"off_diag_mode {mode!r} builds off-diagonal blocks from the diagonal ones; "

@@ -198,6 +198,16 @@ class Structure:
 
 # ----------------------------------------------------------------------------- declared settings
 
+# Bounds on any declared setting, so no config's values make building (or counting) a model slow.
+MAX_SETTING_INT = 65_536
+MAX_SETTING_ITEMS = 16
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 @dataclass(frozen=True)
 class Setting:
     """A setting of a mechanism, declared once: config validation, the train CLI's `--option` help
@@ -227,7 +237,15 @@ class Setting:
             ok = (isinstance(value, self.kind) or numeric) and not isinstance(value, bool)
             items = [value]
         if not ok:
-            raise ValueError(f"{self.name} must be {self._kind_name()}, got {value!r}")
+            raise ValueError(f"{self.name} must be {self._kind_name()}, got {_short(value)}")
+        if self.kind is float and not math.isfinite(value):
+            raise ValueError(f"{self.name} must be a finite number, got {value!r}")
+        if self.kind is tuple and len(items) > MAX_SETTING_ITEMS:
+            raise ValueError(f"{self.name} has {len(items):,} entries; at most {MAX_SETTING_ITEMS} are accepted")
+        if self.kind in (int, tuple) and any(v > MAX_SETTING_INT for v in items):
+            raise ValueError(f"{self.name} must be at most {MAX_SETTING_INT:,}, got {_short(value)}")
+        if self.kind is str and len(value) > 200:
+            raise ValueError(f"{self.name} is a string of {len(value):,} characters; no setting is that long")
         if self.choices and value not in self.choices:
             raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
         if self.minimum is not None and any(v < self.minimum for v in items):
