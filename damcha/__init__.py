@@ -8,6 +8,10 @@ Public API (stable names):
     mechanisms                                          -- the registry of attention mechanisms
 """
 
+from damcha._worker_guard import guard_worker
+
+guard_worker()  # before anything heavy: a worker whose command is killed while it imports dies too
+
 __version__ = "0.1.0"
 
 from damcha.analysis.inspection import InspectionRecord, identifiability_note, inspect_input  # noqa: E402

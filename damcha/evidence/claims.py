@@ -669,6 +669,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     results.json whose units are taken over where the claims still define the arm (see
     `reusable_units`; `redo` names claims and variants recomputed anyway); the document says so."""
     from damcha import __version__
+    from damcha._worker_guard import workers_die_with_this_process
 
     out, work = Path(out), Path(work)
     out.mkdir(parents=True, exist_ok=True)
@@ -752,8 +753,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_start_worker) as pool:
+        with workers_die_with_this_process(), ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker) as pool:
             for future in as_completed([pool.submit(run_task, list(t.values()), quick, work) for t in tasks.values()]):
                 record(future.result())
     else:
@@ -766,14 +767,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
 
 
 def _start_worker() -> None:
-    """One thread per worker; and a worker dies with the command (killed, it would leave orphans
-    training into the same run folders as the next call)."""
+    """One thread per worker (that it dies with the command, damcha._worker_guard saw to at import)."""
     torch.set_num_threads(1)
-    if sys.platform == "linux":
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def run_task(units: list[tuple[Arm, int]], quick: bool, work: Path) -> list[tuple[str, dict, float]]:

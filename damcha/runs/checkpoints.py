@@ -175,34 +175,39 @@ def read_metrics(run_dir: Path, root: Path | None = None) -> list[dict]:
     return rows
 
 
-# Types of the config entries the app and the CLI read; anything else in them is kept as it is.
+# The config entries the app and the CLI read, with their type and range; anything else in the
+# sections is kept as it is and never used.
 SECTION_TYPES = {"model": dict, "train": dict, "data": dict, "notes": list}
-ENTRY_TYPES = {
-    "train": {"epochs": int, "lr": (int, float), "optimizer": str, "split_seed": int, "val_windows": int,
-              "batch_size": int, "seed": int},
-    "data": {"name": str, "kind": str, "unit": str, "bytes": int, "val_fraction": (int, float), "n_train": int,
-             "n_val": int, "val_start": int},
+NUMBER, COUNT = (int, float), int
+ENTRY_RULES = {
+    "train": {"epochs": (COUNT, 0, 10**6), "lr": (NUMBER, 0, 1e3), "optimizer": (str,), "split_seed": (COUNT, 0, 2**63 - 1),
+              "val_windows": (COUNT, 1, 100_000), "batch_size": (COUNT, 1, 10**7), "seed": (COUNT, 0, 2**63 - 1)},
+    "data": {"name": (str,), "kind": (str,), "unit": (str,), "bytes": (COUNT, 0, 2**63 - 1),
+             "val_fraction": (NUMBER, 0, 1), "n_train": (COUNT, 0, 2**63 - 1), "n_val": (COUNT, 0, 2**63 - 1),
+             "val_start": (COUNT, 0, 2**63 - 1)},
 }
 
 
 def check_config_shape(cfg: dict, path: Path) -> None:
-    """Refuse a config whose sections or read entries have the wrong type, naming the first one."""
+    """Refuse a config whose sections or read entries have the wrong type or range, naming the first one."""
     for section, kind in SECTION_TYPES.items():
         if section in cfg and not isinstance(cfg[section], kind):
             raise CheckpointError(f"{path}: '{section}' must be a {kind.__name__}, "
                                   f"not {type(cfg[section]).__name__}")
-    for section, entries in ENTRY_TYPES.items():
-        for key, kind in entries.items():
-            value = cfg.get(section, {}).get(key)
-            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+    for section, entries in ENTRY_RULES.items():
+        for key, (kind, *bounds) in entries.items():
+            if key not in cfg.get(section, {}):
+                continue
+            value = cfg[section][key]
+            if not isinstance(value, kind) or isinstance(value, bool):
                 raise CheckpointError(f"{path}: '{section}.{key}' has the wrong type ({type(value).__name__})")
+            if bounds and not bounds[0] <= value <= bounds[1]:
+                raise CheckpointError(f"{path}: '{section}.{key}' is {str(value)[:40]}, outside {bounds[0]:g}..{bounds[1]:g}")
+            if kind is str and len(value) > MAX_NAME_CHARS:
+                raise CheckpointError(f"{path}: '{section}.{key}' is {len(value):,} characters long (at most "
+                                      f"{MAX_NAME_CHARS}: it is shown in every view and travels in every link)")
     if not all(isinstance(n, str) for n in cfg.get("notes", [])):
         raise CheckpointError(f"{path}: 'notes' must be a list of strings")
-    for key in ("name", "kind", "unit"):
-        value = cfg.get("data", {}).get(key)
-        if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
-            raise CheckpointError(f"{path}: 'data.{key}' is {len(value):,} characters long (at most {MAX_NAME_CHARS}: "
-                                  "it is shown in every view and travels in every link)")
 
 
 def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:

@@ -121,9 +121,17 @@ def read_reference(path: str | Path) -> dict:
                 "written by other code, and opening it would run that code") from None
         first = text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
         raise ReferenceCheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or another format): {first}") from None
+    for key in ("config", "off_diag_params", "components"):
+        if isinstance(ckpt, dict) and ckpt.get(key) is not None and not isinstance(ckpt[key], dict):
+            raise ReferenceCheckpointError(f"{path}: '{key}' is a {type(ckpt[key]).__name__}, not a dict")
     state = ckpt.get("model_state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
         raise ReferenceCheckpointError(f"{path}: expected a dict with 'model_state_dict' (or a state dict) of named tensors")
+    not_finite = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    if not_finite:
+        raise ReferenceCheckpointError(f"{path}: NaN or infinite values in {', '.join(not_finite[:5])}"
+                                       f"{f' and {len(not_finite) - 5} more' if len(not_finite) > 5 else ''}: "
+                                       "such a model can only produce NaN")
     try:  # saved from a DistributedDataParallel or torch.compile wrapper: the names it added come off
         state = {clean: state[raw] for clean, raw in unwrapped_names(state, str(path)).items()}
     except CheckpointError as e:
@@ -414,11 +422,10 @@ def _convert_file(path: Path, epoch: int | None, modality, n_head, diag_scale, o
     settings = reference_settings(ckpt, modality, n_head, diag_scale, off_diag_scale)
     config = reference_config(ckpt, settings, block_size, vocab_size)
     state, report = convert_state(ckpt, config, settings)
-    not_finite = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
-    if not_finite:
-        raise ReferenceCheckpointError(f"NaN or infinite values in {', '.join(not_finite[:5])}"
-                                       f"{f' and {len(not_finite) - 5} more' if len(not_finite) > 5 else ''}: "
-                                       "such a model can only produce NaN")
+    overflowed = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    if overflowed:  # finite in the file, not once the scales are folded in (or a component holds NaN)
+        raise ReferenceCheckpointError(f"NaN or infinite values after conversion in {', '.join(overflowed[:5])} "
+                                       "(the components, or diag_scale / off_diag_scale too large to fold in)")
     loss = ckpt.get("loss")
     loss = float(loss) if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss) else None
     return epoch, config, settings, state, report, loss
