@@ -43,9 +43,8 @@ except CheckpointError as e:  # a snapshot that went bad after the run was liste
 except Exception as e:
     if is_local_server():  # the user's own server: the whole traceback, where Streamlit shows it
         raise
-    # A shared server: visitors get the kind of failure and a message without the server's paths;
-    # the traceback goes to the server's log.
+    # A shared server: visitors get the kind of failure only (an exception's text may hold any of
+    # the server's paths); the traceback goes to the server's log.
     logging.getLogger("damcha.app").exception("page failed")
-    st.error(f"This view failed ({type(e).__name__}: {redacted(str(e)[:300], listed_root())}). "
-             "The server's log has the details.")
+    st.error(f"This view failed ({type(e).__name__}). The server's log has the details.")
 export_all_widget()

@@ -200,7 +200,7 @@ class ModelConfig:
 
 
 FIELD_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-                    "int | None": "an integer or null", "tuple[int, ...]": "a list of integers",
+                    "int | None": "an integer or null", "tuple[int, ...]": "a list of at most 16 integers",
                     "tuple[tuple[str, Any], ...]": "an object of settings"}
 
 
@@ -213,7 +213,7 @@ def _has_type(value: Any, annotation: str) -> bool:
         "bool": lambda v: isinstance(v, bool),
         "str": lambda v: isinstance(v, str) and len(v) <= 200,
         "int | None": lambda v: v is None or is_int(v),
-        "tuple[int, ...]": lambda v: isinstance(v, tuple) and all(map(is_int, v)),
+        "tuple[int, ...]": lambda v: isinstance(v, tuple) and len(v) <= 16 and all(map(is_int, v)),
         "tuple[tuple[str, Any], ...]": lambda v: isinstance(v, tuple),
     }
     if annotation not in checks:

@@ -2,6 +2,7 @@
 itself, and file contents are shown as text."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -91,3 +92,114 @@ def test_the_launcher_passes_the_host_and_the_allowed_folders(tmp_path):
     help_text = subprocess.run([sys.executable, "-m", "damcha", "app", "--help"], capture_output=True, text=True,
                                cwd=tmp_path).stdout
     assert "--allow-root" in help_text
+
+
+def visitor_types(at: AppTest, folder: str) -> AppTest:
+    at.text_input(key="root_input").set_value(folder).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.fixture
+def fenced(shared_server, monkeypatch, tmp_path):
+    """A shared server allowing one folder; another folder with runs beside it, outside the fence."""
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    shutil.copytree(SHIPPED / "digits-mha", allowed / "runs" / "digits-mha")
+    shutil.copytree(SHIPPED / "digits-damcha", outside / "secret-run")
+    monkeypatch.setenv("DAMCHA_ALLOWED_ROOTS", str(allowed))
+    return allowed, outside
+
+
+@pytest.mark.parametrize("page", ["home", "compare", "ablation", "dynamics", "gradients"])
+def test_a_visitor_typing_a_folder_outside_the_fence_sees_nothing_of_it(fenced, page):
+    allowed, outside = fenced
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["checkpoint_root"] = str(allowed / "runs")
+    at.switch_page(f"../pages/{page}.py")
+    at.run()
+    for folder in (str(outside), "/", "/etc", str(allowed / "runs" / ".." / ".." / "outside")):
+        visitor_types(at, folder)
+        shown = " ".join(str(e.value) for kind in ("markdown", "subheader", "warning", "caption", "info", "error")
+                         for e in at.get(kind))
+        tables = " ".join(str(t.value) for t in at.dataframe)
+        assert "secret-run" not in shown + tables and "Runs in outside" not in shown, (folder, page)
+        assert any("outside the folders this server allows" in e.value for e in at.sidebar.error), folder
+        assert at.selectbox(key="run").value == "digits-mha"  # the folder in use stays
+        if page == "home":
+            assert "digits-mha" in tables and "secret-run" not in tables
+
+
+def test_a_symlinked_file_leading_out_of_the_fence_is_not_followed(fenced):
+    allowed, outside = fenced
+    run = allowed / "runs" / "digits-mha"
+    (run / "epoch_0040.safetensors").unlink()
+    os.symlink(outside / "secret-run" / "epoch_0040.safetensors", run / "epoch_0040.safetensors")
+    at = app(allowed / "runs")
+    assert not at.exception
+    assert 40 not in at.select_slider(key="epoch").options
+    assert any("Epoch 40" in w.value and "outside the checkpoint folder" in w.value for w in at.sidebar.warning)
+
+
+@pytest.mark.parametrize("folder, why", [
+    ("bad\x00path", "NUL"), ("a" * 5000, "too long"), (str(ROOT / "README.md"), "a file, not a folder"),
+    ("/nowhere/at/all", "no such folder"), ("", "no folder given"),
+])
+def test_any_string_in_the_folder_field_is_one_message_and_the_folder_in_use_stays(folder, why):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = "digits-mha"
+    at.run()
+    visitor_types(at, folder)
+    assert [e.value for e in at.sidebar.error if why in e.value], [e.value for e in at.sidebar.error]
+    assert len(at.sidebar.error) == 1
+    assert at.selectbox(key="run").value == "digits-mha"
+
+
+def test_a_fifo_or_a_symlink_loop_in_the_folder_field_keeps_the_folder_in_use(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink("loop", tmp_path / "loop")
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = "digits-mha"
+    at.run()
+    for folder, why in ((tmp_path / "pipe", "not a folder"), (tmp_path / "loop", "symlink loop")):
+        visitor_types(at, str(folder))
+        assert any(why in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
+        assert at.selectbox(key="run").value == "digits-mha"
+
+
+def test_an_uploaded_file_name_is_shown_as_text(tmp_path):
+    from tests.images import handwritten_digit
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = "digits-damcha"
+    at.switch_page("../pages/inspector.py")
+    at.run()
+    at.radio(key="source").set_value("Upload an image").run()
+    name = "[a](https://example.invalid) ![i](https://example.invalid/i.png).png"
+    at.file_uploader(key="upload_image").upload(name, handwritten_digit("7"), "image/png").run()
+    assert not at.exception
+    line = next(m.value for m in at.markdown if m.value.startswith("**Input:**"))
+    assert r"\[a\]\(https\://example.invalid\)" in line and r"\!\[i\]" in line
+
+
+def test_a_page_failure_on_a_shared_server_shows_no_traceback_or_server_path(shared_server, monkeypatch):
+    import app.cache
+
+    def fail(*args, **kwargs):
+        raise RuntimeError(f"boom in {ROOT}/secret/place")
+
+    monkeypatch.setattr(app.cache, "inspection", fail)
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = "digits-mha"
+    at.switch_page("../pages/inspector.py")
+    at.run()
+    assert not at.exception
+    message = next(e.value for e in at.error if "This view failed" in e.value)
+    assert "RuntimeError" in message and str(ROOT) not in message
+
+
+def test_a_link_to_a_run_that_is_not_there_says_so():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = "no-such-run"
+    at.run()
+    assert not at.exception
+    assert any("no-such-run is not in this folder" in w.value for w in at.sidebar.warning)
