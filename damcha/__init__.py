@@ -8,7 +8,7 @@ Public API (stable names):
     mechanisms                                          -- the registry of attention mechanisms
 """
 
-from damcha._worker_guard import guard_worker
+from damcha.runs.workers import guard_worker
 
 guard_worker()  # before anything heavy: a worker whose command is killed while it imports dies too
 

@@ -116,7 +116,8 @@ def validation_table(model: Transformer, inputs, targets, labels=None, mean_inpu
     constant = {}
     for name in list(columns):
         values = [r.get(name) for r in rows]
-        if name != "input" and n > 1 and all(isinstance(v, float) for v in values) and np.ptp(values) < 1e-6:  # float32 noise
+        # a few float32 ulps of a loss of a few bits (one ulp of 3.5 is 2.4e-7): noise, not a difference
+        if name != "input" and n > 1 and all(isinstance(v, float) for v in values) and np.ptp(values) < 5e-6:
             constant[name] = values[0]
     for r in rows:
         for name in constant:

@@ -669,7 +669,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     results.json whose units are taken over where the claims still define the arm (see
     `reusable_units`; `redo` names claims and variants recomputed anyway); the document says so."""
     from damcha import __version__
-    from damcha._worker_guard import workers_die_with_this_process
+    from damcha.runs.workers import workers_die_with_this_process
 
     out, work = Path(out), Path(work)
     out.mkdir(parents=True, exist_ok=True)
@@ -767,7 +767,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
 
 
 def _start_worker() -> None:
-    """One thread per worker (that it dies with the command, damcha._worker_guard saw to at import)."""
+    """One thread per worker (that it dies with the command, damcha.runs.workers saw to at import)."""
     torch.set_num_threads(1)
 
 

@@ -147,7 +147,7 @@ def read_config(run_dir: Path, root: Path | None = None) -> dict:
     if not isinstance(cfg, dict) or "format_version" not in cfg or "model" not in cfg:
         raise CheckpointError(f"{path}: not a DAMCHA run config (expected format_version and model)")
     if cfg["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: unknown format version {str(cfg['format_version'])[:40]!r}; "
+        raise CheckpointError(f"{path}: unknown format version {repr(cfg['format_version'])[:40]}; "
                               f"this DAMCHA Lab reads version {FORMAT_VERSION}")
     return cfg
 

@@ -19,15 +19,18 @@ PARENT_ENV = "DAMCHA_DIE_WITH_PARENT"
 
 
 def guard_worker() -> None:
-    parent = os.environ.get(PARENT_ENV)
-    if parent is None or "--multiprocessing-fork" not in sys.argv:  # not a spawned worker of a marked pool
+    # Only a process started inside the block carries the mark; it takes it off at once, so its
+    # own children never read it. A marked process whose parent is not the marking one is a
+    # worker orphaned before this line ran: nothing to work for.
+    parent = os.environ.pop(PARENT_ENV, None)
+    if parent is None:
         return
     if sys.platform == "linux":
         import ctypes
         import signal
 
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if str(os.getppid()) != parent:  # the command died before the line above: nothing to work for
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: dies when the parent does
+    if str(os.getppid()) != parent:
         os._exit(1)
 
 

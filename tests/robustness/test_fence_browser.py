@@ -1,0 +1,88 @@
+"""The fence of a shared server, in Chromium, as a hostile visitor tries it: the server is started
+as a user shares it (`python -m damcha app --host … --allow-root DIR`, on a loopback address other
+than 127.0.0.1, so the app treats it as shared), and the visitor types folders outside the fence,
+`/`, a traversal, and follows a link to a run outside. Nothing outside is ever listed or drawn."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import ARTIFACTS, CHROMIUM_ARGS, _free_port, require_chromium
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "checkpoints"
+HOST = "127.0.0.2"  # loopback, but not the address the app calls local: it behaves as a shared server
+
+
+@pytest.fixture(scope="module")
+def fenced_server(tmp_path_factory):
+    exe = require_chromium()
+    base = tmp_path_factory.mktemp("fence")
+    allowed, outside = base / "allowed", base / "outside"
+    shutil.copytree(SHIPPED / "digits-mha", allowed / "runs" / "digits-mha")
+    shutil.copytree(SHIPPED / "digits-damcha", outside / "secret-run")
+    port = _free_port()
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "fenced-server.log", "w")
+    env = {**os.environ, "DAMCHA_CHECKPOINTS": str(allowed / "runs")}
+    proc = subprocess.Popen([sys.executable, "-m", "damcha", "app", "--host", HOST, "--port", str(port),
+                             "--allow-root", str(allowed)], cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://{HOST}:{port}"
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the shared server did not answer within 60 s")
+        yield url, exe, outside
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def type_folder(page, folder: str) -> None:
+    field = page.get_by_role("textbox", name="Run root")
+    if not field.is_visible():
+        page.get_by_text("Checkpoint folder").click()
+    field.fill(folder)
+    field.press("Enter")
+    page.wait_for_timeout(1500)
+    page.wait_for_function("!document.querySelector(\"[data-testid='stStatusWidget']\")", timeout=60_000)
+
+
+def test_a_visitor_cannot_reach_outside_the_fence(fenced_server):
+    from playwright.sync_api import sync_playwright
+
+    url, exe, outside = fenced_server
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(url)
+        page.get_by_text("Runs in runs").wait_for(timeout=60_000)
+        for folder in ("/", "/etc", str(outside), str(outside.parent / "allowed" / ".." / "outside"), "/proc/self"):
+            type_folder(page, folder)
+            text = page.inner_text("body")
+            assert "outside the folders this server allows" in text, folder
+            assert "secret-run" not in text and "Runs in /" not in text and "Runs in outside" not in text, folder
+            assert "Runs in runs" in text and "digits-mha" in text, folder  # the folder in use stays
+            assert page.locator(".stException").count() == 0, folder
+            if folder == "/":
+                page.screenshot(path=str(ARTIFACTS / "fenced-home-after-typing-root.png"), full_page=True)
+        page.goto(f"{url}/inspector?run=secret-run")
+        page.get_by_text("is not in this folder").wait_for(timeout=60_000)
+        assert "secret-run" not in page.inner_text("[data-testid='stMain']")
+        assert page.locator(".stException").count() == 0
+        browser.close()
