@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from pathlib import Path
 
 import streamlit as st
@@ -54,8 +55,21 @@ def reference_root(source: Path, modality: str, tokenizer: str | None, stamp: tu
     from damcha.runs.reference import import_reference
 
     key = hashlib.sha256(repr((str(source.resolve()), stamp, modality, tokenizer)).encode()).hexdigest()[:16]
-    root = Path(tempfile.gettempdir()) / "damcha-reference" / key
+    cache = Path(tempfile.gettempdir()) / "damcha-reference"
+    root = cache / key
     name = source.stem if source.is_file() else source.name
     if not (root / name / "config.json").exists():
+        shutil.rmtree(root, ignore_errors=True)  # what a killed conversion may have left
         import_reference(source, root / name, modality, tokenizer=tokenizer)
+    _prune(cache, keep=root)
     return root
+
+
+def _prune(cache: Path, keep: Path, kept: int = 8) -> None:
+    """Conversions beyond the `kept` most recently made are removed (the cache above holds as many)."""
+    try:
+        folders = sorted((p for p in cache.iterdir() if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    for old in folders[:max(0, len(folders) - (kept - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
