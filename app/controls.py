@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.run_picker import plain_text
+from app.sharing import plain_text
 from app.url_state import URL, bound, typed_text_area, url_number_input
 from damcha.inputs.model_inputs import (
     BUNDLED_DATASETS,
@@ -39,7 +39,7 @@ def input_picker(run: Run) -> ModelInput | None:
     elif modality.upload == "ids":
         sources = ["Type token ids", *sources]
     if not sources:
-        st.info(f"{run.name} reads {modality.title} from local files ({run.dataset}) and takes no uploads.")
+        st.info(f"{plain_text(run.name)} reads {modality.title} from local files ({plain_text(run.dataset)}) and takes no uploads.")
         return None
     source = st.radio("Input", sources, horizontal=True, **bound("source"))
     try:

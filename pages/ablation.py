@@ -11,6 +11,7 @@ from app.cached_interventions import ablation_cached, ablation_table
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import listing, selected_run
+from app.sharing import plain_text
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label, printable
@@ -20,7 +21,7 @@ from damcha.views.figure_sets import patches_image
 st.title("Metric ablations")
 run, epoch = selected_run()
 cfg = run.model_config
-st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**.")
+st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**.")
 ROW_SUM_NOTE = ("**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "
                 "off-diagonal-only metric is (H−1)/H · m_i minus that residue. Neither 'the diagonal' nor 'the "
                 "off-diagonal' was learned as such, so a gap between them measures the random residue and the "
@@ -86,7 +87,7 @@ st.subheader("Validation set, every run on this data set")
 runs = listing().runs
 ablated = [r for r in runs if r.dataset == run.dataset and has_metric_modes(r)]
 ready = sum(ablation_cached(r) for r in ablated)
-st.caption(f"{len(ablated)} runs of {run.dataset} have metric modes; {ready} of them were evaluated before (kept on "
+st.caption(f"{len(ablated)} runs of {plain_text(run.dataset)} have metric modes; {ready} of them were evaluated before (kept on "
            "disk, keyed by the snapshot's content). Each run takes one pass over the validation set per mode.")
 table = []
 if ablated and (ready == len(ablated) or st.toggle("Evaluate every run of this data set under each mode",

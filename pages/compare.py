@@ -6,6 +6,7 @@ from app.cache import inspection
 from app.controls import bounded_slider, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import each_run, listing, selected_run
+from app.sharing import plain_text
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
 from damcha.views.comparison import PANELS, compared_run, comparison_figure, panel_figure, shared_loss_range
 
@@ -13,7 +14,7 @@ st.title("Compare mechanisms")
 run, epoch = selected_run()
 runs = listing().runs
 siblings = [r for r in runs if r.dataset == run.dataset]
-st.caption(f"One input through the runs of data set **{run.dataset}**: each run's main cross-head structure (the "
+st.caption(f"One input through the runs of data set **{plain_text(run.dataset)}**: each run's main cross-head structure (the "
            "first its mechanism declares), the attention of one layer and head, and the loss at each position.")
 
 inp = input_picker(run)
@@ -62,7 +63,7 @@ causal = any(rec.causal for _, rec in results)
 position = bounded_slider(c3, "Query position (per-position structures)", T - 1, "compare_position",
                           bind=None) if causal else -1
 with st.expander("Structure drawn for each run (default: its main one)"):
-    structure = {r.name: st.selectbox(r.name, [s.name for s in rec.structures], key=f"compare_structure_{r.name}",
+    structure = {r.name: st.selectbox(plain_text(r.name), [s.name for s in rec.structures], key=f"compare_structure_{r.name}",
                                       format_func=lambda s, rec=rec: rec.structure(s).title)
                  for r, rec in results if rec.structures}
 

@@ -24,7 +24,7 @@ from damcha.views.figure_sets import (
 
 st.title("Training dynamics")
 run, epoch = selected_run()
-st.caption(f"Run **{run.name}** ({run.variant}); snapshots at epochs {list(run.epochs)}.")
+st.caption(f"Run **{plain_text(run.name)}** ({run.variant}); snapshots at epochs {list(run.epochs)}.")
 
 inp = input_picker(run)
 if inp is None:
@@ -165,7 +165,7 @@ else:
             st.caption(f"{other.variant} exposes no cross-head structure.")
         else:
             s = theirs.structure(their_name)
-            st.caption(f"{other.name}: {s.description} **{s.identifiability.capitalize()}.**")
+            st.caption(f"{plain_text(other.name)}: {s.description} **{s.identifiability.capitalize()}.**")
             show(structure_figure(s, theirs, index, f", {other.name} epoch {other_epoch}"), "comparison_other",
                  provenance("comparison_other", other, other_epoch, inp, {"structure": their_name, **index}))
 

@@ -7,6 +7,7 @@ from app.cache import contributions, inspection, token_attributions
 from app.controls import bounded_slider, computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import each_run, listing, selected_run
+from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.attribution import (
     TARGET_NAMES,
@@ -23,7 +24,7 @@ from damcha.views import figures
 st.title("Gradient contributions")
 run, epoch = selected_run()
 cfg = run.model_config
-st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**. Computed with captum on a private copy of "
+st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**. Computed with captum on a private copy of "
            "the model; the shared model is never hooked.")
 inp = input_picker(run)
 if inp is None:

@@ -25,7 +25,7 @@ from damcha.views.token_view import token_view_html
 
 st.title("Inspector")
 run, epoch = selected_run()
-st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}** of {run.epochs[-1]}.")
+st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}** of {run.epochs[-1]}.")
 
 left, right = st.columns([1, 1])
 with left:

@@ -8,6 +8,7 @@ from app.cached_interventions import adaptivity_over_epochs, block_grid, interve
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import selected_run
+from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.interventions import alignment_note, available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label
@@ -17,7 +18,7 @@ from damcha.views.figure_sets import available_figures, build_figure, model_figu
 
 st.title("Interventions")
 run, epoch = selected_run()
-st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**. Each intervention is a forward option of an "
+st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**. Each intervention is a forward option of an "
            "ordinary model call, computed exactly; the shared model is never changed.")
 choices = available_interventions(run.model_config)
 if not choices:

@@ -1,21 +1,23 @@
 """Data table: every validation input of a run, sortable and filterable; a row opens in the Inspector."""
 
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
 
 from app.cached_tables import validation_table
 from app.run_picker import selected_run
+from app.sharing import plain_text
 from damcha.analysis.data_table import ROWS
 from damcha.inputs.model_inputs import BUNDLED_DATASETS, validation_count
 
 st.title("Data table")
 run, epoch = selected_run()
-st.caption(f"Run **{run.name}** ({run.variant}), epoch **{epoch}**: one row per validation input. Click a column "
+st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**: one row per validation input. Click a column "
            "to sort; a row's link (or selecting it) opens it in the Inspector.")
 if run.dataset not in BUNDLED_DATASETS:
-    st.info(f"The validation inputs of {run.dataset} need its local files; the table is for the bundled data sets.")
+    st.info(f"The validation inputs of {plain_text(run.dataset)} need its local files; the table is for the bundled data sets.")
     st.stop()
 total = validation_count(run)
 n = int(st.number_input(f"Validation inputs in the table (the first n of {total})", 1, min(ROWS, total),
@@ -40,7 +42,7 @@ if numeric and len(df):
     if high > low:
         chosen = c3.slider(column, low, high, (low, high), key=f"table_range_{column}", format="%.4f")
         df = df[df[column].between(*chosen)]
-link = f"inspector?dataset={run.dataset}&run={run.name}&epoch={epoch}&source=Validation+sample&sample="
+link = "inspector?" + urlencode({"dataset": run.dataset, "run": run.name, "epoch": epoch, "source": "Validation sample"}) + "&sample="
 df.insert(1, "open", [link + str(i) for i in df["input"]])
 st.caption(f"{len(df)} of {n} inputs shown.")
 help_of = table["columns"]
