@@ -9,6 +9,7 @@ from app.run_picker import each_run
 from damcha.analysis.ablation import MODES
 from damcha.analysis.inspection import inspect_input
 from damcha.analysis.interventions import MEAN_INPUTS
+from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
 
@@ -105,7 +106,17 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
     rows = interventions.validation_effects(model, x, y, ivs, mean_metric(run, epoch) if needs_mean else None,
                                             progress=lambda k, m: bar.progress(k / m, text=f"Intervention {k}/{m}"))
     bar.empty()
-    return rows
+    return in_display_unit(rows, run)
+
+
+LOSS_CHANGE_COLUMNS = ("mean loss change", "95% low", "95% high")
+
+
+def in_display_unit(rows: list[dict], run: Run) -> list[dict]:
+    """The library's loss changes (nats, or squared error) in the page's unit, named with it."""
+    factor, unit = loss_factor(run.model_config), loss_label(run.model_config)
+    return [{(f"{k} ({unit})" if k in LOSS_CHANGE_COLUMNS else k): (v * factor if k in LOSS_CHANGE_COLUMNS else v)
+             for k, v in row.items()} for row in rows]
 
 
 ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}

@@ -8,6 +8,7 @@ from app.export_widgets import provenance, show
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
+from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.views.comparison import PANELS, compared_run, comparison_figure, panel_figure, shared_loss_range
 
 st.title("Compare mechanisms")
@@ -76,6 +77,10 @@ st.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]),
              width="stretch")
 compared = [compared_run(rec, f"{r.name} @{epochs[r.name]}", layer, head, position, structure.get(r.name))
             for r, rec in results if rec.structures]
+row_sum_runs = [r.name for r, rec in results if rec.has_metric and not residue_learned(rec)]
+if row_sum_runs:
+    st.caption(f"The M(x) panels of {', '.join(map(plain_text, row_sum_runs))} show the full metric, residue included. "
+               + residue_caveat("there"))
 if len(compared) < len(results):
     st.caption("Without cross-head structures, not drawn: " + ", ".join(r.name for r, rec in results if not rec.structures))
 params = {"runs": [r.name for r, _ in results], "epochs": [epochs[r.name] for r, _ in results], "layer": layer,

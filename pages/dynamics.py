@@ -9,7 +9,7 @@ from app.run_picker import listed_root, listing, selected_run
 from app.sharing import plain_text, redacted
 from app.url_state import bound
 from damcha.analysis.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
-from damcha.analysis.inspection import matrices_fit
+from damcha.analysis.inspection import matrices_fit, residue_caveat, residue_learned
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.runs.checkpoints import CheckpointError
 from damcha.views import figures
@@ -108,16 +108,20 @@ if first.has_metric:
     losses = {split: [None if metrics.get(e, {}).get(key) is None else metrics[e][key] * factor for e in epochs]
               for split, key in (("train", "train_nll"), ("validation", "val_nll"))}
     H = first.n_head
-    block_count = ((H - 1) / H, f"(H−1)/H = {(H - 1) / H:.2f}: the block count alone")
+    learned_residue = residue_learned(first)
+    block_count = ((H - 1) / H, f"(H−1)/H = {(H - 1) / H:.2f}: " + ("equal blocks" if learned_residue else
+                                                                    "the learned part's share (row sum)"))
     show(figures.statistic_curves_figure(epochs, curves, bands, losses, f"M(x) statistics, {where}",
                                          {STATISTICS["off_diagonal_share"]: block_count},
                                          f"loss ({loss_label(run.model_config)})"), "statistics",
          here("statistics"))
-    st.caption(f"The off-diagonal share is read against {block_count[0]:.2f}, the share the block count alone gives: "
-               f"{H - 1} of every {H} blocks of a row are off the diagonal, so a metric with no cross-head structure "
-               "at all (each block m_i / H, or random blocks) has that share too.")
+    st.caption(f"The off-diagonal share is read against {block_count[0]:.2f}: {H - 1} of every {H} blocks of a row "
+               "are off the diagonal. " + ("Every block is learned here (bilinear form): a departure from it is learned "
+                                           "cross-head structure." if learned_residue else
+                                           "Under the row sum the learned part (each block m_i / H) has exactly that "
+                                           "share, so a departure comes from the untrained residue alone."))
     drift = weight_drift(run)
-    row_sum = first.structure("metric_residue").identifiability == "unidentifiable"
+    row_sum = not learned_residue
     st.markdown(
         "Generator's last layer, relative distance from epoch 0: row-mean part (what the row sum trains) "
         + ", ".join(f"{e}: **{v:.3g}**" for e, v in zip(epochs, drift["row_mean"]))
@@ -194,6 +198,9 @@ if first.has_metric and computed_on_request(run, "Project the metrics of validat
     points, labels, label_name, separation = projection(run, n, geo_epoch, layer, method)
     show(figures.projection_figure(points, labels, f"M(x) of {n} validation inputs, epoch {geo_epoch} ({method})",
                                    label_name), "projection", here("projection", n=n, method=method))
-    st.markdown("Class separation in metric space (silhouette, cosine, from −1 to 1; 0: no separation, negative: "
-                "inputs sit closer to other classes than to their own, worse than none): "
-                + ", ".join(f"epoch {e}: **{s:.3f}**" for e, s in separation.items()))
+    if not residue_learned(first):
+        st.caption("The projection is of the full M(x), residue included. " + residue_caveat("of these metrics"))
+    st.markdown("Class separation in metric space (silhouette, cosine, from −1 to 1), each beside the range the "
+                "same inputs give with their labels shuffled (with many classes even random labels score below 0, "
+                "so that range, not 0, is the baseline): "
+                + "; ".join(f"epoch {e}: {s.sentence()}" for e, s in separation.items()))

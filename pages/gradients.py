@@ -17,7 +17,8 @@ from damcha.analysis.attribution import (
     block_sums,
     per_cell,
 )
-from damcha.analysis.inspection import identifiability_note
+from damcha.analysis.inspection import identifiability_note, residue_caveat, residue_learned
+from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
 
@@ -63,6 +64,8 @@ else:
         with right:
             show(figures.head_by_head_figure(block_sums(contrib, H), "Summed per block (H × H)", colorbar_title="Σ"),
                  "contribution_blocks", provenance("contribution_blocks", run, epoch, inp, params))
+        if not residue_learned(record):
+            st.caption(residue_caveat("in these maps and block sums"))
 
         with st.expander("Across epochs (same colour range for every frame)"):
             maps = [contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs]
@@ -117,10 +120,13 @@ if computed_on_request(run, "Compute Integrated Gradients (a forward and backwar
         st.stop()
     baseline = baseline_token(cfg)
     attr = token_attributions(run, epoch, inp, target, baseline, n_steps, tuple(sorted(options.items())))
+    unit = ""
+    if target == "loss":  # in the page's unit, like every other loss here
+        attr, unit = attr.scaled(loss_factor(cfg)), f" {loss_label(cfg)}"
     ig_params = {"target": target, "n_steps": n_steps, "baseline": baseline, **options}
     st.caption(f"Baseline: {baseline_description(cfg)}. "
-               f"F(input) = {attr.value:.4g}, F(baseline) = {attr.baseline_value:.4g}; the attributions add up to "
-               f"{attr.values.sum():.4g} (captum's convergence delta {attr.delta:.2g}).")
+               f"F(input) = {attr.value:.4g}{unit}, F(baseline) = {attr.baseline_value:.4g}{unit}; the attributions add "
+               f"up to {attr.values.sum():.4g}{unit} (captum's convergence delta {attr.delta:.2g}).")
     if record.modality.grid:
         cells = per_cell(attr.values, inp.tokens, record.modality)
         if inp.levels is not None:  # a digit: its grey levels written in the cells

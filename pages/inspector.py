@@ -9,7 +9,13 @@ from app.export_widgets import provenance, show
 from app.run_picker import selected_run
 from app.sharing import plain_text
 from app.url_state import bound
-from damcha.analysis.inspection import matrices_fit, matrix_energy_shares, off_diagonal_share
+from damcha.analysis.inspection import (
+    matrices_fit,
+    matrix_energy_shares,
+    off_diagonal_reading,
+    off_diagonal_share,
+    residue_learned,
+)
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.views.figure_sets import (
     available_figures,
@@ -121,9 +127,7 @@ if "decomposition" in tabs:
                     + " (orthogonal parts: their shares add to 100%).")
         H = record.n_head
         off = off_diagonal_share(matrices[0].at(**structure_index(record, layer, pos)), H)
-        st.markdown(f"Off-diagonal blocks hold **{off:.1%}** of ‖{matrices[0].title}‖²; the block count alone gives "
-                    f"(H−1)/H = **{(H - 1) / H:.1%}** ({H - 1} of every {H} blocks of a row are off the diagonal), "
-                    "so only a departure from it says anything about cross-head structure.")
+        st.markdown(off_diagonal_reading(off, H, residue_learned(record)))
 if "contour_3d" in tabs:
     with tabs["contour_3d"]:
         part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",

@@ -10,6 +10,7 @@ from app.export_widgets import provenance, show
 from app.run_picker import selected_run
 from app.sharing import plain_text
 from app.url_state import bound
+from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.analysis.interventions import alignment_note, available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
@@ -104,6 +105,9 @@ if after.has_metric:
                           "mean of 64 validation inputs", config=run.model_config),
              "block_grid_validation", provenance("block_grid_validation", run, epoch, None, {"keep": keep, "n": 64}))
     curves = metric_curves(run, epoch, inp)
+    if not residue_learned(after):
+        st.caption(residue_caveat("in the block grids above and the scaling curves below (zeroing or scaling "
+                                  "M_ij changes m_i by a block that is part learned, part residue)"))
     a, b = st.columns(2)
     with a:
         show(model_figure("interpolation", curves["interpolation"], {}, config=run.model_config), "interpolation",

@@ -83,3 +83,18 @@ def test_mha_qk_forms_reproduce_its_scores_and_are_its_inspected_structure():
         k = (x @ attn.key.weight.T).view(5, 4, 4)
         for h in range(4):
             np.testing.assert_allclose((q[:, h] @ k[:, h].T).numpy(), (x @ torch.as_tensor(B[h]) @ x.T).numpy(), atol=1e-10)
+
+
+def test_class_separation_is_read_against_shuffled_labels():
+    """With 10 classes random labels already give a negative silhouette: the null range says so,
+    and a real separation lies above it."""
+    from damcha.analysis.dynamics import class_separation
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 13)
+    noise = rng.normal(size=(130, 4, 4))
+    none = class_separation(noise, labels)
+    assert none.null_low < 0 and none.null_low <= none.score <= none.null_high + 0.02 and none.p_value > 0.05
+    centres = rng.normal(size=(10, 4, 4)) * 3
+    real = class_separation(centres[labels] + noise, labels)
+    assert real.score > real.null_high and real.p_value < 0.01

@@ -1,6 +1,7 @@
 """AppTest (streamlit.testing) of every page on the shipped runs: uploads, controls, bad inputs."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -205,7 +206,22 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
     at.selectbox(key="intervention").set_value("swap_metric").run()
     assert_clean(at)
     frames = [d.value for d in at.dataframe]
-    assert "mean loss change" in frames[-1].columns
+    # in the page's unit (the chart's bits), named with it: the library's nats times 1/ln 2
+    assert "mean loss change (bits per pixel)" in frames[-1].columns
+    from damcha.analysis.interventions import available_interventions, validation_effects
+    from damcha.runs.checkpoints import load_model, load_run
+
+    run = load_run(SHIPPED / "digits-damcha")
+    model = load_model(run)
+    from app.cached_interventions import _validation
+
+    x, y = _validation(run, 128)
+    plain = [iv for iv in available_interventions(model) if all(p.kind not in ("input", "mean") for p in iv.params)]
+    nats = {r["intervention"]: r["mean loss change"] for r in validation_effects(model, x, y, plain)}
+    shown = dict(zip(frames[-1]["intervention"], frames[-1]["mean loss change (bits per pixel)"]))
+    assert nats
+    for name, value in nats.items():
+        assert shown[name] == pytest.approx(value / math.log(2), rel=1e-6, abs=1e-9)
     at = new_app("digits-damcha-bilinear", "interventions")
     assert_clean(at)
     assert any("changed: the residue is used" in i.value for i in at.info)
@@ -234,3 +250,30 @@ def test_a_run_over_the_inspection_budget_is_viewed_where_asked(page, monkeypatc
         assert toggles, "heavy sections should wait to be asked"
         toggles[0].set_value(True).run()
         assert_clean(at)
+
+
+@pytest.mark.parametrize("run, says, never", [
+    ("digits-damcha", "comes from the residue alone", "is learned cross-head structure"),
+    ("digits-damcha-bilinear", "a departure from it is learned cross-head structure", "residue alone"),
+])
+def test_the_off_diagonal_share_is_read_as_the_score_form_allows(run, says, never):
+    """Under the row sum the learned part has exactly (H−1)/H off-diagonal energy, so a departure is
+    residue; only under the bilinear form is it learned (the page once said the opposite)."""
+    at = new_app(run, "inspector")
+    assert_clean(at)
+    text = " ".join(m.value for m in at.markdown if "Off-diagonal blocks hold" in m.value)
+    assert says in text and never not in text and "says anything about cross-head structure" not in text
+
+
+def test_the_learned_part_of_a_row_sum_metric_has_exactly_the_block_count_share():
+    from damcha.analysis.inspection import inspect_input, off_diagonal_share
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+
+    run = load_run(SHIPPED / "digits-damcha")
+    inp = validation_input(run, 3)
+    record = inspect_input(load_model(run), inp.tokens, inp.targets)
+    H = record.n_head
+    learned = record.structure("metric_learned").values[0, -1]  # layer 0, last position
+    assert off_diagonal_share(learned, H) == pytest.approx((H - 1) / H, abs=1e-9)
+    assert abs(off_diagonal_share(record.structure("metric").values[0, -1], H) - (H - 1) / H) > 1e-4  # residue moves it

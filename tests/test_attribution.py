@@ -1,5 +1,7 @@
 """captum attributions: finite differences, completeness, hooks that never outlive a call."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,8 @@ import torch
 from damcha.analysis.attribution import has_hooks, metric_contributions, token_attributions
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from tests.conftest import tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _loss(model, tok, tgt):
@@ -99,3 +103,21 @@ def test_hooks_on_the_private_copy_are_removed_when_the_forward_fails(monkeypatc
 def test_static_metrics_refuse_metric_targets():
     with pytest.raises(ValueError, match="does not depend on the input"):
         token_attributions(tiny_model("damcha-static"), [1, 2], 0, "off_diagonal_energy")
+
+
+def test_the_attributed_loss_is_the_models_loss_at_every_input_length():
+    """A text shorter than the context has no target at its last position: the scalar IG explains
+    must be the model's own loss (the mean over positions with a target), not diluted by that zero."""
+    from damcha.analysis.attribution import metric_scalar
+    from damcha.inputs.model_inputs import input_from_text
+    from damcha.runs.checkpoints import load_model, load_run
+
+    run = load_run(ROOT / "checkpoints" / "text-damcha")
+    model = load_model(run)
+    for n in (2, 5, 17, 60, run.model_config.block_size + 10):
+        inp = input_from_text(run, ("The metric depends on the input itself. " * 4)[:n].encode(), "typed")
+        tokens, targets = torch.as_tensor(inp.tokens)[None], torch.as_tensor(inp.targets)[None]
+        with torch.no_grad():
+            expected = model(tokens, targets=targets).task_loss
+            got = metric_scalar(model, tokens, "loss", targets=targets)
+        assert float(got[0]) == pytest.approx(float(expected), rel=1e-6), n

@@ -100,3 +100,22 @@ def test_display_copy_thins_only_large_heatmaps_and_keeps_the_grid_aligned():
     frames = display_copy(epoch_animation_figure([M, -M], [0, 1], 8, "heatmap", "M"))
     assert all(np.asarray(f.data[0].z).shape == (256, 256) for f in frames.frames)
     np.testing.assert_allclose(block_means(np.arange(25.0).reshape(5, 5), 2)[2, 2], 24.0)
+
+
+def test_every_panel_keeps_its_own_resolution_beside_a_large_one():
+    """Compare's figures once pooled every panel by one factor: a 4 x 4 composition map lost its
+    extreme entry beside a large attention map. Small panels now stay whole, the large pool alone."""
+    from plotly.subplots import make_subplots
+
+    small = np.array([[0.1, -0.939, 0.2, 0.0], [0.3, 0.5, 0.1, 0.2], [0.0, 0.1, 0.9, 0.4], [0.2, 0.2, 0.1, 0.7]])
+    experts = np.random.default_rng(2).random((8, 8))
+    big = np.random.default_rng(3).normal(size=(1024, 1024))
+    fig = make_subplots(rows=1, cols=3)
+    for col, z in enumerate((small, experts, big), 1):
+        fig.add_heatmap(z=z, row=1, col=col)
+    shown = display_copy(fig)
+    np.testing.assert_array_equal(np.asarray(shown.data[0].z), small)  # -0.939 is still there
+    np.testing.assert_array_equal(np.asarray(shown.data[1].z), experts)  # "expert 1 … expert 8", not pairs
+    pooled = np.asarray(shown.data[2].z)
+    assert pooled.size + small.size + experts.size <= 256 * 256 and pooled.shape[0] < 1024
+    assert "small panels" in shown.layout.title.text

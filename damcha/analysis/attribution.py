@@ -10,6 +10,7 @@ never touched.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from damcha.inputs.modalities import modality_named
 from damcha.model.mechanisms import DamchaOptions
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.mechanisms.damcha.metric import MetricMode, as_blocks
-from damcha.model.transformer import Transformer, as_model_input
+from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
 TARGET_NAMES = {"loss": "the loss", "off_diagonal_energy": "off-diagonal energy of M(x)",
@@ -93,6 +94,11 @@ class TokenAttribution:
     value: float  # F(x)
     baseline_value: float  # F(baseline)
 
+    def scaled(self, factor: float) -> TokenAttribution:
+        """The same attribution of factor · F (IG is linear in F): the loss in another unit."""
+        return dataclasses.replace(self, values=self.values * factor, delta=self.delta * abs(factor),
+                                   value=self.value * factor, baseline_value=self.baseline_value * factor)
+
 
 def _private_copy(model: Transformer) -> Transformer:
     clone = copy.deepcopy(model)
@@ -141,11 +147,15 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
     loss: the model's loss; off_diagonal_energy: Σ_{i≠j} ‖M_ij‖²; block_norm: ‖M_ij‖;
     head_metric_norm: ‖m_i‖ (under `mode`). Taken at query `position` (causal) of metric `layer`.
     """
-    if target == "loss":
+    if target == "loss":  # the model's own loss per sequence: the mean over the positions that have a target
         options = model.mechanism.options_from({"metric_mode": mode})
         out = model(tokens, targets=targets, options=options, stochastic=False)
-        per_seq = out.token_loss if out.token_loss.dim() == 1 else out.token_loss.mean(dim=1)
-        return per_seq  # (B,)
+        if out.token_loss.dim() == 1:  # one label per sequence
+            return out.token_loss  # (B,)
+        if targets.is_floating_point():  # vectors: every position has one
+            return out.token_loss.mean(dim=1)  # (B,)
+        real = (targets != IGNORE_INDEX).to(out.token_loss.dtype)  # (B, T): a short text has no target at its end
+        return (out.token_loss * real).sum(dim=1) / real.sum(dim=1).clamp_min(1)  # (B,)
     out = model(tokens, options=DamchaOptions(mode, explicit=True), need_intermediates=True, stochastic=False)
     layers = [out.layers[0]] if model.metric_source is not None else out.layers
     hm = layers[layer].metric

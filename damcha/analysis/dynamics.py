@@ -176,13 +176,33 @@ def project(points: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarra
     raise ValueError(f"unknown projection {method!r}; expected 'pca' or 'tsne'")
 
 
-def class_separation(points: np.ndarray, labels: np.ndarray) -> float:
-    """Silhouette score of the classes in metric space (cosine distance): >0 means the metric
-    of an input tells its class apart; near 0, it does not."""
-    from sklearn.metrics import silhouette_score
+@dataclass(frozen=True)
+class Separation:
+    """The silhouette of the classes in metric space, read against the same inputs with their labels
+    shuffled: the null range (2.5 and 97.5 percentiles) and a one-sided permutation p-value."""
 
-    X = points.reshape(len(points), -1)
-    return float(silhouette_score(X, labels, metric="cosine"))
+    score: float
+    null_low: float
+    null_high: float
+    p_value: float
+
+    def sentence(self) -> str:
+        return (f"**{self.score:.3f}** (shuffled labels: {self.null_low:.3f} to {self.null_high:.3f}; "
+                f"p = {self.p_value:.3g})")
+
+
+def class_separation(points: np.ndarray, labels: np.ndarray, permutations: int = 200, seed: int = 0) -> Separation:
+    """Silhouette score of the classes in metric space (cosine distance), with its null: with many
+    classes even random labels score below 0, so 0 is not the baseline; the shuffled labels are."""
+    from sklearn.metrics import pairwise_distances, silhouette_score
+
+    distances = pairwise_distances(points.reshape(len(points), -1), metric="cosine")  # (n, n), computed once
+    score = float(silhouette_score(distances, labels, metric="precomputed"))
+    rng = np.random.default_rng(seed)
+    null = np.array([silhouette_score(distances, rng.permutation(labels), metric="precomputed")
+                     for _ in range(permutations)])
+    low, high = np.percentile(null, [2.5, 97.5])
+    return Separation(score, float(low), float(high), float((1 + (null >= score).sum()) / (1 + permutations)))
 
 
 def generator_weight_drift(models: Sequence[Transformer]) -> dict[str, np.ndarray]:

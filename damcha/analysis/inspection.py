@@ -147,6 +147,35 @@ def off_diagonal_share(M: np.ndarray, n_head: int) -> float:
     return (energy - diagonal) / energy
 
 
+def residue_learned(record: InspectionRecord) -> bool:
+    """Whether the residue of M(x) (its within-row deviation) is learned: False under the paper's row
+    sum, where it is initialisation residue; True under the bilinear form."""
+    return record.structure("metric_residue").identifiability != "unidentifiable"
+
+
+def residue_caveat(here: str) -> str:
+    """The sentence a view of the full M(x) of a row-sum run carries where its blocks are compared."""
+    return (f"Under the paper's row sum only the per-head metrics m_i are learned: differences between the blocks of "
+            f"one row {here} come from the residue, the random split of M(x) that is never trained.")
+
+
+def off_diagonal_reading(share: float, n_head: int, residue_learned: bool) -> str:
+    """What an off-diagonal share of M(x) says, against the (H−1)/H its learned part gives.
+
+    Under the paper's row sum every block of row i is learned only as m_i / H, whose off-diagonal
+    energy is exactly (H−1)/H; any departure of M(x) from it comes from the residue, the random
+    untrained split. Under the bilinear form every block is learned and a departure is learned."""
+    base = (n_head - 1) / n_head
+    head = (f"Off-diagonal blocks hold **{share:.1%}** of the metric's energy; (H−1)/H = **{base:.1%}** "
+            f"({n_head - 1} of every {n_head} blocks of a row are off the diagonal)")
+    if residue_learned:
+        return (head + " is what equal blocks give. Here every block is learned (bilinear form), so a departure "
+                "from it is learned cross-head structure.")
+    return (head + " is exactly the learned part's share: each block of row i is m_i / H. Under the row sum a "
+            "departure from it comes from the residue alone, the random split that is never trained, so it says "
+            "nothing about learned cross-head structure.")
+
+
 def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOptions | None = None,
                     progress=None, positions=None) -> tuple[Structure, ...]:
     """Every structure averaged over several inputs of one length (validation samples): MoA's expert

@@ -660,32 +660,56 @@ MAX_DISPLAY_CELLS = {"heatmap": 256 * 256, "contour": 96 * 96, "surface": 64 * 6
 
 def display_copy(fig: go.Figure, max_cells: dict[str, int] | None = None) -> go.Figure:
     """The figure to draw in a browser: when its heatmaps, contours or surfaces hold more cells
-    than `max_cells` allows their kind (a 512 x 512 metric, eight 1024 x 1024 attention maps), each
-    is replaced by the means of f x f blocks, placed at the blocks' centres so overlays drawn in cell
-    coordinates (the head grid) stay where they were. Exports keep the full-resolution original."""
+    than `max_cells` allows their kind (a 512 x 512 metric, eight 1024 x 1024 attention maps), the
+    large panels are replaced by the means of f x f blocks, each with its own f, placed at the
+    blocks' centres so overlays drawn in cell coordinates (the head grid) stay where they were.
+    Panels of at most SMALL_PANEL_CELLS cells (a 4 x 4 composition map, 8 experts) are never
+    pooled: every panel keeps its own resolution. Exports keep the full-resolution original."""
     limits = max_cells or MAX_DISPLAY_CELLS
-    cells: dict[str, int] = {}
-    for t in fig.data:
-        if t.type in limits and t.z is not None:
-            cells[t.type] = cells.get(t.type, 0) + np.asarray(t.z).size
-    f = max((int(np.ceil(np.sqrt(n / limits[kind]))) for kind, n in cells.items()), default=1)
-    if f <= 1:
+    factors = pooling_factors([(t.type, np.asarray(t.z).size if t.type in limits and t.z is not None else None)
+                               for t in fig.data], limits)
+    if all(f <= 1 for f in factors):
         return fig
     out = go.Figure(fig)
-    for trace in [*out.data, *(t for frame in out.frames for t in frame.data)]:  # animation frames too
-        if trace.type not in limits or trace.z is None:
-            continue
-        z = np.asarray(trace.z, dtype=float)
-        trace.z = block_means(z, f)
-        for axis, n in (("x", z.shape[1]), ("y", z.shape[0])):
-            given = getattr(trace, axis)
-            centres = np.arange(0, n, f) + (np.minimum(np.arange(0, n, f) + f, n) - 1 - np.arange(0, n, f)) / 2
-            setattr(trace, axis, list(given)[::f] if given is not None and len(given) == n else centres)
-        trace.customdata = None
-        trace.hovertemplate = f"rows %{{y}}, columns %{{x}} (mean of {f}×{f} cells): %{{z:.4f}}<extra></extra>"
+    pooled = max(factors)
+    for traces in [out.data, *(frame.data for frame in out.frames)]:  # animation frames: as their trace
+        for trace, f in zip(traces, factors):
+            if f > 1 and trace.type in limits and trace.z is not None:
+                _pool_trace(trace, f)
     title = out.layout.title.text or ""
-    out.update_layout(title_text=f"{title}<br><sup>display: means of {f}×{f} cells; exports keep full resolution</sup>")
+    out.update_layout(title_text=f"{title}<br><sup>display: the largest panels as means of up to {pooled}×{pooled} "
+                                 "cells; small panels and exports at full resolution</sup>")
     return out
+
+
+SMALL_PANEL_CELLS = 64 * 64
+
+
+def pooling_factors(panels: list[tuple[str, int | None]], limits: dict[str, int]) -> list[int]:
+    """One pooling factor per panel (kind, cells): 1 for small panels and kinds that fit; the large
+    panels of a kind share what the small ones leave of its budget, each pooled just enough."""
+    factors = [1] * len(panels)
+    for kind, limit in limits.items():
+        mine = [(i, n) for i, (k, n) in enumerate(panels) if k == kind and n]
+        if sum(n for _, n in mine) <= limit:
+            continue
+        large = [(i, n) for i, n in mine if n > SMALL_PANEL_CELLS]
+        left = max(limit - sum(n for _, n in mine if n <= SMALL_PANEL_CELLS), limit // 4)
+        for i, n in large:
+            factors[i] = max(1, int(np.ceil(np.sqrt(n * len(large) / left))))
+    return factors
+
+
+def _pool_trace(trace, f: int) -> None:
+    z = np.asarray(trace.z, dtype=float)
+    trace.z = block_means(z, f)
+    for axis, n in (("x", z.shape[1]), ("y", z.shape[0])):
+        given = getattr(trace, axis)
+        starts = np.arange(0, n, f)
+        centres = starts + (np.minimum(starts + f, n) - 1 - starts) / 2
+        setattr(trace, axis, list(given)[::f] if given is not None and len(given) == n else centres)
+    trace.customdata = None
+    trace.hovertemplate = f"rows %{{y}}, columns %{{x}} (mean of {f}×{f} cells): %{{z:.4f}}<extra></extra>"
 
 
 def block_means(z: np.ndarray, f: int) -> np.ndarray:
