@@ -75,7 +75,8 @@ def _single_thread_determinism():
 # alone. Scheduling only: every test still runs. Measured with --durations (seconds of one worker).
 LONGEST_FIRST = ("test_browser.py", "test_every_mechanism.py", "test_evidence.py", "test_distributed.py",
                  "test_app.py", "test_browser_workflows.py", "test_interrupted_training.py", "test_url_fuzz.py",
-                 "test_benchmarks.py", "test_identifiability.py", "test_broken_runs.py", "test_export.py")
+                 "test_benchmarks.py", "test_identifiability.py", "test_broken_runs.py", "test_corrupted_files.py",
+                 "test_worker_death.py", "test_fence_browser.py", "test_resource_bombs.py", "test_export.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import stat
 import struct
 import sys
 import tempfile
@@ -426,14 +425,42 @@ def test_the_cli_names_a_broken_run_in_one_line_with_exit_code_2(tmp_path, capsy
     assert "config.json" in err and "nested" in err and "Traceback" not in err
 
 
-def test_unreadable_mode_is_reported_where_it_can_be(tmp_path):
+UNREADABLE_CHECK = """
+import sys
+from damcha.runs.checkpoints import CheckpointError, list_runs, load_run
+try:
+    load_run(sys.argv[1])
+    print("loaded")
+except CheckpointError as e:
+    print("refused:", e)
+runs, bad = list_runs(sys.argv[2])
+print("listed:", sorted(r.name for r in runs), [why for _, why in bad])
+"""
+
+
+def test_unreadable_files_and_folders_are_named(tmp_path):
+    """Mode 000 stops every user but root: as root, the check runs without the capabilities that
+    let root read anything (util-linux's setpriv), so it is tested in CI too."""
+    import subprocess
+
+    root = tmp_path / "runs"
+    for name in ("no-config-access", "healthy", "closed-folder"):
+        shutil.copytree(SHIPPED, root / name)
+    os.chmod(root / "no-config-access" / "config.json", 0)
+    os.chmod(root / "closed-folder", 0)
+    prefix = []
     if AS_ROOT:
-        pytest.skip("running as root: mode 000 does not stop reading (covered for other users by the battery)")
-    run = tmp_path / "run"
-    shutil.copytree(SHIPPED, run)
-    os.chmod(run / "config.json", 0)
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without util-linux's setpriv: mode 000 cannot stop reading here")
+        prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    command = [*prefix, sys.executable, "-c", UNREADABLE_CHECK, str(root / "no-config-access"), str(root)]
     try:
-        with pytest.raises(CheckpointError, match="config.json"):
-            load_run(run)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     finally:
-        os.chmod(run / "config.json", stat.S_IRUSR | stat.S_IWUSR)
+        os.chmod(root / "closed-folder", 0o755)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "refused:" in out and "config.json: cannot be read (Permission denied)" in out, out
+    assert "listed: ['healthy']" in out, out
+    assert "closed-folder: cannot be read (Permission denied)" in out, out

@@ -40,9 +40,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def workers_after_killing_the_parent(mode: str, after: float) -> list[int]:
+def workers_after_killing_the_parent(mode: str, after: float, wait: float) -> list[int]:
     """Start a command with two workers, SIGKILL it `after` seconds after they were spawned, and
-    return the workers still alive 15 s later (killing them then)."""
+    return the workers still alive `wait` seconds later (killing them then)."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT, mode], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     pids = [int(p) for p in parent.stdout.readline().split()]
@@ -50,7 +50,7 @@ def workers_after_killing_the_parent(mode: str, after: float) -> list[int]:
     time.sleep(after)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
-    deadline = time.time() + 15
+    deadline = time.time() + wait
     while time.time() < deadline and any(map(alive, pids)):
         time.sleep(0.5)
     left = [p for p in pids if alive(p)]
@@ -61,10 +61,10 @@ def workers_after_killing_the_parent(mode: str, after: float) -> list[int]:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_workers_die_with_a_command_killed_while_they_import():
-    assert workers_after_killing_the_parent("guarded", 0.0) == []
+    assert workers_after_killing_the_parent("guarded", 0.0, wait=20) == []
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_without_the_guard_workers_would_be_orphaned():
     """The negative control: the same pool without the marking leaves its workers alive."""
-    assert len(workers_after_killing_the_parent("unguarded", 8.0)) == 2
+    assert len(workers_after_killing_the_parent("unguarded", 3.0, wait=5)) == 2
