@@ -20,6 +20,7 @@ from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.views.figure_sets import (
     available_figures,
     build_figure,
+    fixed_position_note,
     grid_matrices,
     model_figure,
     prediction_takes_position,
@@ -73,8 +74,7 @@ if viewed_only or uses_positions(record):
         st.markdown("**Query position in its context:** " + position_in_context(record.token_labels, pos))
 else:
     pos = 0
-    c2.caption("Its structures are the same at every position." if record.causal
-               else "One set of structures for the whole input.")
+    c2.caption(fixed_position_note(record))
 n_layers = record.metric_layers
 layer = c3.selectbox("Layer", list(range(1, n_layers + 1)), **bound("layer")) - 1 if n_layers > 1 else 0
 shared_scale = c4.toggle("One colour scale for all panels", value=True, key="shared_scale")

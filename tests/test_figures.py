@@ -2,7 +2,9 @@
 
 import numpy as np
 import plotly.graph_objects as go
+import pytest
 
+from damcha.model.mechanisms import variant_names
 from damcha.views import figures
 
 
@@ -49,3 +51,22 @@ def test_other_figures_build():
 def test_zero_matrix_gets_a_valid_scale():
     fig = figures.metric_heatmap_figure(np.zeros((4, 4)), 2)
     assert fig.data[0].zmax == 1.0
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_the_fixed_position_note_is_true_of_every_mechanisms_structures(variant):
+    """'The same at every position' is said only where no structure changes with the position: MoA's
+    per-token gates are drawn along the tokens, and the page says so."""
+    import torch
+
+    from damcha.analysis.inspection import inspect_input
+    from damcha.views.figure_sets import fixed_position_note, uses_positions
+    from tests.conftest import tiny_model
+
+    model = tiny_model(variant, dtype=torch.float32)
+    record = inspect_input(model, torch.randint(0, 11, (12,)).numpy(), None)
+    if uses_positions(record):
+        return  # a position control applies: the note is not shown
+    note = fixed_position_note(record)
+    varying = [s.title for s in record.structures if "token" in s.axes or "position" in s.axes]
+    assert ("same at every position" in note) == (not varying), (note, varying)

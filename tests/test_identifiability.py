@@ -78,3 +78,28 @@ def test_inspection_residue_is_the_frozen_readout_of_the_generator_features():
     blocks = record.metric_residue[0].reshape(len(tokens), cfg.n_head, cfg.head_dim, cfg.n_head, cfg.head_dim)
     np.testing.assert_allclose(blocks.mean(axis=3), 0, atol=1e-12)  # zero row mean
     assert record.structure("metric_residue").identifiability == "unidentifiable"
+
+
+@pytest.mark.parametrize("variant, mode, badge", [
+    ("damcha", "full", "learned"), ("damcha", "diagonal", "partly identifiable"), ("damcha", "off_diagonal", "partly identifiable"),
+    ("damcha", "diagonal_scaled", "partly identifiable"), ("damcha-bilinear", "diagonal", "learned"),
+])
+def test_the_per_head_metric_badge_follows_the_metric_mode(variant, mode, badge):
+    """Under the row sum m_i is learned, but M_ii = m_i / H + R_ii is not: a mode that scores with
+    single blocks is partly unidentifiable, and the badge says so (it once said 'learned' always)."""
+    from damcha.model.mechanisms import DamchaOptions
+
+    model = tiny_model(variant)
+    tokens = torch.randint(0, 11, (10,)).numpy()
+    record = inspect_input(model, tokens, None, options=DamchaOptions(mode))
+    heads = record.structure("head_metrics")
+    assert heads.identifiability == badge
+    if variant == "damcha" and mode == "diagonal":  # what it draws is m_i / H plus the residue's diagonal block
+        H, d = model.config.n_head, model.config.head_dim
+        learned, residue = record.structure("metric_learned").values, record.structure("metric_residue").values
+        for i in range(H):
+            block = slice(i * d, (i + 1) * d)
+            np.testing.assert_allclose(heads.values[0, -1, i], learned[0, -1, block, block] + residue[0, -1, block, block],
+                                       atol=1e-10)
+    if mode != "full":
+        assert "does not change M(x) itself" in record.structure("metric").description

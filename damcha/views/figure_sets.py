@@ -54,6 +54,18 @@ def uses_positions(record: InspectionRecord) -> bool:
     return any(s.size("position") > 1 or "token" in s.index_axes for s in record.structures)
 
 
+def fixed_position_note(record: InspectionRecord) -> str:
+    """What the page says where no query-position control applies: one set of structures for the
+    whole input, structures drawn along every token at once (MoA's per-token gates), or none that
+    depends on the position."""
+    if not record.causal:
+        return "One set of structures for the whole input."
+    along = [s.title for s in record.structures if "token" in s.axes]
+    if along:
+        return f"{', '.join(along)}: drawn along every position at once."
+    return "Its structures are the same at every position."
+
+
 def per_head(s: Structure) -> bool:
     """Whether the drawn array holds one matrix per head (pick one to draw it as a single matrix)."""
     return s.kind in (StructureKind.PER_HEAD_FORMS, StructureKind.MASK_PATTERN, StructureKind.ATTENTION_MAPS)

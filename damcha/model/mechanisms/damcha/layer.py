@@ -215,6 +215,17 @@ class Damcha(Mechanism):
         part = Identifiability.PARTLY if row_sum else Identifiability.LEARNED
         learned_title = "learned (m_i / H)" if row_sum else "row mean (m_i / H)"
         residue_title = "residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)"
+        residue_name = "the residue" if row_sum else "the deviation from the row mean"
+        mode = MetricMode(options.metric_mode)
+        # What head i scores with under the mode: the row sum m_i is learned; a single block M_ii or the
+        # off-diagonal sum is m_i / H (or (H−1)/H · m_i) plus the residue's diagonal block, partly unidentifiable.
+        mode_part = Identifiability.PARTLY if row_sum and mode is not MetricMode.FULL else Identifiability.LEARNED
+        mode_note = ("" if mode_part is Identifiability.LEARNED else
+                     f" Under the '{mode.value}' mode head i scores with a multiple of m_i plus a multiple of the "
+                     "residue's diagonal block R_ii, which the row sum never trains: partly unidentifiable.")
+        unchanged = ("" if mode is MetricMode.FULL else
+                     f" The '{mode.value}' metric mode does not change M(x) itself, only which of its blocks each head "
+                     "sums (see the per-head metrics).")
         grid = dict(axis_titles=grid_titles, unit="value")
         norms = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
         block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
@@ -225,7 +236,7 @@ class Damcha(Mechanism):
             Structure("metric", "M(x)", _np(M), axes, StructureKind.HEAD_GRID_MATRIX,
                       "The full D×D metric at this input, H×H head blocks outlined; block row i is head i's."
                       + (" Under the row sum head i uses only Σ_j M_ij: see the learned part and the residue."
-                         if row_sum else ""), part, **grid),
+                         if row_sum else "") + unchanged, part, **grid),
             Structure("metric_learned", learned_title, _np(learned), axes, StructureKind.HEAD_GRID_MATRIX,
                       "Each block replaced by the mean of its block row, m_i / H: all the row sum can see.",
                       Identifiability.LEARNED, **grid),
@@ -233,19 +244,20 @@ class Damcha(Mechanism):
                       "M minus the learned part: zero mean along each block row."
                       + (" It receives no gradient of its own under the row sum." if row_sum else ""),
                       Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **grid),
-            Structure("block_norms_learned", "Block norms of the learned part ‖m_i / H‖", _np(block_norms(learned, H)),
+            Structure("block_norms_learned", f"Block norms of the {'learned part' if row_sum else 'row mean'} ‖m_i / H‖",
+                      _np(block_norms(learned, H)),
                       ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
                       "Frobenius norm of each block of the learned part: the same along a block row (every block of "
                       "row i is m_i / H). " + block_meaning, Identifiability.LEARNED, **norms),
-            Structure("block_norms_residue", "Block norms of the residue", _np(block_norms(residue, H)),
+            Structure("block_norms_residue", f"Block norms of {residue_name}", _np(block_norms(residue, H)),
                       ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
-                      "Frobenius norm of each block of the residue (M minus the learned part). " + block_meaning,
+                      f"Frobenius norm of each block of {residue_name} (M minus the row means). " + block_meaning,
                       Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **norms),
             Structure("head_metrics", "Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
                       _np(torch.stack(heads_m)), ("layer", "position", "head", "d", "d_key" if row_sum else "D"),
                       StructureKind.PER_HEAD_FORMS,
-                      f"What each head scores with under the '{options.metric_mode}' metric mode.",
-                      Identifiability.LEARNED, labels={"head": [f"m_{i + 1}" for i in range(H)]},
+                      f"What each head scores with under the '{options.metric_mode}' metric mode." + mode_note,
+                      mode_part, labels={"head": [f"m_{i + 1}" for i in range(H)]},
                       axis_titles={"d": "query coordinate of head i's slice",
                                    "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
                       unit="value"),
