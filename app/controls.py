@@ -82,7 +82,8 @@ def option_controls(run: Run, container=None) -> ForwardOptions:
     with its help, in the URL under its declared key."""
     mechanism = run.model_config.mechanism
     where = container or st
-    chosen = {c.name: where.radio(c.label, list(c.values), **bound(c.url_key), help=c.help)
+    chosen = {c.name: where.radio(c.label, list(c.values), format_func=lambda v: str(v).replace("_", " "),
+                                  **bound(c.url_key), help=c.help)
               for c in mechanism.option_choices}
     return mechanism.options_from(chosen)
 

@@ -19,6 +19,7 @@ from damcha.evidence.claims import (
     load_results,
 )
 from damcha.views import figures
+from damcha.views.figures import interval_cell
 
 st.title("Evidence")
 folder = Path(os.environ.get("DAMCHA_EVIDENCE") or SHIPPED_ROOT / "evidence")  # results of `damcha evidence`
@@ -33,7 +34,10 @@ if doc is None:
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
            f"wall time and {doc['compute_seconds']} s of compute summed over workers" if "calls" in doc else "")
-st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — seeds {doc['seeds']}, {doc['wall_seconds']} s for "
+most_seeds = max((c.get("seeds") or 0 for c in doc["claims"]), default=0)
+seeds_said = (f"seeds {doc['seeds']} by default, up to {most_seeds} where a claim needs more (each claim says how many)"
+              if most_seeds > len(doc["seeds"]) else f"seeds {doc['seeds']}")
+st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds_said}, {doc['wall_seconds']} s for "
            f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
            f"{compute}, versions {doc['versions']}"
            + (f"; {doc['reused_units']} units taken over from an earlier run's results (`--reuse`)"
@@ -105,8 +109,7 @@ for claim in doc["claims"]:
     a, b = st.columns(2)
     details = pd.DataFrame(claim.get("details", claim["summary"]))
     if "metric" in details:  # one column per metric: mean [low, high]
-        details["value"] = [f"{m:.4g} [{lo:.4g}, {hi:.4g}]" for m, lo, hi in zip(details["mean"], details["low"],
-                                                                               details["high"])]
+        details["value"] = [interval_cell(m, lo, hi) for m, lo, hi in zip(details["mean"], details["low"], details["high"])]
         details = details.pivot(index="arm", columns="metric", values="value").reindex(summary["arm"])
         details = details[[claim["metric"], *claim.get("columns", [])]].reset_index()
         details.insert(1, "paper", ["—" if p is None or p != p else f"{p:.4g}" for p in summary["paper"]])

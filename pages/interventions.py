@@ -30,7 +30,7 @@ if inp is None:
     st.stop()
 
 by_name = {iv.name: iv for iv in choices}
-name = st.selectbox("Intervention", list(by_name), **bound("intervention"))
+name = st.selectbox("Intervention", list(by_name), format_func=lambda n: by_name[n].title, **bound("intervention"))
 iv = by_name[name]
 st.markdown(f"**{iv.title}.** {iv.description}")
 params, other = {}, None

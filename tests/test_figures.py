@@ -70,3 +70,11 @@ def test_the_fixed_position_note_is_true_of_every_mechanisms_structures(variant)
     note = fixed_position_note(record)
     varying = [s.title for s in record.structures if "token" in s.axes or "position" in s.axes]
     assert ("same at every position" in note) == (not varying), (note, varying)
+
+
+def test_an_interval_cell_never_reads_nan():
+    from damcha.views.figures import interval_cell
+
+    assert interval_cell(1.23456, 1.0, 1.5) == "1.235 [1, 1.5]"
+    assert interval_cell(2.0, float("nan"), float("nan")) == "2 (no interval)"
+    assert interval_cell(float("nan"), float("nan"), float("nan")) == "—"

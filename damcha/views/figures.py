@@ -725,6 +725,16 @@ def block_means(z: np.ndarray, f: int) -> np.ndarray:
         return np.nanmean(blocks, axis=(1, 3))
 
 
+def interval_cell(mean: float, low: float, high: float) -> str:
+    """A mean and its 95% interval as a table cell: '—' where there is no value, the mean alone
+    where there is no interval (one seed, or a deterministic number), never 'nan'."""
+    if mean is None or mean != mean:
+        return "—"
+    if low is None or high is None or low != low or high != high:
+        return f"{mean:.4g} (no interval)"
+    return f"{mean:.4g} [{low:.4g}, {high:.4g}]"
+
+
 def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
                     title: str = "", y_title: str = "", paper: Sequence[float | None] | None = None,
                     zero_line: bool = False, log_scale: bool = False, horizontal: bool = False) -> go.Figure:
