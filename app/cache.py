@@ -179,3 +179,13 @@ def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params
     from damcha.views.figure_sets import model_figure_values as values
 
     return values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params))
+
+
+@st.cache_data(show_spinner="Comparing with the validation inputs…", max_entries=64, hash_funcs=HASH_FUNCS)
+def input_familiarity(run: Run, inp: ModelInput):
+    """The input's nearest validation inputs and whether it is out of their range (image runs only)."""
+    from damcha.analysis.familiarity import familiarity
+    from damcha.inputs.model_inputs import validation_arrays
+
+    x, _, _ = validation_arrays(run)
+    return familiarity(inp.tokens, x)

@@ -3,7 +3,7 @@
 import streamlit as st
 import streamlit.components.v1 as components
 
-from app.cache import inspection, model_figure_values, sequence_profile
+from app.cache import input_familiarity, inspection, model_figure_values, sequence_profile
 from app.controls import bounded_slider, input_picker, option_controls, position_in_context
 from app.export_widgets import provenance, show
 from app.run_picker import selected_run
@@ -17,12 +17,16 @@ from damcha.analysis.inspection import (
     residue_learned,
 )
 from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.inputs.model_inputs import validation_input
+from damcha.inputs.uploads import InputError
 from damcha.views.figure_sets import (
     available_figures,
     build_figure,
     fixed_position_note,
     grid_matrices,
+    input_thumbnail,
     model_figure,
+    predicted_class,
     prediction_takes_position,
     structure_figure,
     structure_index,
@@ -61,10 +65,29 @@ with right:
         st.markdown("**The bytes the model reads**, as text (the figures label a newline ⏎ and a space ␣):")
         st.code(inp.text, language=None, wrap_lines=True)
 
+first_screen = st.columns(3)
 if record.loss is not None:
-    st.metric(f"Loss on this input ({loss_label(cfg)})", f"{record.loss * loss_factor(cfg):.4f}",
-              help=f"mean over known targets, per {record.loss_unit}" + ("" if cfg.input_dim else
-                                                                         f"; {record.loss:.4f} nats"))
+    first_screen[0].metric(f"Loss on this input ({loss_label(cfg)})", f"{record.loss * loss_factor(cfg):.4f}",
+                           help=f"mean over known targets, per {record.loss_unit}" + ("" if cfg.input_dim else
+                                                                                      f"; {record.loss:.4f} nats"))
+if record.task == "classification":
+    predicted, confidence = predicted_class(record)
+    first_screen[1].metric("Predicted class", str(predicted), f"p = {confidence:.2f}", delta_color="off", delta_arrow="off",
+                           help="The classifier's most probable class and its probability (all of them: the "
+                                "'Loss & prediction' tab).")
+if record.modality.grid and inp.validation_index is None:
+    try:
+        near = input_familiarity(run, inp)
+    except (InputError, ValueError) as e:
+        st.caption(f"Not compared with the validation inputs: {e}")
+    else:
+        (st.warning if near.unfamiliar else st.caption)(near.sentence())
+        with st.expander("This input beside its nearest validation inputs"):
+            cells = st.columns(1 + len(near.nearest))
+            cells[0].image(input_thumbnail(inp), caption="this input, as the model reads it", width=120)
+            for cell, index, distance in zip(cells[1:], near.nearest, near.distances):
+                other = validation_input(run, index)
+                cell.image(input_thumbnail(other), caption=f"{plain_text(other.source)}: {distance:.3g}", width=120)
 
 if viewed_only or uses_positions(record):
     if not viewed_only:

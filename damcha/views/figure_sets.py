@@ -54,6 +54,23 @@ def uses_positions(record: InspectionRecord) -> bool:
     return any(s.size("position") > 1 or "token" in s.index_axes for s in record.structures)
 
 
+def predicted_class(record: InspectionRecord) -> tuple[int, float]:
+    """A classifier's most probable class and its probability."""
+    probs = next_token_probabilities(record, 0)
+    return int(probs.argmax()), float(probs.max())
+
+
+def input_thumbnail(inp) -> np.ndarray | None:
+    """What an image input looks like as the model reads it, as an RGB or grey uint8 array large
+    enough to see: a digit's 8 x 8 grey levels (ink dark) or a colour crop, each pixel a square."""
+    if inp.levels is not None:
+        grey = np.rint(255 - np.asarray(inp.levels, dtype=float) / 16 * 255).astype(np.uint8)  # (8, 8)
+        return np.kron(grey, np.ones((8, 8), dtype=np.uint8))  # (64, 64)
+    if inp.image is not None:
+        return np.kron(np.asarray(inp.image, dtype=np.uint8), np.ones((3, 3, 1), dtype=np.uint8))  # (96, 96, 3)
+    return None
+
+
 def fixed_position_note(record: InspectionRecord) -> str:
     """What the page says where no query-position control applies: one set of structures for the
     whole input, structures drawn along every token at once (MoA's per-token gates), or none that
