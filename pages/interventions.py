@@ -4,30 +4,72 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.cached_interventions import adaptivity_over_epochs, block_grid, intervened, metric_curves, validation_effects
+from app.cached_interventions import (
+    adaptivity_over_epochs,
+    block_grid,
+    head_interventions,
+    intervened,
+    metric_curves,
+    validation_effects,
+)
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import selected_run
 from app.sharing import plain_text
 from app.url_state import bound
+from damcha.analysis.heads import HEAD_KINDS, HEAD_TITLES, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.analysis.interventions import alignment_note, available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
 from damcha.views import figures
 from damcha.views.figure_sets import available_figures, build_figure, model_figure
+from damcha.views.figures import MatrixStyle
 
 st.title("Interventions")
 run, epoch = selected_run()
 st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**. Each intervention is a forward option of an "
            "ordinary model call, computed exactly; the shared model is never changed.")
 choices = available_interventions(run.model_config)
-if not choices:
-    st.info(f"{run.model_config.mechanism.title} declares no intervention.")
-    st.stop()
 inp = input_picker(run)
 if inp is None:
     st.stop()
+factor, unit = loss_factor(run.model_config), loss_label(run.model_config)
+
+st.subheader("Heads: ablation and patching (every mechanism)")
+site_note = head_site_note(run.model_config)
+if site_note:
+    st.info(site_note)
+elif inp.targets is None:
+    st.info("This input has no target (an upload for a classifier): there is no loss to change.")
+else:
+    h1, h2 = st.columns([2, 3])
+    kind = h1.radio("Replace each head's output by", list(HEAD_KINDS), format_func=HEAD_KINDS.get, horizontal=True,
+                    **bound("head_kind"))
+    other = None
+    if kind == "patch":
+        n = validation_count(run)
+        other = validation_input(run, int(h2.number_input(f"its value on validation input (0..{n - 1})", 0, n - 1, 1,
+                                                          key="head_other")))
+        h2.caption(plain_text(other.source))
+    try:
+        changes, base = head_interventions(run, epoch, inp, kind, other)
+    except ValueError as e:
+        st.warning(f"Not computed: {e}")
+    else:
+        style = MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(changes))), (), "signed",
+                            f"Δ loss ({unit})")
+        show(figures.head_by_head_figure(changes, f"Loss change per head, {HEAD_TITLES[kind]}; loss {base:.4f} {unit}",
+                                         style=style),
+             "head_interventions", provenance("head_interventions", run, epoch, inp, {"kind": kind}))
+        st.caption("One head at a time, in one layer, on this input: the loss with that head's output replaced, minus "
+                   "the loss of the model as it is. A forward pre-hook on the projection the heads feed, alive for one "
+                   "call only (TransformerLens's hook_z, at the same place).")
+
+if not choices:
+    st.info(f"{run.model_config.mechanism.title} declares no intervention of its own.")
+    st.stop()
+st.subheader(f"{run.model_config.mechanism.title}'s own interventions")
 
 by_name = {iv.name: iv for iv in choices}
 name = st.selectbox("Intervention", list(by_name), format_func=lambda n: by_name[n].title, **bound("intervention"))
@@ -61,7 +103,6 @@ if run.model_config.causal:
     for note in filter(None, (alignment_note(P, len(inp.tokens)) for P in references)):
         st.info(note)
 c1, c2, c3 = st.columns(3)
-unit, factor = loss_label(run.model_config), loss_factor(run.model_config)
 c1.metric(f"Loss without ({unit})", f"{before.loss * factor:.4f}")
 c2.metric("Loss with the intervention", f"{after.loss * factor:.4f}", f"{(after.loss - before.loss) * factor:+.4f}",
           delta_color="inverse")

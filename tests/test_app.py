@@ -228,6 +228,18 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
     at = new_app("digits-mha", "interventions")
     assert_clean(at)
     assert any("declares no intervention" in i.value for i in at.info)
+    # MHA's heads: zero-ablation by default, then mean-ablation and patching, each drawn per (layer, head)
+    def head_chart(at):
+        return next(c for c in at.get("plotly_chart") if "Loss change per head" in c.proto.spec)
+
+    assert "zero-ablation" in head_chart(at).proto.spec and "bits per pixel" in head_chart(at).proto.spec
+    for kind in ("mean", "patch"):
+        at.radio(key="head_kind").set_value(kind).run()
+        assert_clean(at)
+        assert {"mean": "mean-ablation", "patch": "patching"}[kind] in head_chart(at).proto.spec
+    at = new_app("digits-moa", "interventions")
+    assert_clean(at)
+    assert any("experts chosen per token" in i.value for i in at.info)
 
 
 @pytest.mark.parametrize("page", ["inspector", "dynamics", "gradients", "ablation", "interventions"])

@@ -390,6 +390,20 @@ class Mechanism:
         """The interventions this mechanism supports (the interventions page offers only these)."""
         return []
 
+    def head_output_site(self, layer: nn.Module, config: ModelConfig) -> nn.Linear | None:
+        """The module whose input is the H head outputs side by side (B, T, H · w), one equal slice per
+        head: where head-level interventions (zero- and mean-ablation, patching) act, for every
+        mechanism alike. Default: the layer's output projection `proj`. None: this mechanism's heads
+        do not meet there (the page says why, from `head_site_note`)."""
+        proj = getattr(layer, "proj", None)
+        if isinstance(proj, nn.Linear) and proj.in_features % config.n_head == 0:
+            return proj
+        return None
+
+    def head_site_note(self, config: ModelConfig) -> str:
+        """Why head-level interventions do not apply, where head_output_site gives None."""
+        return f"{self.title}'s layers have no output projection fed with one slice per head."
+
     def settings(self, config: ModelConfig) -> dict[str, Any]:
         """This mechanism's settings in a config, for model cards (name -> value)."""
         return {s.name: config.setting(s.name) for s in self.declared_settings}

@@ -231,6 +231,10 @@ class _MoABase(Mechanism):
                          make=lambda model, tokens: MoAOptions(fixed_experts=tuple(range(k)))),
         ]
 
+    def head_site_note(self, config) -> str:
+        return ("MoA's units are experts chosen per token and summed with their gates, not heads side by side "
+                "before one projection: its own interventions (uniform gates, fixed experts) act on them instead.")
+
     def build_layer(self, config, layer_index: int) -> nn.Module:
         E, k = _sizes(config, self.authors)
         if self.authors:

@@ -1,0 +1,131 @@
+"""Head-level interventions for every mechanism, as TransformerLens users run them: zero- and
+mean-ablation of one head's output, and activation patching of a head's output from another input.
+
+Each mechanism declares where its heads meet (`Mechanism.head_output_site`: the module whose input
+is the H head outputs side by side); the interventions act there through a forward pre-hook that
+lives and dies inside one call, so a cached model is never left changed. A mechanism whose heads do
+not meet that way says why (`head_site_note`) and is measured through its own interventions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input
+
+HEAD_KINDS = {"zero": "zero (zero-ablation)", "mean": "its mean over validation inputs (mean-ablation)",
+              "patch": "its value on another input (patching)"}
+HEAD_TITLES = {"zero": "zero-ablation", "mean": "mean-ablation", "patch": "patching"}
+KINDS = tuple(HEAD_KINDS)
+
+
+def head_site_note(config) -> str | None:
+    """Why head-level interventions do not apply to this config's mechanism (None: they do)."""
+    with torch.device("meta"):  # a layer built without memory, only to ask where its heads meet
+        layer = config.mechanism.build_layer(config, 0)
+    return None if config.mechanism.head_output_site(layer, config) is not None else config.mechanism.head_site_note(config)
+
+
+def head_sites(model: Transformer) -> list[torch.nn.Module] | None:
+    """One head-output site per layer, or None when the mechanism declares none."""
+    sites = [model.mechanism.head_output_site(block.attn, model.config) for block in model.blocks]
+    return None if any(s is None for s in sites) else sites
+
+
+@contextmanager
+def replaced_head(site: torch.nn.Module, head: int, n_head: int, value: Callable[[torch.Tensor], torch.Tensor]
+                  ) -> Iterator[None]:
+    """Inside the block, head `head`'s slice of the site's input is replaced by value(slice)."""
+    def hook(_module, args):
+        (x, *rest) = args  # (B, T, H · w)
+        w = x.shape[-1] // n_head
+        x = x.clone()
+        x[..., head * w:(head + 1) * w] = value(x[..., head * w:(head + 1) * w])  # (B, T, w)
+        return (x, *rest)
+
+    handle = site.register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def recorded_inputs(sites: list[torch.nn.Module]) -> Iterator[list[torch.Tensor]]:
+    """The input of each site during the calls inside the block, in layer order."""
+    seen: list[torch.Tensor] = [None] * len(sites)  # type: ignore[list-item]
+    handles = [s.register_forward_pre_hook(lambda _m, args, i=i: seen.__setitem__(i, args[0].detach()))
+               for i, s in enumerate(sites)]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def sequence_loss(model: Transformer, tokens: torch.Tensor, targets: torch.Tensor) -> float:
+    """The model's loss on one input (the mean over positions with a target; nats or squared error)."""
+    out = model(tokens, targets=targets, stochastic=False)
+    tl = out.token_loss  # (1, T) or (1,)
+    if tl.dim() == 1:
+        return float(tl[0])
+    known = torch.ones_like(tl) if targets.is_floating_point() else (targets != IGNORE_INDEX).to(tl.dtype)
+    return float((tl * known).sum() / known.sum().clamp_min(1))
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """Loss change (L, H) when each head's output is replaced as `kind` says, against `base`."""
+
+    kind: str
+    changes: np.ndarray  # (L, H), in the model's loss unit (nats or squared error)
+    base: float
+
+
+@torch.no_grad()
+def head_effects(model: Transformer, tokens, targets, kind: str, reference=None) -> HeadEffects:
+    """For every layer and head: the loss on this input with that head's output zeroed ('zero'),
+    set to its mean over `reference` inputs and their positions ('mean'), or taken from the
+    `reference` input, which must have this input's length ('patch')."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown head intervention {kind!r}; expected one of {KINDS}")
+    sites = head_sites(model)
+    if sites is None:
+        raise ValueError(model.mechanism.head_site_note(model.config))
+    cfg = model.config
+    weight = next(model.parameters())
+    x, y = (as_model_input(v, cfg, weight.device) for v in (tokens, targets))  # (1, T[, P]) each
+    x, y = ((v.to(weight.dtype) if v.is_floating_point() else v) for v in (x, y))
+    y = y[:, 0] if cfg.n_classes else y
+    device = weight.device
+    base = sequence_loss(model, x, y)
+    H = cfg.n_head
+    replacement = None
+    if kind in ("mean", "patch"):
+        if reference is None:
+            raise ValueError(f"'{kind}' needs reference inputs")
+        ref = torch.as_tensor(np.asarray(reference), dtype=x.dtype, device=device)
+        if kind == "patch":
+            if ref.numel() != x.numel():
+                raise ValueError(f"patching needs inputs of one length ({len(ref)} and {x.shape[1]} positions)")
+            ref = ref.reshape(x.shape)  # (1, T[, P])
+        with recorded_inputs(sites) as seen:
+            model(ref, stochastic=False)
+        replacement = [s if kind == "patch" else s.mean(dim=(0, 1), keepdim=True) for s in seen]  # (B', T', H·w)
+    changes = np.zeros((len(sites), H))
+    for layer, site in enumerate(sites):
+        for head in range(H):
+            if kind == "zero":
+                value = torch.zeros_like
+            else:
+                w = replacement[layer].shape[-1] // H
+                source = replacement[layer][..., head * w:(head + 1) * w]  # (1, T or 1, w)
+                value = lambda part, source=source: source.expand_as(part)
+            with replaced_head(site, head, H, value):
+                changes[layer, head] = sequence_loss(model, x, y) - base
+    return HeadEffects(kind, changes, base)

@@ -1,0 +1,72 @@
+"""Head-level interventions for every registered mechanism (zero- and mean-ablation, patching),
+checked against independent recomputations: zeroing a head equals zeroing its columns of the
+output projection; patching a head from the same input changes nothing; hooks never outlive a call."""
+
+import numpy as np
+import pytest
+import torch
+
+from damcha.analysis.attribution import has_hooks
+from damcha.analysis.heads import head_effects, head_sites, sequence_loss
+from damcha.model.mechanisms import variant_names
+from tests.conftest import tiny_model
+
+
+def inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 11, (12,), generator=g)
+    return x.numpy(), torch.roll(x, -1).numpy()
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_zeroing_a_head_equals_zeroing_its_columns_of_the_output_projection(variant):
+    model = tiny_model(variant, dtype=torch.float64)
+    x, y = inputs()
+    sites = head_sites(model)
+    if sites is None:
+        note = model.mechanism.head_site_note(model.config)
+        assert note and model.mechanism.interventions(model.config), "a mechanism without head sites offers its own"
+        with pytest.raises(ValueError, match="experts|projection"):
+            head_effects(model, x, y, "zero")
+        return
+    effects = head_effects(model, x, y, "zero")
+    assert effects.changes.shape == (model.config.n_layer, model.config.n_head)
+    assert not has_hooks(model)
+    layer, head = model.config.n_layer - 1, 1
+    edited = tiny_model(variant, dtype=torch.float64)
+    site = head_sites(edited)[layer]
+    w = site.in_features // model.config.n_head
+    with torch.no_grad():
+        site.weight[:, head * w:(head + 1) * w] = 0
+        expected = sequence_loss(edited, torch.as_tensor(x)[None], torch.as_tensor(y)[None]) - effects.base
+    assert effects.changes[layer, head] == pytest.approx(expected, abs=1e-10)
+    assert np.abs(effects.changes).max() > 1e-6  # some head matters
+
+
+@pytest.mark.parametrize("variant", ["mha", "damcha", "dcmha", "tha", "colmha", "diff", "iha"])
+def test_patching_from_the_same_input_changes_nothing_and_from_another_does(variant):
+    model = tiny_model(variant, dtype=torch.float64)
+    x, y = inputs(0)
+    same = head_effects(model, x, y, "patch", reference=x)
+    np.testing.assert_allclose(same.changes, 0, atol=1e-12)
+    other = head_effects(model, x, y, "patch", reference=inputs(1)[0])
+    assert np.abs(other.changes).max() > 1e-6
+    mean = head_effects(model, x, y, "mean", reference=np.stack([inputs(s)[0] for s in range(4)]))
+    assert np.isfinite(mean.changes).all() and not has_hooks(model)
+
+
+def test_patching_refuses_inputs_of_another_length():
+    model = tiny_model("mha")
+    x, y = inputs()
+    with pytest.raises(ValueError, match="one length"):
+        head_effects(model, x, y, "patch", reference=x[:5])
+
+
+def test_a_classifier_and_a_vector_model_are_measured_too():
+    classifier = tiny_model("mha", causal=False)
+    x, _ = inputs()
+    effects = head_effects(classifier, x, np.array(2), "zero")
+    assert effects.changes.shape == (2, 4)
+    vectors = tiny_model("damcha", input_dim=6, vocab_size=1)
+    patches = np.random.default_rng(0).random((12, 6))
+    assert head_effects(vectors, patches, np.roll(patches, -1, 0), "zero").changes.shape == (2, 4)
