@@ -36,6 +36,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_healthy(url: str, seconds: float = 60) -> None:
+    """Wait for a Streamlit server's health endpoint to answer ok (a test failure after `seconds`)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"the streamlit server at {url} did not answer within {seconds:g} s")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The app as a user starts it, from another folder than the repository, with no settings on the
@@ -50,15 +62,7 @@ def server(tmp_path_factory):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("the streamlit server did not answer within 60 s")
+        wait_until_healthy(url)
         yield url
     finally:
         proc.terminate()

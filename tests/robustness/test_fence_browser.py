@@ -9,13 +9,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, CHROMIUM_ARGS, _free_port, require_chromium
+from tests.test_browser import ARTIFACTS, CHROMIUM_ARGS, _free_port, require_chromium, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints"
@@ -37,15 +35,7 @@ def fenced_server(tmp_path_factory):
                              "--allow-root", str(allowed)], cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://{HOST}:{port}"
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("the shared server did not answer within 60 s")
+        wait_until_healthy(url)
         yield url, exe, outside
     finally:
         proc.terminate()
