@@ -8,7 +8,13 @@ from app.export_widgets import provenance, show
 from app.run_picker import listed_root, listing, selected_run
 from app.sharing import plain_text, redacted
 from app.url_state import bound
-from damcha.analysis.dynamics import STATISTICS, spread_epochs, statistic_curves, symmetric_spectrum
+from damcha.analysis.dynamics import (
+    STATISTICS,
+    spread_epochs,
+    statistic_curves,
+    symmetric_spectrum,
+    unstructured_baselines,
+)
 from damcha.analysis.inspection import matrices_fit, residue_caveat, residue_learned
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.runs.checkpoints import CheckpointError
@@ -111,8 +117,11 @@ if first.has_metric:
     learned_residue = residue_learned(first)
     block_count = ((H - 1) / H, f"(H−1)/H = {(H - 1) / H:.2f}: " + ("equal blocks" if learned_residue else
                                                                     "the learned part's share (row sum)"))
+    unstructured = unstructured_baselines(full.shape[-1], H)
     show(figures.statistic_curves_figure(epochs, curves, bands, losses, f"M(x) statistics, {where}",
-                                         {STATISTICS["off_diagonal_share"]: block_count},
+                                         {STATISTICS["off_diagonal_share"]: block_count,
+                                          **{STATISTICS[k]: (unstructured[k], f"{unstructured[k]:.2f}: a random matrix")
+                                             for k in ("asymmetry", "negative_share")}},
                                          f"loss ({loss_label(run.model_config)})"), "statistics",
          here("statistics"))
     st.caption(f"The off-diagonal share is read against {block_count[0]:.2f}: {H - 1} of every {H} blocks of a row "

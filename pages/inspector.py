@@ -10,6 +10,7 @@ from app.run_picker import selected_run
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.inspection import (
+    definiteness_reading,
     matrices_fit,
     matrix_energy_shares,
     off_diagonal_reading,
@@ -151,6 +152,10 @@ if "decomposition" in tabs:
         H = record.n_head
         off = off_diagonal_share(matrices[0].at(**structure_index(record, layer, pos)), H)
         st.markdown(off_diagonal_reading(off, H, residue_learned(record)))
+        heads = record.structure("head_metrics")
+        definiteness = heads and definiteness_reading(heads.at(**structure_index(record, layer, pos)))
+        if definiteness:
+            st.markdown(definiteness)
 if "contour_3d" in tabs:
     with tabs["contour_3d"]:
         part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",

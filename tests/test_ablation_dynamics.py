@@ -98,3 +98,26 @@ def test_class_separation_is_read_against_shuffled_labels():
     centres = rng.normal(size=(10, 4, 4)) * 3
     real = class_separation(centres[labels] + noise, labels)
     assert real.score > real.null_high and real.p_value < 0.01
+
+
+def test_unstructured_baselines_are_those_of_a_random_matrix():
+    from damcha.analysis.dynamics import unstructured_baselines
+
+    base = unstructured_baselines(32, 4)
+    assert base["asymmetry"] == pytest.approx(np.sqrt(2 * 31 / 32), rel=0.02)  # ‖M − Mᵀ‖² ≈ 2 D (D − 1)
+    assert base["negative_share"] == pytest.approx(0.5, abs=0.03)  # a symmetric spectrum, half below 0
+    assert base["off_diagonal_share"] == pytest.approx(3 / 4, abs=0.02)
+
+
+def test_the_definiteness_sentence_names_the_indefinite_heads():
+    from damcha.analysis.inspection import definiteness_reading
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 4, 4))
+    psd = np.einsum("hij,hkj->hik", a, a)  # A Aᵀ: positive semi-definite
+    assert "Every per-head metric" in definiteness_reading(psd)
+    mixed = psd.copy()
+    mixed[1] = -mixed[1]
+    said = definiteness_reading(mixed)
+    assert "m_2" in said and "m_1" not in said and "Not positive semi-definite" in said
+    assert definiteness_reading(rng.normal(size=(3, 4, 16))) is None  # bilinear rows: not square

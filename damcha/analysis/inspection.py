@@ -159,6 +159,27 @@ def residue_caveat(here: str) -> str:
             f"one row {here} come from the residue, the random split of M(x) that is never trained.")
 
 
+def definiteness_reading(head_metrics: np.ndarray) -> str | None:
+    """Whether the per-head metrics m_i (H, d, d) are positive semi-definite, as a Mahalanobis
+    metric is: a sentence naming the heads whose symmetric part has negative eigenvalues (None for
+    non-square forms, the bilinear rows)."""
+    m = np.asarray(head_metrics, dtype=np.float64)
+    if m.ndim != 3 or m.shape[1] != m.shape[2]:
+        return None
+    shares = []
+    for mi in m:
+        eig = np.linalg.eigvalsh((mi + mi.T) / 2)
+        shares.append(float(np.abs(eig[eig < 0]).sum() / max(np.abs(eig).sum(), 1e-300)))
+    negative = [f"m_{i + 1} ({share:.0%} of |λ|)" for i, share in enumerate(shares) if share > 1e-9]
+    if not negative:
+        return "Every per-head metric m_i is positive semi-definite here: each head scores with a Mahalanobis form."
+    which = "that head scores with an indefinite bilinear form" if len(negative) == 1 else \
+        "those heads score with indefinite bilinear forms"
+    return (f"Not positive semi-definite: the symmetric part of {', '.join(negative)} has negative eigenvalues, so "
+            f"{which}, not a Mahalanobis distance, at this input (a matrix with no structure has about half of |λ| "
+            "negative).")
+
+
 def off_diagonal_reading(share: float, n_head: int, residue_learned: bool) -> str:
     """What an off-diagonal share of M(x) says, against the (H−1)/H its learned part gives.
 
