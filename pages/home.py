@@ -45,16 +45,14 @@ def _bits(row: dict, unit: str) -> str:
 def _row(r) -> dict:
     last = r.metrics[-1] if r.metrics else {}
     unit = r.data.get("unit", "token")
-    return {
-        "run": r.name, "data set": r.dataset, "variant": r.variant,
+    return {  # what a reader compares first (the run, its loss, its size), then where it comes from
+        "run": r.name, "variant": r.variant, "final val loss": _bits(last, unit),
+        "val accuracy": last.get("val_accuracy"), "completion MSE": last.get("val_completion_mse"),
+        "parameters": r.model_config.parameter_estimate(), "data set": r.dataset,
         "mechanism": r.model_config.mechanism.title,
         "layers×heads×width": f"{r.model_config.n_layer}×{r.model_config.n_head}×{r.model_config.n_embd}",
-        "parameters": r.model_config.parameter_estimate(),
         "snapshots": ", ".join(map(str, r.epochs)),
         "unreadable snapshots": ", ".join(str(e) for e, _ in r.bad_snapshots),
-        "final val loss": _bits(last, unit),
-        "val accuracy": last.get("val_accuracy"),
-        "completion MSE": last.get("val_completion_mse"),
     }
 
 
@@ -84,8 +82,10 @@ if run is not None:
         )
     with right:
         keys = ["train_mse", "val_mse"] if c.input_dim else ["train_nll", "val_nll"]
+        log_y = st.toggle("Logarithmic loss axis", value=False, key="home_log_loss",
+                          help="The first epochs' loss can flatten the rest of the curve (image runs).")
         show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs, loss_label(c),
-                                                  loss_factor(c)),
-             "training_curves", provenance("training_curves", run, epoch))
+                                            loss_factor(c), log_y),
+             "training_curves", provenance("training_curves", run, epoch, params={"log_y": log_y}))
 st.markdown("**Where to start:** open the *Inspector*, keep the validation sample or upload your own "
             "image or text, and move the query position and the metric mode.")

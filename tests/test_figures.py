@@ -78,3 +78,9 @@ def test_an_interval_cell_never_reads_nan():
     assert interval_cell(1.23456, 1.0, 1.5) == "1.235 [1, 1.5]"
     assert interval_cell(2.0, float("nan"), float("nan")) == "2 (no interval)"
     assert interval_cell(float("nan"), float("nan"), float("nan")) == "—"
+
+
+def test_training_curves_take_a_log_axis():
+    rows = [{"epoch": e, "train_nll": 4.0 / (e + 1), "val_nll": 4.2 / (e + 1)} for e in range(5)]
+    assert figures.training_curves_figure(rows, log_y=True).layout.yaxis.type == "log"
+    assert figures.training_curves_figure(rows).layout.yaxis.type == "linear"

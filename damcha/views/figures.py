@@ -374,9 +374,10 @@ def probabilities_figure(levels: np.ndarray, probs: np.ndarray, title: str) -> g
 
 def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("train_nll", "val_nll"),
                            title: str = "Training curves", marked_epochs: Sequence[int] = (),
-                           y_title: str = "nats per token", factor: float = 1.0) -> go.Figure:
+                           y_title: str = "nats per token", factor: float = 1.0, log_y: bool = False) -> go.Figure:
     """Curves of metrics.jsonl columns over epochs (times `factor`: nats to bits, say);
-    marked_epochs (snapshots) drawn as markers."""
+    marked_epochs (snapshots) drawn as markers; log_y: a logarithmic loss axis (the initial epoch's
+    loss otherwise flattens the rest of an image run's curve)."""
     fig = go.Figure()
     epochs = [m["epoch"] for m in metrics]
     for key in keys:
@@ -390,7 +391,7 @@ def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("trai
                                      name=f"{key} (snapshots)", showlegend=False, marker=dict(size=7)))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title="epoch")
-    fig.update_yaxes(title=y_title)
+    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
     return fig
 
 
