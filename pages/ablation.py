@@ -12,6 +12,7 @@ from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import listing, selected_run
 from app.sharing import plain_text
+from damcha.analysis.ablation import modes_by_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label, printable
@@ -100,6 +101,11 @@ if table:
                + (" and the completion MSE on 64 validation digits, 4 samples each" if digits else "")
                + ("; for image patches the next-patch MSE and the per-image MSE of bottom halves completed from the top "
                   "half (mean, q25, q75: the paper's table 1)" if cfg.input_dim else "") + ".")
+    metric = next((m for m in (f"bits_per_{run.data.get('unit', 'token')}", "mse") if m in df), None)
+    if metric:
+        st.markdown(f"**Runs × metric modes** ({metric.replace('_', ' ')}; Δ: change from the full metric, > 0 worse), "
+                    "the shape of the paper's table 3:")
+        st.dataframe(pd.DataFrame(modes_by_run(table, metric)), hide_index=True, width="stretch")
     st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv")
     forms = set(df["score_form"]) if "score_form" in df else set()

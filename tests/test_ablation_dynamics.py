@@ -121,3 +121,14 @@ def test_the_definiteness_sentence_names_the_indefinite_heads():
     said = definiteness_reading(mixed)
     assert "m_2" in said and "m_1" not in said and "Not positive semi-definite" in said
     assert definiteness_reading(rng.normal(size=(3, 4, 16))) is None  # bilinear rows: not square
+
+
+def test_the_ablation_rows_take_the_papers_table_3_shape():
+    from damcha.analysis.ablation import modes_by_run
+
+    rows = [{"run": r, "variant": "damcha", "mode": m, "bits_per_pixel": v}
+            for r, base in (("a", 2.0), ("b", 3.0)) for m, v in (("full", base), ("diagonal", base + 0.5),
+                                                                 ("off_diagonal", base + 0.25))]
+    table = {row["run"]: row for row in modes_by_run(rows, "bits_per_pixel")}
+    assert table["a"]["full"] == 2.0 and table["a"]["Δ diagonal"] == 0.5 and table["b"]["Δ off_diagonal"] == 0.25
+    assert "Δ full" not in table["a"]

@@ -76,6 +76,21 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
 
 
 
+def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
+    """The paper's Table 3 shape from validation_ablation rows: one row per run, the metric under
+    the full metric, then each other mode as its value and its change from full (Δ)."""
+    out: dict[str, dict] = {}
+    full = {r["run"]: r.get(metric) for r in rows if r["mode"] == MetricMode.FULL.value}
+    for r in rows:
+        if r.get(metric) is None:
+            continue
+        row = out.setdefault(r["run"], {"run": r["run"], "variant": r["variant"]})
+        row[f"{r['mode']}"] = r[metric]
+        if r["mode"] != MetricMode.FULL.value and full.get(r["run"]) is not None:
+            row[f"Δ {r['mode']}"] = r[metric] - full[r["run"]]
+    return list(out.values())
+
+
 def _options(model: Transformer, mode: str):
     return model.mechanism.options_from({"metric_mode": mode})
 
