@@ -175,3 +175,11 @@ def head_interventions(run: Run, epoch: int, inp: ModelInput, kind: str, other: 
         reference = other.tokens
     effects = head_effects(model_for(run, epoch), inp.tokens, inp.targets, kind, reference)
     return effects.changes * loss_factor(run.model_config), effects.base * loss_factor(run.model_config)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
+def head_logit_attribution(run: Run, epoch: int, inp: ModelInput):
+    """(L, H) each head's direct contribution to the right answer's logit on this input."""
+    from damcha.analysis.heads import direct_logit_attribution
+
+    return direct_logit_attribution(model_for(run, epoch), inp.tokens, inp.targets)

@@ -8,6 +8,7 @@ from app.cached_interventions import (
     adaptivity_over_epochs,
     block_grid,
     head_interventions,
+    head_logit_attribution,
     intervened,
     metric_curves,
     validation_effects,
@@ -36,7 +37,7 @@ if inp is None:
     st.stop()
 factor, unit = loss_factor(run.model_config), loss_label(run.model_config)
 
-st.subheader("Heads: ablation and patching (every mechanism)")
+st.subheader("Heads: ablation, patching and direct logit attribution (every mechanism)")
 site_note = head_site_note(run.model_config)
 if site_note:
     st.info(site_note)
@@ -65,6 +66,18 @@ else:
         st.caption("One head at a time, in one layer, on this input: the loss with that head's output replaced, minus "
                    "the loss of the model as it is. A forward pre-hook on the projection the heads feed, alive for one "
                    "call only (TransformerLens's hook_z, at the same place).")
+    try:
+        dla = head_logit_attribution(run, epoch, inp)
+    except ValueError as e:
+        st.caption(f"No direct logit attribution: {e}.")
+    else:
+        style = MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(dla))), (), "signed", "logit")
+        show(figures.head_by_head_figure(dla, "Direct logit attribution per head (the right answer's logit)",
+                                         style=style),
+             "head_logit_attribution", provenance("head_logit_attribution", run, epoch, inp))
+        st.caption("Each head's output through its columns of the output projection, the final LayerNorm at the frozen "
+                   "scale of the whole residual, and the right answer's row of the head; the mean over positions with a "
+                   "target. Direct effects only: what later layers make of a head is in the ablations above.")
 
 if not choices:
     st.info(f"{run.model_config.mechanism.title} declares no intervention of its own.")

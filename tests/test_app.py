@@ -233,6 +233,7 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
         return next(c for c in at.get("plotly_chart") if "Loss change per head" in c.proto.spec)
 
     assert "zero-ablation" in head_chart(at).proto.spec and "bits per pixel" in head_chart(at).proto.spec
+    assert any("Direct logit attribution per head" in c.proto.spec for c in at.get("plotly_chart"))
     for kind in ("mean", "patch"):
         at.radio(key="head_kind").set_value(kind).run()
         assert_clean(at)

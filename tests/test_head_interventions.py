@@ -70,3 +70,50 @@ def test_a_classifier_and_a_vector_model_are_measured_too():
     vectors = tiny_model("damcha", input_dim=6, vocab_size=1)
     patches = np.random.default_rng(0).random((12, 6))
     assert head_effects(vectors, patches, np.roll(patches, -1, 0), "zero").changes.shape == (2, 4)
+
+
+def answer_logit(model, x, y) -> float:
+    logits = model(torch.as_tensor(x)[None], stochastic=False).logits[0]  # (T, V)
+    known = torch.as_tensor(y) != -100
+    return float(logits[torch.arange(len(y))[known], torch.as_tensor(y)[known]].mean())
+
+
+@pytest.mark.parametrize("variant", ["mha", "damcha", "tha", "dcmha", "colmha", "diff", "iha", "knocking", "mma"])
+def test_direct_logit_attribution_of_the_last_layer_is_what_removing_the_head_takes_from_the_logit(variant):
+    """Without a final norm, and with the last MLP held at its clean output, a last-layer head's direct
+    effect is its whole effect on the logit: its DLA equals the drop of the right answer's logit when
+    that head's output is zeroed (an independent recomputation through the model itself)."""
+    from damcha.analysis.heads import direct_logit_attribution, replaced_head
+
+    model = tiny_model(variant, final_norm=False)
+    x, y = inputs()
+    y[-1] = -100  # one position without a target
+    dla = direct_logit_attribution(model, x, y)
+    site, H = head_sites(model)[-1], model.config.n_head
+    mlp = model.blocks[-1].mlp
+    clean = {}
+    handle = mlp.register_forward_hook(lambda _m, _a, out: clean.setdefault("out", out))
+    with torch.no_grad():
+        with_head = answer_logit(model, x, y)
+    handle.remove()
+    handle = mlp.register_forward_hook(lambda _m, _a, _out: clean["out"])  # the MLP's input changes, not its output
+    try:
+        for head in range(H):
+            with torch.no_grad(), replaced_head(site, head, H, torch.zeros_like):
+                without = answer_logit(model, x, y)
+            assert dla[-1, head] == pytest.approx(with_head - without, abs=1e-9)
+    finally:
+        handle.remove()
+    with_norm = direct_logit_attribution(tiny_model(variant), x, y)  # with the final LayerNorm: finite, per head
+    assert with_norm.shape == (2, 4) and np.isfinite(with_norm).all()
+
+
+def test_direct_logit_attribution_is_refused_where_it_is_undefined():
+    from damcha.analysis.heads import direct_logit_attribution
+
+    vectors = tiny_model("damcha", input_dim=6, vocab_size=1)
+    patches = np.random.default_rng(0).random((12, 6))
+    with pytest.raises(ValueError, match="pre-LN model with a token or class head"):
+        direct_logit_attribution(vectors, patches, np.roll(patches, -1, 0))
+    classifier = tiny_model("mha", causal=False)
+    assert direct_logit_attribution(classifier, inputs()[0], np.array(3)).shape == (2, 4)

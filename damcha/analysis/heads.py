@@ -129,3 +129,57 @@ def head_effects(model: Transformer, tokens, targets, kind: str, reference=None)
             with replaced_head(site, head, H, value):
                 changes[layer, head] = sequence_loss(model, x, y) - base
     return HeadEffects(kind, changes, base)
+
+
+@torch.no_grad()
+def direct_logit_attribution(model: Transformer, tokens, targets) -> np.ndarray:
+    """(L, H) each head's direct contribution to the logit of the right answer, in logits: its output
+    through its columns of the output projection (no bias), then through the final LayerNorm with the
+    scale frozen at the whole residual's (TransformerLens's convention), then the answer's row of the
+    head; the mean over positions with a target (next token), or through the pooling (classifier).
+    Defined where the path from the residual to the logits is that linear map: a pre-LN model with a
+    token or class head (a vector head predicts no logits; post-LN models normalise in every block)."""
+    cfg = model.config
+    if cfg.input_dim or cfg.norm_placement != "pre":
+        raise ValueError("direct logit attribution needs a pre-LN model with a token or class head "
+                         "(this model predicts vectors or normalises after every block)")
+    sites = head_sites(model)
+    if sites is None:
+        raise ValueError(model.mechanism.head_site_note(cfg))
+    weight = next(model.parameters())
+    x = as_model_input(tokens, cfg, weight.device)  # (1, T)
+    norm_input: list[torch.Tensor] = []
+    handle = model.ln_f.register_forward_pre_hook(lambda _m, args: norm_input.append(args[0].detach()))
+    try:
+        with recorded_inputs(sites) as z:
+            model(x, stochastic=False)
+    finally:
+        handle.remove()
+    resid = norm_input[0][0]  # (T, D): the residual the final norm reads
+    if isinstance(model.ln_f, torch.nn.LayerNorm):
+        sigma = (resid.var(dim=-1, unbiased=False, keepdim=True) + model.ln_f.eps).sqrt()  # (T, 1), frozen
+        gamma = model.ln_f.weight if model.ln_f.weight is not None else torch.ones_like(resid[0])
+
+        def through_norm(c):  # (T, D) -> (T, D): the final norm's linear part at the frozen scale
+            return (c - c.mean(dim=-1, keepdim=True)) / sigma * gamma
+    else:
+        def through_norm(c):
+            return c
+    if cfg.n_classes:
+        answer = int(np.asarray(targets).reshape(-1)[0])
+        read = model.head.weight[answer].expand(len(resid), -1) / len(resid)  # (T, D): mean pooling, then the row
+        weights = torch.ones(len(resid), dtype=resid.dtype, device=resid.device)
+    else:
+        y = torch.as_tensor(np.asarray(targets), dtype=torch.long, device=resid.device).reshape(-1)  # (T,)
+        known = y != IGNORE_INDEX
+        read = model.head.weight[y.clamp_min(0)]  # (T, D): the right next token's row at each position
+        weights = known.to(resid.dtype) / known.sum().clamp_min(1)
+    H = cfg.n_head
+    out = np.zeros((len(sites), H))
+    for layer, (site, zl) in enumerate(zip(sites, z)):
+        w = site.in_features // H
+        for head in range(H):
+            c = zl[0, :, head * w:(head + 1) * w] @ site.weight[:, head * w:(head + 1) * w].T  # (T, D)
+            per_position = (through_norm(c) * read).sum(-1)  # (T,)
+            out[layer, head] = float((per_position * weights).sum())
+    return out
