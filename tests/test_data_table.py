@@ -29,12 +29,15 @@ def test_every_column_is_what_the_library_computes(variant, causal):
     rows, columns, constant = table["rows"], table["columns"], table["constant"]
     assert [r["input"] for r in rows] == list(range(5)) and [r["label"] for r in rows] == labels.tolist()
     unit = next(c for c in columns if c.startswith("loss ("))
+    if not causal:  # a classifier's prediction where the eye lands first, not past every structure column
+        assert list(rows[0])[:5] == ["input", "label", "prediction", "right", unit]
     base = iv.batch_losses(model, x, y)
     np.testing.assert_allclose([r[unit] for r in rows], base / math.log(2), rtol=1e-5)
     declared = [i for i in iv.available_interventions(model) if all(p.kind != "input" for p in i.params)]
     mbar = iv.mean_metric(model, x) if any(p.kind == "mean" for i in declared for p in i.params) else None
     for intervention in declared:
-        name = f"Δ loss: {intervention.title}"
+        acts_on = iv.default_parameters(intervention)  # the header says which block or head
+        name = f"Δ loss: {intervention.title}" + (f" ({acts_on})" if acts_on else "")
         changed = iv.batch_losses(model, x, y, iv.intervention_options(model, intervention, x[0], mbar=mbar))
         got = [r[name] for r in rows] if name in columns else [constant[name]] * 5
         np.testing.assert_allclose(got, (changed - base) / math.log(2), rtol=1e-4, atol=1e-6, err_msg=name)

@@ -89,7 +89,8 @@ def validation_table(model: Transformer, inputs, targets, labels=None, mean_inpu
             rows[i]["label"] = int(labels[i])
     mbar = iv.mean_metric(model, x[:mean_inputs]) if any(p.kind == "mean" for i in declared for p in i.params) else None
     for intervention in declared:
-        name = f"Δ loss: {intervention.title}"
+        acts_on = iv.default_parameters(intervention)
+        name = f"Δ loss: {intervention.title}" + (f" ({acts_on})" if acts_on else "")
         columns[name] = f"{intervention.description} Loss with it − loss of the model, in {unit}."
         options = iv.intervention_options(model, intervention, x[0], mbar=mbar)
         changed = iv.batch_losses(model, x, y, options)
@@ -122,4 +123,7 @@ def validation_table(model: Transformer, inputs, targets, labels=None, mean_inpu
     for r in rows:
         for name in constant:
             r.pop(name, None)
-    return {"rows": rows, "columns": {k: v for k, v in columns.items() if k not in constant}, "constant": constant}
+    first = [c for c in ("input", "label", "prediction", "right", f"loss ({unit})") if c in columns]  # read first
+    order = first + [c for c in columns if c not in first]
+    rows = [{c: r[c] for c in order if c in r} for r in rows]
+    return {"rows": rows, "columns": {k: columns[k] for k in order if k not in constant}, "constant": constant}

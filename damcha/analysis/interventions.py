@@ -225,11 +225,17 @@ def validation_effects(model: Transformer, inputs, targets, interventions: Seque
         options = intervention_options(model, iv, inputs[0], mbar=mbar)
         mean, lo, hi = interval(batch_losses(model, inputs, targets, options) - base)
         rows.append({"intervention": iv.title, "mean loss change": mean, "95% low": lo, "95% high": hi,
-                     "parameters": ", ".join(f"head {p.name}={int(p.default) + 1}" if p.kind == "head" else
-                                             f"{p.name}={p.default:g}" for p in iv.params if p.kind in ("head", "fraction"))})
+                     "parameters": default_parameters(iv)})
         if progress:
             progress(k + 1, len(chosen))
     return rows
+
+
+def default_parameters(intervention: Intervention) -> str:
+    """The block, head or fraction an intervention acts on when run at its defaults, as words
+    ("head i=1, head j=2"; heads counted from 1), or '' when it has none."""
+    return ", ".join(f"head {p.name}={int(p.default) + 1}" if p.kind == "head" else f"{p.name}={p.default:g}"
+                     for p in intervention.params if p.kind in ("head", "fraction"))
 
 
 def available_interventions(model_or_config) -> list[Intervention]:
@@ -239,7 +245,8 @@ def available_interventions(model_or_config) -> list[Intervention]:
 
 
 __all__ = ["ALPHAS", "GAMMAS", "MEAN_INPUTS", "Outcome", "ResidueCheck", "adaptivity_gap", "available_interventions",
-           "align_reference", "alignment_note", "batch_losses", "block_grid", "block_grid_over", "block_scale_matrix", "evaluate", "head_ablation",
+           "align_reference", "alignment_note", "batch_losses", "block_grid", "block_grid_over", "block_scale_matrix",
+           "default_parameters", "evaluate", "head_ablation",
            "intervention_options", "validation_effects",
            "input_metric", "interpolation_curve", "interval", "mean_metric", "metric_swap",
            "off_diagonal_curve", "residue_check"]
