@@ -84,3 +84,11 @@ def test_training_curves_take_a_log_axis():
     rows = [{"epoch": e, "train_nll": 4.0 / (e + 1), "val_nll": 4.2 / (e + 1)} for e in range(5)]
     assert figures.training_curves_figure(rows, log_y=True).layout.yaxis.type == "log"
     assert figures.training_curves_figure(rows).layout.yaxis.type == "linear"
+
+
+def test_attention_query_labels_are_spaced_to_stay_readable():
+    """128 query labels on a 385 px panel were 3 px apart; now at most one per 18 px of height."""
+    attn = np.random.default_rng(0).random((4, 128, 128))
+    fig = figures.attention_figure(attn, [f"t{i}" for i in range(128)])
+    shown = len(fig.layout.yaxis.tickvals)
+    assert shown * 18 <= fig.layout.height - 140 + 18 and shown >= 6

@@ -288,15 +288,17 @@ def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None,
         scale["zmax"] = zmax
     panels = list(panel_titles) if panel_titles is not None and len(panel_titles) == H else [f"head {i + 1}" for i in range(H)]
     fig = make_subplots(rows=1, cols=H, subplot_titles=panels, horizontal_spacing=0.03)
+    height = 160 + 900 // max(H, 3)
     x_ticks = max(4, 24 // max(H, 1))  # each panel is narrow: fewer key labels the more heads there are
+    y_ticks = max(6, (height - 140) // 18)  # a query label every 18 px of the panel's height at most
     for i in range(H):
         fig.add_trace(go.Heatmap(z=attn[i], x=labels, y=labels, **scale, showscale=i == H - 1,
                                  colorbar=dict(title=colorbar_title),
                                  hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
-                         showticklabels=i == 0, **_category_ticks(labels))
+                         showticklabels=i == 0, **_category_ticks(labels, y_ticks))
         fig.update_xaxes(constrain="domain", row=1, col=i + 1, tickangle=-60, **_category_ticks(labels, x_ticks))
-    fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=70), height=160 + 900 // max(H, 3))
+    fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=70), height=height)
     fig.update_xaxes(title="key")
     fig.update_yaxes(title="query", col=1)
     return fig
