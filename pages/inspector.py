@@ -83,12 +83,14 @@ if record.modality.grid and inp.validation_index is None:
         st.caption(f"Not compared with the validation inputs: {e}")
     else:
         (st.warning if near.unfamiliar else st.caption)(near.sentence())
-        with st.expander("This input beside its nearest validation inputs"):
-            cells = st.columns(1 + len(near.nearest))
-            cells[0].image(input_thumbnail(inp), caption="this input, as the model reads it", width=120)
-            for cell, index, distance in zip(cells[1:], near.nearest, near.distances):
-                other = validation_input(run, index)
-                cell.image(input_thumbnail(other), caption=f"{plain_text(other.source)}: {distance:.3g}", width=120)
+        thumbnail = input_thumbnail(inp)
+        if thumbnail is not None:
+            with st.expander("This input beside its nearest validation inputs"):
+                cells = st.columns(1 + len(near.nearest))
+                cells[0].image(thumbnail, caption="this input, as the model reads it", width=120)
+                for cell, index, distance in zip(cells[1:], near.nearest, near.distances):
+                    other = validation_input(run, index)
+                    cell.image(input_thumbnail(other), caption=f"{plain_text(other.source)}: {distance:.3g}", width=120)
 
 if viewed_only or uses_positions(record):
     if not viewed_only:
