@@ -92,3 +92,11 @@ def test_attention_query_labels_are_spaced_to_stay_readable():
     fig = figures.attention_figure(attn, [f"t{i}" for i in range(128)])
     shown = len(fig.layout.yaxis.tickvals)
     assert shown * 18 <= fig.layout.height - 140 + 18 and shown >= 6
+
+
+def test_a_loss_bar_that_dwarfs_the_rest_puts_the_chart_on_a_log_axis():
+    flat = figures.token_loss_figure(np.full(63, 0.02), [""] * 63, unit="squared error")
+    assert flat.layout.yaxis.type == "linear"
+    first_patch = np.r_[5.0, np.full(62, 0.02)]  # an image's first patch, predicted from the blank start
+    spiky = figures.token_loss_figure(first_patch, [""] * 63, unit="squared error")
+    assert spiky.layout.yaxis.type == "log" and "250× the median" in spiky.layout.title.text

@@ -332,10 +332,18 @@ def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str 
     bits = np.asarray(token_loss, dtype=float) / (np.log(2) if unit == "bits" else 1.0)
     fig = go.Figure(go.Bar(x=np.arange(len(bits)), y=bits, customdata=list(labels),
                            hovertemplate="position %{x}: target %{customdata}<br>%{y:.3f} " + unit + "<extra></extra>"))
+    positive = bits[bits > 0]
+    spread = float(positive.max() / np.median(positive)) if positive.size else 1.0
+    log_y = spread > LOG_AXIS_SPREAD  # one bar (an image's first patch, read from a blank start) would flatten the rest
+    if log_y:
+        title = f"{title}<br><sup>log axis: the largest bar is {spread:.0f}× the median</sup>"
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title="position")
-    fig.update_yaxes(title=f"loss ({unit})")
+    fig.update_yaxes(title=f"loss ({unit})", type="log" if log_y else "linear")
     return fig
+
+
+LOG_AXIS_SPREAD = 100  # largest / median per-position loss above which the bars are drawn on a log axis
 
 
 def share_bar_range(figs: Sequence[go.Figure]) -> None:
