@@ -181,11 +181,19 @@ def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params
     return values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params))
 
 
+@st.cache_data(show_spinner="Distances between the validation inputs…", max_entries=32, hash_funcs=HASH_FUNCS)
+def validation_spread(run: Run) -> float:
+    """How far validation inputs lie from their nearest neighbour (once per run, not per upload)."""
+    from damcha.analysis.familiarity import typical_distance
+    from damcha.inputs.model_inputs import validation_arrays
+
+    return typical_distance(validation_arrays(run)[0])
+
+
 @st.cache_data(show_spinner="Comparing with the validation inputs…", max_entries=64, hash_funcs=HASH_FUNCS)
 def input_familiarity(run: Run, inp: ModelInput):
     """The input's nearest validation inputs and whether it is out of their range (image runs only)."""
     from damcha.analysis.familiarity import familiarity
     from damcha.inputs.model_inputs import validation_arrays
 
-    x, _, _ = validation_arrays(run)
-    return familiarity(inp.tokens, x)
+    return familiarity(inp.tokens, validation_arrays(run)[0], typical=validation_spread(run))

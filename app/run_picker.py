@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from app.cache import cached_runs
 from app.reference_folder import is_reference_source, reference_reading, reference_root, reference_stamp
 from app.roots import checkpoint_root, default_root
 from app.sharing import (
+    failure_text,
     folder_problem,
     plain_text,
     redacted,
@@ -130,10 +132,8 @@ def each_run(runs, compute) -> list[tuple[Run, object]]:
     for r in runs:
         try:
             out.append((r, compute(r)))
-        except CheckpointError as e:
-            skipped.append(f"{plain_text(r.name)} ({redacted(str(e), listed_root())})")
         except Exception as e:  # noqa: BLE001 — a sibling's failure is reported on it, never on this page
-            skipped.append(f"{plain_text(r.name)} ({type(e).__name__}: {redacted(str(e)[:200], listed_root())})")
+            skipped.append(f"{plain_text(r.name)} ({failure_text(e, listed_root())})")
     if skipped:
         st.warning("Left out, they cannot be used: " + "; ".join(skipped))
     return out
@@ -145,8 +145,8 @@ class Listing:
     and the folders it skipped with why. Pages read runs from here, never from a typed path."""
 
     root: Path | None = None
-    runs: tuple[Run, ...] | list = ()
-    skipped: tuple | list = ()
+    runs: Sequence[Run] = ()
+    skipped: Sequence[tuple[Path, str]] = ()
 
 
 def listing() -> Listing:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from damcha.runs.checkpoints import CheckpointError
+
 ALLOWED_ROOTS_ENV = "DAMCHA_ALLOWED_ROOTS"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 SAFE_UPLOAD_MB = 5
@@ -124,6 +126,13 @@ def redacted(message: str, root: Path | str) -> str:
         if base not in ("", ".", "/"):
             message = message.replace(base, Path(base).name)
     return plain_text(message)
+
+
+def failure_text(e: Exception, root: Path | str) -> str:
+    """What one run's failure says to a visitor: the project's own message, or the kind of any other
+    exception with the start of its text; paths relative to the root, shown as plain text."""
+    why = str(e) if isinstance(e, CheckpointError) else f"{type(e).__name__}: {str(e)[:200]}"
+    return redacted(why, root)
 
 
 def skipped_line(path: Path, why: str, root: Path | str) -> str:

@@ -6,7 +6,7 @@ from app.cache import inspection, mean_structures, projection, statistic_bands, 
 from app.controls import bounded_slider, computed_on_request, input_picker, is_large, option_controls
 from app.export_widgets import provenance, show
 from app.run_picker import listed_root, listing, selected_run
-from app.sharing import plain_text, redacted
+from app.sharing import failure_text, plain_text
 from app.url_state import bound
 from damcha.analysis.dynamics import (
     STATISTICS,
@@ -17,7 +17,6 @@ from damcha.analysis.dynamics import (
 )
 from damcha.analysis.inspection import matrices_fit, residue_caveat, residue_learned
 from damcha.inputs.modalities import loss_factor, loss_label
-from damcha.runs.checkpoints import CheckpointError
 from damcha.views import figures
 from damcha.views.figure_sets import (
     panel_titles,
@@ -161,8 +160,7 @@ else:
         theirs = inspection(other, other_epoch, inp, None, tuple(first.positions.tolist()) if viewed_only else None)
     except Exception as e:  # noqa: BLE001 — the other run's failure is its own (CheckpointError or anything else)
         theirs = None
-        why = str(e) if isinstance(e, CheckpointError) else f"{type(e).__name__}: {str(e)[:200]}"
-        st.warning(f"{plain_text(other.name)} at epoch {other_epoch} cannot be used: {redacted(why, listed_root())}")
+        st.warning(f"{plain_text(other.name)} at epoch {other_epoch} cannot be used: {failure_text(e, listed_root())}")
     their_name = st.selectbox("Its structure", [s.name for s in theirs.structures], key="other_structure",
                               format_func=lambda n: theirs.structure(n).title) if theirs and theirs.structures else None
     this_epoch = epoch if epoch in epochs else epochs[-1]

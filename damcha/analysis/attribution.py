@@ -22,7 +22,7 @@ from damcha.inputs.modalities import modality_named
 from damcha.model.mechanisms import DamchaOptions
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.mechanisms.damcha.metric import MetricMode, as_blocks
-from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input
+from damcha.model.transformer import Transformer, as_model_input, sequence_losses
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
 TARGET_NAMES = {"loss": "the loss", "off_diagonal_energy": "off-diagonal energy of M(x)",
@@ -150,12 +150,7 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
     if target == "loss":  # the model's own loss per sequence: the mean over the positions that have a target
         options = model.mechanism.options_from({"metric_mode": mode})
         out = model(tokens, targets=targets, options=options, stochastic=False)
-        if out.token_loss.dim() == 1:  # one label per sequence
-            return out.token_loss  # (B,)
-        if targets.is_floating_point():  # vectors: every position has one
-            return out.token_loss.mean(dim=1)  # (B,)
-        real = (targets != IGNORE_INDEX).to(out.token_loss.dtype)  # (B, T): a short text has no target at its end
-        return (out.token_loss * real).sum(dim=1) / real.sum(dim=1).clamp_min(1)  # (B,)
+        return sequence_losses(out.token_loss, targets)  # (B,): a short text has no target at its end
     out = model(tokens, options=DamchaOptions(mode, explicit=True), need_intermediates=True, stochastic=False)
     layers = [out.layers[0]] if model.metric_source is not None else out.layers
     hm = layers[layer].metric

@@ -40,17 +40,26 @@ class Familiarity:
                 f"({share} of validation inputs are within {self.typical:.3g} of theirs).")
 
 
-def familiarity(tokens: np.ndarray, validation: np.ndarray, k: int = 3, quantile: float = 0.99) -> Familiarity:
+def typical_distance(validation: np.ndarray, quantile: float = 0.99) -> float:
+    """The `quantile` of validation inputs' distances to their nearest other validation input: one
+    number per run, what an input's nearest distance is compared with."""
+    v = np.asarray(validation, dtype=float).reshape(len(validation), -1)  # (N, F)
+    square = (v ** 2).sum(1)  # (N,)
+    between = np.sqrt(np.maximum(square[:, None] + square[None] - 2 * v @ v.T, 0))  # (N, N)
+    np.fill_diagonal(between, np.inf)
+    return float(np.quantile(between.min(1), quantile))
+
+
+def familiarity(tokens: np.ndarray, validation: np.ndarray, k: int = 3, quantile: float = 0.99,
+                typical: float | None = None) -> Familiarity:
     """tokens: what the model reads of one input (T,) or (T, P); validation: the same for N inputs
-    (N, T) or (N, T, P). Raises ValueError when their shapes differ (inputs of another length)."""
+    (N, T) or (N, T, P); typical: typical_distance(validation, quantile) when known already. Raises
+    ValueError when their shapes differ (inputs of another length)."""
     x = np.asarray(tokens, dtype=float).reshape(1, -1)  # (1, F)
     v = np.asarray(validation, dtype=float).reshape(len(validation), -1)  # (N, F)
     if x.shape[1] != v.shape[1]:
         raise ValueError(f"this input has {x.shape[1]} values, validation inputs {v.shape[1]}: not comparable")
     to_input = np.sqrt(((v - x) ** 2).sum(1))  # (N,)
-    square = (v ** 2).sum(1)  # (N,)
-    between = np.sqrt(np.maximum(square[:, None] + square[None] - 2 * v @ v.T, 0))  # (N, N)
-    np.fill_diagonal(between, np.inf)
     order = np.argsort(to_input)[:k]
-    return Familiarity(tuple(int(i) for i in order), tuple(float(to_input[i]) for i in order),
-                       float(np.quantile(between.min(1), quantile)), quantile)
+    typical = typical_distance(v, quantile) if typical is None else typical
+    return Familiarity(tuple(int(i) for i in order), tuple(float(to_input[i]) for i in order), typical, quantile)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input
+from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input, sequence_losses
 
 HEAD_KINDS = {"zero": "zero (zero-ablation)", "mean": "its mean over validation inputs (mean-ablation)",
               "patch": "its value on another input (patching)"}
@@ -70,12 +70,7 @@ def recorded_inputs(sites: list[torch.nn.Module]) -> Iterator[list[torch.Tensor]
 
 def sequence_loss(model: Transformer, tokens: torch.Tensor, targets: torch.Tensor) -> float:
     """The model's loss on one input (the mean over positions with a target; nats or squared error)."""
-    out = model(tokens, targets=targets, stochastic=False)
-    tl = out.token_loss  # (1, T) or (1,)
-    if tl.dim() == 1:
-        return float(tl[0])
-    known = torch.ones_like(tl) if targets.is_floating_point() else (targets != IGNORE_INDEX).to(tl.dtype)
-    return float((tl * known).sum() / known.sum().clamp_min(1))
+    return float(sequence_losses(model(tokens, targets=targets, stochastic=False).token_loss, targets)[0])
 
 
 @dataclass(frozen=True)

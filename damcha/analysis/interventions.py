@@ -33,7 +33,7 @@ from damcha.model.mechanisms.damcha.interventions import (  # noqa: F401 — par
     input_metric,
     metric_interventions,
 )
-from damcha.model.transformer import Transformer, as_model_input
+from damcha.model.transformer import Transformer, as_model_input, sequence_losses
 
 MEAN_INPUTS = 256  # validation inputs the mean metric M-bar is taken over, in the app and the figures CLI
 ALPHAS = tuple(np.round(np.linspace(0.0, 1.5, 16), 2))
@@ -72,11 +72,7 @@ def batch_losses(model: Transformer, inputs, targets, options: ForwardOptions | 
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
         tl = model(xb, targets=yb, options=options, stochastic=False).token_loss  # (B, T) or (B,)
-        if tl.dim() == 1:
-            out.append(tl.numpy())
-        else:
-            known = (yb != -100).to(tl.dtype) if not cfg.input_dim else torch.ones_like(tl)
-            out.append(((tl * known).sum(1) / known.sum(1).clamp_min(1)).numpy())
+        out.append(sequence_losses(tl, yb).numpy())
     return np.concatenate(out)
 
 

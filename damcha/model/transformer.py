@@ -250,6 +250,16 @@ def build_model(config: ModelConfig, seed: int | None = None) -> Transformer:
         return Transformer(config)
 
 
+def sequence_losses(token_loss: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each sequence's loss as the model's own loss reads it: (B, T) per-position losses averaged over
+    the positions that have a target (IGNORE_INDEX marks none; vector targets all have one), or
+    (B,) per-sequence losses (a classifier) as they are. (B,)"""
+    if token_loss.dim() == 1:
+        return token_loss  # (B,)
+    known = torch.ones_like(token_loss) if targets.is_floating_point() else (targets != IGNORE_INDEX).to(token_loss.dtype)
+    return (token_loss * known).sum(dim=1) / known.sum(dim=1).clamp_min(1)  # (B,)
+
+
 def as_model_input(values, cfg, device) -> torch.Tensor:
     """One input (or its targets) as a batch of one: (1, T) token ids, or (1, T, input_dim) floats."""
     if cfg.input_dim:

@@ -263,8 +263,8 @@ def read_snapshot_header(path: Path, root: Path | None = None) -> SnapshotHeader
     """The header of a safetensors file, checked before any tensor is allocated: a regular file of a
     bounded size, whose header safetensors itself accepts (offsets that cover the file exactly,
     known dtypes, shapes that fit their bytes, string metadata)."""
-    size = regular_file(path, root, MAX_SNAPSHOT_BYTES, "DAMCHA snapshot").st_size
-    real = resolved_inside(path, root)
+    real, info = regular_file(path, root, MAX_SNAPSHOT_BYTES, "DAMCHA snapshot")
+    size = info.st_size
     try:
         with open(real, "rb") as f:
             raw = f.read(8)
@@ -336,11 +336,16 @@ def load_state(path: Path, expected: dict[str, torch.Tensor], root: Path | None 
             tensors = {k: f.get_tensor(stored[k]) for k in expected}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from None
-    not_finite = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    not_finite = non_finite(tensors)
     if not_finite:
-        more = f" and {len(not_finite) - 5} more" if len(not_finite) > 5 else ""
-        raise CheckpointError(f"{path}: tensors with NaN or infinite values: {', '.join(not_finite[:5])}{more}")
+        raise CheckpointError(f"{path}: tensors with NaN or infinite values: {not_finite}")
     return tensors
+
+
+def non_finite(tensors: dict[str, torch.Tensor]) -> str:
+    """The names of the floating tensors holding NaN or infinity, the first five and a count ('' if none)."""
+    names = sorted(k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:

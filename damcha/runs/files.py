@@ -11,7 +11,6 @@ whose message names the file and what was wrong with it.
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 from pathlib import Path
@@ -38,8 +37,10 @@ def resolved_inside(path: Path, root: Path | None) -> Path:
     return real
 
 
-def regular_file(path: Path, root: Path | None = None, limit: int | None = None, what: str = "file") -> os.stat_result:
-    """The stat of `path`, which must resolve inside `root` to a regular file of at most `limit` bytes."""
+def regular_file(path: Path, root: Path | None = None, limit: int | None = None,
+                 what: str = "file") -> tuple[Path, os.stat_result]:
+    """The resolved path and stat of `path`, which must resolve inside `root` to a regular file of at
+    most `limit` bytes."""
     real = resolved_inside(path, root)
     try:
         info = os.stat(real)
@@ -49,14 +50,14 @@ def regular_file(path: Path, root: Path | None = None, limit: int | None = None,
         raise CheckpointError(f"{path}: not a regular file (a {_file_kind(info.st_mode)}), so not a {what}")
     if limit is not None and info.st_size > limit:
         raise CheckpointError(f"{path}: {info.st_size:,} bytes is more than a {what} may hold ({limit:,})")
-    return info
+    return real, info
 
 
 def read_bytes(path: Path, limit: int, root: Path | None = None, what: str = "file") -> bytes:
     """The bytes of a regular file of at most `limit` bytes (see regular_file)."""
-    regular_file(path, root, limit, what)
+    real, _ = regular_file(path, root, limit, what)
     try:
-        with open(resolved_inside(path, root), "rb") as f:
+        with open(real, "rb") as f:
             data = f.read(limit + 1)
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({_os_reason(e)})") from None
@@ -104,10 +105,6 @@ def json_depth(value: Any, stop: int) -> int:
                 return deepest
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return deepest
-
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _real(root: Path) -> Path:

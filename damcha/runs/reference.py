@@ -60,6 +60,7 @@ from damcha.runs.checkpoints import (
     FORMAT_VERSION,
     METRICS_FILE,
     CheckpointError,
+    non_finite,
     save_tensors_atomic,
     snapshot_name,
     unwrapped_names,
@@ -127,11 +128,9 @@ def read_reference(path: str | Path) -> dict:
     state = ckpt.get("model_state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
         raise ReferenceCheckpointError(f"{path}: expected a dict with 'model_state_dict' (or a state dict) of named tensors")
-    not_finite = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    not_finite = non_finite(state)
     if not_finite:
-        raise ReferenceCheckpointError(f"{path}: NaN or infinite values in {', '.join(not_finite[:5])}"
-                                       f"{f' and {len(not_finite) - 5} more' if len(not_finite) > 5 else ''}: "
-                                       "such a model can only produce NaN")
+        raise ReferenceCheckpointError(f"{path}: NaN or infinite values in {not_finite}: such a model can only produce NaN")
     try:  # saved from a DistributedDataParallel or torch.compile wrapper: the names it added come off
         state = {clean: state[raw] for clean, raw in unwrapped_names(state, str(path)).items()}
     except CheckpointError as e:
@@ -422,9 +421,9 @@ def _convert_file(path: Path, epoch: int | None, modality, n_head, diag_scale, o
     settings = reference_settings(ckpt, modality, n_head, diag_scale, off_diag_scale)
     config = reference_config(ckpt, settings, block_size, vocab_size)
     state, report = convert_state(ckpt, config, settings)
-    overflowed = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    overflowed = non_finite(state)
     if overflowed:  # finite in the file, not once the scales are folded in (or a component holds NaN)
-        raise ReferenceCheckpointError(f"NaN or infinite values after conversion in {', '.join(overflowed[:5])} "
+        raise ReferenceCheckpointError(f"NaN or infinite values after conversion in {overflowed} "
                                        "(the components, or diag_scale / off_diag_scale too large to fold in)")
     loss = ckpt.get("loss")
     loss = float(loss) if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss) else None
