@@ -40,7 +40,9 @@ def tiny_config(variant: str = "damcha", causal: bool = True, **overrides) -> Mo
 
 
 def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtype=torch.float64, **overrides):
-    model = build_model(tiny_config(variant, causal, **overrides), seed=seed).to(dtype)
+    """A small float64 model in evaluation mode: its forward is deterministic (no dropout, no MoA gating
+    noise), as the properties tested of it assume."""
+    model = build_model(tiny_config(variant, causal, **overrides), seed=seed).to(dtype).eval()
     if model.mechanism.metric(model.config) == "static":  # an identity metric hides block mix-ups; perturb it
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1)

@@ -23,12 +23,13 @@ def config(variant, causal=True, **kw):
 
 
 def perturbed(model, seed=1, scale=0.3):
-    """Move every parameter off its initial value, so zero-initialised parts (DCMHA's w2, dd) matter."""
+    """Move every parameter off its initial value, so zero-initialised parts (DCMHA's w2, dd) matter; in
+    evaluation mode, so its forward is deterministic (no dropout, no MoA gating noise)."""
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for p in model.parameters():
             p.add_(scale * torch.randn_like(p))
-    return model
+    return model.eval()
 
 
 def allowed(real, causal, T):
@@ -162,9 +163,9 @@ def test_padding_changes_nothing_for_real_tokens(variant, causal):
     assert torch.allclose(plain, more[:, :7] if causal else more, atol=1e-10)
 
 
-def _mha_twin(variant, causal=True, seed=0):
+def _mha_twin(variant, causal=True, seed=0, **kw):
     """A model of `variant` and an MHA model with the same embeddings, MLPs and projections."""
-    model = build_model(config(variant, causal), seed=seed).double()
+    model = build_model(config(variant, causal, **kw), seed=seed).double()
     mha = build_model(config("mha", causal), seed=seed + 7).double()
     state = {k: v for k, v in model.state_dict().items() if k in mha.state_dict()}
     missing = set(mha.state_dict()) - set(state)

@@ -12,7 +12,9 @@ from streamlit.testing.v1 import AppTest
 from damcha.analysis import interventions as iv
 from damcha.analysis.data_table import structure_summaries, validation_table
 from damcha.analysis.inspection import inspect_input
+from damcha.model.mechanisms import get_mechanism
 from tests.conftest import ALL_VARIANTS, tiny_model
+from tests.test_comparison_mechanisms import perturbed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,3 +83,12 @@ def test_the_page_filters_and_keeps_the_table_on_disk(monkeypatch, tmp_path):
     at.toggle(key="table_wrong").set_value(False).run()
     at.multiselect(key="table_labels").set_value([3]).run()
     assert set(at.dataframe[0].value["label"]) == {3}
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_a_mechanism_that_declares_probabilities_gives_non_negative_attention(variant):
+    """The entropy column relies on the declaration (not on the input at hand): check it holds."""
+    model = perturbed(tiny_model(variant, dtype=torch.float64))
+    record = inspect_input(model, list(range(10)), list(range(1, 11)))
+    if not get_mechanism(record.mechanism).signed_attention:
+        assert (record.attention >= 0).all()

@@ -2,13 +2,14 @@
 attention, knocking heads), each re-computed from its definition with plain loops written here:
 causal and not, with padding; the identities that tie them to MHA; λ's depth schedule."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from damcha import build_model, inspect_input
+from damcha import ModelConfig, build_model, inspect_input, variant_config
 from damcha.model.mechanisms import attention_mask
 from tests.test_comparison_mechanisms import D, H, _mha_twin, allowed, config, d, lin, perturbed, softmax_rows
 
@@ -19,7 +20,8 @@ def diff_reference(attn, x, real, causal):
     """A_h = softmax(Q1 K1ᵀ/√d') − λ softmax(Q2 K2ᵀ/√d'); O_h = (1 − λ_init) RMSNorm(A_h V_h); λ per layer."""
     B, T, _ = x.shape
     ok = allowed(real, causal, T)
-    e = d // 2
+    H, e = attn.n_head, attn.half  # differential heads (n_head, or half under the official protocol), map width
+    d = 2 * e
     p = {n: getattr(attn, n).detach().numpy() for n in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")}
     lam = np.exp((p["lambda_q1"] * p["lambda_k1"]).sum(-1)) - np.exp((p["lambda_q2"] * p["lambda_k2"]).sum(-1)) \
         + attn.lambda_init  # (1|H,)
@@ -39,7 +41,8 @@ def diff_reference(attn, x, real, causal):
 
 
 def iha_reference(attn, x, real, causal):
-    """P pseudo-heads per head mixed from all heads; attention over every pseudo-token of every visible token; collapse."""
+    """P pseudo-heads per head mixed from all heads; attention over the pseudo-tokens of the visible tokens
+    (flat mask: pseudo-token (t, p) sees (s, r) only at places s P + r <= t P + p); collapse."""
     B, T, _ = x.shape
     ok = allowed(real, causal, T)
     P = attn.P
@@ -54,8 +57,9 @@ def iha_reference(attn, x, real, causal):
             pv = {(t, p): sum(mv[h, j, p] * v[t, j] for j in range(H)) for t in range(T) for p in range(P)}
             keys = [(s, r) for s in range(T) for r in range(P)]
             for t in range(T):
-                sees = np.array([ok[b, t, s] for s, _ in keys])
                 for p in range(P):
+                    sees = np.array([real[b][s] and (not causal or not attn.flat or s * P + r <= t * P + p)
+                                     if attn.flat else ok[b, t, s] for s, r in keys])
                     w = softmax_rows(np.array([pq[t, p] @ pk[key] / math.sqrt(d) for key in keys]), sees)
                     out[b, t, h] += c[h, p] * sum(wi * pv[key] for wi, key in zip(w, keys))
     return lin(attn.proj, out.reshape(B, T, D))
@@ -71,6 +75,10 @@ def knocking_reference(attn, x, real, causal):
         qkv = {n: lin(m, x[b]).reshape(T, H, d) for n, m in zip("qkv", (attn.query, attn.key, attn.value))}
         for n in K:
             qkv[n] = np.array([[qkv[n][t, h] @ K[n] for h in range(H)] for t in range(T)])
+        if attn.value_mlp is not None:  # v + (SiLU(v W_gate) * (v W_up)) W_down, per head and token
+            g, u, dn = (getattr(attn.value_mlp, n).detach().numpy() for n in ("gate", "up", "down"))
+            silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
+            qkv["v"] = np.array([[v + (silu(v @ g) * (v @ u)) @ dn for v in qkv["v"][t]] for t in range(T)])
         for h in range(H):
             for t in range(T):
                 w = softmax_rows(np.array([qkv["q"][t, h] @ qkv["k"][s, h] / math.sqrt(d) for s in range(T)]), ok[b, t])
@@ -79,7 +87,10 @@ def knocking_reference(attn, x, real, causal):
 
 
 REFERENCES = {"diff": diff_reference, "iha": iha_reference, "knocking": knocking_reference}
-SETTINGS = {"diff": [{}, {"diff_lambda": "head"}], "iha": [{}, {"iha_pseudo": 2}], "knocking": [{}, {"knock_targets": "qkv"}]}
+IHA_AS_MHA = {"iha_mask": "token", "iha_start": "mha"}  # the settings under which IHA starts as MHA
+SETTINGS = {"diff": [{}, {"diff_lambda": "head"}, {"diff_heads": "half"}, {"diff_heads": "half", "diff_lambda": "head"}],
+            "iha": [{}, {"iha_pseudo": 2}, IHA_AS_MHA, {"iha_mask": "token", "iha_pseudo": 3}],
+            "knocking": [{}, {"knock_targets": "qkv"}, {"knock_form": "mlp"}, {"knock_form": "mlp", "knock_targets": "qkv"}]}
 
 
 @pytest.mark.parametrize("variant,options", [(v, o) for v in VARIANTS for o in SETTINGS[v]])
@@ -100,10 +111,10 @@ def test_layer_equals_its_recomputation_from_the_definition(variant, options, ca
     np.testing.assert_allclose(fast[rows], ref[rows], atol=1e-10)
 
 
-@pytest.mark.parametrize("variant", ("iha", "knocking"))
+@pytest.mark.parametrize("variant,options", [("iha", IHA_AS_MHA), ("knocking", {}), ("knocking", {"knock_form": "mlp"})])
 @pytest.mark.parametrize("causal", [True, False])
-def test_at_initialisation_it_is_mha_and_the_intervention_restores_mha(variant, causal):
-    model, mha, state, missing = _mha_twin(variant, causal)
+def test_at_initialisation_it_is_mha_and_the_intervention_restores_mha(variant, options, causal):
+    model, mha, state, missing = _mha_twin(variant, causal, attention_options=options)
     assert not missing
     mha.load_state_dict(state)
     tokens = torch.randint(0, 11, (2, 9))
@@ -170,3 +181,65 @@ def test_knocking_shares_parameters_but_never_mixes_heads():
                 lin_.weight.view(H, d, D)[2].mul_(3.0)  # change head 3's projections only
     assert torch.allclose(heads["before"][..., [0, 1, 3], :], heads["after"][..., [0, 1, 3], :], atol=1e-12)
     assert not torch.allclose(heads["before"][..., 2, :], heads["after"][..., 2, :])
+
+
+def _slot_spread_after_training(options: dict) -> float:
+    """The issue's repro: 40 Adam steps at 1e-2 on random tokens, dropout 0; the largest difference
+    between a pseudo-slot's mixes and slot 1's."""
+    cfg = dataclasses.replace(variant_config(ModelConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=16,
+                                                         dropout=0.0), "iha"), attention_options=options)
+    model = build_model(cfg, seed=0)
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        loss = model(torch.randint(0, 11, (8, 8), generator=g), targets=torch.randint(0, 11, (8, 8), generator=g)).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return max((m - m[..., :1]).abs().max().item() for b in model.blocks for m in (b.attn.mix_q, b.attn.mix_k, b.attn.mix_v))
+
+
+@pytest.mark.parametrize("options", [{}, {"iha_mask": "token"}, {"iha_start": "mha"}])
+def test_iha_slots_separate_from_the_papers_start_without_dropout(options):
+    """The flat mask, or the start that selects one pseudo-head, each break the slots' symmetry."""
+    assert _slot_spread_after_training(options) > 0.05
+
+
+def test_iha_slots_stay_interchangeable_under_the_token_mask_and_the_mha_start():
+    """Negative control: the symmetry the issue found (slots identical after training)."""
+    assert _slot_spread_after_training(IHA_AS_MHA) < 1e-12
+
+
+def test_a_run_saved_before_the_iha_settings_loads_as_it_was_trained(tmp_path):
+    from damcha.model.config import with_saved_defaults
+
+    old = variant_config(config("iha"), "iha").to_dict()
+    assert old["attention_options"] == {"iha_mask": "flat", "iha_start": "paper"}  # named from now on
+    del old["attention_options"]
+    loaded = ModelConfig.from_dict(with_saved_defaults(old))
+    assert (loaded.setting("iha_mask"), loaded.setting("iha_start")) == ("token", "mha")
+    assert ModelConfig.from_dict(with_saved_defaults(variant_config(config("iha"), "iha").to_dict())).setting(
+        "iha_mask") == "flat"
+
+
+def test_diff_official_protocol_has_half_the_heads_each_map_at_mhas_head_width():
+    model = build_model(config("diff-official"), seed=0)
+    attn = model.blocks[0].attn
+    assert model.config.variant == "diff-official" and build_model(config("diff")).config.variant == "diff"
+    assert (attn.n_head, attn.half) == (H // 2, d)  # maps score with d-wide queries, values 2d wide
+    assert sum(getattr(attn, n).weight.numel() for n in ("query", "key", "value", "proj")) == 4 * D * D  # MHA's
+    assert model.mechanism.head_output_site(attn, model.config) is None  # n_head slices would cut its heads in two
+
+
+def test_a_knocking_reference_without_the_value_mlp_misses_it():
+    """Negative control: the recomputation above fails when it skips the MLP the layer applies."""
+    model = perturbed(build_model(config("knocking", attention_options={"knock_form": "mlp"}), seed=0).double())
+    attn = model.blocks[0].attn
+    x = torch.randn(1, 5, D, dtype=torch.float64)
+    with torch.no_grad():
+        y = attn(x, None, None, True, model.mechanism.options(None)).y.numpy()
+    mlp, attn.value_mlp = attn.value_mlp, None
+    skipped = knocking_reference(attn, x.numpy(), np.ones((1, 5), bool), True)
+    attn.value_mlp = mlp
+    assert np.abs(y - skipped).max() > 1e-3
+    np.testing.assert_allclose(y, knocking_reference(attn, x.numpy(), np.ones((1, 5), bool), True), atol=1e-10)

@@ -26,7 +26,7 @@ def test_zeroing_a_head_equals_zeroing_its_columns_of_the_output_projection(vari
     if sites is None:
         note = model.mechanism.head_site_note(model.config)
         assert note and model.mechanism.interventions(model.config), "a mechanism without head sites offers its own"
-        with pytest.raises(ValueError, match="experts|projection"):
+        with pytest.raises(ValueError, match="experts|projection|heads"):
             head_effects(model, x, y, "zero")
         return
     effects = head_effects(model, x, y, "zero")

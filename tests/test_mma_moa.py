@@ -99,7 +99,7 @@ def test_layer_equals_its_independent_recomputation_with_padding(variant, causal
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_no_head_type_and_no_expert_sees_the_future(variant):
-    model = perturbed(build_model(config(variant), seed=0).double())
+    model = perturbed(build_model(config(variant), seed=0).double()).eval()  # no sampling (MoA noise) in evaluation
     a = torch.randint(0, 11, (1, 10))
     b = a.clone()
     b[0, 5:] = (b[0, 5:] + 4) % 11
@@ -131,7 +131,7 @@ def test_mma_masks_in_a_decoder_and_in_a_classifier():
 def test_gradients_reach_every_parameter_the_router_too(variant):
     model = perturbed(build_model(config(variant), seed=0).double())
     tokens = torch.randint(0, 11, (4, 12))
-    model(tokens, targets=tokens).loss.backward()
+    model(tokens, targets=tokens, stochastic=True).loss.backward()  # as in training (MoA's noise scale too)
     dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not dead
 
@@ -145,7 +145,7 @@ def test_moa_auxiliary_losses_equal_a_direct_computation():
         options = {"moa_balance": balance, "moa_balance_weight": 0.3, "moa_z_weight": 0.05}
         model = perturbed(build_model(config("moa", attention_options=options), seed=0).double())
         tokens = torch.randint(0, 11, (3, 9))
-        out = model(tokens, targets=tokens)
+        out = model(tokens, targets=tokens, stochastic=False)  # the clean logits (no gating noise)
         x = model.tok_emb(tokens) + model.pos_emb(torch.arange(9))
         expected = 0.0
         for block in model.blocks:  # replay the stack to get each layer's router input
@@ -216,3 +216,45 @@ def test_moa_structures_describe_the_routing():
     co = record.structure("co_selection").at(layer=0)
     np.testing.assert_allclose(np.diag(co), record.structure("experts_used").at(layer=0)[0])
     np.testing.assert_allclose(np.diag(co).sum(), 4)  # each token chose four experts
+
+
+def test_moa_official_router_starts_at_zero_and_gates_on_noisy_logits_in_training():
+    """The official code's noisy top-k gating, recomputed: logits x W_g + ε (softplus(x W_noise) + 0.01),
+    softmax, top k (not renormalised); in evaluation the clean logits."""
+    model = perturbed(build_model(config("moa"), seed=0).double())
+    fresh = build_model(config("moa"), seed=0)
+    assert all(float(b.attn.router.weight.abs().max()) == 0 and float(b.attn.noise.weight.abs().max()) == 0
+               for b in fresh.blocks)
+    attn = model.blocks[0].attn
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    options = model.mechanism.options(None)
+    E, k = attn.E, attn.k
+
+    def reference(eps):
+        xs = x.numpy()
+        clean = xs @ attn.router.weight.detach().numpy().T
+        scale = np.log1p(np.exp(xs @ attn.noise.weight.detach().numpy().T)) + 0.01
+        logits = clean + (0 if eps is None else eps * scale)
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        gates = np.zeros_like(probs)
+        for b in range(2):
+            for t in range(7):
+                top = np.argsort(-probs[b, t])[:k]
+                gates[b, t, top] = probs[b, t, top]
+        return gates
+
+    torch.manual_seed(5)
+    noisy = attn(x, None, None, True, options, need_weights=True, stochastic=True).internals["gates"].detach().numpy()
+    torch.manual_seed(5)
+    eps = torch.randn(2, 7, E, dtype=torch.float64).numpy()  # the layer's first draw (its dropout is 0 here)
+    np.testing.assert_allclose(noisy, reference(eps), atol=1e-12)
+    clean = attn(x, None, None, True, options, need_weights=True).internals["gates"].detach().numpy()
+    np.testing.assert_allclose(clean, reference(None), atol=1e-12)
+    assert np.abs(noisy - clean).max() > 1e-3  # negative control: the noise changes the gates
+
+
+def test_moa_random_router_keeps_the_earlier_start_without_noise():
+    model = build_model(config("moa", attention_options={"moa_router": "random"}), seed=0)
+    attn = model.blocks[0].attn
+    assert attn.noise is None and float(attn.router.weight.abs().max()) > 0

@@ -37,7 +37,7 @@ def cases(draw):
 @given(cases())
 def test_any_shape_and_mask_gives_finite_agreeing_paths_and_padding_invariance(case):
     cfg, B, T, lengths, mode, seed = case
-    model = build_model(cfg, seed=seed).double()
+    model = build_model(cfg, seed=seed).double().eval()  # deterministic (no MoA gating noise)
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, 6, (B, T), generator=gen)
     for b, n in enumerate(lengths):
@@ -55,7 +55,10 @@ def test_any_shape_and_mask_gives_finite_agreeing_paths_and_padding_invariance(c
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 4), st.sampled_from(VARIANTS))
 def test_parameter_estimate_is_exact(n_head, head_dim, variant):
-    cfg = variant_config(ModelConfig(n_head=n_head, n_embd=n_head * head_dim, generator_widths=(5, 7)), variant)
+    try:
+        cfg = variant_config(ModelConfig(n_head=n_head, n_embd=n_head * head_dim, generator_widths=(5, 7)), variant)
+    except ValueError:  # a mechanism that cannot be built at this shape says so; not this test's case
+        assume(False)
     assert build_model(cfg).num_parameters() == cfg.parameter_estimate()
     cls = dataclasses.replace(cfg, causal=False, n_classes=4)
     assert build_model(cls).num_parameters() == cls.parameter_estimate()

@@ -15,7 +15,7 @@ import numpy as np
 from damcha.analysis import interventions as iv
 from damcha.analysis.inspection import InspectionRecord, inspect_input, matrix_energy_shares, off_diagonal_share
 from damcha.inputs.modalities import loss_factor, loss_label
-from damcha.model.mechanisms import StructureKind
+from damcha.model.mechanisms import StructureKind, get_mechanism
 from damcha.model.transformer import IGNORE_INDEX, Transformer
 
 ROWS = 512  # validation inputs in a table (the bundled sets have 359 digits, 256 text windows, 256 crops)
@@ -47,7 +47,7 @@ def structure_summaries(record: InspectionRecord) -> dict[str, float]:
     first = next((s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX), None)
     for title, share in matrix_energy_shares(record, **index).items():
         out[f"share of ‖{first.title}‖² in {title}"] = share
-    if record.attention_layers and (record.attention >= 0).all():  # probabilities (not mixed after the softmax)
+    if record.attention_layers and not get_mechanism(record.mechanism).signed_attention:  # probabilities
         out["attention entropy (bits), mean"] = float(_entropy_bits(record.attention).mean())
     return out
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -21,9 +22,11 @@ from damcha.model.config import ModelConfig, variant_config
 
 def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
     """cfg with `variant`'s attention; a DAMCHA layer owns its generator (in a one-layer model shared
-    and per-layer coincide)."""
-    cfg = variant_config(cfg, variant)
-    return cfg.mechanism.single_layer(cfg)
+    and per-layer coincide). Settings cfg already gives the variant's mechanism stay (IHA at P = 2)."""
+    out = variant_config(cfg, variant)
+    if cfg.attention == out.attention:
+        out = dataclasses.replace(out, attention_options={**dict(cfg.attention_options), **dict(out.attention_options)})
+    return out.mechanism.single_layer(out)
 
 
 def make_layer(cfg: ModelConfig, variant: str, eager: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -38,6 +41,21 @@ def make_layer(cfg: ModelConfig, variant: str, eager: bool = False) -> Callable[
     def run(x):
         return attn(x, None, None, cfg.causal, options, need_weights=eager).y
     return run
+
+
+def make_layer_step(cfg: ModelConfig, variant: str, T: int, batch: int) -> Callable[[], None]:
+    """One layer's forward and backward (gradients of its parameters and input), as in training."""
+    cfg = layer_variant_config(cfg, variant)
+    torch.manual_seed(0)
+    attn = cfg.mechanism.build_layer(cfg, 0)
+    options = cfg.mechanism.options(None)
+    x = torch.randn(batch, T, cfg.n_embd, requires_grad=True)
+
+    def step():
+        attn.zero_grad()
+        x.grad = None
+        attn(x, None, None, cfg.causal, options).y.square().mean().backward()
+    return step
 
 
 def make_training_step(cfg: ModelConfig, variant: str, layers: int, T: int, batch: int) -> Callable[[], None]:
@@ -77,7 +95,29 @@ def interleaved(fa, fb, repeats: int, warmup: int = 3) -> tuple[float, float]:
 def layer_flops_counted(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
     """FLOPs of one inference layer as torch's FlopCounterMode counts them. The layer runs with explicit
     attention weights: the counter does not see inside the fused CPU attention kernel, which would
-    leave MHA's scores uncounted."""
+    leave MHA's scores uncounted. A layer's count is c + a T + b T² (a static metric once, projections
+    and per-position work linear in T, scores quadratic), so it is counted at three short lengths and
+    extended exactly: a long sequence never builds its explicit scores here (interleaved heads at
+    T = 1024 would need 17 GB)."""
+    probes = tuple(FLOP_PROBE * i for i in (1, 2, 3))
+    if T <= probes[-1]:
+        return explicit_flops(cfg, variant, T, batch)
+    counts = [Fraction(int(explicit_flops(cfg, variant, t, batch))) for t in probes]
+    total = Fraction(0)
+    for i, (ti, fi) in enumerate(zip(probes, counts)):  # the quadratic through the three counts, at T
+        weight = Fraction(1)
+        for j, tj in enumerate(probes):
+            if j != i:
+                weight *= Fraction(T - tj, ti - tj)
+        total += weight * fi
+    return float(total)
+
+
+FLOP_PROBE = 16  # the shortest of the three lengths a layer's FLOPs are counted at
+
+
+def explicit_flops(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
+    """FlopCounterMode's count of one layer's explicit forward at length T."""
     from torch.utils.flop_counter import FlopCounterMode
 
     cfg = layer_variant_config(cfg, variant)
@@ -90,7 +130,7 @@ def layer_flops_counted(cfg: ModelConfig, variant: str, T: int, batch: int) -> f
 
 
 def layer_parameters(cfg: ModelConfig, variant: str) -> int:
-    cfg = variant_config(cfg, variant)
+    cfg = layer_variant_config(cfg, variant)
     return cfg.mechanism.parameter_count(dataclasses.replace(cfg, n_layer=1))
 
 

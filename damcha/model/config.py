@@ -96,13 +96,19 @@ class ModelConfig:
     def variant(self) -> str:
         """The registered variant this config is ('mha', 'damcha', 'damcha-unshared', ...), else
         '<mechanism> (custom)'."""
-        for v in mechanisms.variants():
-            if v.mechanism == self.attention and all(self._field(k) == val for k, val in v.fields.items()):
-                return v.name
-        return f"{self.attention} (custom)"
+        matching = [v for v in mechanisms.variants()
+                    if v.mechanism == self.attention and all(self._field(k) == val for k, val in v.fields.items())]
+        if not matching:
+            return f"{self.attention} (custom)"
+        return max(matching, key=lambda v: len(v.fields)).name  # the most specific ('diff-official' over 'diff')
 
     def _field(self, name: str) -> Any:
-        return getattr(self, name) if hasattr(self, name) else self.option(name)
+        if hasattr(self, name):
+            return getattr(self, name)
+        try:
+            return self.setting(name)  # a declared setting: its default where the config does not name it
+        except ValueError:
+            return self.option(name)
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for any inconsistent or absurd value."""
@@ -183,6 +189,9 @@ class ModelConfig:
         d = dataclasses.asdict(self)
         d["generator_widths"] = list(self.generator_widths)
         d["attention_options"] = dict(self.attention_options)
+        for s in self.mechanism.declared_settings:  # named, so a later change of default leaves this run as it was
+            if s.saved_before is not None and not s.flat:
+                d["attention_options"].setdefault(s.name, self.setting(s.name))
         if not d["attention_options"]:
             del d["attention_options"]  # configs without them read as before
         for name in ("mlp_width", "head_hidden"):  # fields of imported runs only: others' configs stay as they were
@@ -197,6 +206,20 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"invalid model config: unknown fields {sorted(unknown)}")
         return cls(**d)
+
+
+def with_saved_defaults(fields: dict) -> dict:
+    """A saved run's model fields with the value it was trained with for every setting it predates
+    (Setting.saved_before); fields that name no known mechanism are left for validation to refuse."""
+    options = fields.get("attention_options", {})
+    try:
+        declared = mechanisms.get_mechanism(fields.get("attention", "damcha")).declared_settings
+    except (ValueError, TypeError):
+        return fields
+    if not isinstance(options, dict):
+        return fields
+    missing = {s.name: s.saved_before for s in declared if s.saved_before is not None and s.name not in options}
+    return {**fields, "attention_options": {**options, **missing}} if missing else fields
 
 
 FIELD_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",

@@ -24,7 +24,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from damcha.inputs.modalities import modality_of_dataset
-from damcha.model.config import ModelConfig
+from damcha.model.config import ModelConfig, with_saved_defaults
 from damcha.model.transformer import Transformer, build_model
 from damcha.runs.files import CheckpointError, parse_json, read_json, read_text, regular_file, resolved_inside
 
@@ -227,7 +227,7 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
         fields = dict(cfg["model"])
         # Runs saved before the config named its modality: the data set decides it, here only.
         fields.setdefault("modality", modality_of_dataset(cfg.get("data", {}).get("name", "")))
-        model_config = ModelConfig.from_dict(fields)
+        model_config = ModelConfig.from_dict(with_saved_defaults(fields))
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
     try:

@@ -109,8 +109,11 @@ register(MoA(), Variant("moa", "moa", {}, "mixture of attention heads: top-k of 
 register(MoAAuthors(), Variant("moa-authors", "moa-authors", {}, "the DAMCHA authors' MoA: dense experts, top-k "
                                              "softmax gates, one output projection per rank slot"))
 # Head-interaction mechanisms newer than the paper, which a reviewer would compare with now
-register(Differential(), Variant("diff", "diff", {}, "differential attention: two softmax maps, the second "
-                                 "subtracted λ times (Diff Transformer)"))
+register(Differential(),
+         Variant("diff", "diff", {}, "differential attention: two softmax maps, the second subtracted λ times (Diff "
+                 "Transformer)"),
+         Variant("diff-official", "diff", {"diff_heads": "half"}, "differential attention under the official "
+                 "comparison protocol: half the heads, each map at MHA's head width"))
 register(InterleavedHeads(), Variant("iha", "iha", {}, "interleaved head attention: P pseudo-heads per head mixed "
                                      "from all heads, attending over the interleaved sequence"))
 register(KnockingHeads(), Variant("knocking", "knocking", {}, "knocking heads: one d×d matrix shared by all heads "

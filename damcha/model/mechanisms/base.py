@@ -215,7 +215,10 @@ class Setting:
 
     kind: int, float, str or tuple (of ints). default: the value when a config does not set it
     (None: computed from the rest of the config, as `help` says). flat: a field of ModelConfig
-    itself (DAMCHA's, which every shipped run has as a field) instead of an `attention_options` entry."""
+    itself (DAMCHA's, which every shipped run has as a field) instead of an `attention_options` entry.
+    saved_before: for a setting added after runs were saved (or whose default changed), the value
+    those runs were trained with: a saved config without it loads with this value, and every config
+    saved from now on names the setting explicitly."""
 
     name: str
     kind: type
@@ -224,6 +227,7 @@ class Setting:
     choices: tuple = ()
     minimum: float | None = None
     flat: bool = False
+    saved_before: Any = None
 
     def check(self, value: Any) -> None:
         """Raise ValueError naming the setting when `value` is not one it accepts."""
@@ -295,6 +299,9 @@ class Mechanism:
     declared_settings: ClassVar[tuple[Setting, ...]] = ()
     # Per-call choices a page offers as controls (see Choice).
     option_choices: ClassVar[tuple[Choice, ...]] = ()
+    # Whether the weights that multiply the values can be negative (mixed after the softmax, a difference
+    # of maps, a learned collapse): summaries that read them as probabilities (entropies) do not apply.
+    signed_attention: ClassVar[bool] = False
 
     @property
     def config_options(self) -> tuple[str, ...]:

@@ -11,7 +11,9 @@ terms cancel in the softmax over keys). Values and output are MHA's. Head h's ef
 form W~_Q diag(m_h) W~_K^T is a D x D matrix, the closest static analogue of DAMCHA's per-head
 metric. Mixing initialisations: "concatenate" (m_h = the indicator of block h of D~_k / H
 coordinates: with W~ holding MHA's projections this is MHA), "all_ones", "uniform" (normal, std
-0.2). D~_k defaults to D; the paper's saving comes from making it smaller.
+0.2). D~_k defaults to D; the paper's saving comes from making it smaller. Its queries and keys are
+D~_k + 1 wide and its values d: no fused kernel takes that, so outside inspection the scores are
+computed a block of queries at a time (damcha.model.mechanisms.blocked).
 
 colmha-authors (`CollaborativeAttention` in the DAMCHA authors' models/baselines.py, commit ffa99807):
 shared bias-free projections W_Q, W_K (D x D), and per head h
@@ -40,9 +42,11 @@ from damcha.model.mechanisms.base import (
     Setting,
     Structure,
     StructureKind,
+    allowed_keys,
     attend,
     head_scale,
 )
+from damcha.model.mechanisms.blocked import blocked_attention
 
 MIXING_INITS = ("concatenate", "all_ones", "uniform")
 
@@ -91,7 +95,13 @@ class CollaborativeAttention(nn.Module):
         q = torch.cat([q, torch.full((B, H, T, 1), 1.0 / scale, dtype=x.dtype, device=x.device)], dim=-1)  # (B, H, T, dk+1)
         k = torch.cat([k, bias.transpose(-2, -1)], dim=-1)  # (B, H, T, dk+1)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        out, weights = attend(q, k, v, mask, causal, scale, self.dropout if stochastic else 0.0, need_weights)
+        dropout = self.dropout if stochastic else 0.0
+        if need_weights:
+            out, weights = attend(q, k, v, mask, causal, scale, dropout, need_weights)  # (B, H, T, d)
+        else:  # no fused kernel takes values narrower than the keys: the scores a block of queries at a time
+            unmixed = lambda scores, rows: scores  # noqa: E731
+            out, weights = blocked_attention(q, k, v, allowed_keys(mask, causal, T, x.device), causal, scale, unmixed,
+                                             unmixed, dropout), None  # (B, H, T, d)
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return AttentionOutput(y=y, weights=weights)
 
@@ -155,6 +165,10 @@ class ColMHA(Mechanism):
 
     def settings(self, config) -> dict:
         return {"shared key dimension D~_k": _dk(config), "mixing initialisation": config.setting("colmha_init")}
+
+    def inference_bytes(self, config, T: int) -> int:
+        """Every head's query and key are D~_k + 1 wide (MHA's: d): H (D~_k + 1)-wide queries and keys."""
+        return 2 * config.n_head * T * (_dk(config) + 1) * 4
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         forms, mixing, overlap = [], [], []

@@ -19,6 +19,7 @@ one pre-softmax H x H mixing per query token, alpha(t) = softmax over source hea
 Linear(tanh(Linear(x_t))) (router rank max(4, H/2), both with biases; the H² outputs laid out
 source-major, as theirs), blended with the unmixed logits by a per-head sigmoid gate,
 (1 - g) J + g alpha^T J; then the mask and the softmax. No post-softmax compose, no key-wise term.
+Outside inspection its scores are computed a block of queries at a time (damcha.model.mechanisms.blocked).
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from damcha.model.mechanisms.base import (
     Structure,
     StructureKind,
     ValueKind,
+    allowed_keys,
     head_scale,
     masked_softmax,
 )
+from damcha.model.mechanisms.blocked import blocked_attention
 
 RANK = 2
 USES = ("pre_q", "pre_k", "post_q", "post_k")
@@ -166,6 +169,14 @@ class AuthorsComposedAttention(ProjectedAttention):
         alpha = self.mix(torch.tanh(self.router(x))).view(B, T, H, H).softmax(dim=-2)  # (B, T, H_src, H_out)
         mix = alpha.transpose(-2, -1)  # (B, T, H_out, H_src): row h sums to 1
         gate = torch.sigmoid(self.gate(x)).transpose(1, 2)[..., None]  # (B, H, T, 1)
+        if not need_weights:
+            eye = torch.eye(H, dtype=x.dtype, device=x.device)
+            g = gate[..., 0].transpose(1, 2)[..., None]  # (B, T, H, 1)
+            per_query = (1 - g) * eye + g * mix  # (B, T, H_out, H_src): the whole pre-softmax map of query t
+            before = lambda J, rows: (per_query[:, rows] @ J.transpose(1, 2)).transpose(1, 2)  # noqa: E731  (B, H, n, S)
+            out = blocked_attention(q, k, v, allowed_keys(mask, causal, T, x.device), causal, head_scale(d), before,
+                                    lambda P, rows: P, self.dropout if stochastic else 0.0)  # (B, H, T, d)
+            return AttentionOutput(y=self.merge(out))
         logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T)
         mixed = torch.einsum("btgh,bhts->bgts", mix, logits)  # (B, H, T, T)
         weights = masked_softmax((1 - gate) * logits + gate * mixed, mask, causal)  # (B, H, T, T)
@@ -179,6 +190,7 @@ class DCMHA(Mechanism):
     title = "Dynamically composable multi-head attention (DCMHA)"
     reference = "Xiao et al., ICML 2024, arXiv 2405.08553"
     options_type = ComposeOptions
+    signed_attention = True  # composed again after the softmax
 
     def interventions(self, config) -> list[Intervention]:
         return [Intervention("without_composition", "Dynamic weights set to zero (MHA)",

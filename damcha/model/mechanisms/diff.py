@@ -12,7 +12,10 @@ with l the layer's index from 0 (the paper's depth schedule), the λ vectors of 
 N(0, 0.1²), the RMS norm per head with a learned scale (eps 1e-5), projections without biases,
 as in the official code (microsoft/unilm, Diff-Transformer/multihead_diffattn.py). One λ per layer,
 shared by its heads, as the paper; `diff_lambda=head` gives each head its own λ vectors (an
-extension, for inspection). The two maps are ordinary softmax attentions: outside inspection both
+extension, for inspection). Heads: by default n_head differential heads, so each map scores with
+half MHA's head width; the official code compares with *half* the baseline's heads, each map at
+MHA's head width d and values of width 2d (`diff_heads=half`, registered as `diff-official`, the one
+the evidence compares). The two maps are ordinary softmax attentions: outside inspection both
 come from one fused call (the 2H halves as heads, each with its head's values). Attention dropout,
 where a config has it, acts on each map (our choice; the paper's equations have none).
 """
@@ -43,6 +46,7 @@ from damcha.model.mechanisms.base import (
 )
 
 LAMBDA_SHARING = ("layer", "head")
+HEAD_PROTOCOLS = ("same", "half")
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,8 @@ def lambda_init(layer_index: int) -> float:
 class DifferentialAttention(nn.Module):
     def __init__(self, config, layer_index: int, per_head: bool):
         super().__init__()
-        D, H = config.n_embd, config.n_head
-        self.n_head, self.half = H, config.head_dim // 2  # d'
+        D, H = config.n_embd, _heads(config)
+        self.n_head, self.half = H, D // (2 * H)  # d'
         self.dropout = config.dropout
         self.lambda_init = lambda_init(layer_index)
         self.query = nn.Linear(D, D, bias=False)  # 2H halves of width d'
@@ -110,19 +114,40 @@ def _per_head(config) -> bool:
     return config.setting("diff_lambda") == "head"
 
 
+def _heads(config) -> int:
+    """Differential heads: n_head, or half of them under the official protocol (each map then scores
+    with MHA's head width)."""
+    return config.n_head // 2 if config.setting("diff_heads") == "half" else config.n_head
+
+
 class Differential(Mechanism):
     name = "diff"
     title = "Differential attention (Diff Transformer)"
     reference = "Ye et al., ICLR 2025, arXiv 2410.05258"
-    declared_settings = (Setting("diff_lambda", str, "layer", "one λ per layer (the paper) or one per head",
-                                 LAMBDA_SHARING),)
+    declared_settings = (
+        Setting("diff_lambda", str, "layer", "one λ per layer (the paper) or one per head", LAMBDA_SHARING),
+        Setting("diff_heads", str, "same", "same (n_head differential heads, each map at half MHA's head width) or "
+                "half (n_head / 2 heads, each map at MHA's head width: the official code's comparison protocol)",
+                HEAD_PROTOCOLS),
+    )
     options_type = DiffOptions
+    signed_attention = True  # A1 - λ A2
 
     def validate(self, config) -> None:
         super().validate(config)
-        if config.head_dim % 2:
+        if config.setting("diff_heads") == "half":
+            if config.n_head % 2:
+                raise ValueError(f"diff_heads=half needs an even n_head, got {config.n_head}")
+        elif config.head_dim % 2:
             raise ValueError(f"differential attention splits each head's query in two: head width "
                              f"{config.head_dim} (n_embd / n_head) must be even")
+
+    def head_output_site(self, layer, config):
+        return None if config.setting("diff_heads") == "half" else super().head_output_site(layer, config)
+
+    def head_site_note(self, config) -> str:
+        return (f"Under the official protocol this layer has {_heads(config)} differential heads, not n_head = "
+                f"{config.n_head}: head-level interventions address n_head slices, which would cut its heads in two.")
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return DifferentialAttention(config, layer_index, _per_head(config))
@@ -134,6 +159,7 @@ class Differential(Mechanism):
 
     def settings(self, config) -> dict:
         return {"λ": "one per head" if _per_head(config) else "one per layer",
+                "differential heads": f"{_heads(config)}, maps of width {config.n_embd // (2 * _heads(config))}",
                 "λ_init by layer": ", ".join(f"{lambda_init(i):.3f}" for i in range(config.n_layer))}
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
@@ -163,6 +189,9 @@ class Differential(Mechanism):
         ]
 
     def notes(self, config) -> list[str]:
+        width = ("half-width queries and keys and full-width values" if config.setting("diff_heads") == "same" else
+                 f"queries and keys of MHA's head width and values twice as wide ({_heads(config)} heads, the official "
+                 "comparison protocol)")
         return ["Differential attention subtracts a second softmax map, λ times, from the first, so attention both "
-                "maps share cancels. The attention drawn is A1 − λA2 (signed), before the per-head RMS norm; heads "
-                "read half-width queries and keys and full-width values."]
+                f"maps share cancels. The attention drawn is A1 − λA2 (signed), before the per-head RMS norm; heads "
+                f"read {width}."]

@@ -6,18 +6,24 @@ ordinary ones (q_j = x W_Q^j etc., MHA's projections):
 
     q~_{h,p}(t) = sum_j a_Q[h, j, p] q_j(t)      (likewise k~ with a_K, v~ with a_V; each (H, H, P))
 
-interleaves them into a sequence of length T P (token t's P pseudo-tokens side by side), runs one
-ordinary softmax attention per head over it, and collapses each token's P outputs back to one,
-o_h(t) = sum_p c[h, p] o~_{h,p}(t); then MHA's output projection. A pseudo-token of token t may
-see every pseudo-token of every token the model lets t see (all P of them, its own token's too):
-causality and padding hold at the token level.
+interleaves them into a sequence of length T P (token t's pseudo-tokens at places t P + p), runs
+one ordinary softmax attention per head over it, and collapses each token's P outputs back to one,
+o_h(t) = sum_p c[h, p] o~_{h,p}(t); then MHA's output projection.
 
-Where the paper's text was not available to us (only its abstract), we chose: scale 1/sqrt(d);
-the collapse as a learned (H, P) weighting; the identity initialisation a[h, j, p] = [h = j] and
-c = 1/P, under which every pseudo-head repeats head h and IHA computes exactly MHA (P copies of
-each key share its weight); P = H by default ("typically P = H"), `iha_pseudo` to change it. The
-attention drawn per head is the interleaved attention folded back to tokens: weight of key token
-s for query token t = sum_p c[h, p] sum_p' A_h((t, p), (s, p')).
+As the paper defines it (the defaults): the causal mask is flat over the interleaved sequence
+(pseudo-token t P + p sees the pseudo-tokens at or before its place, so the slots of one token see
+different keys), and the start selects one pseudo-head (identity mixes, c[h, p] = [p = 1]).
+Declared alternatives: `iha_mask=token` (a pseudo-token sees every pseudo-token of every token its
+token may see) and `iha_start=mha` (collapse 1/P: with the token mask IHA starts as exactly MHA).
+Under the token mask and the MHA start the P slots are interchangeable and never separate without
+dropout noise; the flat mask or the paper's start each break that symmetry. Without padding the
+flat mask is a plain causal flag on the interleaved sequence: one fused call, no (T P)² tensor.
+
+Deviations: positions enter this project's transformer once, at the embedding, so the paper's
+per-pseudo-token positions t P + p act only through the flat mask's order; the scale is 1/sqrt(d).
+The attention drawn per head is the interleaved attention folded back to tokens: weight of key token
+s for query token t = sum_p c[h, p] sum_p' A_h((t, p), (s, p')). Runs saved before these settings
+existed were trained with the token mask and the MHA start, and load with them.
 """
 
 from __future__ import annotations
@@ -42,14 +48,18 @@ from damcha.model.mechanisms.base import (
     ValueKind,
     allowed_keys,
     attend,
+    attention_mask,
     head_scale,
 )
+
+MASKS = ("flat", "token")
+STARTS = ("paper", "mha")
 
 
 @dataclass(frozen=True)
 class InterleavedOptions(ForwardOptions):
     """Intervention: without_mixing puts the identity mixes and the uniform collapse in place of the
-    learned ones (IHA becomes MHA with the same projections)."""
+    learned ones (under the token mask IHA becomes MHA with the same projections)."""
 
     without_mixing: bool = False
 
@@ -66,13 +76,32 @@ def token_mask_to_pseudo(allowed: torch.Tensor | None, P: int) -> torch.Tensor |
     return allowed.repeat_interleave(P, dim=-2).repeat_interleave(P, dim=-1)
 
 
+def starting_collapse(H: int, P: int, start: str) -> torch.Tensor:
+    """(H, P) collapse c: the paper's selects the first pseudo-head; the MHA start averages them."""
+    if start == "paper":
+        return torch.eye(P)[0].expand(H, P).clone()
+    return torch.full((H, P), 1.0 / P)
+
+
+def pseudo_mask(real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool, T: int, P: int, flat: bool,
+                device) -> tuple[torch.Tensor | None, bool]:
+    """The interleaved sequence's mask and causal flag for an attention call: the flat mask is the
+    token mask's causal rule over places t P + p (a causal flag alone without padding); the token
+    mask repeats each allowed token pair over all P x P pseudo-pairs."""
+    if not flat:
+        return token_mask_to_pseudo(allowed_keys(mask, causal, T, device), P), False
+    if real is None:
+        return None, causal
+    return attention_mask(real.repeat_interleave(P, dim=1), causal, T * P, device), False  # (B, 1, T P, T P)
+
+
 class InterleavedHeadAttention(ProjectedAttention):
-    def __init__(self, config, P: int):
+    def __init__(self, config, P: int, flat: bool, start: str):
         super().__init__(config)
         H = config.n_head
-        self.P = P
+        self.P, self.flat = P, flat
         self.mix_q, self.mix_k, self.mix_v = (nn.Parameter(identity_mixing(H, P)) for _ in range(3))  # (H, H, P)
-        self.collapse = nn.Parameter(torch.full((H, P), 1.0 / P))  # c (H, P)
+        self.collapse = nn.Parameter(starting_collapse(H, P, start))  # c (H, P)
 
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
@@ -87,8 +116,8 @@ class InterleavedHeadAttention(ProjectedAttention):
         # pseudo[b, h, t, p] = sum_j mix[h, j, p] heads[b, j, t], laid out as (B, H, T P, d): t-major
         pq, pk, pv = (torch.einsum("hjp,bjtd->bhtpd", m, a).reshape(B, H, T * P, d)
                       for m, a in zip(mixes, (q, k, v)))  # (B, H, T P, d) each
-        allowed = token_mask_to_pseudo(allowed_keys(mask, causal, T, x.device), P)  # (B|1, 1, T P, T P) or None
-        out, weights = attend(pq, pk, pv, allowed, False, head_scale(d), self.dropout if stochastic else 0.0,
+        allowed, flag = pseudo_mask(real, mask, causal, T, P, self.flat, x.device)  # (B|1, 1, T P, T P) or None
+        out, weights = attend(pq, pk, pv, allowed, flag, head_scale(d), self.dropout if stochastic else 0.0,
                               need_weights)  # (B, H, T P, d)
         out = torch.einsum("hp,bhtpd->bhtd", collapse, out.view(B, H, T, P, d))  # (B, H, T, d)
         y = self.merge(out)  # (B, T, D)
@@ -107,24 +136,37 @@ class InterleavedHeads(Mechanism):
     name = "iha"
     title = "Interleaved head attention (IHA)"
     reference = "Duvvuri et al., Feb 2026, arXiv 2602.21371"
-    declared_settings = (Setting("iha_pseudo", int, None, "pseudo-heads per head P (default: n_head)", minimum=1),)
+    declared_settings = (
+        Setting("iha_pseudo", int, None, "pseudo-heads per head P (default: n_head)", minimum=1),
+        Setting("iha_mask", str, "flat", "causal mask over the interleaved sequence: flat (the paper's: place t P + p "
+                "sees places before it) or token (every pseudo-token of every visible token)", MASKS, saved_before="token"),
+        Setting("iha_start", str, "paper", "how the collapse starts: paper (selects the first pseudo-head) or mha "
+                "(1/P each: with the token mask, exactly MHA)", STARTS, saved_before="mha"),
+    )
     options_type = InterleavedOptions
+    signed_attention = True  # folded through the learned collapse, whose weights may turn negative
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
-        return InterleavedHeadAttention(config, _pseudo(config))
+        return InterleavedHeadAttention(config, _pseudo(config), config.setting("iha_mask") == "flat",
+                                        config.setting("iha_start"))
 
     def interventions(self, config) -> list[Intervention]:
-        return [Intervention("without_mixing", "Identity mixes (MHA)", "Every pseudo-head repeats its own head and "
-                             "the collapse averages them: MHA with the trained projections.",
+        same = "MHA with the trained projections" if config.setting("iha_mask") == "token" else \
+            "the head mixing undone, though under the flat mask each slot still sees its own set of keys (not MHA)"
+        return [Intervention("without_mixing", "Identity mixes", "Every pseudo-head repeats its own head and the "
+                             f"collapse averages them: {same}.",
                              make=lambda model, tokens: InterleavedOptions(without_mixing=True))]
 
     def settings(self, config) -> dict:
-        return {"pseudo-heads per head P": _pseudo(config)}
+        return {"pseudo-heads per head P": _pseudo(config), "mask": config.setting("iha_mask"),
+                "start": config.setting("iha_start")}
 
     def inference_bytes(self, config, T: int) -> int:
-        """The interleaved sequence is P times as long: its mask, and scores where the kernel builds them."""
+        """The interleaved sequence is P times as long: its pseudo-queries, keys, values and outputs; with
+        the token mask also the (T P)² mask and the scores the kernel builds with it."""
         n = T * _pseudo(config)
-        return n * n * (1 + 4 * config.n_head)
+        streams = 4 * n * config.n_embd * 4
+        return streams if config.setting("iha_mask") == "flat" else streams + n * n * (1 + 4 * config.n_head)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         P = _pseudo(model.config)
@@ -159,6 +201,6 @@ class InterleavedHeads(Mechanism):
     def notes(self, config) -> list[str]:
         P = _pseudo(config)
         return [f"IHA mixes all heads' queries, keys and values into {P} pseudo-heads per head, attends over the "
-                f"interleaved sequence ({P}× as long) and collapses back; at initialisation it is MHA. The attention "
-                "drawn is the interleaved attention folded back to tokens. Details the paper's abstract leaves open "
-                "(scale, collapse, initialisation) are this project's choices, listed in the module."]
+                f"interleaved sequence ({P}× as long) and collapses back. Mask: {config.setting('iha_mask')}; start: "
+                f"{config.setting('iha_start')} (see the module for what each means). The attention drawn is the "
+                "interleaved attention folded back to tokens."]

@@ -2,8 +2,10 @@
 
 MHA whose heads are split into four types by fixed masks: global (every allowed key), local (keys
 within a window of w tokens around the query, |t - s| <= w // 2), forward (keys at or before the
-query) and backward (keys at or after the query). No extra parameters; the cost is MHA's (per-head
-boolean masks still go through the fused attention kernel).
+query) and backward (keys at or after the query). No extra parameters; the cost is MHA's: without
+padding each run of heads of one type is one fused attention call in its cheapest form (a causal
+flag, causal attention over the reversed sequence, a band mask); with padding one call with
+per-head boolean masks.
 
 Every type is intersected with the model's own masks. In a causal decoder that makes forward heads
 equal to global heads and leaves backward heads only the query itself; the non-causal classifier
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from damcha.model.mechanisms.base import (
@@ -83,10 +86,49 @@ class MixedAttention(ProjectedAttention):
     def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
                 stochastic: bool = False, shared=None) -> AttentionOutput:
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
+        if real is None and not need_weights:
+            return AttentionOutput(y=self.merge(self._by_type(q, k, v, causal, options, stochastic)))
         masks = head_masks(real, causal, x.shape[1], self.window, self.n_head, x.device, options.as_global)  # (B|1, H, T, T)
         out, weights = attend(q, k, v, masks, False, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
                               need_weights)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights, internals=masks if need_weights else None)
+
+
+    def _by_type(self, q, k, v, causal: bool, options: MixedOptions, stochastic: bool) -> torch.Tensor:
+        """The head outputs (B, H, T, d) without padding: one fused call per run of heads of one type,
+        each with the cheapest form of its pattern (a causal flag, the reversed sequence, a band mask)."""
+        T = q.shape[2]
+        types = [0 if options.as_global and TYPES[t] == options.as_global else t for t in head_types(self.n_head)]
+        dropout, scale = self.dropout if stochastic else 0.0, head_scale(self.head_dim)
+        outs = []
+        for kind, heads in _runs(types):
+            qs, ks, vs = q[:, heads], k[:, heads], v[:, heads]  # (B, h, T, d) each
+            call = lambda a, b, c, mask=None, is_causal=False: F.scaled_dot_product_attention(  # noqa: E731
+                a, b, c, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale)  # (B, h, T, d)
+            name = TYPES[kind]
+            if name == "global" or (name == "forward" and causal):  # a causal model's forward heads are global ones
+                outs.append(call(qs, ks, vs, is_causal=causal))
+            elif name == "forward":
+                outs.append(call(qs, ks, vs, is_causal=True))
+            elif name == "backward" and causal:  # keys at and after the query, and at and before it: itself
+                keep = F.dropout(torch.ones_like(vs[..., :1]), dropout) if dropout > 0 else 1.0  # its weight, 1
+                outs.append(vs * keep)
+            elif name == "backward":  # causal attention over the reversed sequence
+                outs.append(call(qs.flip(2), ks.flip(2), vs.flip(2), is_causal=True).flip(2))
+            else:
+                band = type_masks(T, self.window, q.device)[kind]  # (T, T)
+                outs.append(call(qs, ks, vs, mask=band.tril() if causal else band))
+        return torch.cat(outs, dim=1)  # (B, H, T, d)
+
+
+def _runs(types: list[int]) -> list[tuple[int, slice]]:
+    """The heads as consecutive runs of one type: (type, slice of heads)."""
+    runs, start = [], 0
+    for h in range(1, len(types) + 1):
+        if h == len(types) or types[h] != types[start]:
+            runs.append((types[start], slice(start, h)))
+            start = h
+    return runs
 
 
 def _window(config) -> int:

@@ -7,7 +7,11 @@ per token, g_t = softmax(x_t W_g), keeps the top k, and
 
     y_t = sum_{i in topk(t)} g_{i,t} W_o^i softmax(x_t W_q^i K^T / sqrt(d)) V,
 
-the gates not renormalised over the top k. Training adds two auxiliary losses with their own
+the gates not renormalised over the top k. The router starts at zero and in training gates on noisy
+logits, x W_g + ε (softplus(x W_noise) + 0.01) with ε ~ N(0, 1) and W_noise zero at the start, as the
+official code's noisy top-k gating (`moa_router=official`, the default; the auxiliary losses read
+the noisy logits, as theirs); `moa_router=random` keeps PyTorch's random start without noise, which
+runs saved before the setting existed were trained with. Training adds two auxiliary losses with their own
 weights, logged apart from the task loss: load balancing and the router z-loss (mean squared
 log-sum-exp of the router logits). Load balancing, as the official code (yikangshen/MoA,
 moa_layer/parallel_linear/moe.py) defines its terms:
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from damcha.model.mechanisms.base import (
@@ -55,6 +60,8 @@ from damcha.model.mechanisms.base import (
 )
 
 BALANCES = ("switch", "cv", "cv-load")
+ROUTERS = ("official", "random")
+NOISE_EPSILON = 1e-2  # the official code's floor on the noise scale
 
 
 @dataclass(frozen=True)
@@ -100,12 +107,17 @@ def experts_attention(q, k, v, mask, causal, d, dropout, need_weights):
 
 
 class MixtureOfAttentionHeads(nn.Module):
-    def __init__(self, config, experts: int, top_k: int, aux: dict):
+    def __init__(self, config, experts: int, top_k: int, aux: dict, router: str = "official"):
         super().__init__()
         D, d = config.n_embd, config.head_dim
         self.E, self.k, self.d, self.aux = experts, top_k, d, aux
         self.dropout = config.dropout
         self.router = nn.Linear(D, experts, bias=False)  # W_g
+        self.noise = None
+        if router == "official":  # zero start, and a learned noise scale W_noise for training
+            self.noise = nn.Linear(D, experts, bias=False)
+            nn.init.zeros_(self.router.weight)
+            nn.init.zeros_(self.noise.weight)
         self.query = nn.Linear(D, experts * d)  # W_q^i, stacked
         self.key = nn.Linear(D, d)  # W_k: one head shared by the experts
         self.value = nn.Linear(D, d)
@@ -117,6 +129,8 @@ class MixtureOfAttentionHeads(nn.Module):
         B, T, D = x.shape
         E, d = self.E, self.d
         logits = self.router(x)  # (B, T, E)
+        if self.noise is not None and stochastic:  # noisy top-k gating: x W_g + ε (softplus(x W_noise) + 0.01)
+            logits = logits + torch.randn_like(logits) * (F.softplus(self.noise(x)) + NOISE_EPSILON)  # (B, T, E)
         gates = intervened_gates(top_k_gates(logits, self.k), logits, options)  # (B, T, E)
         q = self.query(x).view(B, T, E, d).transpose(1, 2)  # (B, E, T, d)
         k = self.key(x)[:, None]  # (B, 1, T, d)
@@ -203,6 +217,9 @@ MOA_SETTINGS = (
             "(cv² of importance, the official code's other term) or cv-load (cv² of importance and of load)", BALANCES),
     Setting("moa_balance_weight", float, 0.01, "weight of the load-balancing loss", minimum=0),
     Setting("moa_z_weight", float, 0.001, "weight of the router z-loss", minimum=0),
+    Setting("moa_router", str, "official", "official (router and noise scale start at zero; noisy top-k gating in "
+            "training, as the official code) or random (PyTorch's default start, no noise)", ROUTERS,
+            saved_before="random"),
 )
 
 
@@ -239,7 +256,7 @@ class _MoABase(Mechanism):
         E, k = _sizes(config, self.authors)
         if self.authors:
             return AuthorsMixtureOfAttention(config, E, k)
-        return MixtureOfAttentionHeads(config, E, k, aux=_aux(config))
+        return MixtureOfAttentionHeads(config, E, k, aux=_aux(config), router=_setting(config, "moa_router"))
 
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
@@ -284,7 +301,7 @@ class MoA(_MoABase):
         E, k = _sizes(config, False)
         aux = _aux(config)
         return {"experts": E, "top k": k, "load balancing": f"{aux['balance']} × {aux['balance_weight']}",
-                "router z-loss": f"× {aux['z_weight']}"}
+                "router z-loss": f"× {aux['z_weight']}", "router": _setting(config, "moa_router")}
 
     def notes(self, config) -> list[str]:
         E, k = _sizes(config, False)

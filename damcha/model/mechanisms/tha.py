@@ -4,7 +4,8 @@ Per head h the logits are J_h = Q_h K_h^T / sqrt(d). They are mixed across heads
 softmax by a learned H x H matrix P_l, L_h' = sum_h J_h P_l[h, h'], masked and normalised over
 keys, then mixed again after it by P_w: W_h'' = sum_h' softmax(L_h') P_w[h', h''], and head h''
 returns W_h'' V_h''. P_l and P_w are static (the same for every input); the mixed weights can be
-negative and need not sum to one. The scores are explicit: no fused attention kernel applies.
+negative and need not sum to one. No fused attention kernel applies: outside inspection the scores
+are computed a block of queries at a time (damcha.model.mechanisms.blocked), never whole.
 
 Initialisation: the original draws P_l and P_w at random (variance scaling: normal with
 variance 1/H, the fan-in); the DAMCHA authors' code starts from the identity, where THA is MHA.
@@ -30,9 +31,11 @@ from damcha.model.mechanisms.base import (
     Structure,
     StructureKind,
     ValueKind,
+    allowed_keys,
     head_scale,
     masked_softmax,
 )
+from damcha.model.mechanisms.blocked import blocked_attention
 
 INITS = ("random", "identity")
 
@@ -43,6 +46,12 @@ class TalkingHeadsOptions(ForwardOptions):
 
     identity_logits_mix: bool = False
     identity_weights_mix: bool = False
+
+
+def mix_heads(scores: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
+    """out[g] = sum_h mix[h, g] scores[h] for scores (B, H, n, S): one small matrix product. (B, H, n, S)"""
+    B, H, n, S = scores.shape
+    return (mix.transpose(0, 1) @ scores.reshape(B, H, n * S)).view(B, H, n, S)
 
 
 class TalkingHeadsAttention(ProjectedAttention):
@@ -60,9 +69,14 @@ class TalkingHeadsAttention(ProjectedAttention):
                 stochastic: bool = False, shared=None) -> AttentionOutput:
         H, d = self.n_head, self.head_dim
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
-        logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T) J_h
         p_l = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_logits_mix else self.logits_mix
         p_w = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_weights_mix else self.weights_mix
+        if not need_weights:
+            out = blocked_attention(q, k, v, allowed_keys(mask, causal, x.shape[1], x.device), causal, head_scale(d),
+                                    lambda J, rows: mix_heads(J, p_l), lambda P, rows: mix_heads(P, p_w),
+                                    self.dropout if stochastic else 0.0)  # (B, H, T, d)
+            return AttentionOutput(y=self.merge(out))
+        logits = (q @ k.transpose(-2, -1)) * head_scale(d)  # (B, H, T, T) J_h
         mixed = torch.einsum("bhts,hg->bgts", logits, p_l)  # (B, H, T, T) L_h'
         probs = masked_softmax(mixed, mask, causal)  # (B, H, T, T)
         weights = torch.einsum("bhts,hg->bgts", probs, p_w)  # (B, H, T, T) W_h''
@@ -78,6 +92,7 @@ class TalkingHeads(Mechanism):
     declared_settings = (Setting("tha_init", str, "random", "how P_l and P_w start: drawn at random (the original) "
                                  "or the identity (the DAMCHA authors' code)", INITS),)
     options_type = TalkingHeadsOptions
+    signed_attention = True  # P_w mixes the weights after the softmax
 
     def interventions(self, config) -> list[Intervention]:
         return [
