@@ -1,5 +1,6 @@
 """Explicit attention computed one block of query rows at a time, for mechanisms that mix the heads'
-scores or weights (talking heads, the DAMCHA authors' DCMHA), where no fused kernel applies.
+scores or weights (talking heads, the DAMCHA authors' DCMHA) or whose queries and values differ in
+width (ColMHA), where no fused kernel applies.
 
 Written out whole, such a layer builds several (B, H, T, T) tensors and streams each through main
 memory (30x MHA's time at T = 1024 on a CPU). Here each block's scores, mixes, softmax and weighted

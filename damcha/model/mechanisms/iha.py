@@ -54,6 +54,11 @@ from damcha.model.mechanisms.base import (
 
 MASKS = ("flat", "token")
 STARTS = ("paper", "mha")
+MASK_WORDS = {"flat": "Mask: flat, as the paper's (each pseudo-token sees the places up to its own in the interleaved "
+                      "order, so the slots of one token see different keys).",
+              "token": "Mask: token-level (a pseudo-token sees every pseudo-token of every token its token may see)."}
+START_WORDS = {"paper": "Start: the paper's (the collapse selects the first pseudo-head).",
+               "mha": "Start: MHA's (the collapse averages the pseudo-heads; with the token mask, exactly MHA)."}
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,6 @@ class InterleavedHeads(Mechanism):
     def notes(self, config) -> list[str]:
         P = _pseudo(config)
         return [f"IHA mixes all heads' queries, keys and values into {P} pseudo-heads per head, attends over the "
-                f"interleaved sequence ({P}× as long) and collapses back. Mask: {config.setting('iha_mask')}; start: "
-                f"{config.setting('iha_start')} (see the module for what each means). The attention drawn is the "
-                "interleaved attention folded back to tokens."]
+                f"interleaved sequence ({P}× as long) and collapses back. {MASK_WORDS[config.setting('iha_mask')]} "
+                f"{START_WORDS[config.setting('iha_start')]} The attention drawn is the interleaved attention folded "
+                "back to tokens."]

@@ -93,18 +93,20 @@ class MixedAttention(ProjectedAttention):
                               need_weights)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights, internals=masks if need_weights else None)
 
-
     def _by_type(self, q, k, v, causal: bool, options: MixedOptions, stochastic: bool) -> torch.Tensor:
         """The head outputs (B, H, T, d) without padding: one fused call per run of heads of one type,
         each with the cheapest form of its pattern (a causal flag, the reversed sequence, a band mask)."""
         T = q.shape[2]
         types = [0 if options.as_global and TYPES[t] == options.as_global else t for t in head_types(self.n_head)]
         dropout, scale = self.dropout if stochastic else 0.0, head_scale(self.head_dim)
+
+        def call(a, b, c, mask=None, is_causal=False):
+            return F.scaled_dot_product_attention(a, b, c, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                                  scale=scale)  # (B, h, T, d)
+
         outs = []
         for kind, heads in _runs(types):
             qs, ks, vs = q[:, heads], k[:, heads], v[:, heads]  # (B, h, T, d) each
-            call = lambda a, b, c, mask=None, is_causal=False: F.scaled_dot_product_attention(  # noqa: E731
-                a, b, c, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale)  # (B, h, T, d)
             name = TYPES[kind]
             if name == "global" or (name == "forward" and causal):  # a causal model's forward heads are global ones
                 outs.append(call(qs, ks, vs, is_causal=causal))
