@@ -243,3 +243,21 @@ def test_a_knocking_reference_without_the_value_mlp_misses_it():
     attn.value_mlp = mlp
     assert np.abs(y - skipped).max() > 1e-3
     np.testing.assert_allclose(y, knocking_reference(attn, x.numpy(), np.ones((1, 5), bool), True), atol=1e-10)
+
+
+def test_a_reference_that_reads_diff_official_with_the_default_layout_is_caught():
+    """Negative control: recomputed as if its heads were n_head half-width ones (the `diff` layout),
+    a diff-official layer does not match; recomputed with its own layout, it does."""
+    from types import SimpleNamespace
+
+    model = perturbed(build_model(config("diff-official"), seed=0).double())
+    attn = model.blocks[1].attn
+    x = torch.randn(1, 6, D, dtype=torch.float64)
+    real = np.ones((1, 6), bool)
+    with torch.no_grad():
+        y = attn(x, None, None, True, model.mechanism.options(None)).y.numpy()
+    wrong = SimpleNamespace(**{n: getattr(attn, n) for n in ("query", "key", "value", "proj", "lambda_q1", "lambda_k1",
+                                                             "lambda_q2", "lambda_k2", "lambda_init")},
+                            n_head=H, half=d // 2, norm=SimpleNamespace(weight=torch.ones(d, dtype=torch.float64)))
+    assert np.abs(y - diff_reference(wrong, x.numpy(), real, True)).max() > 1e-3
+    np.testing.assert_allclose(y, diff_reference(attn, x.numpy(), real, True), atol=1e-10)
