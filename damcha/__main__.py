@@ -8,16 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from damcha.inputs.datasets import DATASETS, DataError
+from damcha.inputs.datasets import DataError
 from damcha.inputs.uploads import InputError
-from damcha.model.config import ModelConfig, variant_config
+from damcha.model.config import variant_config
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variants
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.runs.checkpoints import CheckpointError
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(t) for t in text.split(",") if t.strip())
+from damcha.runs.train_flags import add_settings_flags, ints, settings_from
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -35,38 +32,16 @@ def _option(text: str) -> tuple[str, object]:
 
 def _train_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model, with per-epoch metrics and snapshots",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", choices=DATASETS, default="digits")
-    p.add_argument("--data-path", help="local file for textfile / enwik8 / text8")
-    p.add_argument("--variant", choices=[v.name for v in variants()], default="damcha",
-                   help="attention variant: " + "; ".join(f"{v.name}: {v.description}" for v in variants()))
+                       description="Train a model. Every setting's flag, type and default come from the config "
+                                   "dataclasses (damcha.runs.train_flags); --config replays a saved run.")
+    p.add_argument("--variant", choices=[v.name for v in variants()],
+                   help="attention variant (default: damcha, or the replayed run's): "
+                        + "; ".join(f"{v.name}: {v.description}" for v in variants()))
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", type=_option,
                    help="a setting of the variant's mechanism (repeatable): "
                         + "; ".join(f"{m.name}: " + ", ".join(s.describe() for s in m.declared_settings if not s.flat)
                                     for m in map(get_mechanism, mechanism_names()) if m.config_options))
-    p.add_argument("--n-layer", type=int, default=2)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=32)
-    p.add_argument("--generator-widths", type=_ints, default=(64, 128), help="hidden widths of f, e.g. 256,512")
-    p.add_argument("--block-size", type=int, default=128, help="context length for text data sets")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--generator-dropout", type=float, default=0.0)
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--optimizer", choices=("adam", "adamw"), default="adam")
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine")
-    p.add_argument("--warmup-steps", type=int, default=0)
-    p.add_argument("--grad-clip", type=float, default=1.0, help="0 turns clipping off")
-    p.add_argument("--steps-per-epoch", type=int, default=100, help="text data sets: steps in one epoch")
-    p.add_argument("--val-windows", type=int, default=256,
-                   help="text data sets: validation windows evaluated every epoch (fewer for long contexts on CPU)")
-    p.add_argument("--snapshot-epochs", type=_ints, default=(), help="e.g. 0,1,2,5,10,30 (0 and the last are always kept)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="bf16: autocast the training steps (weights, optimiser and evaluation stay fp32)")
+    add_settings_flags(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training step (20-40 s to compile; pays for long runs of large models)")
     p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
@@ -76,19 +51,10 @@ def _train_parser(sub) -> None:
 
 
 def _train(args) -> int:
-    from damcha.runs.train import TrainConfig, train
+    from damcha.runs.train import train
 
-    base = ModelConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                       generator_widths=args.generator_widths, dropout=args.dropout,
-                       generator_dropout=args.generator_dropout, block_size=args.block_size)
-    tcfg = TrainConfig(
-        dataset=args.dataset, data_path=args.data_path, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule,
-        warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
-        precision=args.precision,
-        snapshot_epochs=args.snapshot_epochs, steps_per_epoch=args.steps_per_epoch, val_windows=args.val_windows,
-    )
-    model_config = variant_config(base, args.variant)
+    base, tcfg, replaying = settings_from(args)
+    model_config = base if replaying and not args.variant else variant_config(base, args.variant or "damcha")
     if args.option:
         model_config = dataclasses.replace(model_config, attention_options={**dict(model_config.attention_options),
                                                                             **dict(args.option)})
@@ -116,7 +82,7 @@ def _figures_parser(sub) -> None:
     p = sub.add_parser("figures", help="regenerate a figure set headlessly (same figure functions as the app)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--run", help="run directory")
-    p.add_argument("--epochs", type=_ints, default=(), help="e.g. 0,40 (default: every snapshot)")
+    p.add_argument("--epochs", type=ints, default=(), help="e.g. 0,40 (default: every snapshot)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--image", help="image file (a digit for digit runs, any colour photo for patch runs)")
     src.add_argument("--text", help="UTF-8 text file (text runs)")

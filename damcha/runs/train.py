@@ -42,6 +42,10 @@ from damcha.runs.checkpoints import (
 )
 from damcha.runs.evaluation import evaluate_epoch
 
+OPTIMIZERS = ("adam", "adamw")  # adam: the paper's
+SCHEDULES = ("cosine", "constant")
+PRECISIONS = ("fp32", "bf16")  # fp32: the exact reference; bf16: autocast for the training steps
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -71,10 +75,10 @@ class TrainConfig:
         object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size and lr must be positive")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError("precision must be fp32 or bf16")
-        if self.optimizer not in ("adam", "adamw") or self.schedule not in ("cosine", "constant"):
-            raise ValueError("optimizer must be adam|adamw and schedule cosine|constant")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}")
+        if self.optimizer not in OPTIMIZERS or self.schedule not in SCHEDULES:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS} and schedule one of {SCHEDULES}")
 
     def snapshots(self) -> tuple[int, ...]:
         chosen = set(self.snapshot_epochs or default_snapshot_epochs(self.epochs))
