@@ -252,15 +252,6 @@ def test_colmha_authors_mixes_queries_and_keys_from_near_identity():
 
 
 @pytest.mark.parametrize("variant", COMPARISON)
-def test_gradients_reach_every_parameter(variant):
-    model = perturbed(build_model(config(variant), seed=0).double())
-    tokens = torch.randint(0, 11, (2, 9))
-    model(tokens, targets=tokens).loss.backward()
-    dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
-    assert not dead
-
-
-@pytest.mark.parametrize("variant", COMPARISON)
 def test_structures_are_inspectable_and_consistent(variant):
     model = perturbed(build_model(config(variant), seed=0))
     record = inspect_input(model, [1, 2, 3, 4, 5], [2, 3, 4, 5, 6])

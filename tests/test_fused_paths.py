@@ -51,6 +51,19 @@ def test_the_fast_path_gives_the_explicit_values_and_gradients(small_blocks, var
         torch.testing.assert_close(fast_grads[name], slow_grads[name], atol=1e-10, rtol=0, msg=name)
 
 
+@pytest.mark.parametrize("variant", variant_names())
+@pytest.mark.parametrize("causal", [True, False])
+def test_gradients_reach_every_parameter(variant, causal):
+    """A training step reaches every parameter of every registered variant (MoA's router and noise scale,
+    DCMHA's zero-started maps, a static metric, ...), language model and classifier."""
+    model = perturbed(build_model(config(variant, causal), seed=0).double())
+    tokens = torch.randint(0, 11, (2, T))
+    targets = tokens if causal else torch.randint(0, 5, (2,))
+    model(tokens, targets=targets, stochastic=True).loss.backward()  # as in training (MoA's gating noise too)
+    dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not dead
+
+
 def test_a_block_that_forgets_the_causal_skip_is_caught(small_blocks, monkeypatch):
     """Negative control: blocks that let a query see later keys differ from the definition."""
     monkeypatch.setattr(blocked, "_block_mask", lambda allowed, causal, block, S, device: None)
