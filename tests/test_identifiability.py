@@ -1,4 +1,4 @@
-"""DESIGN.md: under the row sum only m_i is learned; the within-row residue never moves."""
+"""docs/design.md §2: under the row sum only m_i is learned; the within-row residue never moves."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The mechanism against DESIGN.md section 2, computed independently where it matters."""
+"""The mechanism against docs/design.md section 2, computed independently where it matters."""
 
 import math
 

@@ -1,6 +1,6 @@
 """The cross-head metric M(x): context pooling, the generator f, the row sum and its fused form.
 
-Notation (DESIGN.md section 2): D = n_embd, H heads, d = D / H. M is D x D, read as
+Notation (docs/design.md section 2): D = n_embd, H heads, d = D / H. M is D x D, read as
 H x H blocks M_ij of d x d (rows of head i, columns of head j). The row sum
 m_i = sum_j s_ij M_ij (paper Eq. 4) gives each head one d x d metric.
 """
