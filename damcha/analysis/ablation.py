@@ -85,7 +85,7 @@ def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
         if r.get(metric) is None:
             continue
         row = out.setdefault(r["run"], {"run": r["run"], "variant": r["variant"]})
-        row[f"{r['mode']}"] = r[metric]
+        row[r["mode"]] = r[metric]
         if r["mode"] != MetricMode.FULL.value and full.get(r["run"]) is not None:
             row[f"Δ {r['mode']}"] = r[metric] - full[r["run"]]
     return list(out.values())

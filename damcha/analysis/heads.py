@@ -37,6 +37,11 @@ def head_sites(model: Transformer) -> list[torch.nn.Module] | None:
     return None if any(s is None for s in sites) else sites
 
 
+def head_columns(head: int, width: int) -> slice:
+    """Where head `head`'s output lies among the H outputs side by side, each `width` wide."""
+    return slice(head * width, (head + 1) * width)
+
+
 @contextmanager
 def replaced_head(site: torch.nn.Module, head: int, n_head: int, value: Callable[[torch.Tensor], torch.Tensor]
                   ) -> Iterator[None]:
@@ -45,7 +50,7 @@ def replaced_head(site: torch.nn.Module, head: int, n_head: int, value: Callable
         (x, *rest) = args  # (B, T, H · w)
         w = x.shape[-1] // n_head
         x = x.clone()
-        x[..., head * w:(head + 1) * w] = value(x[..., head * w:(head + 1) * w])  # (B, T, w)
+        x[..., head_columns(head, w)] = value(x[..., head_columns(head, w)])  # (B, T, w)
         return (x, *rest)
 
     handle = site.register_forward_pre_hook(hook)
@@ -119,7 +124,7 @@ def head_effects(model: Transformer, tokens, targets, kind: str, reference=None)
                 value = torch.zeros_like
             else:
                 w = replacement[layer].shape[-1] // H
-                source = replacement[layer][..., head * w:(head + 1) * w]  # (1, T or 1, w)
+                source = replacement[layer][..., head_columns(head, w)]  # (1, T or 1, w)
                 value = lambda part, source=source: source.expand_as(part)
             with replaced_head(site, head, H, value):
                 changes[layer, head] = sequence_loss(model, x, y) - base
@@ -174,7 +179,8 @@ def direct_logit_attribution(model: Transformer, tokens, targets) -> np.ndarray:
     for layer, (site, zl) in enumerate(zip(sites, z)):
         w = site.in_features // H
         for head in range(H):
-            c = zl[0, :, head * w:(head + 1) * w] @ site.weight[:, head * w:(head + 1) * w].T  # (T, D)
+            cols = head_columns(head, w)
+            c = zl[0, :, cols] @ site.weight[:, cols].T  # (T, D)
             per_position = (through_norm(c) * read).sum(-1)  # (T,)
             out[layer, head] = float((per_position * weights).sum())
     return out

@@ -59,8 +59,14 @@ def type_masks(T: int, window: int, device=None) -> torch.Tensor:
     """(4, T, T) allowed (query, key) pairs of each head type, before the model's own masks."""
     t = torch.arange(T, device=device)
     offset = t[None, :] - t[:, None]  # (T, T): key - query
-    return torch.stack([torch.ones(T, T, dtype=torch.bool, device=device), offset.abs() <= window // 2,
+    return torch.stack([torch.ones(T, T, dtype=torch.bool, device=device), local_band(T, window, device),
                         offset <= 0, offset >= 0])
+
+
+def local_band(T: int, window: int, device=None) -> torch.Tensor:
+    """(T, T) the keys a local head may see: within window // 2 of the query."""
+    t = torch.arange(T, device=device)
+    return (t[None, :] - t[:, None]).abs() <= window // 2
 
 
 def head_masks(real: torch.Tensor | None, causal: bool, T: int, window: int, n_head: int,
@@ -118,7 +124,7 @@ class MixedAttention(ProjectedAttention):
             elif name == "backward":  # causal attention over the reversed sequence
                 outs.append(call(qs.flip(2), ks.flip(2), vs.flip(2), is_causal=True).flip(2))
             else:
-                band = type_masks(T, self.window, q.device)[kind]  # (T, T)
+                band = local_band(T, self.window, q.device)  # (T, T)
                 outs.append(call(qs, ks, vs, mask=band.tril() if causal else band))
         return torch.cat(outs, dim=1)  # (B, H, T, d)
 
