@@ -7,8 +7,8 @@ import streamlit as st
 
 from app.sharing import plain_text
 from app.url_state import URL, bound, typed_text_area, url_number_input
+from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import (
-    BUNDLED_DATASETS,
     ModelInput,
     input_from_image,
     input_from_photo,
@@ -29,7 +29,7 @@ def input_picker(run: Run) -> ModelInput | None:
     """Upload, type, or pick a validation sample, as the run's modality allows; returns the model
     input or None (with a message shown). The source, validation index and typed text are in the URL."""
     modality = run_modality(run)
-    sources = ["Validation sample"] if run.dataset in BUNDLED_DATASETS else []
+    sources = ["Validation sample"] if bundled(run.dataset) else []
     if modality.upload == "image":
         sources.append("Upload an image")
     elif modality.upload == "photo":

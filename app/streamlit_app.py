@@ -14,24 +14,14 @@ import pandas  # noqa: E402, F401 — imported whole before any figure: plotly p
 import streamlit as st  # noqa: E402
 
 from app.export_widgets import export_all_widget, export_settings_widget  # noqa: E402
+from app.navigation import PAGES  # noqa: E402
 from app.run_picker import listed_root, run_picker  # noqa: E402
 from app.sharing import is_local_server, redacted  # noqa: E402
 from damcha.runs.checkpoints import CheckpointError  # noqa: E402
 
 st.set_page_config(page_title="DAMCHA Lab", layout="wide")
-pages = [
-    st.Page(ROOT / "pages" / "home.py", title="Home", icon=":material/home:", default=True),
-    st.Page(ROOT / "pages" / "inspector.py", title="Inspector", icon=":material/search:", url_path="inspector"),
-    st.Page(ROOT / "pages" / "compare.py", title="Compare mechanisms", icon=":material/compare:", url_path="compare"),
-    st.Page(ROOT / "pages" / "table.py", title="Data table", icon=":material/table_rows:", url_path="table"),
-    st.Page(ROOT / "pages" / "dynamics.py", title="Training dynamics", icon=":material/timeline:", url_path="dynamics"),
-    st.Page(ROOT / "pages" / "gradients.py", title="Gradient contributions", icon=":material/gradient:",
-            url_path="gradients"),
-    st.Page(ROOT / "pages" / "ablation.py", title="Metric ablations", icon=":material/tune:", url_path="ablation"),
-    st.Page(ROOT / "pages" / "evidence.py", title="Evidence", icon=":material/fact_check:", url_path="evidence"),
-    st.Page(ROOT / "pages" / "interventions.py", title="Interventions", icon=":material/science:",
-            url_path="interventions"),
-]
+pages = [st.Page(entry.path, title=entry.title, icon=entry.icon, default=not entry.url_path,
+                 **({"url_path": entry.url_path} if entry.url_path else {})) for entry in PAGES]
 nav = st.navigation(pages)
 st.session_state["selection"] = run_picker()
 export_settings_widget()

@@ -14,6 +14,7 @@ from damcha.model.config import variant_config
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variants
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.runs.checkpoints import CheckpointError
+from damcha.runs.reference import READINGS
 from damcha.runs.train_flags import add_settings_flags, ints, settings_from
 
 
@@ -201,7 +202,7 @@ def _import_reference(args) -> int:
 def _evidence(args) -> int:
     from tqdm import tqdm
 
-    from damcha.evidence.claims import run_evidence
+    from damcha.evidence.runner import run_evidence
 
     seeds = args.seeds or (2 if args.quick else 3)
     with tqdm(desc="evidence", unit="unit") as bar:
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "Loaded with torch.load(weights_only=True): nothing is unpickled.")
     ref.add_argument("source", help="a .pt file or a folder of them")
     ref.add_argument("--out", required=True, help="run directory to write")
-    ref.add_argument("--modality", choices=("patches_in_place", "image_patches", "tokens"),
+    ref.add_argument("--modality", choices=tuple(READINGS),
                      help="what the model read (default: from the file's components — patches read in place for an "
                           "image run, token ids for a text run — else CIFAR patches)")
     ref.add_argument("--tokenizer", help="text models: the tokenizer it used (facebook/bart-base, "

@@ -15,7 +15,8 @@ from app.sharing import plain_text
 from damcha.analysis.ablation import modes_by_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
-from damcha.inputs.modalities import loss_factor, loss_label, printable
+from damcha.inputs.modalities import loss_factor, loss_label, task_of
+from damcha.runs.evaluation import completes_tokens
 from damcha.views import figures
 from damcha.views.figure_sets import patches_image
 
@@ -81,7 +82,7 @@ else:
         if any(o.continuation is not None for o in outcomes):
             st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
             for o in outcomes:
-                st.markdown(f"**{o.mode}**: next " + ", ".join(f"`{printable(t)}` {p:.2f}" for t, p in o.next_bytes)
+                st.markdown(f"**{o.mode}**: next " + ", ".join(f"`{inp.modality.token_text(t)}` {p:.2f}" for t, p in o.next_bytes)
                             + f" — continues: `{o.continuation!r}`")
 
 st.subheader("Validation set, every run on this data set")
@@ -96,9 +97,9 @@ if ablated and (ready == len(ablated) or st.toggle("Evaluate every run of this d
     table = ablation_table(ablated)
 if table:
     df = pd.DataFrame(table)
-    digits = run.model_config.modality == "digit_image" and not cfg.n_classes
+    completes = completes_tokens(cfg.modality, task_of(cfg))
     st.caption("Each run at its last snapshot, the same evaluation code as training uses: NLL in nats and in bits"
-               + (" and the completion MSE on 64 validation digits, 4 samples each" if digits else "")
+               + (" and the completion MSE of bottom halves on 64 validation images, 4 samples each" if completes else "")
                + ("; for image patches the next-patch MSE and the per-image MSE of bottom halves completed from the top "
                   "half (mean, q25, q75: the paper's table 1)" if cfg.input_dim else "") + ".")
     metric = next((m for m in (f"bits_per_{run.data.get('unit', 'token')}", "mse") if m in df), None)

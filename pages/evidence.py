@@ -8,16 +8,10 @@ import streamlit as st
 
 from app.export_widgets import provenance, show
 from app.roots import SHIPPED_ROOT
-from damcha.evidence.claims import (
-    FAILS,
-    HOLDS,
-    RATIO_METRICS,
-    SANITY_BOUNDS,
-    SANITY_FAILED,
-    EvidenceFileError,
-    claims,
-    load_results,
-)
+from damcha.evidence.catalogue import claims
+from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.evidence.sanity import SANITY_BOUNDS
+from damcha.evidence.statistics import FAILS, HOLDS, SANITY_FAILED
 from damcha.views import figures
 from damcha.views.figures import interval_cell
 

@@ -27,6 +27,7 @@ from damcha.views.figure_sets import (
     grid_matrices,
     input_thumbnail,
     model_figure,
+    named_figure_applies,
     predicted_class,
     prediction_takes_position,
     structure_figure,
@@ -209,7 +210,7 @@ with tabs["loss"]:
             st.caption("Teacher-forced prediction: each position predicted from the true ones before it."
                        if record.task != "classification" else "Predicted class probabilities.")
             named("prediction")
-    if record.task == "next_vector" and getattr(record.modality, "next_patch", False):
+    if named_figure_applies("completion", record):
         st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
                    "patch fed back as the next input.")
         values = model_figure_values(run, epoch, inp, "completion", (("mode", record.metric_mode),))

@@ -152,7 +152,7 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
 def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
     from PIL import Image
 
-    from damcha.inputs.datasets import sample_image_crops
+    from damcha.inputs.datasets.sample_images import sample_image_crops
 
     photo = tmp_path / "holiday.jpg"
     Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)

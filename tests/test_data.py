@@ -5,22 +5,20 @@ import pickle
 import numpy as np
 import pytest
 
-from damcha.inputs.datasets import (
+from damcha.inputs.datasets import DataError, load_dataset
+from damcha.inputs.datasets.cifar import load_cifar_patches, read_cifar_batch
+from damcha.inputs.datasets.text import (
     CORPUS_FILE,
     CORPUS_SHA256,
-    DIGIT_START,
-    DataError,
     bundled_corpus,
-    cifar_patches,
     decode_bytes,
     encode_text,
-    load_cifar_patches,
-    load_dataset,
     load_enwik8,
     load_text8,
     load_text_file,
-    read_cifar_batch,
 )
+from damcha.inputs.modalities.digit_image import DIGIT_START
+from damcha.inputs.modalities.image_patches import cifar_patches
 
 
 def test_digits_are_65_token_sequences_with_a_fixed_split():
@@ -41,7 +39,7 @@ def test_bundled_corpus_and_bytes_round_trip():
     assert len(corpus) > 400_000
     assert decode_bytes(encode_text("naïve ∑ text")) == "naïve ∑ text"
     d = load_dataset("text", block_size=64)
-    assert d.kind == "corpus" and d.vocab_size == 256 and len(d.val_stream) > 40_000
+    assert d.stream and d.task == "next_token" and d.vocab_size == 256 and len(d.val_stream) > 40_000
     assert d.split["sha256"] == CORPUS_SHA256 and d.split["bytes"] == len(corpus) == 466_273
 
 

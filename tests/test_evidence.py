@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from damcha.evidence.claims import (
+from damcha.evidence.catalogue import claims
+from damcha.evidence.results import summarise
+from damcha.evidence.runner import reusable_units
+from damcha.evidence.statistics import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
     SANITY_FAILED,
     claim_verdict,
-    claims,
     holm,
     mean_interval,
     paired_test,
-    reusable_units,
-    summarise,
     t_quantile,
     verdict,
 )
@@ -68,7 +68,8 @@ def test_holm_controls_the_family_of_a_claims_comparisons():
 
 def test_trivial_completion_baselines_equal_a_direct_computation_and_are_reported():
     from damcha.evidence.baselines import completion_baseline
-    from damcha.evidence.claims import DIGIT_BASELINES, Arm, Claim
+    from damcha.evidence.catalogue.common import DIGIT_BASELINES
+    from damcha.evidence.records import Arm, Claim
     from damcha.inputs.datasets import load_dataset
 
     data = load_dataset("digits")
@@ -109,7 +110,7 @@ def test_paired_test_p_value_and_detectable_difference():
 
 
 def test_ratios_are_compared_as_log_ratios_with_geometric_means_and_controls_are_not_counted():
-    from damcha.evidence.claims import Arm, Claim
+    from damcha.evidence.records import Arm, Claim
 
     claim = Claim("c", "t", "s", "time_ratio", True, (Arm("damcha", kind="efficiency"), Arm("mha", kind="efficiency"),
                                                        Arm("control", kind="efficiency")), "damcha", controls=("control",))
@@ -243,11 +244,11 @@ def test_the_page_renders_the_shipped_results_without_training():
 
 
 def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_system_is_only_reported():
-    from damcha.evidence.claims import Arm, Claim, Sanity
+    from damcha.evidence.records import Arm, Claim, Sanity
 
-    names = ("mha e=0.0", "damcha e=0.0", "moa e=0.0")
-    claim = Claim("c", "t", "s", "relative_mse", True, tuple(Arm(n) for n in names), "",
-                  verdict_against="mha ", groups=(names,), sanity=Sanity(names[:2], 0.2, "below", names[2:]))
+    names = ("damcha e=0.0", "mha e=0.0", "moa e=0.0")
+    claim = Claim("c", "t", "s", "relative_mse", True, tuple(Arm(n, variant=n.split()[0]) for n in names), names[0],
+                  verdict_against=("mha",), groups=(names,), sanity=Sanity(names[:2], 0.2, "below", names[2:]))
 
     def rows(*vs):
         return [{"relative_mse": v} for v in vs]
@@ -262,7 +263,7 @@ def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_sy
 
 def test_a_threshold_arm_and_several_verdict_metrics():
     """Table 2's form: the reference against a constant, each metric compared; any failure fails the claim."""
-    from damcha.evidence.claims import Arm, Claim
+    from damcha.evidence.records import Arm, Claim
 
     claim = Claim("c", "t", "s", "time_ratio", True, (Arm("damcha", kind="efficiency"),
                                                        Arm("comparable", kind="constant", level=1.2)), "damcha",
@@ -279,7 +280,8 @@ def test_a_threshold_arm_and_several_verdict_metrics():
 
 
 def test_arms_with_other_settings_train_their_own_runs():
-    from damcha.evidence.claims import F_DEPTHS, Arm
+    from damcha.evidence.catalogue.common import F_DEPTHS
+    from damcha.evidence.records import Arm
 
     shallow = Arm("f depth 1", overrides=(("generator_widths", F_DEPTHS[1]),))
     assert shallow.run_name(0, False) != Arm("damcha").run_name(0, False)
@@ -288,8 +290,8 @@ def test_arms_with_other_settings_train_their_own_runs():
 
 
 def test_efficiency_ratios_of_mha_against_itself_are_one():
-    from damcha.evidence.claims import EFFICIENCY_BESIDE, RATIO_METRICS
-    from damcha.evidence.efficiency import efficiency_ratios
+    from damcha.evidence.efficiency import EFFICIENCY_BESIDE, efficiency_ratios
+    from damcha.evidence.results import RATIO_METRICS
 
     assert set(EFFICIENCY_BESIDE) <= set(RATIO_METRICS)  # compared as log ratios like the others
 

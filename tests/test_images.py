@@ -9,7 +9,8 @@ import torch
 from PIL import Image, ImageOps
 
 from damcha import ModelConfig, inspect_input, variant_config
-from damcha.inputs.datasets import SAMPLE_IMAGE_TRAIN_FRACTION, cifar_patches, patches_to_image, sample_image_crops
+from damcha.inputs.datasets.sample_images import SAMPLE_IMAGE_TRAIN_FRACTION, sample_image_crops
+from damcha.inputs.modalities.image_patches import cifar_patches, patches_to_image
 from damcha.inputs.model_inputs import input_from_photo, validation_input
 from damcha.inputs.uploads import InputError, photo_from_bytes
 from damcha.runs.checkpoints import load_model, load_run

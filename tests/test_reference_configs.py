@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from damcha.analysis.inspection import inspect_input
-from damcha.inputs.datasets import cifar_patches
 from damcha.inputs.modalities import modality_named
+from damcha.inputs.modalities.image_patches import cifar_patches
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.reference import ReferenceCheckpointError, import_reference
 

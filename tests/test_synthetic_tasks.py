@@ -8,19 +8,12 @@ import math
 import pytest
 import torch
 
-from damcha.evidence.claims import (
-    FAILS,
-    HOLDS,
-    SANITY_BOUNDS,
-    SANITY_FAILED,
-    Arm,
-    Claim,
-    arm_spec,
-    claims,
-    reusable_units,
-    sanity_checks,
-    summarise,
-)
+from damcha.evidence.catalogue import claims
+from damcha.evidence.records import Arm, Claim
+from damcha.evidence.results import summarise
+from damcha.evidence.runner import arm_spec, reusable_units
+from damcha.evidence.sanity import SANITY_BOUNDS, sanity_checks
+from damcha.evidence.statistics import FAILS, HOLDS, SANITY_FAILED
 from damcha.inputs import synthetic as syn
 
 
@@ -121,9 +114,9 @@ def test_the_construction_checks_pass_and_a_failed_one_withholds_the_verdict():
     checks = sanity_checks()
     assert set(checks) == set(SANITY_BOUNDS)
     assert all(v < SANITY_BOUNDS[k] for k, v in checks.items()), checks
-    names = ("mha K=1", "damcha K=1")
-    claim = Claim("c", "t", "s", "relative_mse", True, tuple(Arm(n) for n in names), "", verdict_against="mha ",
-                  groups=(names,), requires=tuple(SANITY_BOUNDS)[:1])
+    arms = (Arm("damcha K=1", variant="damcha"), Arm("mha K=1", variant="mha"))
+    claim = Claim("c", "t", "s", "relative_mse", True, arms, "damcha K=1", verdict_against=("mha",),
+                  groups=(tuple(a.name for a in arms),), requires=tuple(SANITY_BOUNDS)[:1])
     values = {"mha K=1": [{"relative_mse": v} for v in (0.5, 0.52, 0.51)],
               "damcha K=1": [{"relative_mse": v} for v in (0.1, 0.11, 0.1)]}
     assert summarise(claim, values, checks)["verdict"] == HOLDS
@@ -134,16 +127,16 @@ def test_the_construction_checks_pass_and_a_failed_one_withholds_the_verdict():
 
 
 def test_reported_pairs_never_count_for_the_verdict():
-    names = ("mha e=0", "damcha e=0", "mha-slice e=0")
-    claim = Claim("c", "t", "s", "relative_mse", True, tuple(Arm(n) for n in names), "", verdict_against=("mha ",),
-                  groups=(names,), pairs=(("mha-slice e=0", "mha e=0", "what it measures"),))
+    arms = (Arm("damcha e=0", variant="damcha"), Arm("mha e=0", variant="mha"), Arm("mha-slice e=0", variant="mha-slice"))
+    claim = Claim("c", "t", "s", "relative_mse", True, arms, "damcha e=0", verdict_against=("mha",),
+                  groups=(tuple(a.name for a in arms),), pairs=(("mha-slice e=0", "mha e=0", "what it measures"),))
     values = {"mha e=0": [{"relative_mse": v} for v in (0.5, 0.52, 0.51)],
               "damcha e=0": [{"relative_mse": v} for v in (0.1, 0.11, 0.1)],
               "mha-slice e=0": [{"relative_mse": v} for v in (0.9, 0.95, 0.92)]}
     result = summarise(claim, values)
     pair = next(c for c in result["comparisons"] if c.get("measures"))
     assert pair["verdict"] == FAILS and not pair["counted"] and result["verdict"] == HOLDS
-    assert [c["than"] for c in result["comparisons"] if c["counted"]] == ["mha e=0"]  # not "mha-slice e=0"
+    assert [c["than"] for c in result["comparisons"] if c["counted"]] == ["mha e=0"]  # counted by variant: not mha-slice
 
 
 def test_the_new_synthetic_claims_name_their_pairs_sanity_and_grid():
@@ -164,7 +157,7 @@ def test_reuse_takes_over_only_arms_defined_alike():
     """An older document stored arms by name; an arm given a learning-rate grid since is another arm."""
     grid, plain = Arm("mha e=0.0", kind="synthetic", variant="mha", task="regression", lrs=(1e-3, 3e-3)), \
         Arm("tha e=0.0", kind="synthetic", variant="tha", task="regression")
-    from damcha.evidence.claims import same_arm
+    from damcha.evidence.runner import same_arm
     assert same_arm(plain, None) and not same_arm(grid, None)
     assert same_arm(grid, json.loads(json.dumps(arm_spec(grid)))) and not same_arm(grid, arm_spec(plain))
     regression = next(c for c in claims(quick=True) if c.key == "fig12_regression")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from damcha.inputs.modalities import task_of
 from damcha.inputs.model_inputs import validation_arrays
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.model.transformer import Transformer
@@ -17,6 +18,7 @@ from damcha.runs.checkpoints import Run
 from damcha.runs.evaluation import (
     complete_digits,
     complete_patches,
+    completes_tokens,
     completion_mse,
     completion_statistics,
     evaluate,
@@ -67,7 +69,7 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
             row.update({"nll": res["nll"], f"bits_per_{unit}": res["nll"] / math.log(2)})
         if "accuracy" in res:
             row["accuracy"] = res["accuracy"]
-        if run.model_config.modality == "digit_image" and not run.model_config.n_classes:
+        if completes_tokens(run.model_config.modality, task_of(run.model_config)):
             row["completion_mse"] = completion_mse(model, xt, yt, completion_images, completion_samples, options)
         rows.append(row)
         if progress:
@@ -125,12 +127,12 @@ def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tu
         if record.task == "classification":
             probs = next_token_probabilities(record, 0)
             extra = dict(predicted_class=int(probs.argmax()), class_probability=float(probs.max()))
-        elif cfg.input_dim and getattr(record.modality, "next_patch", False):
+        elif record.modality.completion == "bottom_half_patches":
             x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
             extra = dict(completed_patches=complete_patches(model, x, _options(model, mode))[0].numpy())
-        elif cfg.modality == "digit_image" and targets is not None:
+        elif completes_tokens(cfg.modality, record.task) and targets is not None:
             extra = dict(completed=completed_digit(model, tokens, targets, mode))
-        elif cfg.modality == "byte_text":
+        elif record.modality.completion == "continuation":
             probs = next_token_probabilities(record, len(tokens) - 1)
             top = np.argsort(probs)[::-1][:5]
             extra = dict(next_bytes=tuple((int(t), float(probs[t])) for t in top),

@@ -39,15 +39,12 @@ def attribution_targets(config) -> tuple[str, ...]:
 
 def baseline_description(config) -> str:
     """What the Integrated-Gradients baseline of this model's inputs is, in words."""
-    if config.input_dim:
-        return "a black image (every patch zero; the start vector kept)"
-    return {"byte_text": "every character a space", "digit_image": "every pixel blank (level 0; the start token kept)"}.get(
-        config.modality, "every token 0")
+    return modality_named(config.modality).blank_description
 
 
 def baseline_token(config) -> int:
     """The 'absent' input of a modality: a blank pixel for digits, a space for text, 0 otherwise."""
-    return ord(" ") if config.modality == "byte_text" else 0
+    return modality_named(config.modality).blank_token
 
 
 def per_cell(values: np.ndarray, tokens: np.ndarray, modality) -> np.ndarray:

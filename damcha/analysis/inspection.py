@@ -350,7 +350,7 @@ def next_token_probabilities(record: InspectionRecord, position: int) -> np.ndar
 def expected_digit(record: InspectionRecord) -> np.ndarray:
     """Teacher-forced prediction of each pixel of a digit decoder: the expected grey level of
     p(pixel | the true pixels before it). (64, V) logits -> (8, 8)."""
-    from damcha.inputs.datasets import DIGIT_LEVELS, DIGIT_SIDE
+    from damcha.inputs.modalities.digit_image import DIGIT_LEVELS, DIGIT_SIDE
 
     logits = record.logits[:, :DIGIT_LEVELS]  # (64, 17)
     p = np.exp(logits - logits.max(-1, keepdims=True))

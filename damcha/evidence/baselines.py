@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from damcha.inputs.datasets import DIGIT_LEVELS, load_dataset
-
-TASKS = ("train_mean", "top_half_1nn", "top_mean_colour")
+from damcha.inputs.datasets import load_dataset
+from damcha.inputs.modalities.digit_image import DIGIT_LEVELS
 
 
 def digit_pixels(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -19,11 +18,11 @@ def digit_pixels(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]
 
 
-def digit_completion_errors(task: str, n_images: int) -> torch.Tensor:
+def digit_completion_errors(task: str, dataset: str, n_images: int) -> torch.Tensor:
     """Per-image MSE of a trivial bottom half for the first n validation digits. (N,)
     train_mean: each bottom pixel's mean over the training set; top_half_1nn: the bottom half of the
     training digit whose top half is nearest (Euclidean)."""
-    data = load_dataset("digits")
+    data = load_dataset(dataset)
     train = digit_pixels(data.train_inputs, data.train_targets).float()  # (Ntr, 64)
     val = digit_pixels(data.val_inputs[:n_images], data.val_targets[:n_images]).float()  # (N, 64)
     if task == "train_mean":
@@ -36,11 +35,11 @@ def digit_completion_errors(task: str, n_images: int) -> torch.Tensor:
     return ((pred - val[:, 32:]) / (DIGIT_LEVELS - 1)).pow(2).mean(1)  # (N,)
 
 
-def patch_completion_errors(task: str, n_images: int, given: int = 32) -> torch.Tensor:
+def patch_completion_errors(task: str, dataset: str, n_images: int, given: int = 32) -> torch.Tensor:
     """Per-image MSE of every bottom patch filled with the mean colour of the image's true top half. (N,)"""
     if task != "top_mean_colour":
         raise ValueError(f"no image baseline {task!r}")
-    data = load_dataset("sample-images")
+    data = load_dataset(dataset)
     truth = data.val_targets[:n_images]  # (N, 64, 48): 4 x 4 x 3 patches, channels last
     N, P, F = truth.shape
     colour = truth[:, :given].reshape(N, given * F // 3, 3).mean(1)  # (N, 3)
@@ -52,6 +51,12 @@ def completion_baseline(task: str, dataset: str, n_images: int) -> dict[str, flo
     """The completion statistics of one trivial baseline, keyed as the models' evaluation keys them."""
     from damcha.runs.evaluation import completion_statistics
 
-    errors = (patch_completion_errors(task, n_images) if dataset == "sample-images"
-              else digit_completion_errors(task, n_images))
-    return completion_statistics(errors)
+    if task not in BASELINES:
+        raise ValueError(f"no completion baseline {task!r}; expected one of {', '.join(BASELINES)}")
+    return completion_statistics(BASELINES[task](task, dataset, n_images))
+
+
+# Each baseline by name, with the completion it stands in for (digit bottom halves, or image patches).
+BASELINES = {"train_mean": digit_completion_errors, "top_half_1nn": digit_completion_errors,
+             "top_mean_colour": patch_completion_errors}
+TASKS = tuple(BASELINES)

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from damcha.inputs.datasets import cifar_patches, fixed_val_windows, load_dataset, patches_to_image
-from damcha.inputs.modalities import ImagePatches, Modality, modality_named
+from damcha.inputs.datasets import bundled, fixed_val_windows, load_dataset
+from damcha.inputs.modalities import Modality, modality_named, task_of
+from damcha.inputs.modalities.image_patches import cifar_patches
 from damcha.inputs.uploads import InputError, digit_from_bytes, digit_tokens, photo_from_bytes, text_from_bytes
 from damcha.model.transformer import IGNORE_INDEX
 
@@ -123,13 +124,10 @@ def input_from_token_ids(run: Run, text: str, name: str = "typed token ids") -> 
     return ModelInput(modality, tokens, targets, name, note)
 
 
-BUNDLED_DATASETS = ("digits", "digits-cls", "text", "sample-images")  # validation data that ships with Python and scikit-learn
-
-
 @lru_cache(maxsize=8)
 def _validation_arrays(dataset: str, split_seed: int, block_size: int, val_windows: int):
     data = load_dataset(dataset, block_size=block_size, split_seed=split_seed)
-    if data.kind == "corpus":
+    if data.stream:
         x, y = fixed_val_windows(data.val_stream, block_size, val_windows)
         return x.numpy(), y.numpy(), None
     return data.val_inputs.numpy(), data.val_targets.numpy(), data.val_labels
@@ -147,32 +145,18 @@ def validation_length(run: Run) -> int:
 def validation_arrays(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The run's validation inputs (N, T), targets, and class labels (None for text)."""
     t = run.train_config
-    if run.dataset not in BUNDLED_DATASETS:
+    if not bundled(run.dataset):
         raise InputError(f"validation samples of data set {run.dataset!r} need its local files; upload an input instead")
     x, y, labels = _validation_arrays(run.dataset, int(t.get("split_seed", 0)), run.model_config.block_size,
                                       int(t.get("val_windows", 256)))
-    modality = run_modality(run)
-    if isinstance(modality, ImagePatches):  # the bundled crops framed as this run reads them
-        x = modality.sequences(y)[0]
-    return x, y, labels
+    return run_modality(run).frame(x, y), y, labels  # the stored inputs framed as this run reads them
 
 
 def validation_input(run: Run, index: int) -> ModelInput:
     x, y, labels = validation_arrays(run)
     if not 0 <= index < len(x):
         raise InputError(f"validation index must be in [0, {len(x) - 1}]")
-    tokens = x[index].copy()
-    modality = run_modality(run)
-    if modality.name == "digit_image":
-        label = int(labels[index])
-        pixels = tokens if run.model_config.n_classes else y[index]
-        targets = int(y[index]) if run.model_config.n_classes else y[index].copy()
-        return ModelInput(modality, tokens, targets, f"validation sample {index} (digit {label})",
-                          levels=pixels.reshape(8, 8), label=label, validation_index=index)
-    if isinstance(modality, ImagePatches):
-        image = np.rint(patches_to_image(y[index]) * 255).astype(np.uint8)
-        return ModelInput(modality, tokens, y[index].copy(), f"validation crop {index} ({run.dataset})",
-                          image=image, validation_index=index)
-    text = bytes(tokens.astype(np.uint8)).decode("utf-8", "replace")
-    return ModelInput(modality, tokens, y[index].copy(), f"validation window {index}", text=text,
-                      validation_index=index)
+    label = None if labels is None else labels[index]
+    task = task_of(run.model_config)
+    fields = run_modality(run).validation_fields(x[index].copy(), y[index], label, index, run.dataset, task)
+    return ModelInput(run_modality(run), x[index].copy(), **fields)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from damcha.inputs.datasets import DIGIT_LEVELS, digit_levels_to_tokens, digit_sequence
+from damcha.inputs.modalities.digit_image import DIGIT_LEVELS, digit_levels_to_tokens, digit_sequence
 
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_IMAGE_PIXELS = 40_000_000  # decompression-bomb guard: refused before decoding

@@ -23,7 +23,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from damcha.inputs.modalities import modality_of_dataset
+from damcha.inputs.datasets import modality_of_dataset
 from damcha.model.config import ModelConfig, with_saved_defaults
 from damcha.model.transformer import Transformer, build_model
 from damcha.runs.files import CheckpointError, parse_json, read_json, read_text, regular_file, resolved_inside
@@ -182,7 +182,7 @@ NUMBER, COUNT = (int, float), int
 ENTRY_RULES = {
     "train": {"epochs": (COUNT, 0, 10**6), "lr": (NUMBER, 0, 1e3), "optimizer": (str,), "split_seed": (COUNT, 0, 2**63 - 1),
               "val_windows": (COUNT, 1, 100_000), "batch_size": (COUNT, 1, 10**7), "seed": (COUNT, 0, 2**63 - 1)},
-    "data": {"name": (str,), "kind": (str,), "unit": (str,), "bytes": (COUNT, 0, 2**63 - 1),
+    "data": {"name": (str,), "kind": (str,), "task": (str,), "unit": (str,), "bytes": (COUNT, 0, 2**63 - 1),
              "val_fraction": (NUMBER, 0, 1), "n_train": (COUNT, 0, 2**63 - 1), "n_val": (COUNT, 0, 2**63 - 1),
              "val_start": (COUNT, 0, 2**63 - 1)},
 }

@@ -9,7 +9,9 @@ import math
 
 import torch
 
-from damcha.inputs.datasets import DIGIT_LEVELS, DataSet, fixed_val_windows
+from damcha.inputs.datasets import DataSet, fixed_val_windows
+from damcha.inputs.modalities import modality_named
+from damcha.inputs.modalities.digit_image import DIGIT_LEVELS
 from damcha.model.mechanisms import ForwardOptions
 from damcha.model.transformer import Transformer
 
@@ -108,15 +110,20 @@ def completion_statistics(errors: torch.Tensor) -> dict:
     return {"val_completion_mse": float(errors.mean()), "val_completion_mse_q25": q25, "val_completion_mse_q75": q75}
 
 
+def completes_tokens(modality: str, task: str) -> bool:
+    """Whether bottom halves of token images are completed and scored (a pixel decoder's digits)."""
+    return modality_named(modality).completion == "bottom_half_tokens" and task == "next_token"
+
+
 def validation_tensors(data: DataSet, val_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    if data.kind == "corpus":
+    if data.stream:
         return fixed_val_windows(data.val_stream, data.block_size, val_windows)
     return data.val_inputs, data.val_targets
 
 
 def train_subset(data: DataSet, val_windows: int, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed slice of the training data, evaluated like validation for the train-loss curve."""
-    if data.kind == "corpus":
+    if data.stream:
         return fixed_val_windows(data.train_stream, data.block_size, min(n, val_windows))
     return data.train_inputs[:n], data.train_targets[:n]
 
@@ -125,13 +132,13 @@ def validation_metrics(model: Transformer, data: DataSet, tcfg, options: Forward
     """Validation loss, bits, accuracy and completion error (mean, q25, q75) under `options`."""
     vx, vy = validation_tensors(data, tcfg.val_windows)
     val = evaluate(model, vx, vy, options=options)
-    if data.kind == "patches":  # a squared error, not a likelihood: no bits
+    if data.task == "next_vector":  # a squared error, not a likelihood: no bits
         n = tcfg.completion_images
         return {"val_mse": val["nll"], **completion_statistics(patch_completion_errors(model, vx[:n], vy[:n], options))}
     row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
     if "accuracy" in val:
         row["val_accuracy"] = val["accuracy"]
-    if data.name == "digits":
+    if completes_tokens(data.modality, data.task):
         row.update(completion_statistics(digit_completion_errors(
             model, data.val_inputs, data.val_targets, tcfg.completion_images, tcfg.completion_samples, options)))
     return row
@@ -141,4 +148,4 @@ def evaluate_epoch(model: Transformer, data: DataSet, tcfg) -> dict:
     """The metrics row of one epoch: validation and training-subset loss, bits, accuracy, completion MSE."""
     row = validation_metrics(model, data, tcfg)
     train = evaluate(model, *train_subset(data, tcfg.val_windows))["nll"]
-    return {**row, ("train_mse" if data.kind == "patches" else "train_nll"): train}
+    return {**row, ("train_mse" if data.task == "next_vector" else "train_nll"): train}

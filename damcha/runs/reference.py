@@ -158,6 +158,22 @@ def _check_expanded_size(path: Path) -> None:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """What a reference model read, in this project's terms: a registered modality, whether its
+    inputs are 4x4x3 patch vectors (the image task) rather than token ids, and whether each patch
+    is reconstructed in place by the file's own embedding and head (its components)."""
+
+    modality: str
+    patches: bool
+    in_place: bool
+
+
+READINGS = {r.modality: r for r in (Reading("patches_in_place", patches=True, in_place=True),
+                                    Reading("image_patches", patches=True, in_place=False),
+                                    Reading("tokens", patches=False, in_place=False))}
+
+
+@dataclass(frozen=True)
 class ReferenceSettings:
     """What a conversion uses besides the tensors' shapes, and where each value came from
     ("command line", "the file's config", "off_diag_params", "the tensors", "default")."""
@@ -204,7 +220,9 @@ def reference_settings(ckpt: dict, modality: str | None = None, n_head: int | No
                         ("image_patches", "default (no components in the file)"))
     else:
         sources["modality"] = "the command line"
-    if modality == "patches_in_place":
+    if modality not in READINGS:
+        raise ReferenceCheckpointError(f"modality {modality!r}: reference models read one of {', '.join(READINGS)}")
+    if READINGS[modality].in_place:
         layout = {k: saved.get(k) for k in ("in_ch", "img_size", "patch_size") if saved.get(k) is not None}
         if any(layout.get(k, v) != v for k, v in (("in_ch", 3), ("img_size", 32), ("patch_size", 4))):
             raise ReferenceCheckpointError(f"image layout {layout}: only 32x32 colour images in 4x4 patches can be read here")
@@ -287,9 +305,10 @@ def reference_config(ckpt: dict, settings: ReferenceSettings, block_size: int | 
     else:
         raise ReferenceCheckpointError("layer 0 has neither a metric generator, an M0 nor W_q: unknown attention")
     components = ckpt.get("components") if isinstance(ckpt.get("components"), dict) else {}
-    if settings.modality in ("image_patches", "patches_in_place"):
+    reading = READINGS[settings.modality]
+    if reading.patches:
         fields.update(input_dim=PATCH_DIM, vocab_size=1, block_size=block_size or 64, modality=settings.modality)
-        head = components.get("head", {}) if settings.modality == "patches_in_place" else {}
+        head = components.get("head", {}) if reading.in_place else {}
         if "proj.0.weight" in head:
             fields["head_hidden"] = int(head["proj.0.weight"].shape[0])
     else:
@@ -437,8 +456,8 @@ def _write_imported_run(out: Path, source, config: ModelConfig, settings: Refere
         save_tensors_atomic(out / snapshot_name(epoch), state, {"format_version": str(FORMAT_VERSION), "epoch": str(epoch),
                                                                  "variant": config.variant, "imported_from": path.name})
         reports[path.name] = report.to_dict()
-    text = config.modality == "tokens"
-    data = {"name": "reference-text" if text else "sample-images", "kind": "corpus" if text else "patches",
+    text = not config.input_dim
+    data = {"name": "reference-text" if text else "sample-images", "task": "next_token" if text else "next_vector",
             "unit": "token" if text else "patch", "source": str(source), "tokenizer": tokenizer}
     first = next(iter(reports.values()))
     notes = [*first["notes"], *settings.notes()]
@@ -615,7 +634,7 @@ def _components(ckpt: dict, config: ModelConfig, ours: dict, out: dict, report: 
         if not isinstance(module, dict):
             report.unknown.append(f"components.{group}")
             continue
-        images = config.modality == "patches_in_place"
+        images = READINGS[config.modality].in_place
         for key, value in module.items():
             name = f"{group}.{key}"
             if group == "patcher" and images and key == "proj.weight":

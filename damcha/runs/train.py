@@ -23,7 +23,6 @@ from tqdm import tqdm
 
 from damcha import __version__
 from damcha.inputs.datasets import DataSet, load_dataset, windows
-from damcha.inputs.modalities import modality_of_dataset
 from damcha.model.config import ModelConfig
 from damcha.model.transformer import Transformer, build_model
 from damcha.runs import distributed
@@ -101,11 +100,11 @@ def pick_device(name: str) -> torch.device:
 
 def model_config_for(data: DataSet, base: ModelConfig) -> ModelConfig:
     """The base config with the data-dependent fields filled in."""
-    causal = data.kind != "classifier"
-    input_dim = int(data.train_inputs.shape[-1]) if data.kind == "patches" else 0
+    causal = data.task != "classification"
+    input_dim = int(data.train_inputs.shape[-1]) if data.task == "next_vector" else 0
     return dataclasses.replace(
         base, vocab_size=data.vocab_size or 1, block_size=data.block_size, causal=causal,
-        n_classes=data.n_classes if not causal else 0, input_dim=input_dim, modality=modality_of_dataset(data.name),
+        n_classes=data.n_classes if not causal else 0, input_dim=input_dim, modality=data.modality,
     )
 
 
@@ -144,7 +143,7 @@ def run_config_dict(model_config: ModelConfig, tcfg: TrainConfig, data: DataSet)
         "package_version": __version__,
         "model": model_config.to_dict(),
         "train": {**dataclasses.asdict(tcfg), "snapshot_epochs": list(tcfg.snapshots())},
-        "data": {"name": data.name, "kind": data.kind, "unit": data.unit, **data.split},
+        "data": {"name": data.name, "task": data.task, "unit": data.unit, **data.split},
     }
 
 
@@ -179,7 +178,7 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     if proc.main:
         remove_stale_temp_files(out)
     data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed)
-    if tcfg.train_limit and data.kind != "corpus":
+    if tcfg.train_limit and not data.stream:
         data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
     mcfg = model_config_for(data, model_config)
     config = run_config_dict(mcfg, tcfg, data)
@@ -258,7 +257,7 @@ def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux
         save_snapshot(out, epoch, model)
     write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
     save_training_state(out, model, opt, epoch, step)
-    if progress and data.kind == "patches":
+    if progress and data.task == "next_vector":
         tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
     elif progress:
         extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
@@ -268,7 +267,7 @@ def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux
 
 
 def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
-    if data.kind == "corpus":
+    if data.stream:
         return tcfg.steps_per_epoch
     return math.ceil(len(data.train_inputs) / tcfg.batch_size)
 
@@ -278,7 +277,7 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
     proc = proc or distributed.Process()
     gen = torch.Generator().manual_seed(tcfg.seed * 100_003 + epoch)
     torch.manual_seed(tcfg.seed * 100_019 + epoch)  # dropout
-    if data.kind == "corpus":
+    if data.stream:
         n = len(data.train_stream) - data.block_size - 1
         starts = torch.randint(0, n, (steps_per_epoch, tcfg.batch_size), generator=gen)
         batches = (windows(data.train_stream, data.block_size, s) for s in starts)

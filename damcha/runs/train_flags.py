@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from damcha.inputs.datasets import DATASETS
+from damcha.inputs.datasets import DATA_SETS
 from damcha.model.config import ModelConfig
 from damcha.runs.train import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 
@@ -40,7 +40,7 @@ HELP = {
     "completion_samples": "digits: samples per image averaged into the expected completion",
     "train_limit": "> 0: train on the first N training samples only (smoke tests)",
 }
-CHOICES = {"dataset": DATASETS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "precision": PRECISIONS}
+CHOICES = {"dataset": DATA_SETS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "precision": PRECISIONS}
 
 
 def ints(text: str) -> tuple[int, ...]:

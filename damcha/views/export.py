@@ -256,7 +256,7 @@ class Provenance:
 
     @classmethod
     def of(cls, figure: str, run=None, epoch: int | None = None, tokens=None, targets=None, input_source: str = "",
-           params: dict | None = None, regenerable: bool = True, root=None) -> Provenance:
+           params: dict | None = None, regenerable: bool = False, root=None) -> Provenance:
         """The provenance of a figure of `run` (a damcha.runs.checkpoints.Run) at `epoch` on an input.
         root: the checkpoint folder the run was opened from; the run is then named relative to it
         (the app never writes the server's absolute paths into a file it hands out)."""

@@ -11,6 +11,7 @@ or data set made the record.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import plotly.graph_objects as go
 import torch
 
 from damcha.analysis.inspection import InspectionRecord, expected_digit, inspect_input, next_token_probabilities
-from damcha.inputs.modalities import ImagePatches, printable
+from damcha.inputs.modalities.image_patches import patches_image
 from damcha.model.mechanisms import Structure, StructureKind
 from damcha.runs.checkpoints import Run, load_model, load_run
 from damcha.views import figures
@@ -144,112 +145,178 @@ def structure_figure(s: Structure, record: InspectionRecord, index: dict, suffix
     raise ValueError(f"no figure for structure kind {s.kind}")
 
 
+@dataclass(frozen=True)
+class NamedFigure:
+    """A figure of one record chosen by its name. missing: why it does not apply to a record (None
+    when it does). draw(record, params, index, at): index is `structure_index` of the params, at the
+    epoch suffix of the title."""
+
+    name: str
+    missing: Callable[[InspectionRecord], str | None]
+    draw: Callable[[InspectionRecord, dict, dict, str], go.Figure]
+
+
+def _decomposition(record, params, index, at):
+    panels = {s.title: s.at(**index) for s in grid_matrices(record)}
+    return figures.metric_panels_figure(panels, record.n_head, f"Decomposition at {record.where(index['position'])}{at}",
+                                        bool(params.get("shared_scale", True)))
+
+
+def _grid_matrix(record: InspectionRecord, params: dict) -> Structure:
+    matrices = grid_matrices(record)
+    part = _LEGACY_PARTS.get(params.get("part", ""), params.get("part") or matrices[0].name)
+    s = record.structure(part)
+    if s is None or s.kind is not StructureKind.HEAD_GRID_MATRIX:
+        raise ValueError(f"unknown matrix {part!r}; expected one of {[m.name for m in matrices]}")
+    return s
+
+
+def _contour(record, params, index, at):
+    s = _grid_matrix(record, params)
+    return figures.contour_figure(s.at(**index), record.n_head, f"Contours of {s.title}, {record.where(index['position'])}{at}",
+                                  style=structure_style(s, record))
+
+
+def _surface(record, params, index, at):
+    s = _grid_matrix(record, params)
+    return figures.surface_figure(s.at(**index), f"{s.title} as a surface, {record.where(index['position'])}{at}",
+                                  style=structure_style(s, record))
+
+
+def _attention(record, params, index, at):
+    a = int(params.get("attn_layer", 0))
+    return figures.attention_figure(record.attention_map(a), record.token_labels, f"Attention, layer {a + 1}{at}")
+
+
+def _token_loss(record, params, index, at):
+    unit = "squared error" if record.task == "next_vector" else "bits"  # token_loss_figure converts nats to bits
+    loss = np.where(np.isnan(record.token_loss), 0.0, record.token_loss)
+    return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit}){at}", unit)
+
+
+def _input(record, params, index, at):  # params: highlight (default True): mark the cell the query position reads
+    t = index["token"]
+    marked = record.causal and bool(params.get("highlight", True))
+    cell = _grid_cell(record, t) if marked else None
+    label = (f"query position {t} reads {record.token_labels[t]}" if cell else
+             f"query position {t} reads the start") if marked else ""
+    return PICTURE_FIGURES[record.modality.picture](seen_picture(record), record.modality.picture_caption, cell, label)
+
+
+def _attention_grid(record, params, index, at):
+    a, t = int(params.get("attn_layer", 0)), index["token"]
+    maps = attention_on_grid(record, a, t)
+    return figures.grid_maps_figure(maps, [f"head {h + 1}" for h in range(len(maps))],
+                                    f"Attention of query position {t} over the image, layer {a + 1}{at}", "weight")
+
+
+def _patch_error(record, params, index, at):
+    rows, cols = record.modality.grid
+    return figures.grid_maps_figure(record.token_loss.reshape(1, rows, cols), ["squared error"],
+                                    f"Error of each patch given the true ones before it{at}", "MSE")
+
+
+def _unless(condition: Callable[[InspectionRecord], bool], why: str) -> Callable[[InspectionRecord], str | None]:
+    return lambda record: None if condition(record) else why.format(record=record)
+
+
+# Every named figure of a record besides its structures: what the inspector shows, `damcha figures`
+# exports and a provenance regenerates. A new figure is one entry here and its test.
+RECORD_FIGURES: dict[str, NamedFigure] = {f.name: f for f in (
+    NamedFigure("decomposition", _unless(lambda r: len(grid_matrices(r)) > 1,
+                                         "{record.variant} has no matrix with a head grid to decompose"), _decomposition),
+    NamedFigure("contour", _unless(lambda r: bool(grid_matrices(r)),
+                                   "{record.variant} has no matrix with a head grid to draw as contours"), _contour),
+    NamedFigure("surface", _unless(lambda r: bool(grid_matrices(r)),
+                                   "{record.variant} has no matrix with a head grid to draw as a surface"), _surface),
+    NamedFigure("attention", _unless(lambda r: True, ""), _attention),
+    NamedFigure("attention_grid", _unless(lambda r: bool(r.modality.grid), "attention over the image grid needs an "
+                                          "image input"), _attention_grid),
+    NamedFigure("token_loss", _unless(lambda r: r.token_loss is not None and r.task != "classification",
+                                      "this input has no per-token loss"), _token_loss),
+    NamedFigure("patch_error", _unless(lambda r: r.task == "next_vector" and r.token_loss is not None and bool(r.modality.grid),
+                                       "the per-patch error map is drawn for next-patch models"), _patch_error),
+    NamedFigure("prediction", _unless(lambda r: has_prediction(r), "no prediction figure for {record.modality.title}"),
+                lambda record, params, index, at: _prediction_figure(record, params, at)),
+    NamedFigure("input", _unless(lambda r: bool(r.modality.picture), "the input figure is drawn for images; this "
+                                 "input is {record.modality.title}"), _input),
+)}
+
+
 def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
-    """params: layer, position (a query position; negative: from the end), part (a grid-matrix structure name),
-    shared_scale, attn_layer (attention), next_position (text prediction)."""
+    """A structure of the record by its name, or one of RECORD_FIGURES. params: layer, position (a
+    query position; negative: from the end), part (a grid-matrix structure name), shared_scale,
+    attn_layer (attention), next_position (text prediction), highlight (input)."""
     index = structure_index(record, int(params.get("layer", 0)), int(params.get("position", -1)))
-    shared = bool(params.get("shared_scale", True))
     at = f", epoch {epoch}" if epoch is not None else ""
-    where = record.where(index["position"])
     structure = record.structure(name)
     if structure is not None:
         suffix = f" ({record.metric_mode}){at}" if name == "head_metrics" else at
-        return structure_figure(structure, record, index, suffix, shared)
-    if name in ("decomposition", "contour", "surface"):
-        matrices = grid_matrices(record)
-        if not matrices:
-            raise ValueError(f"{record.variant} has no matrix with a head grid to draw as {name!r}")
-        if name == "decomposition":
-            panels = {s.title: s.at(**index) for s in matrices}
-            return figures.metric_panels_figure(panels, record.n_head, f"Decomposition at {where}{at}", shared)
-        part = _LEGACY_PARTS.get(params.get("part", ""), params.get("part") or matrices[0].name)
-        s = record.structure(part)
-        if s is None or s.kind is not StructureKind.HEAD_GRID_MATRIX:
-            raise ValueError(f"unknown matrix {part!r}; expected one of {[m.name for m in matrices]}")
-        style = structure_style(s, record)
-        if name == "contour":
-            return figures.contour_figure(s.at(**index), record.n_head, f"Contours of {s.title}, {where}{at}", style=style)
-        return figures.surface_figure(s.at(**index), f"{s.title} as a surface, {where}{at}", style=style)
-    if name == "attention":
-        a = int(params.get("attn_layer", 0))
-        return figures.attention_figure(record.attention_map(a), record.token_labels, f"Attention, layer {a + 1}{at}")
-    if name == "token_loss":
-        if record.token_loss is None or record.task == "classification":
-            raise ValueError("this input has no per-token loss")
-        loss = np.where(np.isnan(record.token_loss), 0.0, record.token_loss)
-        vectors = record.task == "next_vector"
-        unit = "squared error" if vectors else "bits"
-        return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit}){at}", unit)
-    if name == "prediction":
-        return _prediction_figure(record, params, at)
-    if name == "input":  # params: highlight (default True): mark the cell the query position reads
-        if not isinstance(record.modality, ImagePatches) and record.modality.name != "digit_image":
-            raise ValueError(f"the input figure is drawn for images; this input is {record.modality.title}")
-        t = index["token"]
-        marked = record.causal and bool(params.get("highlight", True))
-        cell = _grid_cell(record, t) if marked else None
-        label = (f"query position {t} reads {record.token_labels[t]}" if cell else
-                 f"query position {t} reads the start") if marked else ""
-        if isinstance(record.modality, ImagePatches):
-            return figures.rgb_image_figure(record_image(record), "What the model sees (32x32, 8x8 patches)",
-                                            highlight=cell, highlight_label=label)
-        return figures.digit_figure(digit_levels(record), "What the model sees (8x8, levels 0..16)", cell, label)
-    if name == "attention_grid":
-        if not record.modality.grid:
-            raise ValueError("attention over the image grid needs an image input")
-        a = int(params.get("attn_layer", 0))
-        t = index["token"]
-        maps = attention_on_grid(record, a, t)
-        return figures.grid_maps_figure(maps, [f"head {h + 1}" for h in range(len(maps))],
-                                        f"Attention of query position {t} over the image, layer {a + 1}{at}", "weight")
-    if name == "patch_error":
-        if record.task != "next_vector" or record.token_loss is None:
-            raise ValueError("the per-patch error map is drawn for next-patch models")
-        rows, cols = record.modality.grid
-        return figures.grid_maps_figure(record.token_loss.reshape(1, rows, cols), ["squared error"],
-                                        f"Error of each patch given the true ones before it{at}", "MSE")
-    raise ValueError(f"unknown figure {name!r}; expected one of {available_figures(record)}")
+        return structure_figure(structure, record, index, suffix, bool(params.get("shared_scale", True)))
+    if name not in RECORD_FIGURES:
+        raise ValueError(f"unknown figure {name!r}; expected one of {available_figures(record)}")
+    why = RECORD_FIGURES[name].missing(record)
+    if why:
+        raise ValueError(why)
+    return RECORD_FIGURES[name].draw(record, params, index, at)
 
 
 def prediction_takes_position(record: InspectionRecord) -> bool:
     """Whether the prediction figure shows one position's next-token distribution (text), rather
     than the whole input (a digit's expected pixels, class probabilities)."""
-    return record.task == "next_token" and record.modality.name == "byte_text"
+    return record.task == "next_token" and record.modality.prediction == "next_token_distribution"
+
+
+def has_prediction(record: InspectionRecord) -> bool:
+    """Whether a prediction figure applies: class probabilities, or the prediction the modality declares
+    for its task (next-token kinds for decoders, the image kind for vector models)."""
+    if record.task == "classification":
+        return True
+    kind = record.modality.prediction
+    return kind is not None and (kind == "image_from_patches") == (record.task == "next_vector")
+
+
+def seen_picture(record: InspectionRecord) -> np.ndarray:
+    """What the model sees, as the modality's picture kind names it."""
+    return record.modality.seen_picture(record.tokens, record.targets, record.task)
+
+
+def _predicted_image(record: InspectionRecord, at: str) -> go.Figure:
+    m = record.modality
+    return figures.image_row_figure({"truth": seen_picture(record), m.prediction_caption: patches_image(record.logits)},
+                                    f"{m.prediction_title}{at}")
+
+
+def _expected_levels(record: InspectionRecord, at: str) -> go.Figure:
+    return figures.digit_figure(np.round(expected_digit(record), 1), f"{record.modality.prediction_title}{at}")
+
+
+def _next_token_distribution(record: InspectionRecord, at: str, next_position: int = -1) -> go.Figure:
+    p = int(next_position) % len(record.tokens)
+    probs = next_token_probabilities(record, p)
+    top = np.argsort(probs)[::-1][:10]
+    return figures.probabilities_figure([record.modality.token_text(t) for t in top], probs[top],
+                                        f"{record.modality.prediction_title} after position {p}{at}")
+
+
+# How each kind a modality declares is drawn (damcha.inputs.modalities.base: PICTURES, PREDICTIONS).
+PICTURE_FIGURES = {
+    "grey_levels": lambda levels, title, cell, label: figures.digit_figure(levels, title, cell, label),
+    "rgb": lambda image, title, cell, label: figures.rgb_image_figure(image, title, highlight=cell, highlight_label=label),
+}
+PREDICTION_FIGURES = {
+    "image_from_patches": lambda record, params, at: _predicted_image(record, at),
+    "expected_levels": lambda record, params, at: _expected_levels(record, at),
+    "next_token_distribution": lambda record, params, at: _next_token_distribution(record, at,
+                                                                                   params.get("next_position", -1)),
+}
 
 
 def _prediction_figure(record: InspectionRecord, params: dict, at: str) -> go.Figure:
-    if record.task == "next_vector" and isinstance(record.modality, ImagePatches):
-        if record.modality.next_patch:
-            return figures.image_row_figure({"truth": record_image(record), "predicted, each patch from the true ones "
-                                             "before it": patches_image(np.clip(record.logits, 0, 1))},
-                                            f"Next-patch prediction (teacher forcing){at}")
-        return figures.image_row_figure({"truth": record_image(record), "reconstructed, each patch from itself and "
-                                         "the ones before it": patches_image(np.clip(record.logits, 0, 1))},
-                                        f"Reconstruction in place (causal){at}")
     if record.task == "classification":
         probs = next_token_probabilities(record, 0)
         return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
-    if record.modality.name == "digit_image" and record.task == "next_token":
-        return figures.digit_figure(np.round(expected_digit(record), 1), f"Model's expected pixels{at}")
-    if prediction_takes_position(record):
-        p = int(params.get("next_position", -1)) % len(record.tokens)
-        probs = next_token_probabilities(record, p)
-        top = np.argsort(probs)[::-1][:10]
-        return figures.probabilities_figure([printable(t) for t in top], probs[top],
-                                            f"Most likely next bytes after position {p}{at}")
-    raise ValueError(f"no prediction figure for {record.modality.title}")
-
-
-def patches_image(patches: np.ndarray) -> np.ndarray:
-    """(64, 48) patches in [0, 1] -> (32, 32, 3) uint8 image."""
-    from damcha.inputs.datasets import patches_to_image
-
-    return np.rint(patches_to_image(np.clip(patches, 0, 1)) * 255).astype(np.uint8)
-
-
-def record_image(record: InspectionRecord) -> np.ndarray:
-    """The image a next-patch record is about (its targets are all 64 patches)."""
-    return patches_image(record.targets)
+    return PREDICTION_FIGURES[record.modality.prediction](record, params, at)
 
 
 def _grid_cell(record: InspectionRecord, position: int) -> tuple[int, int] | None:
@@ -273,85 +340,119 @@ def attention_on_grid(record: InspectionRecord, layer: int, query: int) -> np.nd
     return maps.reshape(-1, rows, cols)
 
 
-def digit_levels(record: InspectionRecord) -> np.ndarray:
-    """(8, 8) grey levels of a digit record: the targets of a decoder, the tokens of a classifier."""
-    pixels = record.targets if record.task == "next_token" else record.tokens
-    return np.asarray(pixels)[-64:].reshape(8, 8)
-
-
 def available_figures(record: InspectionRecord) -> list[str]:
-    names = [s.name for s in record.structures]
-    matrices = grid_matrices(record)
-    if len(matrices) > 1:
-        names.append("decomposition")
-    if matrices:
-        names += ["contour", "surface"]
-    names.append("attention")
-    if record.modality.grid:
-        names.append("attention_grid")
-    if record.token_loss is not None and record.task != "classification":
-        names.append("token_loss")
-    if record.task == "next_vector" and record.modality.grid:
-        names.append("patch_error")
-    image = isinstance(record.modality, ImagePatches) or record.modality.name == "digit_image"
-    if record.task == "classification" or image or record.modality.name == "byte_text":
-        names.append("prediction")
-    if image:
-        names.append("input")
-    return names
+    """The record's structures, then every named figure that applies to it."""
+    return [s.name for s in record.structures] + [n for n, f in RECORD_FIGURES.items() if f.missing(record) is None]
 
 
-# Figures computed from the model itself (interventions, free-running completion), not from one record.
-MODEL_FIGURES = ("block_grid", "interpolation", "off_diagonal", "completion")
+@dataclass(frozen=True)
+class ModelFigure:
+    """A figure computed from the model itself (interventions, free-running completion), not from one
+    record. missing: why it does not apply to a record of the run (None when it does).
+    values(model, run, tokens, targets, params) -> array; draw(values, params, where, factor, unit):
+    losses shown times `factor` in `unit`."""
+
+    name: str
+    missing: Callable[[InspectionRecord], str | None]
+    values: Callable[..., np.ndarray]
+    draw: Callable[..., go.Figure]
+
+
+def _block_grid_values(model, run, tokens, targets, params):
+    from damcha.analysis.interventions import block_grid
+
+    return block_grid(model, tokens, targets, bool(params.get("keep", False)))
+
+
+def _interpolation_values(model, run, tokens, targets, params):
+    from damcha.analysis import interventions
+    from damcha.inputs.model_inputs import validation_arrays
+
+    mbar = interventions.mean_metric(model, validation_arrays(run)[0][:interventions.MEAN_INPUTS])
+    return interventions.interpolation_curve(model, tokens, targets, mbar)
+
+
+def _off_diagonal_values(model, run, tokens, targets, params):
+    from damcha.analysis.interventions import off_diagonal_curve
+
+    return off_diagonal_curve(model, tokens, targets)
+
+
+def _completion_values(model, run, tokens, targets, params):
+    from damcha.runs.evaluation import complete_patches
+
+    options = model.mechanism.options_from({"metric_mode": params.get("mode", "full")})
+    x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
+    return np.stack([np.asarray(targets), complete_patches(model, x, options)[0].numpy()])
+
+
+def _block_grid(values, params, where, factor, unit):
+    what = "keeping only" if params.get("keep") else "zeroing"
+    style = figures.MatrixStyle("block row i", "block column j", value_kind="signed", unit=f"Δ loss ({unit})")
+    return figures.head_by_head_figure(values * factor, f"Loss change from {what} M_ij, {where}", style=style)
+
+
+def _interpolation(values, params, where, factor, unit):
+    from damcha.analysis.interventions import ALPHAS
+
+    return figures.curve_figure(ALPHAS, {where: values * factor}, "Loss at M-bar + α (M(x) − M-bar)",
+                                "α (0: M-bar, 1: M(x))", f"loss ({unit})", marks={"M(x)": 1.0})
+
+
+def _off_diagonal(values, params, where, factor, unit):
+    from damcha.analysis.interventions import GAMMAS
+
+    return figures.curve_figure(GAMMAS, {where: values * factor}, "Loss with the off-diagonal blocks scaled by γ",
+                                "γ (0: diagonal-only, 1: the model)", f"loss ({unit})")
+
+
+def _completion(values, params, where, factor, unit):
+    truth, completed = values
+    mse = float(((completed[32:] - truth[32:]) ** 2).mean())
+    return figures.image_row_figure({"truth": patches_image(truth), "top half given": patches_image(
+        np.concatenate([truth[:32], np.zeros_like(truth[32:])])), "completed from the top half": patches_image(completed)},
+        f"Completion from the top half (free-running), bottom-half MSE {mse:.4f}")
+
+
+_needs_metric = _unless(lambda r: r.has_metric, "{record.variant} has no explicit metric M(x) to intervene on")
+
+MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
+    ModelFigure("block_grid", _needs_metric, _block_grid_values, _block_grid),
+    ModelFigure("interpolation", _needs_metric, _interpolation_values, _interpolation),
+    ModelFigure("off_diagonal", _needs_metric, _off_diagonal_values, _off_diagonal),
+    ModelFigure("completion", _unless(lambda r: r.modality.completion == "bottom_half_patches",
+                                      "free-running completion is drawn for next-patch models"),
+                _completion_values, _completion),
+)}
+
+
+def _model_figure_named(name: str) -> ModelFigure:
+    if name not in MODEL_FIGURES:
+        raise ValueError(f"unknown model figure {name!r}; expected one of {', '.join(MODEL_FIGURES)}")
+    return MODEL_FIGURES[name]
 
 
 def model_figure_values(name: str, model, run: Run, tokens, targets, params: dict) -> np.ndarray:
     """What a model figure draws: the block grid (params: keep), the loss along M-bar + alpha (M(x) -
     M-bar) (M-bar over the run's first 256 validation inputs), the loss with the off-diagonal blocks
     scaled by gamma, or (truth, completion from the top half) of a next-patch input."""
-    from damcha.analysis import interventions
-    from damcha.inputs.model_inputs import validation_arrays
-
-    if name == "block_grid":
-        return interventions.block_grid(model, tokens, targets, bool(params.get("keep", False)))
-    if name == "interpolation":
-        mbar = interventions.mean_metric(model, validation_arrays(run)[0][:interventions.MEAN_INPUTS])
-        return interventions.interpolation_curve(model, tokens, targets, mbar)
-    if name == "off_diagonal":
-        return interventions.off_diagonal_curve(model, tokens, targets)
-    if name == "completion":
-        from damcha.runs.evaluation import complete_patches
-
-        options = model.mechanism.options_from({"metric_mode": params.get("mode", "full")})
-        x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
-        return np.stack([np.asarray(targets), complete_patches(model, x, options)[0].numpy()])
-    raise ValueError(f"unknown model figure {name!r}; expected one of {MODEL_FIGURES}")
+    return _model_figure_named(name).values(model, run, tokens, targets, params)
 
 
 def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input", config=None) -> go.Figure:
     """The figure of a model figure's values (see model_figure_values); the app and the CLI share it.
     config: the run's model config, whose loss unit the losses are shown in (default: nats)."""
-    from damcha.analysis.interventions import ALPHAS, GAMMAS
     from damcha.inputs.modalities import loss_factor, loss_label
 
     factor, unit = (loss_factor(config), loss_label(config)) if config is not None else (1.0, "nats")
-    if name == "block_grid":
-        what = "keeping only" if params.get("keep") else "zeroing"
-        style = figures.MatrixStyle("block row i", "block column j", value_kind="signed", unit=f"Δ loss ({unit})")
-        return figures.head_by_head_figure(values * factor, f"Loss change from {what} M_ij, {where}", style=style)
-    if name == "interpolation":
-        return figures.curve_figure(ALPHAS, {where: values * factor}, "Loss at M-bar + α (M(x) − M-bar)",
-                                    "α (0: M-bar, 1: M(x))", f"loss ({unit})", marks={"M(x)": 1.0})
-    if name == "off_diagonal":
-        return figures.curve_figure(GAMMAS, {where: values * factor}, "Loss with the off-diagonal blocks scaled by γ",
-                                    "γ (0: diagonal-only, 1: the model)", f"loss ({unit})")
-    if name == "completion":
-        truth, completed = values
-        mse = float(((completed[32:] - truth[32:]) ** 2).mean())
-        return figures.image_row_figure({"truth": patches_image(truth), "top half given": patches_image(
-            np.concatenate([truth[:32], np.zeros_like(truth[32:])])), "completed from the top half": patches_image(completed)},
-            f"Completion from the top half (free-running), bottom-half MSE {mse:.4f}")
-    raise ValueError(f"unknown model figure {name!r}; expected one of {MODEL_FIGURES}")
+    return _model_figure_named(name).draw(values, params, where, factor, unit)
+
+
+def named_figure_applies(name: str, record: InspectionRecord) -> bool:
+    """Whether a named figure (a structure, a record figure or a model figure) applies to the record."""
+    if name in MODEL_FIGURES:
+        return MODEL_FIGURES[name].missing(record) is None
+    return name in available_figures(record)
 
 
 def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mode: str = "full",
@@ -366,11 +467,15 @@ def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mod
         record = inspect_input(model, tokens, targets, options=options)
         for name in names or available_figures(record):
             if name in MODEL_FIGURES:
+                why = MODEL_FIGURES[name].missing(record)
+                if why:
+                    raise ValueError(why)
                 values = model_figure_values(name, model, run, tokens, targets, {**params, "mode": mode})
                 fig = model_figure(name, values, params, config=run.model_config)
             else:
                 fig = build_figure(name, record, params, epoch)
-            prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode})
+            prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode},
+                                 regenerable=True)
             items.append(ExportItem(f"{run.name}_e{epoch:04d}_{name}", fig, prov))
         if progress:
             progress(k + 1, len(epochs))
@@ -405,7 +510,7 @@ def paper_figures(runs: Sequence[Run], tokens, targets, input_source: str = "", 
     items = []
     for name, fig in (("fig8_first_vs_last", fig8), ("fig10_contours", fig10), ("fig11_surfaces", fig11)):
         prov = Provenance.of(name, runs[0], last[runs[0].name], tokens, targets, input_source,
-                             {"runs": [str(r.path) for r in runs]}, regenerable=False)
+                             {"runs": [str(r.path) for r in runs]})
         items.append(ExportItem(name, fig, prov))
     return items
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PARENT = r"""
 import multiprocessing, sys, time
 from concurrent.futures import ProcessPoolExecutor
-from damcha.evidence.claims import _start_worker
+from damcha.evidence.runner import _start_worker
 from damcha.runs.workers import workers_die_with_this_process
 
 guarded = sys.argv[1] == "guarded"

@@ -1,0 +1,17 @@
+"""Input dependence: does replacing M(x) by its mean hurt? (expected by construction)"""
+
+from __future__ import annotations
+
+from damcha.evidence.records import Arm, Claim
+
+
+def claim(quick: bool) -> Claim:
+    adaptivity = Claim("adaptivity", "Input dependence: does replacing M(x) by its mean hurt?",
+                       "\"it parameterizes the metric matrix as an input-dependent function, enabling the attention "
+                       "geometry to dynamically adapt\" (abstract).", "gap_nats", False,
+                       (Arm("adaptivity gap", kind="adaptivity"), Arm("zero", kind="constant")), "adaptivity gap",
+                       by_construction="A model trained with M(x) is fitted to M(x): replacing it by its mean at "
+                       "inference changes what every later layer sees, so some loss is expected whether or not input "
+                       "dependence helps. Table 4's trained w/o f(x) comparison is the test of the paper's claim.",
+                       note="Gap = loss with M-bar (the mean of M over 256 validation inputs) − loss with M(x).")
+    return adaptivity

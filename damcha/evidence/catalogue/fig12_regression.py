@@ -1,0 +1,42 @@
+"""Fig. 12 (our reconstruction): cross-subspace regression over entanglement levels."""
+
+from __future__ import annotations
+
+from damcha.evidence.catalogue.common import SLICE_ARMS, regression_grids, synthetic_claim, synthetic_steps
+from damcha.evidence.records import Claim, Sanity
+from damcha.evidence.sanity import REGRESSION_CHECKS
+
+
+def claim(quick: bool) -> Claim:
+    levels = (0.0, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0)
+    steps = synthetic_steps(quick)
+    grids = regression_grids(quick)
+    syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear") if quick else \
+        (*SLICE_ARMS, "tha", "dcmha", "colmha", "mma", "moa")
+    regression = synthetic_claim(
+        "fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",
+        "Figure 12: \"Cross-subspace regression: DAMCHA vs. MHA. (a) comparison results (testing MSE) under different "
+        "entanglement levels. (b) DAMCHA's relative advantage.\"", "relative_mse", True, "regression", "e", levels,
+        syn_mechs, "Our reconstruction (the paper's definition is not in what we have; damcha/inputs/synthetic.py): the "
+        "teacher is cross-head attention with metric A, one softmax per head. Models: one attention layer, width 64 "
+        f"(each head's slice: 8 token and 8 position channels), {steps} Adam steps of 64 fresh "
+        "sequences, scored on 1024 fixed ones that no training batch contains; each seed draws its own teacher, so the "
+        "intervals include the teacher's variability. "
+        + f"Each of MHA, the slice MHA and the four DAMCHA arms trains at learning rates "
+        f"{', '.join(map(str, grids['mha']))} and keeps the one best on 1024 validation sequences (a "
+        "generator seed of their own), scored on the test set; the chosen rate is the `lr` column. The grid is the default rate and one above it: in a probe at e = 0.5 the static bilinear form reached "
+        "0.17 at 3e-3, 0.003 at 1e-2 and 0.36 at 1e-3. The other systems train at 3e-3, as before the grid existed. "
+        "MHA's heads project the whole token, so MHA represents every "
+        "level exactly (each teacher head is a bilinear form of rank 8 ≤ its head width 16): the informative "
+        "comparisons are the reported pairs — the static bilinear form against the slice-restricted MHA (cross-head "
+        "capacity), the row sum against it (predicted tie: a row-sum head scores its own slice only, as "
+        "damcha-static is exactly a slice MHA), full MHA against the bilinear form. Sanity: the teacher's batched "
+        "code equals an explicit loop, an oracle model at the teacher's parameters reproduces it, MHA and DAMCHA "
+        "reach relative MSE below 0.1 at e = 0 (other systems that miss it are listed).",
+        Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs if m not in ("mha", "damcha"))),
+        requires=REGRESSION_CHECKS, grids=grids,
+        pairs=(("damcha-static-bilinear", "mha-slice", "cross-head capacity (static)"),
+               ("damcha", "mha-slice", "row sum against the diagonal blocks (predicted tie)"),
+               ("mha", "damcha-static-bilinear", "full-token MHA against the bilinear form"),
+               ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)")))
+    return regression

@@ -1,0 +1,97 @@
+"""What the evidence is made of: arms measured over seeds, the claims that compare them, sanity bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One thing measured over seeds. kind: 'train' (variant on dataset, evaluated in `mode`),
+    'adaptivity' (the gap M-bar vs M(x) of the trained `variant`), 'synthetic' (task, level),
+    'efficiency' (one layer of `variant` against one of MHA; a synthetic arm's `variant` may also name one
+    of damcha.inputs.synthetic.SYNTHETIC_MODELS), 'constant' (`level` for every metric:
+    a threshold the reference is compared with), 'baseline' (a trivial completion, `task` of
+    damcha/evidence/baselines.py, on the dataset's validation images: no model, no seed dependence)."""
+
+    name: str
+    kind: str = "train"
+    variant: str = "damcha"
+    dataset: str = "digits"
+    overrides: tuple = ()  # ModelConfig fields (name, value)
+    mode: str = "full"
+    task: str = ""
+    level: float = 0.0
+    lrs: tuple[float, ...] = ()  # synthetic: a learning-rate grid, the best on a validation set kept (() = 3e-3)
+
+    def unit(self, seed: int, quick: bool) -> str:
+        return json.dumps([dataclasses.astuple(self), seed, quick])
+
+    @property
+    def counted_as(self) -> str:
+        """What a claim's `verdict_against` names this arm by: its variant, or the kind of an arm
+        without a model (a constant threshold, a trivial baseline)."""
+        return self.kind if self.kind in ("constant", "baseline") else self.variant
+
+    def run_name(self, seed: int, quick: bool) -> str:
+        """The trained run this arm evaluates (arms of one run share it), or the unit itself."""
+        if self.kind not in ("train", "adaptivity"):
+            return self.unit(seed, quick)
+        variant = "damcha" if self.kind == "adaptivity" else self.variant
+        tag = "".join(f"-{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in self.overrides)
+        return f"{self.dataset}-{variant}{tag}-{'quick' if quick else 'full'}-seed{seed}"
+
+
+@dataclass(frozen=True)
+class Sanity:
+    """Where a task is easiest, `arms` must reach `bound` (mean below or above it) before the claim's
+    numbers are believed; `also`: arms whose miss is reported beside their numbers but voids nothing
+    (a comparison system that cannot learn the easiest case says something about it, not the task)."""
+
+    arms: tuple[str, ...]
+    bound: float
+    side: str  # "below" | "above"
+    also: tuple[str, ...] = ()
+
+    def misses(self, means: dict[str, float], arms: tuple[str, ...]) -> list[str]:
+        return [f"{a}: {means[a]:.3g} (needs {self.side} {self.bound:.3g})" for a in arms
+                if (means[a] >= self.bound if self.side == "below" else means[a] <= self.bound)]
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    title: str
+    statement: str  # quoted from the paper (shared/paper.md)
+    metric: str  # the one plotted, and the verdict's unless verdict_metrics says otherwise
+    lower_is_better: bool
+    arms: tuple[Arm, ...]
+    reference: str  # the arm the paper says is better (DAMCHA); with `groups`, each group's first arm is its reference
+    paper: dict = field(default_factory=dict)  # arm name -> the paper's number for `metric`, where it has one
+    note: str = ""
+    groups: tuple[tuple[str, ...], ...] = ()  # comparisons within groups (synthetic levels), each with its first arm; () = all vs reference
+    verdict_against: tuple[str, ...] = ()  # only comparisons with arms of these variants (Arm.counted_as) count; () = all
+    sanity: Sanity | None = None
+    requires: tuple[str, ...] = ()  # checks of `sanity_checks` (SANITY_BOUNDS) that must pass, else no verdict
+    pairs: tuple[tuple[str, str, str], ...] = ()  # (better, than, what it measures): reported, never counted
+    columns: tuple[str, ...] = ()  # further metrics reported beside `metric`
+    verdict_metrics: tuple[str, ...] = ()  # metrics compared for the verdict (default: `metric`)
+    scale: str = ""  # how our scale differs from the paper's (default SCALE)
+    controls: tuple[str, ...] = ()  # arms reported beside the others, never counted in the verdict
+    by_construction: str = ""  # why "holds" is expected from the mechanism's arithmetic, not from learning
+    min_seeds: int = 0  # at least this many seeds in a full run, whatever --seeds says (the main comparisons)
+
+    def counts(self, arm_name: str) -> bool:
+        """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""
+        arm = next(a for a in self.arms if a.name == arm_name)
+        return arm_name not in self.controls and (not self.verdict_against or arm.counted_as in self.verdict_against)
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        return self.verdict_metrics or (self.metric,)
+
+    def seeds(self, default: int, quick: bool) -> int:
+        """Seeds of this claim's arms: the command's, raised to min_seeds outside --quick."""
+        return default if quick else max(default, self.min_seeds)

@@ -1,0 +1,174 @@
+"""A claim's results: per-arm means and intervals, comparisons, verdicts; the files they are kept in."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from damcha.evidence.efficiency import EFFICIENCY_BESIDE
+from damcha.evidence.records import Claim
+from damcha.evidence.sanity import failed_checks
+from damcha.evidence.statistics import HOLDS, SANITY_FAILED, claim_verdict, holm, mean_interval, paired_test, verdict
+from damcha.runs.checkpoints import write_text_atomic
+
+
+def metric_values(claim: Claim, values: dict[str, list[dict]], metric: str) -> dict[str, list[float]]:
+    """arm -> per-seed values of one metric (a constant arm has its level for every metric)."""
+    return {arm: [row.get(metric, row.get("constant", math.nan)) for row in rows] for arm, rows in values.items()}
+
+
+RATIO_METRICS = ("params_ratio", "flops_ratio", "time_ratio", "memory_ratio", "relative_mse", *EFFICIENCY_BESIDE)
+
+
+def _on_scale(claim: Claim, metric: str, values) -> np.ndarray:
+    v = np.asarray(values, dtype=float)
+    return np.log(v) if metric in RATIO_METRICS else v
+
+
+def _interval(claim: Claim, metric: str, values) -> tuple[float, float, float]:
+    """Mean and interval of one arm's values: geometric for ratio metrics, arithmetic otherwise."""
+    m, lo, hi = mean_interval(_on_scale(claim, metric, values))
+    if metric in RATIO_METRICS:
+        return math.exp(m), math.exp(lo) if lo == lo else lo, math.exp(hi) if hi == hi else hi
+    return m, lo, hi
+
+
+def unbeaten_baselines(claim: Claim, values: dict[str, list[dict]]) -> list[str]:
+    """One sentence per compared metric on which no model's mean beats the best trivial baseline."""
+    baselines = [a.name for a in claim.arms if a.kind == "baseline"]
+    models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
+    best_of = min if claim.lower_is_better else max
+    lines = []
+    for metric in claim.compared:
+        means = {arm: float(np.mean(vs)) for arm, vs in metric_values(claim, values, metric).items()}
+        trivial = [(means[b], b) for b in baselines if not math.isnan(means[b])]  # a baseline has no NLL
+        if not trivial or not models:
+            continue
+        best_value, best = best_of(trivial)
+        top = best_of(models, key=lambda m: means[m])
+        if best_of(means[top], best_value) == best_value:
+            lines.append(f"No model beats the trivial baseline on {metric}: {best} {best_value:.4g}, the best model "
+                         f"({top}) {means[top]:.4g}; a verdict on {metric} says little about attention.")
+    return lines
+
+
+def _comparison(claim: Claim, metric: str, by_arm: dict[str, list[float]], better: str, than: str) -> dict:
+    """`better` against `than`, paired by seed, in the paper's direction (log ratios for ratio metrics)."""
+    sign = -1.0 if claim.lower_is_better else 1.0
+    gains = sign * (_on_scale(claim, metric, by_arm[better]) - _on_scale(claim, metric, by_arm[than]))
+    v, m, lo, hi = verdict(gains)
+    test = paired_test(gains)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = float(np.exp(np.mean(np.log(np.asarray(by_arm[better], float) / np.asarray(by_arm[than], float)))))
+    return {"metric": metric, "better": better, "than": than, "gain": m, "low": lo, "high": hi,
+            "scale": "log ratio" if metric in RATIO_METRICS else "difference", "ratio": ratio,
+            "p": test["p"], "sd": test["sd"], "mdd": test["mdd"], "n": test["n"], "verdict": v}
+
+
+def _measured(values: list[float]) -> bool:
+    return not np.isnan(np.asarray(values, float)).all()  # a baseline has no NLL
+
+
+def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, float] | None = None) -> dict:
+    """Per-arm means and intervals, comparisons with the reference (or within groups) and the claim's
+    reported pairs, verdicts. checks: the values of `sanity_checks`, for the claim's `requires`."""
+    primary = metric_values(claim, values, claim.metric)
+    summary, details = [], []
+    for arm in claim.arms:
+        m, lo, hi = _interval(claim, claim.metric, primary[arm.name])
+        summary.append({"arm": arm.name, "mean": m, "low": lo, "high": hi, "n": len(primary[arm.name]),
+                        "paper": claim.paper.get(arm.name), "control": arm.name in claim.controls})
+    for metric in (claim.metric, *claim.columns):
+        for arm, vs in metric_values(claim, values, metric).items():
+            m, lo, hi = _interval(claim, metric, vs)
+            details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
+    groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
+    comparisons = []
+    for metric in claim.compared:
+        by_arm = metric_values(claim, values, metric)
+        for group in groups:
+            ref, *others = group
+            for other in others:
+                if not _measured(by_arm[other]) or not _measured(by_arm[ref]):
+                    continue
+                control = ref in claim.controls or other in claim.controls
+                comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
+                                    "counted": claim.counts(other) and not control})
+        for better, than, measures in claim.pairs:
+            comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
+                                "measures": measures})
+    counted = [c for c in comparisons if c["counted"]]
+    for c, rejected in zip(counted, holm([c["p"] for c in counted])):
+        c["holm_rejected"] = rejected
+    verdict_ = claim_verdict(counted)
+    result = {"summary": summary, "details": details, "comparisons": comparisons, "verdict": verdict_,
+              "verdict_kind": ("by construction" if claim.by_construction else "evidence") if verdict_ == HOLDS else "",
+              "by_construction": claim.by_construction, "trivial_baselines": unbeaten_baselines(claim, values),
+              "sanity_failures": [], "sanity_caveats": []}
+    if claim.sanity:  # the task must be learnable where it is easiest before its numbers are believed
+        means = {r["arm"]: r["mean"] for r in summary}
+        result["sanity_failures"] = claim.sanity.misses(means, claim.sanity.arms)
+        result["sanity_caveats"] = claim.sanity.misses(means, claim.sanity.also)
+    result["sanity_failures"] += failed_checks(checks or {}, claim.requires)
+    if result["sanity_failures"]:
+        result["verdict"] = SANITY_FAILED
+    return result
+
+
+def write_csv(path: Path, result: dict) -> None:
+    lines = ["arm,seed,metric,value"] + [f"{arm},{s},{k},{v}" for arm, rows in result["values"].items()
+                                         for s, row in enumerate(rows) for k, v in row.items()]
+    lines += ["", "arm,metric,mean,low,high"] + [f"{r['arm']},{r['metric']},{r['mean']},{r['low']},{r['high']}"
+                                                 for r in result["details"]]
+    lines += ["", "arm,paper"] + [f"{r['arm']},{r['paper']}" for r in result["summary"] if r["paper"] is not None]
+    lines += ["", "metric,better,than,scale,gain,low,high,ratio,p,holm_rejected,mdd,sd,n,counted,verdict"] + [
+        f"{c['metric']},{c['better']},{c['than']},{c['scale']},{c['gain']},{c['low']},{c['high']},{c['ratio']},{c['p']},"
+        f"{c.get('holm_rejected', '')},{c['mdd']},{c['sd']},{c['n']},{c['counted']},{c['verdict']}"
+        for c in result["comparisons"]]
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+class EvidenceFileError(ValueError):
+    """An evidence file cannot be read; the message names it."""
+
+
+def read_jsonl(path: Path) -> list:
+    """The rows of an append-only JSON-lines file. A torn last line (the writer was killed mid-line)
+    is cut off the file, so the next append starts on a line of its own, and reported; a bad line
+    before the last one is an error naming the file and line."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            if any(rest.strip() for rest in lines[i + 1:]):
+                raise EvidenceFileError(f"{path}: line {i + 1} is not valid JSON; remove it (its unit is redone)") from None
+            with path.open("r+b") as f:
+                f.truncate(len(b"\n".join(lines[:i])) + (1 if i else 0))
+            print(f"warning: {path}: its last line was torn (a killed write) and is dropped; that unit is redone",
+                  file=sys.stderr)
+    return rows
+
+
+def load_results(folder: Path) -> dict | None:
+    """results.json of a folder (None when there is none); EvidenceFileError when it cannot be read."""
+    path = Path(folder) / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EvidenceFileError(f"{path.name} cannot be read ({e}); run `python -m damcha evidence` again to rewrite it") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
+        raise EvidenceFileError(f"{path.name} is not a results file of `python -m damcha evidence`")
+    return doc

@@ -1,0 +1,52 @@
+"""The registry of data sets: what `--dataset` takes, each declared once by its own module.
+
+A data set is one module here defining `SPECS` (its `DataSetSpec`s: name, modality, task, loader,
+whether it ships with the install, what path it needs) and one line in `DATA_SET_MODULES`; nothing
+outside its module asks its name (see docs/library.md, "Adding a data set").
+"""
+
+from __future__ import annotations
+
+from damcha.inputs.datasets import cifar, digits, sample_images, text
+from damcha.inputs.datasets.base import TASKS, DataError, DataSet, DataSetSpec, fixed_val_windows, windows
+
+DATA_SET_MODULES = (digits, text, cifar, sample_images)
+DATA_SETS: dict[str, DataSetSpec] = {s.name: s for module in DATA_SET_MODULES for s in module.SPECS}
+
+__all__ = ["DATA_SETS", "TASKS", "DataError", "DataSet", "DataSetSpec", "bundled", "data_set_spec",
+           "fixed_val_windows", "load_dataset", "modality_of_dataset", "register", "unregister", "windows"]
+
+
+def register(spec: DataSetSpec) -> None:
+    """Add a data set (replacing one of the same name): `load_dataset`, `train` and the app then know it."""
+    DATA_SETS[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    DATA_SETS.pop(name, None)
+
+
+def data_set_spec(name: str) -> DataSetSpec:
+    if name not in DATA_SETS:
+        raise DataError(f"unknown data set {name!r}; expected one of {', '.join(DATA_SETS)}")
+    return DATA_SETS[name]
+
+
+def bundled(name: str) -> bool:
+    """Whether the data set ships with the install (its validation samples need no file of the user's)."""
+    return name in DATA_SETS and DATA_SETS[name].bundled
+
+
+def modality_of_dataset(name: str) -> str:
+    """The modality a data set's tokens are ('tokens' for a name not registered here, e.g. an import)."""
+    return DATA_SETS[name].modality if name in DATA_SETS else "tokens"
+
+
+def load_dataset(name: str, path: str | None = None, block_size: int = 128, split_seed: int = 0) -> DataSet:
+    """A registered data set, its modality and loss unit stamped from its declaration."""
+    spec = data_set_spec(name)
+    if spec.needs_path and not path:
+        raise DataError(f"data set {name!r} needs --data-path to {spec.needs_path}")
+    data = spec.load(path, block_size, split_seed)
+    data.modality, data.unit = spec.modality, spec.unit
+    return data

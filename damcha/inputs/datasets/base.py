@@ -1,0 +1,93 @@
+"""What a data set is: model-ready tensors (`DataSet`) and its declaration (`DataSetSpec`).
+
+A DataSet holds model-ready tensors:
+  next_token: inputs (N, T) and targets (N, T) next tokens, or a long byte stream (`train_stream`,
+    `val_stream`) that `windows` cuts into training sequences;
+  classification: inputs (N, T) and targets (N,) class ids;
+  next_vector: inputs (N, T, F) and targets (N, T, F) continuous vectors.
+Everything loads from the Python install or a local path; nothing downloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from damcha.inputs.modalities import MODALITIES
+
+TASKS = ("next_token", "classification", "next_vector")
+
+
+class DataError(ValueError):
+    """A data file is missing or not in the expected format (the message names both)."""
+
+
+@dataclass
+class DataSet:
+    name: str
+    task: str  # one of TASKS
+    vocab_size: int
+    block_size: int
+    train_inputs: torch.Tensor | None = None
+    train_targets: torch.Tensor | None = None
+    val_inputs: torch.Tensor | None = None
+    val_targets: torch.Tensor | None = None
+    train_stream: torch.Tensor | None = None  # a corpus: (N,) uint8 bytes as int64
+    val_stream: torch.Tensor | None = None
+    n_classes: int = 0
+    val_labels: np.ndarray | None = None  # class of each validation sample (for per-class views)
+    split: dict = field(default_factory=dict)  # how the split was made: recorded in the run config
+    modality: str = "tokens"  # stamped from the data set's declaration by load_dataset
+    unit: str = "token"  # what one loss term is about ("bits per <unit>")
+
+    @property
+    def stream(self) -> bool:
+        """Whether the data is one long sequence cut into windows (a corpus), not fixed samples."""
+        return self.train_stream is not None
+
+
+Loader = Callable[[str | None, int, int], DataSet]  # (path, block_size, split_seed) -> DataSet
+
+
+@dataclass(frozen=True)
+class DataSetSpec:
+    """name: what `--dataset` takes. modality: the registered modality its tokens are. task: what
+    a model of it predicts. load: (path or None, block_size, split_seed) -> DataSet. bundled: it
+    ships with the install (Python, scikit-learn or this repository), so the app can offer its
+    validation samples. needs_path: what --data-path must point to ('' when none is needed).
+    demo_train: TrainConfig fields of a demo-size run (the evidence's runs)."""
+
+    name: str
+    title: str
+    modality: str
+    task: str
+    load: Loader
+    bundled: bool = False
+    needs_path: str = ""
+    demo_train: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.modality not in MODALITIES:
+            raise ValueError(f"data set {self.name}: modality {self.modality!r} is not registered")
+        if self.task not in TASKS:
+            raise ValueError(f"data set {self.name}: task {self.task!r} is none of {TASKS}")
+
+    @property
+    def unit(self) -> str:
+        return MODALITIES[self.modality].loss_unit(self.task)
+
+
+def windows(stream: torch.Tensor, block_size: int, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of block_size tokens and their next tokens, starting at `starts`."""
+    offsets = torch.arange(block_size + 1)  # (T+1,)
+    chunk = stream[starts[:, None] + offsets]  # (N, T+1)
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def fixed_val_windows(stream: torch.Tensor, block_size: int, max_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping validation windows, the same every time."""
+    n = min(max_windows, (len(stream) - 1) // block_size)
+    return windows(stream, block_size, torch.arange(n) * block_size)
