@@ -1,6 +1,7 @@
 """DAMCHA Lab: data-adaptive Mahalanobis cross-head attention, its ablations and baselines.
 
-Public API (stable names):
+Public API (stable names), each imported on first use (PEP 562), so `import damcha.model.config`
+loads the model layer only:
     ModelConfig, variant_config, variant_names          -- describe a model
     build_model, Transformer, ModelOutput               -- build and run it
     DamchaOptions, MetricMode                           -- DAMCHA's per-call options
@@ -8,31 +9,56 @@ Public API (stable names):
     mechanisms                                          -- the registry of attention mechanisms
 """
 
+from importlib import import_module
+
 from damcha.runs.workers import guard_worker
 
 guard_worker()  # before anything heavy: a worker whose command is killed while it imports dies too
 
-__version__ = "0.1.0"
 
-from damcha.analysis.inspection import InspectionRecord, identifiability_note, inspect_input  # noqa: E402
-from damcha.model import mechanisms  # noqa: E402
-from damcha.model.config import ModelConfig, variant_config  # noqa: E402
-from damcha.model.mechanisms import DamchaOptions, variant_names  # noqa: E402
-from damcha.model.mechanisms.damcha.metric import MetricMode  # noqa: E402
-from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer, build_model  # noqa: E402
+def _version() -> str:
+    """The installed distribution's version; from pyproject.toml in a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
 
-__all__ = [
-    "IGNORE_INDEX",
-    "DamchaOptions",
-    "InspectionRecord",
-    "MetricMode",
-    "ModelConfig",
-    "ModelOutput",
-    "Transformer",
-    "build_model",
-    "identifiability_note",
-    "inspect_input",
-    "mechanisms",
-    "variant_config",
-    "variant_names",
-]
+    try:
+        return version("damcha")
+    except PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        with (Path(__file__).resolve().parent.parent / "pyproject.toml").open("rb") as f:
+            return tomllib.load(f)["project"]["version"]
+
+
+__version__ = _version()
+
+_EXPORTS = {
+    "IGNORE_INDEX": "damcha.model.transformer",
+    "DamchaOptions": "damcha.model.mechanisms",
+    "InspectionRecord": "damcha.analysis.inspection",
+    "MetricMode": "damcha.model.mechanisms.damcha.metric",
+    "ModelConfig": "damcha.model.config",
+    "ModelOutput": "damcha.model.transformer",
+    "Transformer": "damcha.model.transformer",
+    "build_model": "damcha.model.transformer",
+    "identifiability_note": "damcha.analysis.inspection",
+    "inspect_input": "damcha.analysis.inspection",
+    "variant_config": "damcha.model.config",
+    "variant_names": "damcha.model.mechanisms",
+}
+__all__ = sorted([*_EXPORTS, "mechanisms"])
+
+
+def __getattr__(name: str):
+    if name == "mechanisms":
+        value = import_module("damcha.model.mechanisms")
+    elif name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'damcha' has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -5,6 +5,8 @@ those under `if TYPE_CHECKING:` (annotations only)."""
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "damcha"
 LAYERS = ("model", "inputs", "runs", "analysis", "views", "evidence")
 
@@ -60,3 +62,42 @@ def test_the_check_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from damcha.views.figures import matrix_figure\n")
     assert layer_of(imports_of(bad)[0][0]) == "views"
+
+
+def _loaded_by(statement: str) -> list[str]:
+    """The damcha modules a fresh interpreter holds after `statement`."""
+    import subprocess
+    import sys
+
+    code = f"import sys; {statement}; print('\\n'.join(sorted(m for m in sys.modules if m.startswith('damcha'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=PACKAGE.parent, check=True)
+    return out.stdout.split()
+
+
+# The package face runs the worker guard before anything else (damcha.runs.workers, standard library only).
+FACE = {"damcha", "damcha.runs", "damcha.runs.workers"}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_importing_a_layer_through_the_package_face_loads_no_layer_above_it(layer):
+    """`import damcha.<layer>...` goes through damcha/__init__.py: the face must not pull the house in."""
+    module = {"model": "damcha.model.config", "inputs": "damcha.inputs.model_inputs", "runs": "damcha.runs.train",
+              "analysis": "damcha.analysis.inspection", "views": "damcha.views.figure_sets",
+              "evidence": "damcha.evidence.runner"}[layer]
+    above = [m for m in _loaded_by(f"import {module}") if m not in FACE and layer_of(m) is not None
+             and LAYERS.index(layer_of(m)) > LAYERS.index(layer)]
+    assert not above, f"import {module} loads {above}"
+
+
+def test_the_public_names_resolve_lazily_and_all_of_them_exist():
+    import damcha
+
+    loaded = _loaded_by("import damcha")
+    assert set(loaded) <= FACE, loaded
+    for name in damcha.__all__:
+        assert getattr(damcha, name) is not None, name
+    assert "ModelConfig" in dir(damcha)
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        damcha.nonexistent  # noqa: B018
+    assert damcha.__version__ == __import__("importlib.metadata").metadata.version("damcha")

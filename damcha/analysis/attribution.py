@@ -19,10 +19,11 @@ import torch
 from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerIntegratedGradients
 
 from damcha.inputs.modalities import modality_named
+from damcha.model.batching import as_model_input
 from damcha.model.mechanisms import DamchaOptions
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.mechanisms.damcha.metric import MetricMode, as_blocks
-from damcha.model.transformer import Transformer, as_model_input, sequence_losses
+from damcha.model.transformer import Transformer, sequence_losses
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
 TARGET_NAMES = {"loss": "the loss", "off_diagonal_energy": "off-diagonal energy of M(x)",

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input, sequence_losses
+from damcha.model.batching import as_model_input
+from damcha.model.transformer import IGNORE_INDEX, Transformer, sequence_losses
 
 HEAD_KINDS = {"zero": "zero (zero-ablation)", "mean": "its mean over validation inputs (mean-ablation)",
               "patch": "its value on another input (patching)"}

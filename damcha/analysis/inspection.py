@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from damcha.inputs.modalities import Modality, loss_unit, modality_named, task_of
+from damcha.model.batching import as_model_input
 from damcha.model.mechanisms import ForwardOptions, Structure
-from damcha.model.transformer import IGNORE_INDEX, Transformer, as_model_input
+from damcha.model.transformer import IGNORE_INDEX, Transformer
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from damcha.model.batching import as_model_input
 from damcha.model.mechanisms import DamchaOptions, ForwardOptions, Intervention
 from damcha.model.mechanisms.damcha.interventions import (  # noqa: F401 — part of this module's API
     align_reference,
@@ -33,7 +34,7 @@ from damcha.model.mechanisms.damcha.interventions import (  # noqa: F401 — par
     input_metric,
     metric_interventions,
 )
-from damcha.model.transformer import Transformer, as_model_input, sequence_losses
+from damcha.model.transformer import Transformer, sequence_losses
 
 MEAN_INPUTS = 256  # validation inputs the mean metric M-bar is taken over, in the app and the figures CLI
 ALPHAS = tuple(np.round(np.linspace(0.0, 1.5, 16), 2))

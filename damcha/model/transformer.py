@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -258,10 +257,3 @@ def sequence_losses(token_loss: torch.Tensor, targets: torch.Tensor) -> torch.Te
         return token_loss  # (B,)
     known = torch.ones_like(token_loss) if targets.is_floating_point() else (targets != IGNORE_INDEX).to(token_loss.dtype)
     return (token_loss * known).sum(dim=1) / known.sum(dim=1).clamp_min(1)  # (B,)
-
-
-def as_model_input(values, cfg, device) -> torch.Tensor:
-    """One input (or its targets) as a batch of one: (1, T) token ids, or (1, T, input_dim) floats."""
-    if cfg.input_dim:
-        return torch.as_tensor(np.asarray(values), dtype=torch.float32, device=device).reshape(1, -1, cfg.input_dim)
-    return torch.as_tensor(np.asarray(values), dtype=torch.long, device=device).reshape(1, -1)

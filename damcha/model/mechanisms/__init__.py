@@ -28,7 +28,8 @@ from damcha.model.mechanisms.base import (
     attention_mask,
 )
 from damcha.model.mechanisms.colmha import ColMHA, ColMHAAuthors
-from damcha.model.mechanisms.damcha.layer import Damcha, DamchaOptions
+from damcha.model.mechanisms.damcha.layer import DamchaOptions
+from damcha.model.mechanisms.damcha.mechanism import Damcha
 from damcha.model.mechanisms.dcmha import DCMHA, DCMHAAuthors
 from damcha.model.mechanisms.diff import Differential
 from damcha.model.mechanisms.iha import InterleavedHeads

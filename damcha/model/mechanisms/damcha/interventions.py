@@ -8,13 +8,17 @@ evaluates them and builds curves and grids from them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from damcha.model.batching import as_model_input
 from damcha.model.mechanisms.base import Intervention, Param
 from damcha.model.mechanisms.damcha.layer import DamchaOptions
-from damcha.model.transformer import Transformer, as_model_input
+
+if TYPE_CHECKING:  # annotations only: the transformer imports the registry that imports this module
+    from damcha.model.transformer import Transformer
 
 
 def block_scale_matrix(H: int, zero: tuple[int, int] | None = None, keep: tuple[int, int] | None = None,

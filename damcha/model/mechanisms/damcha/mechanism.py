@@ -1,0 +1,221 @@
+"""DAMCHA as a registered mechanism: its settings, per-call choices, structures (M(x), learned part,
+residue, block norms, m_i), interventions and notes. The layer is `damcha.model.mechanisms.damcha.layer`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from damcha.model.mechanisms.base import (
+    Choice,
+    Identifiability,
+    Mechanism,
+    Setting,
+    Structure,
+    StructureKind,
+    ValueKind,
+)
+from damcha.model.mechanisms.damcha.interventions import metric_interventions
+from damcha.model.mechanisms.damcha.layer import (
+    METRIC_INPUTS,
+    METRIC_SHARINGS,
+    PROFILE_CHUNK,
+    SCORE_FORMS,
+    DamchaOptions,
+    MetricAttention,
+    metric_sources,
+    run_source,
+)
+from damcha.model.mechanisms.damcha.metric import HeadMetric, MetricMode, MetricSource, block_norms, learned_and_residue
+
+
+class Damcha(Mechanism):
+    name = "damcha"
+    title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
+    reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
+    options_type = DamchaOptions
+    option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
+                             "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
+                             "Σ_{j≠i} M_ij.", "mode"),)
+    # Fields of ModelConfig itself (every shipped run has them there), declared here like any setting.
+    declared_settings = (
+        Setting("metric_sharing", str, "shared", "one generator f for the whole stack (the paper) or one per layer",
+                METRIC_SHARINGS, flat=True),
+        Setting("metric_input", str, "adaptive", "M = f(x) from each input, or one learned M ('w/o f(x)')",
+                METRIC_INPUTS, flat=True),
+        Setting("score_form", str, "row_sum", "the paper's row sum (Eq. 4) or the full cross-head bilinear form "
+                "(an extension beyond the paper)", SCORE_FORMS, flat=True),
+        Setting("generator_widths", tuple, (64, 128), "hidden widths of f (the paper: 256,512)", minimum=1, flat=True),
+        Setting("generator_dropout", float, 0.0, "dropout inside f", minimum=0, flat=True),
+    )
+
+    def build_layer(self, config, layer_index: int) -> nn.Module:
+        return MetricAttention(config, own_metric=config.metric_sharing == "per_layer", index=layer_index)
+
+    def build_shared(self, config) -> nn.Module | None:
+        return MetricSource(config) if config.metric_sharing == "shared" else None
+
+    def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
+        return run_source(module, 0, x, real, options, stochastic)
+
+    def structures(self, model, layers: Sequence, positions: np.ndarray,
+                   options: DamchaOptions) -> list[Structure]:
+        cfg = model.config
+        H = cfg.n_head
+        sources = metric_sources(model)
+        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
+        device = next(model.parameters()).device
+        sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
+        fulls, heads_m = [], []
+        for source, hm in zip(sources, metrics):
+            head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
+            heads_m.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
+            ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
+            ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
+            fulls.append(source.full_metric(ctx))  # (P, D, D)
+        M = torch.stack(fulls)  # (L_m, P, D, D)
+        learned, residue = learned_and_residue(M, H)  # (L_m, P, D, D) each
+        row_sum = cfg.score_form == "row_sum"
+        axes = ("layer", "position", "row", "col")
+        heads = {"head_q": [f"head {i + 1}" for i in range(H)], "head_k": [f"head {j + 1}" for j in range(H)]}
+        if row_sum:  # head i scores its own slice with m_i = Σ_j M_ij: a block's columns are no other head's keys
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: coordinate within the block "
+                                                                              "(summed over j into m_i)"}
+            norm_titles = {"head_q": "block row i (head i's metric m_i)", "head_k": "block column j (a term of m_i)"}
+        else:
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: head j's key coordinates"}
+            norm_titles = {"head_q": "query head i", "head_k": "key head j"}
+        part = Identifiability.PARTLY if row_sum else Identifiability.LEARNED
+        learned_title = "learned (m_i / H)" if row_sum else "row mean (m_i / H)"
+        residue_title = "residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)"
+        residue_name = "the residue" if row_sum else "the deviation from the row mean"
+        mode = MetricMode(options.metric_mode)
+        # What head i scores with under the mode: the row sum m_i is learned; a single block M_ii or the
+        # off-diagonal sum is m_i / H (or (H−1)/H · m_i) plus the residue's diagonal block, partly unidentifiable.
+        mode_part = Identifiability.PARTLY if row_sum and mode is not MetricMode.FULL else Identifiability.LEARNED
+        mode_note = ("" if mode_part is Identifiability.LEARNED else
+                     f" Under the '{mode.value}' mode head i scores with a multiple of m_i plus a multiple of the "
+                     "residue's diagonal block R_ii, which the row sum never trains: partly unidentifiable.")
+        unchanged = ("" if mode is MetricMode.FULL else
+                     f" The '{mode.value}' metric mode does not change M(x) itself, only which of its blocks each head "
+                     "sums (see the per-head metrics).")
+        grid = dict(axis_titles=grid_titles, unit="value")
+        norms = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
+        block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
+                         "say how the metric happens to be split, not what head i reads of head j."
+                         if row_sum else "Under the bilinear form block M_ij scores head i's queries against head j's "
+                         "keys: its norm is how strongly head i reads head j.")
+        return [
+            Structure("metric", "M(x)", _np(M), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "The full D×D metric at this input, H×H head blocks outlined; block row i is head i's."
+                      + (" Under the row sum head i uses only Σ_j M_ij: see the learned part and the residue."
+                         if row_sum else "") + unchanged, part, **grid),
+            Structure("metric_learned", learned_title, _np(learned), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "Each block replaced by the mean of its block row, m_i / H: all the row sum can see.",
+                      Identifiability.LEARNED, **grid),
+            Structure("metric_residue", residue_title, _np(residue), axes, StructureKind.HEAD_GRID_MATRIX,
+                      "M minus the learned part: zero mean along each block row."
+                      + (" It receives no gradient of its own under the row sum." if row_sum else ""),
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **grid),
+            Structure("block_norms_learned", f"Block norms of the {'learned part' if row_sum else 'row mean'} ‖m_i / H‖",
+                      _np(block_norms(learned, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
+                      "Frobenius norm of each block of the learned part: the same along a block row (every block of "
+                      "row i is m_i / H). " + block_meaning, Identifiability.LEARNED, **norms),
+            Structure("block_norms_residue", f"Block norms of {residue_name}", _np(block_norms(residue, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
+                      f"Frobenius norm of each block of {residue_name} (M minus the row means). " + block_meaning,
+                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **norms),
+            Structure("head_metrics", "Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
+                      _np(torch.stack(heads_m)), ("layer", "position", "head", "d", "d_key" if row_sum else "D"),
+                      StructureKind.PER_HEAD_FORMS,
+                      f"What each head scores with under the '{options.metric_mode}' metric mode." + mode_note,
+                      mode_part, labels={"head": [f"m_{i + 1}" for i in range(H)]},
+                      axis_titles={"d": "query coordinate of head i's slice",
+                                   "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
+                      unit="value"),
+        ]
+
+    def metric(self, config) -> str:
+        return config.metric_input
+
+    def single_layer(self, config):
+
+        return dataclasses.replace(config, metric_sharing="per_layer")  # alone, a layer owns its generator
+
+    def interventions(self, config) -> list:
+        return metric_interventions(config)
+
+    def inference_bytes(self, config, T: int) -> int:
+        if config.metric_sharing != "shared" or config.metric_input == "static":
+            return 0  # per-layer metrics are streamed in chunks at inference; a static one is one matrix
+        P = T if config.causal else 1
+        width = config.n_embd if config.score_form == "bilinear" else config.head_dim
+        return P * config.n_embd * width * 4  # (P, H, d, d|D) float32
+
+    def sequence_profile(self, model, layers: Sequence, options: DamchaOptions, progress=None,
+                         chunk: int | None = None) -> list[Structure]:
+        cfg = model.config
+        chunk = chunk or PROFILE_CHUNK
+        if not cfg.causal or cfg.metric_input == "static":
+            return []  # one metric for the whole input: the structures themselves are the profile
+        H = cfg.n_head
+        sources = metric_sources(model)
+        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
+        norms, shares = [], []
+        steps = sum(-(-hm.context.shape[1] // chunk) for hm in metrics)
+        done = 0
+        for source, hm in zip(sources, metrics):
+            norms.append(hm.head[0].flatten(-2).norm(dim=-1))  # (T, H)
+            ctx = hm.context[0]  # (T, D)
+            rows = []
+            for s in range(0, ctx.shape[0], chunk):
+                M = source.full_metric(ctx[s:s + chunk])  # (c, D, D): the only per-position matrices, one chunk at a time
+                total = M.pow(2).sum(dim=(-2, -1)).clamp_min(1e-30)  # (c,)
+                residue = learned_and_residue(M, H)[1].pow(2).sum(dim=(-2, -1))  # (c,)
+                blocks = block_norms(M, H).pow(2)  # (c, H, H)
+                off = blocks.sum(dim=(-2, -1)) - blocks.diagonal(dim1=-2, dim2=-1).sum(-1)  # (c,)
+                rows.append(torch.stack([residue / total, off / total], dim=-1))  # (c, 2)
+                done += 1
+                if progress:
+                    progress(done, steps)
+            shares.append(torch.cat(rows))  # (T, 2)
+        heads = {"head": [f"head {i + 1}" for i in range(H)]}
+        unidentifiable = "unidentifiable part" if cfg.score_form == "row_sum" else "deviation from the row mean"
+        return [
+            Structure("head_metric_norms", "‖m_i(c_t)‖ along the input", _np(torch.stack(norms)), ("layer", "token", "head"),
+                      StructureKind.MATRIX, "Frobenius norm of each head's metric at every query position.",
+                      Identifiability.LEARNED, heads, value_kind=ValueKind.MAGNITUDE, unit="‖m_i‖_F"),
+            Structure("metric_shares", "Shares of ‖M(c_t)‖² along the input", _np(torch.stack(shares)),
+                      ("layer", "token", "share"), StructureKind.MATRIX,
+                      f"At every query position: the residue's share ({unidentifiable}) and the off-diagonal blocks' "
+                      f"share of the metric's energy. The block count alone puts (H−1)/H = {(H - 1) / H:.2f} of the "
+                      "learned part's energy off the diagonal.", Identifiability.PARTLY,
+                      {"share": ["residue", "off-diagonal blocks"]}, value_kind=ValueKind.PROBABILITY, unit="share"),
+        ]
+
+    def settings(self, config) -> dict:
+        return {"metric": config.metric_input, "sharing": config.metric_sharing, "score form": config.score_form,
+                "generator widths": list(config.generator_widths)}
+
+    def identifiability_note(self, config) -> str:
+        if config.score_form == "row_sum":
+            return ("Row-sum form (paper Eq. 4): every block of row i reaches the loss only through "
+                    "m_i = sum_j M_ij, so only the learned part (each block = m_i / H) is identifiable; "
+                    "the residue (zero row mean) is a fixed random read-out of the generator's "
+                    "features set at initialisation, and the diagonal/off-diagonal split it creates "
+                    "is not learned.")
+        return ("Bilinear form (an extension beyond the paper): each block M_ij scores head i's "
+                "queries against head j's keys, so every block, and the diagonal/off-diagonal "
+                "split, is learned.")
+
+    def notes(self, config) -> list[str]:
+        return [self.identifiability_note(config)]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()
