@@ -86,3 +86,27 @@ def test_without_tensorboard_the_cli_says_what_to_install(tmp_path, monkeypatch,
                  "--log-dir", str(tmp_path / "tb")]) == 2
     assert "pip install 'damcha[tensorboard]'" in capsys.readouterr().err
     assert not (tmp_path / "run").exists() and not (tmp_path / "tb").exists()  # refused before anything was written
+
+
+def test_a_logged_image_is_coloured_by_the_apps_own_scale():
+    """The signed extremes and zero take the ends and the middle of the app's diverging scale; a
+    non-negative structure's maximum takes the top of its sequential scale."""
+    from plotly.colors import get_colorscale, sample_colorscale
+
+    from damcha.model.mechanisms import Identifiability, Structure, StructureKind, ValueKind
+    from damcha.views.figures import DIVERGING, SEQUENTIAL
+
+    def rgb(scale, at):
+        return np.rint(np.asarray(sample_colorscale(get_colorscale(scale), [at], colortype="tuple")[0]) * 255)
+
+    signed = Structure("s", "S", np.array([[[-2.0, 0.0, 2.0]]]), ("layer", "row", "col"), StructureKind.MATRIX, "",
+                       Identifiability.LEARNED, value_kind=ValueKind.SIGNED)
+    img = structure_image(signed, {"layer": 0})
+    k = img.shape[1] // 3
+    for j, at in enumerate((0.0, 0.5, 1.0)):
+        np.testing.assert_allclose(img[0, j * k], rgb(DIVERGING, at), atol=1)
+    magnitude = Structure("m", "M", np.array([[[0.0, 3.0]]]), ("layer", "row", "col"), StructureKind.MATRIX, "",
+                          Identifiability.LEARNED, value_kind=ValueKind.MAGNITUDE)
+    img = structure_image(magnitude, {"layer": 0})
+    np.testing.assert_allclose(img[0, -1], rgb(SEQUENTIAL, 1.0), atol=1)
+    np.testing.assert_allclose(img[0, 0], rgb(SEQUENTIAL, 0.0), atol=1)

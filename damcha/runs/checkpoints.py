@@ -55,10 +55,22 @@ def atomic_path(path: Path) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; runs are shared and shipped
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # the content is on disk before its name is: a power cut leaves the old file or the new
         os.replace(tmp, path)
+        fsync_folder(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (the folder's entry, not only the file's content)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

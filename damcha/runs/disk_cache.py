@@ -3,7 +3,10 @@ computed once per snapshot, shared by every session and every restart of the app
 
 The key of an entry is a SHA-256 over what was computed, its settings and the hashes of the
 snapshot files; a retrained snapshot has another hash, so nothing stale is ever read. Entries are
-JSON, written atomically. $DAMCHA_CACHE names the folder (default ~/.cache/damcha-lab).
+JSON, written atomically. $DAMCHA_CACHE names the folder (default: the user's cache folder, as
+platformdirs knows it: ~/.cache/damcha-lab on Linux). The folder is kept under
+$DAMCHA_CACHE_MB megabytes (default 512): after a write that passes it, the least recently used
+entries (a read counts as a use) are removed until it holds 90% of it.
 """
 
 from __future__ import annotations
@@ -14,30 +17,27 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from damcha.runs.checkpoints import Run, write_text_atomic
+from platformdirs import user_cache_dir
 
-_FILE_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: each file read once
+from damcha.runs.checkpoints import Run, write_text_atomic
+from damcha.runs.files import file_sha256
+
+DEFAULT_CACHE_MB = 512
 
 
 def cache_folder() -> Path:
-    return Path(os.environ.get("DAMCHA_CACHE") or Path.home() / ".cache" / "damcha-lab")
+    return Path(os.environ.get("DAMCHA_CACHE") or user_cache_dir("damcha-lab", appauthor=False))
 
 
-def file_hash(path: Path) -> str:
-    """SHA-256 of a file's content (remembered while its size and modification time stay the same)."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _FILE_HASHES:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _FILE_HASHES[key] = h.hexdigest()
-    return _FILE_HASHES[key]
+def cache_limit_bytes() -> int:
+    try:
+        return max(1, int(float(os.environ.get("DAMCHA_CACHE_MB") or DEFAULT_CACHE_MB) * 2**20))
+    except ValueError:
+        return DEFAULT_CACHE_MB * 2**20
 
 
 def snapshot_hash(run: Run, epoch: int) -> str:
-    return file_hash(run.snapshot_path(epoch))
+    return file_sha256(run.snapshot_path(epoch))
 
 
 def entry_key(kind: str, settings: dict, snapshots: list[tuple[Run, int]]) -> str:
@@ -50,16 +50,45 @@ def cached(kind: str, settings: dict, snapshots: list[tuple[Run, int]], compute:
     these snapshots' contents exists; else computed and stored."""
     path = cache_folder() / kind / f"{entry_key(kind, settings, snapshots)}.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
+        os.utime(path)  # used now: the last to be pruned
+        return value
     except (OSError, ValueError):
         pass  # absent, or unreadable (a torn or foreign file): computed again and rewritten
     value = compute()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(value))
+        prune(cache_folder(), cache_limit_bytes())
     except OSError:
         pass  # a read-only or full disk: the result is still returned, only not kept
     return value
+
+
+def prune(folder: Path, limit: int) -> list[Path]:
+    """Remove the least recently used entries of the cache folder while it holds more than `limit`
+    bytes, down to 90% of it. Returns what was removed."""
+    entries = []
+    for path in folder.glob("*/*.json"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # removed by another process meanwhile
+        entries.append((st.st_mtime_ns, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    removed = []
+    if total <= limit:
+        return removed
+    for _, size, path in sorted(entries):
+        if total <= 0.9 * limit:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed.append(path)
+    return removed
 
 
 def is_cached(kind: str, settings: dict, snapshots: list[tuple[Run, int]]) -> bool:

@@ -10,6 +10,8 @@ whose message names the file and what was wrong with it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import stat
@@ -126,3 +128,16 @@ def _os_reason(e: BaseException) -> str:
     if isinstance(e, RuntimeError) or getattr(e, "errno", None) == 40:  # ELOOP
         return "a symlink loop"
     return getattr(e, "strerror", None) or type(e).__name__
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's content, remembered while its size and modification time stay the same
+    (snapshot keys of the disk cache, provenance of exports: each file is read once)."""
+    st = Path(path).stat()
+    return _sha256_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import copy
 import datetime as _dt
-import functools
 import hashlib
 import io
 import json
@@ -24,6 +23,7 @@ import plotly.graph_objects as go
 
 from damcha import __version__
 from damcha.runs.checkpoints import atomic_path
+from damcha.runs.files import file_sha256
 
 STATIC_FORMATS = ("png", "svg", "pdf")
 ALL_FORMATS = (*STATIC_FORMATS, "html", "csv", "npz")
@@ -191,18 +191,6 @@ def data_npz(data: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez_compressed(buf, **{k: np.asarray(v) for k, v in data.items()})
     return buf.getvalue()
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file, remembered per (path, size, mtime) so repeated provenance is free."""
-    st = Path(path).stat()
-    return _sha256_cached(str(path), st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=256)
-def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 COUNTED_FROM_ONE = ("layer", "attn_layer", "head")  # figure parameters people count from 1, as the app shows them

@@ -10,6 +10,7 @@ TensorBoard is an optional extra (`pip install damcha[tensorboard]`): only this 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +20,22 @@ from damcha.analysis.inspection import inspect_input
 from damcha.inputs.datasets import DataSet, windows
 from damcha.model.mechanisms import Structure
 from damcha.model.transformer import Transformer
+from damcha.views.figures import colour_scale
 
 EMBEDDED_INPUTS = 32
 MIN_IMAGE_SIDE = 128  # small matrices are enlarged (each entry a block of pixels) to be seen in TensorBoard
 MAX_IMAGE_SIDE = 2048
 
-# Diverging blue-white-red for signed values, a dark-to-yellow ramp (viridis' ends) for the others.
-_DIVERGING = np.array([[33, 102, 172], [247, 247, 247], [178, 24, 43]], dtype=float)
-_SEQUENTIAL = np.array([[68, 1, 84], [33, 145, 140], [253, 231, 37]], dtype=float)
+LEVELS = 256  # colours sampled from a scale
+
+
+@functools.lru_cache(maxsize=8)
+def colour_table(colorscale: str) -> np.ndarray:
+    """(LEVELS, 3) RGB of one of the app's plotly colour scales, sampled evenly from 0 to 1."""
+    from plotly.colors import get_colorscale, sample_colorscale
+
+    rgb = sample_colorscale(get_colorscale(colorscale), list(np.linspace(0, 1, LEVELS)), colortype="tuple")
+    return np.asarray(rgb, dtype=float) * 255
 
 
 def summary_writer_type():
@@ -54,22 +63,14 @@ def structure_image(s: Structure, index: dict) -> np.ndarray:
     structure with more than two drawn axes (one matrix per head, …) side by side, a column apart."""
     a = np.asarray(s.at(**index), dtype=float)
     panels = a.reshape(-1, *a.shape[-2:])  # (P, r, c)
-    finite = panels[np.isfinite(panels)]
-    if s.value_kind.non_negative:
-        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-        ramp, scaled = _SEQUENTIAL, np.clip(panels / top, 0, 1)
-    else:
-        lim = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
-        ramp, scaled = _DIVERGING, np.clip(panels / lim * 0.5 + 0.5, 0, 1)
-    scaled = np.nan_to_num(scaled, nan=0.5)
+    scale = colour_scale(str(s.value_kind), np.nan_to_num(panels))  # the app's scale and range for this value kind
+    lo, hi = scale["zmin"], scale["zmax"]
+    scaled = np.nan_to_num(np.clip((panels - lo) / ((hi - lo) or 1.0), 0, 1), nan=0.5)
     P, r, c = scaled.shape
     canvas = np.full((r, P * (c + 1) - 1), np.nan)
     for i in range(P):
         canvas[:, i * (c + 1): i * (c + 1) + c] = scaled[i]
-    pos = np.nan_to_num(canvas, nan=0.0) * (len(ramp) - 1)
-    lo = np.clip(np.floor(pos).astype(int), 0, len(ramp) - 2)
-    frac = (pos - lo)[..., None]
-    rgb = ramp[lo] * (1 - frac) + ramp[lo + 1] * frac
+    rgb = colour_table(scale["colorscale"])[np.rint(np.nan_to_num(canvas) * (LEVELS - 1)).astype(int)]  # (r, W, 3)
     rgb[np.isnan(canvas)] = 255.0  # the gaps between panels
     side = min(canvas.shape)
     k = max(1, min(-(-MIN_IMAGE_SIDE // side), MAX_IMAGE_SIDE // max(canvas.shape)))
