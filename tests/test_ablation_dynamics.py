@@ -12,7 +12,7 @@ from damcha.analysis.dynamics import generator_weight_drift, metric_statistics, 
 from damcha.model.mechanisms.mha import qk_forms
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.train import TrainConfig, train
-from tests.conftest import opts, tiny_model
+from tests.support.models import opts, tiny_model
 
 
 def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tmp_path):
@@ -60,12 +60,12 @@ def test_statistics_on_known_matrices():
 
 
 def test_weight_drift_separates_row_sum_from_bilinear():
-    from tests.test_identifiability import _train
+    from tests.support.models import train_copy_task
 
     for variant, frozen in [("damcha", True), ("damcha-bilinear", False)]:
         m0 = tiny_model(variant, True)
         m1 = tiny_model(variant, True)
-        _train(m1, steps=40)
+        train_copy_task(m1, steps=40)
         drift = generator_weight_drift([m0, m1])
         assert drift["row_mean"][1] > 1e-3
         assert (drift["residual"][1] < 1e-12) == frozen

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from damcha.runs.checkpoints import list_runs
-from tests.images import handwritten_digit
+from tests.support.images import handwritten_digit
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")

@@ -101,3 +101,13 @@ def test_the_public_names_resolve_lazily_and_all_of_them_exist():
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         damcha.nonexistent  # noqa: B018
     assert damcha.__version__ == __import__("importlib.metadata").metadata.version("damcha")
+
+
+def test_the_design_document_names_every_module():
+    """docs/design.md's layout is where a new maintainer finds their room: every module of the package
+    and of the app is in it, by its file name."""
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    modules = [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "app").glob("*.py")]
+    missing = [str(p.relative_to(PACKAGE.parent)) for p in sorted(modules)
+               if p.name != "__init__.py" and p.name not in design and p.stem not in design]
+    assert not missing, f"docs/design.md does not name: {missing}"

@@ -8,7 +8,7 @@ import torch
 
 from damcha.analysis.attribution import has_hooks, metric_contributions, token_attributions
 from damcha.model.mechanisms.damcha.layer import metric_sources
-from tests.conftest import tiny_model
+from tests.support.models import tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,96 +2,11 @@
 wait for the figures, check no exception box, save screenshots under test-artifacts/."""
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
-import pytest
-
-from tests.images import handwritten_digit
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
-def require_chromium():
-    if CHROMIUM:
-        return CHROMIUM
-    if os.environ.get("CI"):
-        pytest.fail("CI must run the browser tests: install Debian's chromium package (.ci/run does)")
-    print("skipping browser test: no chromium on PATH (apt-get install chromium)")
-    pytest.skip("no system Chromium (apt-get install chromium); browser tests run in CI")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_healthy(url: str, seconds: float = 60) -> None:
-    """Wait for a Streamlit server's health endpoint to answer ok (a test failure after `seconds`)."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"the streamlit server at {url} did not answer within {seconds:g} s")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The app as a user starts it, from another folder than the repository, with no settings on the
-    command line but the port: the safe ones (loopback, 5 MB uploads) must hold by themselves."""
-    require_chromium()
-    port = _free_port()
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "streamlit-server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app"), "--server.port", str(port)],
-        cwd=tmp_path_factory.mktemp("elsewhere"), stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_healthy(url)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def page():
-    from playwright.sync_api import sync_playwright
-
-    exe = require_chromium()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 2400})
-        yield pg
-        browser.close()
-
-
-def _wait_for_figures(pg, n: int, timeout_s: float = 90) -> int:
-    deadline = time.time() + timeout_s
-    count = 0
-    while time.time() < deadline:
-        count = pg.locator(".js-plotly-plot").count()
-        running = pg.locator("[data-testid='stStatusWidget']").count()
-        if count >= n and not running:
-            return count
-        pg.wait_for_timeout(500)
-    return count
+from tests.support.browser import ARTIFACTS, ROOT, wait_for_figures
+from tests.support.images import handwritten_digit
 
 
 def _upload(page, url: str, source: str, path) -> None:
@@ -128,7 +43,7 @@ def test_inspector_with_an_uploaded_digit_photo(server, page, tmp_path):
     photo = tmp_path / "digit-photo.jpg"
     photo.write_bytes(handwritten_digit("0", fmt="JPEG"))
     _upload(page, f"{server}/inspector?run=digits-damcha", "Upload an image", photo)
-    assert _wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 3) >= 3
     page.get_by_text("image digit-photo.jpg").wait_for(timeout=60_000)
     page.get_by_role("tab", name="Decomposition").click()
     page.wait_for_timeout(1500)
@@ -142,7 +57,7 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
                     "depend on the input itself, through a metric computed from the context.\n", encoding="utf-8")
     _upload(page, f"{server}/inspector?run=text-damcha", "Upload a text file", text)
     page.get_by_text("file paragraph.txt").wait_for(timeout=60_000)
-    assert _wait_for_figures(page, 2) >= 2
+    assert wait_for_figures(page, 2) >= 2
     page.get_by_role("tab", name="Attention", exact=True).click()
     page.wait_for_timeout(1500)
     assert page.locator(".stException").count() == 0
@@ -158,9 +73,9 @@ def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
     Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)
     _upload(page, f"{server}/inspector?run=images-damcha&position=30", "Upload a colour photo", photo)
     page.get_by_text("photo holiday.jpg").wait_for(timeout=60_000)
-    assert _wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 3) >= 3
     page.get_by_role("tab", name="Loss & prediction").click()
-    assert _wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 3) >= 3
     page.get_by_text("Completion from the top half").first.wait_for(timeout=60_000)
     assert page.locator(".stException").count() == 0
     page.screenshot(path=str(ARTIFACTS / "inspector-colour-photo.png"), full_page=True)
@@ -168,7 +83,7 @@ def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
 
 def test_export_a_pdf_and_the_zip_from_the_app(server, page, tmp_path):
     page.goto(f"{server}/inspector?run=digits-damcha&sample=4")
-    assert _wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 3) >= 3
     page.get_by_role("button", name="Export", exact=True).first.click()
     with page.expect_download(timeout=60_000) as dl:
         page.get_by_role("button", name="PDF", exact=True).first.click()
@@ -211,7 +126,7 @@ def test_server_keeps_answering_under_a_bounded_load(server, page):
         runs = ["digits-damcha", "text-damcha", "digits-mha", "digits-cls-damcha", "digits-damcha-unshared", "text-mha"]
         for pg, run in zip(pages, runs):
             pg.goto(f"{server}/inspector?run={run}", wait_until="commit")
-        counts = [_wait_for_figures(pg, 2, timeout_s=120) for pg in pages]
+        counts = [wait_for_figures(pg, 2, timeout_s=120) for pg in pages]
         errors = [pg.locator(".stException").count() for pg in pages]
         for pg in pages:
             pg.close()

@@ -4,7 +4,7 @@ in the Inspector). Screenshots go to test-artifacts/."""
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, _wait_for_figures, page, server  # noqa: F401 — the fixtures
+from tests.support.browser import ARTIFACTS, wait_for_figures
 
 pytestmark = pytest.mark.usefixtures("server")
 
@@ -12,13 +12,13 @@ pytestmark = pytest.mark.usefixtures("server")
 @pytest.mark.parametrize("run", ["digits-damcha", "text-damcha", "images-damcha"])
 def test_compare_mechanisms_draws_every_run_of_the_data_set(server, page, run):  # noqa: F811
     from damcha.runs.checkpoints import list_runs
-    from tests.test_browser import ROOT
+    from tests.support.browser import ROOT
 
     runs = list_runs(ROOT / "checkpoints")[0]
     dataset = next(r.dataset for r in runs if r.name == run)
     siblings = [r.name for r in runs if r.dataset == dataset]
     page.goto(f"{server}/compare?run={run}&source=Validation+sample")
-    assert _wait_for_figures(page, 2, timeout_s=180) >= 2  # side by side, and one panel on its own
+    assert wait_for_figures(page, 2, timeout_s=180) >= 2  # side by side, and one panel on its own
     assert page.locator(".stException").count() == 0
     titles = page.eval_on_selector_all(".js-plotly-plot .annotation-text", "els => els.map(e => e.textContent)")
     for name in siblings:  # a row of panels per run, named by its run
@@ -29,7 +29,7 @@ def test_compare_mechanisms_draws_every_run_of_the_data_set(server, page, run): 
 
 def test_the_attention_as_text_answers_the_pointer(server, page):  # noqa: F811
     page.goto(f"{server}/inspector?run=text-damcha&source=Validation+sample")
-    assert _wait_for_figures(page, 2) >= 2
+    assert wait_for_figures(page, 2) >= 2
     page.get_by_role("tab", name="Attention as text").click()
     view = page.frame_locator("iframe[title='st.iframe']").first
     view.locator(".tok").nth(30).hover()

@@ -2,58 +2,17 @@
 re-computed from its parameters with plain loops written here, plus the identities that tie them
 to MHA, causality, padding invariance and gradients."""
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from damcha import ModelConfig, build_model, inspect_input, variant_config
+from damcha import build_model, inspect_input
 from damcha.model.mechanisms import ForwardOptions, attention_mask
+from tests.support.layers import D, H, allowed, config, d, lin, mha_twin, perturbed, softmax_rows
 
 COMPARISON = ("tha", "tha-identity", "dcmha", "dcmha-authors", "colmha", "colmha-authors")
-H, D, d = 4, 16, 4
-
-
-def config(variant, causal=True, **kw):
-    base = ModelConfig(vocab_size=11, block_size=12, n_layer=2, n_head=H, n_embd=D, causal=causal,
-                       n_classes=0 if causal else 5)
-    return dataclasses.replace(variant_config(base, variant), **kw)
-
-
-def perturbed(model, seed=1, scale=0.3):
-    """Move every parameter off its initial value, so zero-initialised parts (DCMHA's w2, dd) matter; in
-    evaluation mode, so its forward is deterministic (no dropout, no MoA gating noise)."""
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for p in model.parameters():
-            p.add_(scale * torch.randn_like(p))
-    return model.eval()
-
-
-def allowed(real, causal, T):
-    """allowed[b, t, s] as attention_mask defines it (a query that sees nothing sees itself)."""
-    a = np.zeros((len(real), T, T), dtype=bool)
-    for b in range(len(real)):
-        for t in range(T):
-            for s in range(T):
-                a[b, t, s] = real[b][s] and (s <= t or not causal)
-            if not a[b, t].any():
-                a[b, t, t] = True
-    return a
-
-
-def softmax_rows(z, ok):
-    z = np.where(ok, z, -np.inf)
-    z = z - z.max()
-    e = np.exp(z)
-    return e / e.sum()
-
-
-def lin(layer, x):
-    w = layer.weight.detach().numpy()
-    return x @ w.T + (layer.bias.detach().numpy() if layer.bias is not None else 0)
 
 
 def reference(attn, variant, x, real, causal):
@@ -163,17 +122,8 @@ def test_padding_changes_nothing_for_real_tokens(variant, causal):
     assert torch.allclose(plain, more[:, :7] if causal else more, atol=1e-10)
 
 
-def _mha_twin(variant, causal=True, seed=0, **kw):
-    """A model of `variant` and an MHA model with the same embeddings, MLPs and projections."""
-    model = build_model(config(variant, causal, **kw), seed=seed).double()
-    mha = build_model(config("mha", causal), seed=seed + 7).double()
-    state = {k: v for k, v in model.state_dict().items() if k in mha.state_dict()}
-    missing = set(mha.state_dict()) - set(state)
-    return model, mha, state, missing
-
-
 def test_tha_with_identity_mixing_is_mha():
-    model, mha, state, missing = _mha_twin("tha-identity")
+    model, mha, state, missing = mha_twin("tha-identity")
     assert not missing
     mha.load_state_dict(state)
     tokens = torch.randint(0, 11, (2, 9))
@@ -182,7 +132,7 @@ def test_tha_with_identity_mixing_is_mha():
 
 
 def test_dcmha_at_initialisation_is_mha_and_can_leave_it():
-    model, mha, state, missing = _mha_twin("dcmha")
+    model, mha, state, missing = mha_twin("dcmha")
     assert not missing
     mha.load_state_dict(state)
     tokens = torch.randint(0, 11, (2, 9))
@@ -217,7 +167,7 @@ def test_dcmha_fused_path_gives_the_definitions_values_and_gradients(causal):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_colmha_concatenate_equals_mha_with_matching_weights(causal):
-    model, mha, _, _ = _mha_twin("colmha", causal)
+    model, mha, _, _ = mha_twin("colmha", causal)
     perturbed(mha)
     shared = {k: v for k, v in mha.state_dict().items() if k in model.state_dict()}
     model.load_state_dict({**model.state_dict(), **shared})

@@ -13,8 +13,8 @@ from damcha.analysis import interventions as iv
 from damcha.analysis.data_table import structure_summaries, validation_table
 from damcha.analysis.inspection import inspect_input
 from damcha.model.mechanisms import get_mechanism
-from tests.conftest import ALL_VARIANTS, tiny_model
-from tests.test_comparison_mechanisms import perturbed
+from tests.support.layers import perturbed
+from tests.support.models import ALL_VARIANTS, tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

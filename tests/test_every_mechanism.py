@@ -16,20 +16,22 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from app.cache import cached_runs
+from app.navigation import PAGES as NAVIGATION
 from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
 from damcha.inputs.model_inputs import validation_input
 from damcha.model.mechanisms import StructureKind
-from damcha.runs.checkpoints import list_runs, load_model
+from damcha.runs.checkpoints import list_runs, load_model, load_run
 from damcha.runs.train import TrainConfig, train
 from damcha.views.export import data_csv, figure_data, read_data_csv
 from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
-from tests.toy_mechanism import TOY_VARIANT, Tied
+from tests.support.toy_mechanism import TOY_VARIANT, Tied
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")
-PAGES = sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+PAGES = [entry.path.stem for entry in NAVIGATION]  # the app's menu, as the app builds it
 # Pages that show the sidebar's run (the others, the evidence, read no run and have tests of their own).
-RUN_PAGES = [p for p in PAGES if any(w in (ROOT / "pages" / f"{p}.py").read_text() for w in ("selected_run(", '"selection"'))]
+RUN_PAGES = [e.path.stem for e in NAVIGATION if any(w in e.path.read_text() for w in ("selected_run(", '"selection"'))]
 BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16,))
 TASKS = ("digits", "digits-cls")
 
@@ -47,31 +49,38 @@ def toy_registered():
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory, toy_registered) -> Path:
-    """One tiny run per (variant, task) that the variant can build, named '<task>-<variant>'."""
-    folder = tmp_path_factory.mktemp("every-mechanism")
-    for task in TASKS:
-        for variant in VARIANTS:
-            tcfg = TrainConfig(dataset=task, epochs=1, train_limit=64, batch_size=32, completion_images=4,
-                               completion_samples=1, device="cpu")
-            try:
-                train(variant_config(BASE, variant), tcfg, folder / f"{task}-{variant}", progress=False)
-            except ValueError as e:  # a mechanism that refuses this task says so by name
-                assert variant in str(e) or "invalid model config" in str(e), e
-    return folder
+    """The folder of this module's runs: each (task, variant) is trained there the first time a test
+    asks for it (`trained`), so `-k tha` trains THA's runs only."""
+    return tmp_path_factory.mktemp("every-mechanism")
 
 
-@pytest.fixture(scope="module")
-def runs(root) -> dict:
-    found, bad = list_runs(root)
-    assert not bad, bad
-    return {r.name: r for r in found}
-
-
-def _case(runs, task, variant):
-    name = f"{task}-{variant}"
-    if name not in runs:
+def trained(root: Path, task: str, variant: str):
+    """The tiny run '<task>-<variant>', trained on first use and kept in `root` for the module's other
+    tests; a skip when the variant builds no model of that task (it says so by name)."""
+    folder = root / f"{task}-{variant}"
+    if not (folder / "config.json").is_file() and not (root / f".{task}-{variant}.refused").exists():
+        tcfg = TrainConfig(dataset=task, epochs=1, train_limit=64, batch_size=32, completion_images=4,
+                           completion_samples=1, device="cpu")
+        try:
+            train(variant_config(BASE, variant), tcfg, folder, progress=False)
+        except ValueError as e:  # a mechanism that refuses this task says so by name
+            assert variant in str(e) or "invalid model config" in str(e), e
+            (root / f".{task}-{variant}.refused").write_text(str(e))
+        cached_runs.clear()  # the app lists a folder once a minute; this one just gained a run
+    if not (folder / "config.json").is_file():
         pytest.skip(f"{variant} builds no {task} model")
-    return runs[name]
+    return load_run(folder)
+
+
+def all_trained(root: Path, task: str) -> dict:
+    """Every variant's run of a task that builds one (trained where not yet)."""
+    runs = {}
+    for variant in VARIANTS:
+        try:
+            runs[f"{task}-{variant}"] = trained(root, task, variant)
+        except pytest.skip.Exception:
+            continue
+    return runs
 
 
 def page_app(root: Path, run: str, page: str, compare_with: list[str] | None = None, **params) -> AppTest:
@@ -112,9 +121,9 @@ def record_of(run, epoch=None):
     return inp, inspect_input(load_model(run, epoch), inp.tokens, inp.targets)
 
 
-def test_the_registry_walk_covers_the_toy_and_every_variant(runs):
+def test_the_registry_walk_covers_the_toy_and_every_variant():
     assert TOY_VARIANT.name in VARIANTS and {"damcha", "mha"} <= set(VARIANTS)
-    assert {f"digits-{v}" for v in VARIANTS} <= set(runs)
+    assert VARIANTS == mechanisms.variant_names()  # the registry itself, not a copy of it
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -132,8 +141,8 @@ def test_parameter_counts_equal_the_parameters_built(variant, task):
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_page_renders_for_every_variant(runs, root, variant, task):
-    run = _case(runs, task, variant)
+def test_every_page_renders_for_every_variant(root, variant, task):
+    run = trained(root, task, variant)
     for page in RUN_PAGES:
         at = page_app(root, run.name, page)
         assert not at.exception, (page, [e.value for e in at.exception])
@@ -147,8 +156,8 @@ def _axis_titles(fig: dict) -> tuple[str, str]:
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_inspector_draws_each_structure_with_its_own_labels(runs, root, variant, task):
-    run = _case(runs, task, variant)
+def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task):
+    run = trained(root, task, variant)
     _, record = record_of(run)
     at = page_app(root, run.name, "inspector")
     assert not at.exception
@@ -180,8 +189,8 @@ def test_inspector_draws_each_structure_with_its_own_labels(runs, root, variant,
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_dynamics_difference_and_comparison_equal_the_records(runs, root, variant):
-    run = _case(runs, "digits", variant)
+def test_dynamics_difference_and_comparison_equal_the_records(root, variant):
+    run = trained(root, "digits", variant)
     first_epoch, last_epoch = run.epochs[0], run.epochs[-1]
     inp, first = record_of(run, first_epoch)
     _, last = record_of(run, last_epoch)
@@ -209,8 +218,8 @@ def test_dynamics_difference_and_comparison_equal_the_records(runs, root, varian
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_exported_data_of_each_structure_equals_the_record(runs, variant, task):
-    run = _case(runs, task, variant)
+def test_exported_data_of_each_structure_equals_the_record(root, variant, task):
+    run = trained(root, task, variant)
     _, record = record_of(run)
     index = structure_index(record, 0, -1)
     for s in record.structures:
@@ -259,20 +268,22 @@ def test_each_declared_setting_is_validated_from_its_declaration(variant):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_the_comparison_page_draws_every_run_of_the_task_from_its_record(runs, root, task):
+def test_the_comparison_page_draws_every_run_of_the_task_from_its_record(root, task):
     """Every run of the data set in the table and as a row of the side-by-side figure, whose first
     panel is the run's main structure (the first it declares) as its own record has it."""
     from damcha.views.comparison import main_structure_name
     from damcha.views.figure_sets import drawn_matrix, per_head, structure_index
     from damcha.views.figures import block_means
 
-    same_task = sorted(n for n, r in runs.items() if r.dataset == task)
+    runs = all_trained(root, task)
+    same_task = sorted(runs)
     at = page_app(root, same_task[0], "compare", compare_with=same_task)
     assert not at.exception, [e.value for e in at.exception]
     assert sorted(at.dataframe[0].value["run"]) == same_task
     fig = titled(specs(at), "validation sample 0")
     heatmaps = {t.get("xaxis", "x"): t for t in fig["data"] if t["type"] == "heatmap"}
-    for row, name in enumerate(sorted(same_task, key=[r.name for r in runs.values() if r.dataset == task].index)):
+    listed = [r.name for r in list_runs(root)[0]]  # the order the app lists runs in
+    for row, name in enumerate(sorted(same_task, key=listed.index)):
         _, record = record_of(runs[name])
         s = record.structure(main_structure_name(record))
         index = structure_index(record, 0, -1)

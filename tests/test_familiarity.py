@@ -10,7 +10,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from damcha.analysis.familiarity import familiarity
-from tests.images import handwritten_digit
+from tests.support.images import handwritten_digit
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")

@@ -10,7 +10,7 @@ import torch
 from damcha import MetricMode
 from damcha.model.mechanisms.damcha.metric import block_scales, context_means, fold_rows, per_position_queries
 from damcha.runs.allocator import keep_freed_memory
-from tests.conftest import METRIC_VARIANTS, logits_and_grads, tiny_model
+from tests.support.models import METRIC_VARIANTS, logits_and_grads, tiny_model
 
 MODES = list(MetricMode)
 

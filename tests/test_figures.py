@@ -61,7 +61,7 @@ def test_the_fixed_position_note_is_true_of_every_mechanisms_structures(variant)
 
     from damcha.analysis.inspection import inspect_input
     from damcha.views.figure_sets import fixed_position_note, uses_positions
-    from tests.conftest import tiny_model
+    from tests.support.models import tiny_model
 
     model = tiny_model(variant, dtype=torch.float32)
     record = inspect_input(model, torch.randint(0, 11, (12,)).numpy(), None)

@@ -12,7 +12,7 @@ import torch
 
 from damcha import build_model, variant_names
 from damcha.model.mechanisms import blocked
-from tests.test_comparison_mechanisms import config, perturbed
+from tests.support.layers import config, perturbed
 
 T = 9
 

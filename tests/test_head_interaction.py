@@ -11,7 +11,7 @@ import torch
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config
 from damcha.model.mechanisms import attention_mask
-from tests.test_comparison_mechanisms import D, H, _mha_twin, allowed, config, d, lin, perturbed, softmax_rows
+from tests.support.layers import D, H, allowed, config, d, lin, mha_twin, perturbed, softmax_rows
 
 VARIANTS = ("diff", "iha", "knocking")
 
@@ -114,7 +114,7 @@ def test_layer_equals_its_recomputation_from_the_definition(variant, options, ca
 @pytest.mark.parametrize("variant,options", [("iha", IHA_AS_MHA), ("knocking", {}), ("knocking", {"knock_form": "mlp"})])
 @pytest.mark.parametrize("causal", [True, False])
 def test_at_initialisation_it_is_mha_and_the_intervention_restores_mha(variant, options, causal):
-    model, mha, state, missing = _mha_twin(variant, causal, attention_options=options)
+    model, mha, state, missing = mha_twin(variant, causal, attention_options=options)
     assert not missing
     mha.load_state_dict(state)
     tokens = torch.randint(0, 11, (2, 9))

@@ -9,7 +9,7 @@ import torch
 from damcha.analysis.attribution import has_hooks
 from damcha.analysis.heads import head_effects, head_sites, sequence_loss
 from damcha.model.mechanisms import variant_names
-from tests.conftest import tiny_model
+from tests.support.models import tiny_model
 
 # Every registered variant whose heads meet at a projection (the others refuse in words: the zeroing test checks it).
 WITH_HEAD_SITES = [v for v in variant_names() if head_sites(tiny_model(v)) is not None]

@@ -7,18 +7,7 @@ import torch
 from damcha import inspect_input
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.mechanisms.damcha.metric import within_row_residual
-from tests.conftest import tiny_model
-
-
-def _train(model, steps=300, lr=3e-3, weight_decay=0.0):
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        tokens = torch.randint(0, 11, (8, 12), generator=gen)
-        targets = torch.roll(tokens, -1, dims=1)  # a learnable toy task: copy the next token
-        opt.zero_grad()
-        model(tokens, targets=targets, stochastic=False).loss.backward()
-        opt.step()
+from tests.support.models import tiny_model, train_copy_task
 
 
 def _residuals(model):
@@ -33,7 +22,7 @@ def test_row_sum_residue_is_frozen_and_bilinear_residue_learns(variant):
     model = tiny_model(variant, True)
     w0 = metric_sources(model)[0].last_layer()[0].detach().clone()
     before = _residuals(model)
-    _train(model)
+    train_copy_task(model)
     after = _residuals(model)
     w1 = metric_sources(model)[0].last_layer()[0].detach()
     assert (w1 - w0).abs().max() > 1e-2  # the layer did train
@@ -60,7 +49,7 @@ def test_decoupled_weight_decay_shrinks_the_residue():
 
 def test_inspection_residue_is_the_frozen_readout_of_the_generator_features():
     model = tiny_model("damcha", True)
-    _train(model, steps=50)
+    train_copy_task(model, steps=50)
     cfg = model.config
     tokens = [1, 5, 2, 7, 3, 3, 0]
     record = inspect_input(model, tokens)

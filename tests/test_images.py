@@ -15,7 +15,7 @@ from damcha.inputs.model_inputs import input_from_photo, validation_input
 from damcha.inputs.uploads import InputError, photo_from_bytes
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.evaluation import complete_patches
-from tests.images import decompression_bomb_png, encode, handwritten_digit
+from tests.support.images import decompression_bomb_png, encode, handwritten_digit
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from damcha import identifiability_note, inspect_input
-from tests.conftest import ALL_VARIANTS, tiny_model
+from tests.support.models import ALL_VARIANTS, tiny_model
 
 
 def _state(model):

@@ -24,8 +24,8 @@ from damcha.analysis.interventions import (
 )
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.transformer import build_model
-from tests.conftest import tiny_model
-from tests.test_comparison_mechanisms import config, perturbed
+from tests.support.layers import config, perturbed
+from tests.support.models import tiny_model
 
 TOKENS = [1, 5, 2, 7, 3, 3, 0, 9]
 TARGETS = [5, 2, 7, 3, 3, 0, 9, 4]
@@ -82,8 +82,8 @@ def test_an_ablated_head_attends_uniformly_over_its_allowed_keys():
     T = len(TOKENS)
     uniform = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1, dtype=torch.float64)[:, None]
     for layer in out.layers:
-        assert torch.allclose(layer.attention[0, 2], uniform, atol=1e-12)
-        assert not torch.allclose(layer.attention[0, 1], uniform, atol=1e-3)
+        assert torch.allclose(layer.weights[0, 2], uniform, atol=1e-12)
+        assert not torch.allclose(layer.weights[0, 1], uniform, atol=1e-3)
 
 
 def test_mean_metric_and_adaptivity_gap_against_direct_computations():
@@ -147,7 +147,7 @@ def test_mma_and_moa_interventions():
     iv = next(iv for iv in available_interventions(model) if iv.name == "backward_as_global")
     with torch.no_grad():
         out = model(torch.tensor([[1, 2, 3, 4, 5]]), options=intervention_options(model, iv, None), need_intermediates=True)
-    assert (out.layers[0].attention[0, 3] > 0).all()  # the backward head now sees every key
+    assert (out.layers[0].weights[0, 3] > 0).all()  # the backward head now sees every key
     model = perturbed(build_model(config("moa"), seed=0).double())
     iv = next(iv for iv in available_interventions(model) if iv.name == "uniform_gates")
     with torch.no_grad():

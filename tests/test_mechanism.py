@@ -8,7 +8,7 @@ import torch
 
 from damcha import DamchaOptions, MetricMode, ModelConfig, inspect_input, variant_config
 from damcha.model.mechanisms.damcha.metric import MetricGenerator, context_means
-from tests.conftest import ALL_VARIANTS, METRIC_VARIANTS, logits_and_grads, opts, tiny_model
+from tests.support.models import ALL_VARIANTS, METRIC_VARIANTS, logits_and_grads, opts, tiny_model
 
 MODES = [m.value for m in MetricMode]
 
@@ -141,7 +141,7 @@ def test_appended_padding_changes_no_real_output_or_metric(variant, causal):
         assert torch.allclose(got, want, atol=1e-12)
         assert torch.isfinite(out_p.logits).all()
         if model.mechanism.metric(model.config) is not None:
-            hr, hp = out_r.layers[0].metric.head, out_p.layers[0].metric.head
+            hr, hp = out_r.layers[0].internals.head, out_p.layers[0].internals.head
             assert torch.allclose(hp[:, : hr.shape[1]], hr, atol=1e-12)
     # In a batch, a short padded row gives the same outputs as alone.
     batch = torch.cat([padded, torch.randint(0, 10, (1, 12))])

@@ -10,7 +10,7 @@ import torch
 from damcha import build_model, inspect_input
 from damcha.model.mechanisms import attention_mask
 from damcha.model.mechanisms.mma import TYPES, head_types
-from tests.test_comparison_mechanisms import D, H, allowed, config, d, lin, perturbed, softmax_rows
+from tests.support.layers import D, H, allowed, config, d, lin, perturbed, softmax_rows
 
 VARIANTS = ("mma", "moa", "moa-authors")
 
@@ -107,8 +107,8 @@ def test_no_head_type_and_no_expert_sees_the_future(variant):
         ra, rb = (model(t, need_intermediates=True) for t in (a, b))
     assert torch.allclose(ra.logits[:, :5], rb.logits[:, :5], atol=1e-12)
     for la, lb in zip(ra.layers, rb.layers):  # per head (and per expert): earlier rows untouched
-        assert torch.allclose(la.attention[..., :5, :], lb.attention[..., :5, :], atol=1e-12)
-        assert la.attention[..., :5, 5:].abs().max() == 0
+        assert torch.allclose(la.weights[..., :5, :], lb.weights[..., :5, :], atol=1e-12)
+        assert la.weights[..., :5, 5:].abs().max() == 0
 
 
 def test_mma_masks_in_a_decoder_and_in_a_classifier():

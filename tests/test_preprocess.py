@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 from damcha.inputs.uploads import InputError, digit_from_bytes, text_from_bytes
-from tests.images import decompression_bomb_png, encode, handwritten_digit
+from tests.support.images import decompression_bomb_png, encode, handwritten_digit
 
 
 def test_a_photographed_zero_becomes_a_ring_of_ink():

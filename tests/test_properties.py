@@ -7,7 +7,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from damcha import ModelConfig, build_model, variant_config, variant_names
-from tests.conftest import opts
+from tests.support.models import opts
 
 VARIANTS = variant_names()  # the registry, so a new mechanism is covered
 

@@ -4,7 +4,6 @@ with the full D x D metric at every position), saved the way their code saves it
 the converted run must compute the same outputs and metrics. Hostile files are refused."""
 
 import json
-import math
 import pickle
 import subprocess
 import sys
@@ -13,119 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from damcha.analysis.inspection import inspect_input
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.reference import ReferenceCheckpointError, import_reference, read_reference
+from tests.support.reference_fake import WIDTHS, D, L, T, identity_ends, save_like_them, their_model
 
 ROOT = Path(__file__).resolve().parent.parent
-D, H, L, T, WIDTHS = 48, 4, 2, 12, (16, 24)
-
-
-class TheirGenerator(nn.Module):
-    def __init__(self, diag_scale=1.0, off_diag_scale=1.0, layer_bias=False):
-        super().__init__()
-        layers, width = [], D
-        for w in WIDTHS:
-            layers += [nn.Linear(width, w), nn.GELU(), nn.Dropout(0.0)]
-            width = w
-        self.mlp = nn.Sequential(*layers, nn.Linear(width, D * D))
-        d = D // H
-        diag = torch.block_diag(*[torch.ones(d, d)] * H)
-        self.register_buffer("diag_mask", diag)
-        self.register_buffer("off_diag_mask", 1 - diag)
-        self.scales = diag * diag_scale + (1 - diag) * off_diag_scale
-        if layer_bias:
-            self.layer_bias_U = nn.Parameter(torch.randn(D, 3) * 0.1)
-            self.layer_bias_V = nn.Parameter(torch.randn(D, 3) * 0.1)
-            self.layer_scales = nn.Parameter(torch.randn(L, 3))
-
-    def metric(self, context, layer):  # (..., D) -> (..., D, D)
-        M = self.mlp(context).unflatten(-1, (D, D))
-        if hasattr(self, "layer_scales"):
-            M = M + (self.layer_bias_U * self.layer_scales[layer]) @ self.layer_bias_V.T
-        return M * self.scales
-
-
-class TheirAttention(nn.Module):
-    def __init__(self, shared):
-        super().__init__()
-        self.W_v, self.out_proj = nn.Linear(D, D), nn.Linear(D, D)
-        self._shared_mlp = shared  # registered as a submodule: its keys repeat under every layer
-
-
-class TheirLayer(nn.Module):
-    def __init__(self, shared):
-        super().__init__()
-        self.self_attn = TheirAttention(shared)
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.ff = nn.Module()
-        self.ff.net = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Dropout(0.0), nn.Linear(2 * D, D), nn.Dropout(0.0))
-
-
-class TheirPositions(nn.Module):
-    def __init__(self, max_len=64):
-        super().__init__()
-        pe = torch.zeros(max_len, D)
-        pos = torch.arange(max_len)[:, None].float()
-        div = torch.exp(torch.arange(0, D, 2).float() * (-math.log(10000.0) / D))
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
-        self.register_buffer("pe", pe)
-
-
-class TheirModel(nn.Module):
-    def __init__(self, **generator):
-        super().__init__()
-        self.decoder = nn.Module()
-        self.decoder.shared_mlp_module = TheirGenerator(**generator)
-        self.decoder.layers = nn.ModuleList(TheirLayer(self.decoder.shared_mlp_module) for _ in range(L))
-        self.decoder.pe = TheirPositions()
-
-    def forward(self, X):  # (B, T, D) embedded input -> (B, T, D), every per-position M built whole
-        dec, gen = self.decoder, self.decoder.shared_mlp_module
-        x = X + dec.pe.pe[: X.shape[1]]
-        d = D // H
-        per_layer = hasattr(gen, "layer_scales")
-        source = x
-        for i, layer in enumerate(dec.layers):
-            metric_input = x if per_layer else source
-            c = metric_input.cumsum(1) / torch.arange(1, X.shape[1] + 1)[None, :, None]  # prefix means
-            m = gen.metric(c, i).reshape(*c.shape[:2], H, d, H, d).sum(-2)  # (B, T, H, d, d) row sums
-            xh = x.reshape(*x.shape[:2], H, d).transpose(1, 2)  # (B, H, T, d)
-            q = torch.einsum("bhtd,bthde->bhte", xh, m)
-            s = q @ xh.transpose(-1, -2) / math.sqrt(d)
-            s = s.masked_fill(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
-            v = layer.self_attn.W_v(x).reshape(*x.shape[:2], H, d).transpose(1, 2)
-            y = layer.self_attn.out_proj((F.softmax(s, -1) @ v).transpose(1, 2).reshape(x.shape))
-            x = layer.ln1(x + y)
-            x = layer.ln2(x + layer.ff.net(x))
-        return x
-
-
-def save_like_them(model, path, epoch=3, **off_diag):
-    opt = torch.optim.AdamW(model.parameters(), 1e-3)
-    model(torch.randn(1, T, D)).sum().backward()
-    opt.step()
-    torch.save({"epoch": epoch, "model_state_dict": model.state_dict(), "optimizer_state_dict": opt.state_dict(),
-                "loss": 0.25, "off_diag_params": {"off_diag_mode": "mlp", **off_diag}}, path)
-
-
-def identity_ends(model):
-    """Embedding and head as identities, so the converted model's output is the decoder's."""
-    with torch.no_grad():
-        model.tok_emb.weight.copy_(torch.eye(D))
-        model.tok_emb.bias.zero_()
-        model.head.weight.copy_(torch.eye(D))
-        model.head.bias.zero_()
-    return model
 
 
 @pytest.mark.parametrize("generator", [dict(off_diag_scale=0.5), dict(diag_scale=1.0, layer_bias=True)])
 def test_converted_reference_model_computes_what_theirs_computes(tmp_path, generator):
     torch.manual_seed(0)
-    theirs = TheirModel(**generator)
+    theirs = their_model(**generator)
     with torch.no_grad():  # move LayerNorms off their identity init so the check sees them
         for p in theirs.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -155,7 +54,7 @@ def test_converted_reference_model_computes_what_theirs_computes(tmp_path, gener
 
 def test_cli_converts_a_folder_of_epochs_and_the_app_opens_it(tmp_path):
     torch.manual_seed(1)
-    theirs = TheirModel()
+    theirs = their_model()
     (tmp_path / "ref").mkdir()
     for epoch in (1, 2):
         save_like_them(theirs, tmp_path / "ref" / f"checkpoint_epoch_{epoch}.pt", epoch=epoch)
@@ -197,7 +96,7 @@ def test_hostile_and_broken_files_are_refused_by_name(tmp_path):
 
     torch.manual_seed(2)
     good = tmp_path / "good.pt"
-    save_like_them(TheirModel(), good)
+    save_like_them(their_model(), good)
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[:2000])
     with pytest.raises(ReferenceCheckpointError, match="not a readable"):

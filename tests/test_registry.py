@@ -8,7 +8,7 @@ import torch
 
 from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
 from damcha.views.figure_sets import available_figures, build_figure
-from tests.toy_mechanism import TOY_VARIANT, Tied, TiedOptions
+from tests.support.toy_mechanism import TOY_VARIANT, Tied, TiedOptions
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 

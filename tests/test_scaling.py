@@ -10,7 +10,7 @@ from damcha.analysis.inspection import inspect_input, sequence_profile
 from damcha.model.mechanisms.damcha.metric import block_norms, learned_and_residue
 from damcha.runs.evaluation import bounded_batch, evaluate
 from damcha.views.figures import block_means, display_copy, epoch_animation_figure, metric_heatmap_figure
-from tests.conftest import tiny_model
+from tests.support.models import tiny_model
 
 TOKENS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 

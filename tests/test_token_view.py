@@ -14,8 +14,8 @@ from damcha.analysis.inspection import inspect_input
 from damcha.inputs.model_inputs import validation_input
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.views.token_view import per_query_head_norms, token_view_data, token_view_html
-from tests.conftest import ALL_VARIANTS, tiny_model
-from tests.test_browser import CHROMIUM_ARGS, require_chromium
+from tests.support.browser import CHROMIUM_ARGS, require_chromium
+from tests.support.models import ALL_VARIANTS, tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,16 +9,7 @@ import torch
 from damcha import ModelConfig, variant_config
 from damcha.runs.checkpoints import CheckpointError, list_runs, load_model, load_run, resolve_under, snapshot_name
 from damcha.runs.train import STATE_FILE, TrainConfig, default_snapshot_epochs, train
-
-TINY = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,), block_size=32, dropout=0.1)
-
-
-def tiny_train_config(**kw) -> TrainConfig:
-    # On the CPU: exact resume is checked bit for bit, and CUDA's scatter-add (the embedding's
-    # backward) is not deterministic from run to run.
-    base = dict(dataset="digits", epochs=2, batch_size=64, lr=5e-3, completion_images=8, completion_samples=2,
-                steps_per_epoch=5, val_windows=8, train_limit=256, device="cpu")
-    return TrainConfig(**{**base, **kw})
+from tests.support.training import TINY, tiny_train_config
 
 
 def _weights(run_dir, epoch):

@@ -11,8 +11,8 @@ from damcha.analysis.inspection import inspect_input
 from damcha.runs.checkpoints import load_model
 from damcha.runs.train import train
 from damcha.views.training_log import TensorBoardLog, structure_image
-from tests.conftest import ALL_VARIANTS, tiny_model
-from tests.test_training import TINY, tiny_train_config
+from tests.support.models import ALL_VARIANTS, tiny_model
+from tests.support.training import TINY, tiny_train_config
 
 TINY_CLI = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--generator-widths", "16", "--batch-size", "256",
             "--epochs", "2", "--snapshot-epochs", "0,2"]

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from damcha.runs.checkpoints import CheckpointError, load_model, load_run, unwrapped_name
 from damcha.runs.reference import ReferenceCheckpointError, import_reference, read_reference
-from tests.test_reference import T, TheirModel, save_like_them
+from tests.support.reference_fake import T, save_like_them, their_model
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "digits-mha"
 
@@ -68,7 +68,7 @@ def test_unwrapped_name_takes_off_wrappers_only():
 
 def test_an_authors_checkpoint_saved_under_ddp_imports_like_the_plain_one(tmp_path):
     torch.manual_seed(0)
-    theirs = TheirModel()
+    theirs = their_model()
     save_like_them(theirs, tmp_path / "plain.pt")
     ckpt = torch.load(tmp_path / "plain.pt", weights_only=True)
     ckpt["model_state_dict"] = {f"module.{k}": v for k, v in ckpt["model_state_dict"].items()}

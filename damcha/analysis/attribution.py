@@ -151,7 +151,7 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
         return sequence_losses(out.token_loss, targets)  # (B,): a short text has no target at its end
     out = model(tokens, options=DamchaOptions(mode, explicit=True), need_intermediates=True, stochastic=False)
     layers = [out.layers[0]] if model.metric_source is not None else out.layers
-    hm = layers[layer].metric
+    hm = layers[layer].internals
     H = model.config.n_head
     full = hm.full[:, position] if hm.full.shape[1] > 1 else hm.full[:, 0]  # (B or 1, D, D)
     full = full.expand(tokens.shape[0], *full.shape[1:])

@@ -135,7 +135,7 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
         layers = [res.layers[0]] if model.metric_source is not None else res.layers
         mats = []
         for src, layer in zip(metric_sources(model), layers):
-            ctx = layer.metric.context
+            ctx = layer.internals.context
             if ctx is None:  # static metric
                 mats.append(src.full_metric(torch.zeros(len(res.logits), cfg.n_embd)))
             else:

@@ -73,7 +73,6 @@ class InspectionRecord:
     metric_learned = property(lambda self: self.values("metric_learned"))
     metric_residue = property(lambda self: self.values("metric_residue"))
     head_metrics = property(lambda self: self.values("head_metrics"))
-    block_norms = property(lambda self: self.values("block_norms"))
 
     @property
     def metric_mode(self) -> str:
@@ -277,7 +276,7 @@ def inspect_input(
     if kept and (kept[0] < 0 or kept[-1] >= cfg.n_layer):
         raise ValueError(f"attention layers must lie in [0, {cfg.n_layer - 1}]")
     out = model(tok, targets=tgt, options=options, need_intermediates=True, stochastic=False)
-    attention = torch.stack([out.layers[i].attention[0] for i in kept]) if kept else torch.zeros(0, cfg.n_head, T, T)  # (A, H, T, T)
+    attention = torch.stack([out.layers[i].weights[0] for i in kept]) if kept else torch.zeros(0, cfg.n_head, T, T)  # (A, H, T, T)
 
     if cfg.causal:
         if positions is None:

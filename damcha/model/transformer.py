@@ -22,17 +22,13 @@ IGNORE_INDEX = -100
 
 @dataclass
 class LayerIntermediates:
-    """What one layer computed. attention: (B, H, T, T) when asked for; internals: the mechanism's
-    own record (DAMCHA: the HeadMetric it used); aux_loss: what it adds to the training loss."""
+    """What one layer computed besides its output: the layer's `AttentionOutput` without `y`, its
+    fields named alike. weights: (B, H, T, T) when asked for; internals: the mechanism's own record
+    (DAMCHA: the HeadMetric it used); aux_loss: what it adds to the training loss."""
 
-    attention: torch.Tensor | None
+    weights: torch.Tensor | None
     internals: Any
     aux_loss: torch.Tensor | None = None
-
-    @property
-    def metric(self):
-        """DAMCHA's HeadMetric (the internals of a DAMCHA layer)."""
-        return self.internals
 
 
 @dataclass
@@ -146,7 +142,7 @@ class Block(nn.Module):
             x = self.ln_2(x + self.mlp(x, stochastic))  # (B, T, D)
         else:
             x = x + self.mlp(self.ln_2(x), stochastic)  # (B, T, D)
-        return x, LayerIntermediates(attention=a.weights, internals=a.internals, aux_loss=a.aux_loss)
+        return x, LayerIntermediates(a.weights, a.internals, a.aux_loss)
 
 
 class SinusoidalPositions(nn.Module):

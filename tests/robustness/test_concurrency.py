@@ -11,7 +11,7 @@ from damcha import inspect_input
 from damcha.analysis.attribution import has_hooks, metric_contributions, token_attributions
 from damcha.inputs.model_inputs import validation_input
 from damcha.runs.checkpoints import load_model, load_run
-from tests.conftest import opts
+from tests.support.models import opts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import ARTIFACTS, CHROMIUM_ARGS, _free_port, require_chromium, wait_until_healthy
+from tests.support.browser import ARTIFACTS, CHROMIUM_ARGS, free_port, require_chromium, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints"
@@ -27,7 +27,7 @@ def fenced_server(tmp_path_factory):
     allowed, outside = base / "allowed", base / "outside"
     shutil.copytree(SHIPPED / "digits-mha", allowed / "runs" / "digits-mha")
     shutil.copytree(SHIPPED / "digits-damcha", outside / "secret-run")
-    port = _free_port()
+    port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "fenced-server.log", "w")
     env = {**os.environ, "DAMCHA_CHECKPOINTS": str(allowed / "runs")}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from damcha.inputs.uploads import InputError, digit_from_bytes, text_from_bytes
-from tests.images import decompression_bomb_png, encode, handwritten_digit
+from tests.support.images import decompression_bomb_png, encode, handwritten_digit
 
 VALID = {fmt: handwritten_digit("7", size=120, fmt=fmt) for fmt in ("PNG", "JPEG", "GIF", "BMP", "WEBP")}
 COUNTS = {"random": 0, "truncated": 0, "garbage_body": 0, "shapes": 0, "modes": 0, "text": 0}

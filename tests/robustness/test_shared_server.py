@@ -167,7 +167,7 @@ def test_a_fifo_or_a_symlink_loop_in_the_folder_field_keeps_the_folder_in_use(tm
 
 
 def test_an_uploaded_file_name_is_shown_as_text(tmp_path):
-    from tests.images import handwritten_digit
+    from tests.support.images import handwritten_digit
 
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params["run"] = "digits-damcha"

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.navigation import PAGES as NAVIGATION
 from app.url_state import BOUND_KEYS, URL_TEXT_CHARS
 from damcha.runs.checkpoints import list_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app" / "streamlit_app.py")
-PAGES = sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+PAGES = [entry.path.stem for entry in NAVIGATION]  # the app's menu
 # One run per data set: the one whose mechanism offers the most per-call controls (the most bound keys).
 RUNS = {r.dataset: r.name for r in sorted(list_runs(ROOT / "checkpoints")[0],
                                           key=lambda r: len(r.model_config.mechanism.option_choices))}

@@ -172,7 +172,7 @@ class MMA(Mechanism):
         masks = layers[0].internals[0].cpu().numpy()  # (H, T, T): the same in every layer
         one_hot = np.eye(len(TYPES))[types]  # (H, 4)
         present = sorted(set(types))
-        by_type = np.stack([np.stack([layer.attention[0, [h for h in range(H) if types[h] == t]].mean(0).cpu().numpy()
+        by_type = np.stack([np.stack([layer.weights[0, [h for h in range(H) if types[h] == t]].mean(0).cpu().numpy()
                                       for t in present]) for layer in layers])  # (L, types, T, T)
         return [
             Structure("head_masks", "Keys each head may see", masks, ("head", "query", "key"), StructureKind.MASK_PATTERN,

@@ -1,0 +1,14 @@
+"""A tiny model config and the small training settings the training tests run with."""
+
+from damcha import ModelConfig
+from damcha.runs.train import TrainConfig
+
+TINY = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,), block_size=32, dropout=0.1)
+
+
+def tiny_train_config(**kw) -> TrainConfig:
+    # On the CPU: exact resume is checked bit for bit, and CUDA's scatter-add (the embedding's
+    # backward) is not deterministic from run to run.
+    base = dict(dataset="digits", epochs=2, batch_size=64, lr=5e-3, completion_images=8, completion_samples=2,
+                steps_per_epoch=5, val_windows=8, train_limit=256, device="cpu")
+    return TrainConfig(**{**base, **kw})
