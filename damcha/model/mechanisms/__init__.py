@@ -15,17 +15,11 @@ from damcha.model.mechanisms.base import (
     AttentionOutput,
     Choice,
     ForwardOptions,
-    Identifiability,
     Intervention,
     Mechanism,
     Param,
     Setting,
-    Structure,
-    StructureKind,
-    ValueKind,
     Variant,
-    attend,
-    attention_mask,
 )
 from damcha.model.mechanisms.colmha import ColMHA, ColMHAAuthors
 from damcha.model.mechanisms.damcha.layer import DamchaOptions
@@ -37,6 +31,8 @@ from damcha.model.mechanisms.knocking import KnockingHeads
 from damcha.model.mechanisms.mha import MHA
 from damcha.model.mechanisms.mma import MMA
 from damcha.model.mechanisms.moa import MoA, MoAAuthors
+from damcha.model.mechanisms.operations import attend, attention_mask
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 from damcha.model.mechanisms.tha import TalkingHeads
 
 _MECHANISMS: dict[str, Mechanism] = {}

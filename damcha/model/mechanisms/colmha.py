@@ -33,20 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Intervention,
-    Mechanism,
-    Setting,
-    Structure,
-    StructureKind,
-    allowed_keys,
-    attend,
-    head_scale,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
 from damcha.model.mechanisms.blocked import blocked_attention
+from damcha.model.mechanisms.operations import allowed_keys, attend, head_scale
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
 
 MIXING_INITS = ("concatenate", "all_ones", "uniform")
 

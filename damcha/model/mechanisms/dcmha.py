@@ -32,21 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Intervention,
-    Mechanism,
-    ProjectedAttention,
-    Structure,
-    StructureKind,
-    ValueKind,
-    allowed_keys,
-    head_scale,
-    masked_softmax,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism
 from damcha.model.mechanisms.blocked import blocked_attention
+from damcha.model.mechanisms.operations import ProjectedAttention, allowed_keys, head_scale, masked_softmax
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
 RANK = 2
 USES = ("pre_q", "pre_k", "post_q", "post_k")

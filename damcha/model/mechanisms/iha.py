@@ -35,22 +35,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Intervention,
-    Mechanism,
-    ProjectedAttention,
-    Setting,
-    Structure,
-    StructureKind,
-    ValueKind,
-    allowed_keys,
-    attend,
-    attention_mask,
-    head_scale,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.operations import ProjectedAttention, allowed_keys, attend, attention_mask, head_scale
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
 MASKS = ("flat", "token")
 STARTS = ("paper", "mha")

@@ -8,17 +8,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Mechanism,
-    ProjectedAttention,
-    Structure,
-    StructureKind,
-    attend,
-    head_scale,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Mechanism
+from damcha.model.mechanisms.operations import ProjectedAttention, attend, head_scale
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
 
 
 class MultiHeadAttention(ProjectedAttention):

@@ -25,20 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Intervention,
-    Mechanism,
-    ProjectedAttention,
-    Setting,
-    Structure,
-    StructureKind,
-    ValueKind,
-    attend,
-    head_scale,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.operations import ProjectedAttention, attend, head_scale
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
 TYPES = ("global", "local", "forward", "backward")
 

@@ -20,22 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    Identifiability,
-    Intervention,
-    Mechanism,
-    ProjectedAttention,
-    Setting,
-    Structure,
-    StructureKind,
-    ValueKind,
-    allowed_keys,
-    head_scale,
-    masked_softmax,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
 from damcha.model.mechanisms.blocked import blocked_attention
+from damcha.model.mechanisms.operations import ProjectedAttention, allowed_keys, head_scale, masked_softmax
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
 INITS = ("random", "identity")
 

@@ -12,18 +12,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    AttentionOutput,
-    ForwardOptions,
-    attend,
-    head_scale,
-)
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions
 from damcha.model.mechanisms.damcha.metric import (
     HeadMetric,
     MetricMode,
     MetricSource,
     per_position_queries,
 )
+from damcha.model.mechanisms.operations import attend, head_scale
 
 METRIC_SHARINGS = ("shared", "per_layer")
 METRIC_INPUTS = ("adaptive", "static")

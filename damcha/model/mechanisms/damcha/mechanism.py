@@ -10,15 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import (
-    Choice,
-    Identifiability,
-    Mechanism,
-    Setting,
-    Structure,
-    StructureKind,
-    ValueKind,
-)
+from damcha.model.mechanisms.base import Choice, Mechanism, Setting
 from damcha.model.mechanisms.damcha.interventions import metric_interventions
 from damcha.model.mechanisms.damcha.layer import (
     METRIC_INPUTS,
@@ -31,6 +23,7 @@ from damcha.model.mechanisms.damcha.layer import (
     run_source,
 )
 from damcha.model.mechanisms.damcha.metric import HeadMetric, MetricMode, MetricSource, block_norms, learned_and_residue
+from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
 
 class Damcha(Mechanism):

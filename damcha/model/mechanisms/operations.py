@@ -1,0 +1,99 @@
+"""The attention maths mechanisms share: masks, the softmax step (fused or explicit), the head scale,
+and the projections most mechanisms have in common with MHA."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from damcha.model.config import ModelConfig
+
+# ----------------------------------------------------------------------------- shared attention maths
+
+def attention_mask(real: torch.Tensor | None, causal: bool, T: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean mask of allowed (query, key) pairs, (B, 1, T, T), or None when plain causal/none.
+
+    A padded query that could see no key at all attends to itself, so no row is empty
+    (its output is never used, but NaN must not appear).
+    """
+    if real is None:
+        return None  # is_causal covers the causal case
+    allowed = real[:, None, None, :]  # (B, 1, 1, T)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (B, 1, T, T)
+    else:
+        allowed = allowed.expand(-1, 1, T, T)  # (B, 1, T, T)
+    eye = torch.eye(T, dtype=torch.bool, device=device)  # (T, T)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, T, 1)
+    return allowed | (empty & eye)  # (B, 1, T, T)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+           scale: float, dropout: float, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T * scale) v with the masks. q, k: (B, H, T, e); v: (B, H, T, d).
+
+    Without need_weights this is one fused scaled_dot_product_attention call that never
+    builds the (B, H, T, T) scores; with it, the scores are explicit and returned.
+    """
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None, scale=scale
+        )  # (B, H, T, d)
+        return out, None
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    weights = masked_softmax(scores, mask, causal)  # (B, H, T, T)
+    out = F.dropout(weights, dropout) @ v if dropout > 0 else weights @ v  # (B, H, T, d)
+    return out, weights
+
+
+def allowed_keys(mask: torch.Tensor | None, causal: bool, T: int, device: torch.device) -> torch.Tensor | None:
+    """The boolean mask of allowed (query, key) pairs, (B|1, 1, T, T), or None when every pair is allowed."""
+    if mask is None and causal:
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+    return mask
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """softmax over keys of explicit scores (B, H, T, T), with the causal and padding masks."""
+    allowed = allowed_keys(mask, causal, scores.shape[-1], scores.device)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))  # (B, H, T, T)
+    return scores.softmax(dim=-1)  # (B, H, T, T)
+
+
+def head_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)
+
+
+class ProjectedAttention(nn.Module):
+    """The parts most mechanisms share with MHA: per-head projections query, key, value and the
+    output projection proj (D -> D each, with biases; created in that order, so seeded models
+    initialise alike), and the head layout."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        D = config.n_embd
+        self.n_head, self.head_dim, self.dropout = config.n_head, config.head_dim, config.dropout
+        self.query = nn.Linear(D, D)
+        self.key = nn.Linear(D, D)
+        self.value = nn.Linear(D, D)
+        self.proj = nn.Linear(D, D)
+
+    def heads(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, H, T, d) through one of the projections."""
+        B, T, _ = x.shape
+        return layer(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+
+    def merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, d) head outputs -> (B, T, D) through the output projection."""
+        B, H, T, d = out.shape
+        return self.proj(out.transpose(1, 2).reshape(B, T, H * d))
+
+    def weighted(self, weights: torch.Tensor, v: torch.Tensor, stochastic: bool) -> torch.Tensor:
+        """Explicit weights (B, H, T, T) applied to values (B, H, T, d), with attention dropout in training."""
+        return (F.dropout(weights, self.dropout) if stochastic and self.dropout > 0 else weights) @ v
