@@ -125,6 +125,16 @@ def selected_run() -> tuple[Run, int]:
     return run, epoch
 
 
+def run_page(title: str, note: str = "", all_epochs: bool = False) -> tuple[Run, int]:
+    """The header every page about one run shares: its title, then the sidebar's run and epoch in
+    one line (every snapshot's epoch instead, for pages across epochs) and the page's own note."""
+    st.title(title)
+    run, epoch = selected_run()
+    where = f"snapshots at epochs {list(run.epochs)}" if all_epochs else f"epoch **{epoch}** of {run.epochs[-1]}"
+    st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), {where}." + (f" {note}" if note else ""))
+    return run, epoch
+
+
 def each_run(runs, compute) -> list[tuple[Run, object]]:
     """(run, compute(run)) for each run, leaving out the runs that fail, whatever they raise, and
     naming them in one warning: one broken run never takes a page of the others down."""

@@ -10,7 +10,7 @@ from app.cache import input_under_modes
 from app.cached_interventions import ablation_cached, ablation_table
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
-from app.run_picker import listing, selected_run
+from app.run_picker import listing, run_page
 from app.sharing import plain_text
 from damcha.analysis.ablation import modes_by_run
 from damcha.analysis.inspection import identifiability_note
@@ -20,10 +20,8 @@ from damcha.runs.evaluation import completes_tokens
 from damcha.views import figures
 from damcha.views.figure_sets import patches_image
 
-st.title("Metric ablations")
-run, epoch = selected_run()
+run, epoch = run_page("Metric ablations")
 cfg = run.model_config
-st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**.")
 ROW_SUM_NOTE = ("**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "
                 "off-diagonal-only metric is (H−1)/H · m_i minus that residue. Neither 'the diagonal' nor 'the "
                 "off-diagonal' was learned as such, so a gap between them measures the random residue and the "

@@ -5,7 +5,7 @@ import streamlit as st
 from app.cache import inspection, mean_structures, projection, statistic_bands, sweep, weight_drift
 from app.controls import bounded_slider, computed_on_request, input_picker, is_large, option_controls
 from app.export_widgets import provenance, show
-from app.run_picker import listed_root, listing, selected_run
+from app.run_picker import listed_root, listing, run_page
 from app.sharing import failure_text, plain_text
 from app.url_state import bound
 from damcha.analysis.dynamics import (
@@ -27,9 +27,7 @@ from damcha.views.figure_sets import (
     structure_style,
 )
 
-st.title("Training dynamics")
-run, epoch = selected_run()
-st.caption(f"Run **{plain_text(run.name)}** ({run.variant}); snapshots at epochs {list(run.epochs)}.")
+run, epoch = run_page("Training dynamics", all_epochs=True)
 
 inp = input_picker(run)
 if inp is None:

@@ -6,8 +6,7 @@ import streamlit as st
 from app.cache import contributions, inspection, token_attributions
 from app.controls import bounded_slider, computed_on_request, input_picker
 from app.export_widgets import provenance, show
-from app.run_picker import each_run, listing, selected_run
-from app.sharing import plain_text
+from app.run_picker import each_run, listing, run_page
 from app.url_state import bound
 from damcha.analysis.attribution import (
     TARGET_NAMES,
@@ -22,11 +21,9 @@ from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
 
-st.title("Gradient contributions")
-run, epoch = selected_run()
+run, epoch = run_page("Gradient contributions", "Computed with captum on a private copy of the model; the shared "
+                                                  "model is never hooked.")
 cfg = run.model_config
-st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**. Computed with captum on a private copy of "
-           "the model; the shared model is never hooked.")
 inp = input_picker(run)
 if inp is None:
     st.stop()

@@ -6,7 +6,7 @@ import streamlit.components.v1 as components
 from app.cache import input_familiarity, inspection, model_figure_values, sequence_profile
 from app.controls import bounded_slider, input_picker, option_controls, position_in_context
 from app.export_widgets import provenance, show
-from app.run_picker import selected_run
+from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.inspection import (
@@ -36,9 +36,7 @@ from damcha.views.figure_sets import (
 )
 from damcha.views.token_view import token_view_html
 
-st.title("Inspector")
-run, epoch = selected_run()
-st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}** of {run.epochs[-1]}.")
+run, epoch = run_page("Inspector")
 
 left, right = st.columns([1, 1])
 with left:
@@ -119,7 +117,7 @@ def named(name: str, rec=record, **extra) -> None:
     """A named figure (regenerable from its provenance by `damcha figures`), shown with export buttons."""
     p = {**params, **extra}
     label = name + "".join(f"_{v}" for v in extra.values())
-    show(build_figure(name, rec, p, epoch), label, provenance(name, run, epoch, inp, p, regenerable=True))
+    show(build_figure(name, rec, p), label, provenance(name, run, epoch, inp, p, regenerable=True))
 
 
 profile = sequence_profile(run, epoch, inp, options) if record.causal else ()

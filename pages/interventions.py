@@ -15,7 +15,7 @@ from app.cached_interventions import (
 )
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
-from app.run_picker import selected_run
+from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.heads import HEAD_KINDS, HEAD_TITLES, head_site_note
@@ -27,10 +27,8 @@ from damcha.views import figures
 from damcha.views.figure_sets import available_figures, build_figure, model_figure
 from damcha.views.figures import MatrixStyle
 
-st.title("Interventions")
-run, epoch = selected_run()
-st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**. Each intervention is a forward option of an "
-           "ordinary model call, computed exactly; the shared model is never changed.")
+run, epoch = run_page("Interventions", "Each intervention is a forward option of an ordinary model call, computed "
+                                       "exactly; the shared model is never changed.")
 choices = available_interventions(run.model_config)
 inp = input_picker(run)
 if inp is None:

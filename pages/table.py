@@ -7,16 +7,14 @@ import pandas as pd
 import streamlit as st
 
 from app.cached_tables import validation_table
-from app.run_picker import selected_run
+from app.run_picker import run_page
 from app.sharing import plain_text
 from damcha.analysis.data_table import ROWS
 from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count
 
-st.title("Data table")
-run, epoch = selected_run()
-st.caption(f"Run **{plain_text(run.name)}** ({run.variant}), epoch **{epoch}**: one row per validation input. Click a column "
-           "to sort; a row's link (or selecting it) opens it in the Inspector.")
+run, epoch = run_page("Data table", "One row per validation input. Click a column to sort; a row's link (or "
+                                    "selecting it) opens it in the Inspector.")
 if not bundled(run.dataset):
     st.info(f"The validation inputs of {plain_text(run.dataset)} need its local files; the table is for the bundled data sets.")
     st.stop()

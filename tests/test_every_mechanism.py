@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")
 PAGES = [entry.path.stem for entry in NAVIGATION]  # the app's menu, as the app builds it
 # Pages that show the sidebar's run (the others, the evidence, read no run and have tests of their own).
-RUN_PAGES = [e.path.stem for e in NAVIGATION if any(w in e.path.read_text() for w in ("selected_run(", '"selection"'))]
+RUN_PAGES = [e.path.stem for e in NAVIGATION if any(w in e.path.read_text() for w in ("selected_run(", "run_page(", '"selection"'))]
 BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16,))
 TASKS = ("digits", "digits-cls")
 

@@ -98,3 +98,25 @@ def test_record_describes_itself():
     assert bilinear.structure("metric_residue").identifiability == "learned"
     assert "learned" not in bilinear.structure("metric_learned").title  # every block is learned there
     assert "metric_residue" in repr(rec) and "Structure(" in repr(rec.structures[0])
+
+
+def test_a_record_names_its_source_and_its_figures_say_the_epoch_without_being_told():
+    """The run, epoch and snapshot hash travel with the record (set when the model is loaded), and the
+    input's hash is the one provenance writes: nothing passes the epoch down again."""
+    from pathlib import Path
+
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.export import Provenance
+    from damcha.views.figure_sets import build_figure
+
+    run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / "digits-mha")
+    epoch = run.epochs[0]
+    inp = validation_input(run, 1)
+    record = inspect_input(load_model(run, epoch), inp.tokens, inp.targets)
+    prov = Provenance.of("attention", run, epoch, inp.tokens, inp.targets)
+    assert (record.source.run, record.source.epoch) == (str(run.path), epoch)
+    assert (record.source.snapshot_sha256, record.source.input_sha256) == (prov.checkpoint_sha256, prov.input_sha256)
+    assert f"epoch {epoch}" in build_figure("attention", record, {}).layout.title.text
+    unloaded = inspect_input(tiny_model("mha"), [1, 2, 3])
+    assert unloaded.source.run is None and "epoch" not in build_figure("attention", unloaded, {}).layout.title.text

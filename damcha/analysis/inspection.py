@@ -14,9 +14,26 @@ import numpy as np
 import torch
 
 from damcha.inputs.modalities import Modality, loss_unit, modality_named, task_of
+from damcha.inputs.model_inputs import tokens_sha256
 from damcha.model.batching import as_model_input
 from damcha.model.mechanisms import ForwardOptions, Structure
 from damcha.model.transformer import IGNORE_INDEX, Transformer
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a record is of: the run folder, the epoch and the snapshot's SHA-256 the model was loaded
+    from (None for a model that was not loaded from a run), and the input's SHA-256."""
+
+    run: str | None
+    epoch: int | None
+    snapshot_sha256: str | None
+    input_sha256: str
+
+    @classmethod
+    def of(cls, model: Transformer, tokens) -> Source:
+        snap = model.snapshot
+        return cls(snap and snap.run, snap and snap.epoch, snap and snap.sha256, tokens_sha256(tokens))
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,7 @@ class InspectionRecord:
     logits: np.ndarray
     token_loss: np.ndarray | None
     loss: float | None
+    source: Source | None = None
 
     def structure(self, name: str) -> Structure | None:
         return next((s for s in self.structures if s.name == name), None)
@@ -320,6 +338,7 @@ def inspect_input(
         logits=_np(out.logits[0]),
         token_loss=token_loss,
         loss=None if out.task_loss is None else float(out.task_loss),
+        source=Source.of(model, tokens_np),
     )
 
 

@@ -20,6 +20,14 @@ if TYPE_CHECKING:  # a run is only read here (its config, data set and split), n
     from damcha.runs.checkpoints import Run
 
 
+def tokens_sha256(tokens) -> str:
+    """SHA-256 of what a model reads, in one canonical layout (int64 ids, float32 vectors): the
+    input's name in records and provenance, the same for a list, an array or a tensor of it."""
+    tok = np.asarray(tokens)
+    tok = tok.astype(np.int64) if np.issubdtype(tok.dtype, np.integer) else tok.astype(np.float32)
+    return hashlib.sha256(np.ascontiguousarray(tok).tobytes()).hexdigest()
+
+
 @dataclass(frozen=True)
 class ModelInput:
     """tokens: (T,) what the model reads; targets: (T,) next tokens (IGNORE_INDEX where unknown),

@@ -31,6 +31,16 @@ class LayerIntermediates:
     aux_loss: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """Where a model's weights came from: the run folder, the epoch and the snapshot file's SHA-256
+    (set by `damcha.runs.checkpoints.load_model`; None for a model built here)."""
+
+    run: str
+    epoch: int
+    sha256: str
+
+
 @dataclass
 class ModelOutput:
     """logits: (B, T, V) for a decoder, (B, C) for a classifier, (B, T, input_dim) for vectors.
@@ -186,6 +196,7 @@ class Transformer(nn.Module):
         self.metric_source = self.mechanism.build_shared(config)
         self.head = task_head(config)
         self.apply(_init_weights)
+        self.snapshot: Snapshot | None = None  # where the weights were loaded from, if they were
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 options: ForwardOptions | None = None, need_intermediates: bool = False,

@@ -25,8 +25,16 @@ from safetensors.torch import save_file
 
 from damcha.inputs.datasets import modality_of_dataset
 from damcha.model.config import ModelConfig, with_saved_defaults
-from damcha.model.transformer import Transformer, build_model
-from damcha.runs.files import CheckpointError, parse_json, read_json, read_text, regular_file, resolved_inside
+from damcha.model.transformer import Snapshot, Transformer, build_model
+from damcha.runs.files import (
+    CheckpointError,
+    file_sha256,
+    parse_json,
+    read_json,
+    read_text,
+    regular_file,
+    resolved_inside,
+)
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
@@ -414,6 +422,7 @@ def load_model(run: Run | str | Path, epoch: int | None = None, device: str | to
     model = build_model(run.model_config)
     state = load_state(run.snapshot_path(epoch), model.state_dict(), run.root)
     model.load_state_dict(state)
+    model.snapshot = Snapshot(str(run.path), epoch, file_sha256(run.snapshot_path(epoch)))
     return model.to(device).eval().requires_grad_(False)
 
 

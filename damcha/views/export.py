@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import copy
 import datetime as _dt
-import hashlib
 import io
 import json
 import os
@@ -22,6 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from damcha import __version__
+from damcha.inputs.model_inputs import tokens_sha256
 from damcha.runs.checkpoints import atomic_path
 from damcha.runs.files import file_sha256
 
@@ -254,8 +254,7 @@ class Provenance:
                     params=numbered_from_one(params or {}), regenerable=regenerable and run is not None)
         if tokens is not None:
             tok = np.asarray(tokens)
-            tok = tok.astype(np.int64) if np.issubdtype(tok.dtype, np.integer) else tok.astype(np.float32)
-            prov["input_sha256"] = hashlib.sha256(tok.tobytes()).hexdigest()
+            prov["input_sha256"] = tokens_sha256(tok)
             if tok.size <= 4096:
                 prov["input_tokens"] = tok.tolist()
                 if targets is not None:

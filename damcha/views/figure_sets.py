@@ -246,7 +246,10 @@ RECORD_FIGURES: dict[str, NamedFigure] = {f.name: f for f in (
 def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
     """A structure of the record by its name, or one of RECORD_FIGURES. params: layer, position (a
     query position; negative: from the end), part (a grid-matrix structure name), shared_scale,
-    attn_layer (attention), next_position (text prediction), highlight (input)."""
+    attn_layer (attention), next_position (text prediction), highlight (input). The title names the
+    epoch of the record's snapshot (or `epoch`, for a record of a model not loaded from a run)."""
+    if epoch is None and record.source is not None:
+        epoch = record.source.epoch
     index = structure_index(record, int(params.get("layer", 0)), int(params.get("position", -1)))
     at = f", epoch {epoch}" if epoch is not None else ""
     structure = record.structure(name)
