@@ -159,27 +159,3 @@ def ablation_table(runs: list[Run]) -> list[dict]:
     table = [row for _, rows in each_run(runs, one) for row in rows]
     bar.empty()
     return table
-
-
-@st.cache_data(show_spinner="Each head replaced in turn…", max_entries=64, hash_funcs=HASH_FUNCS)
-def head_interventions(run: Run, epoch: int, inp: ModelInput, kind: str, other: ModelInput | None = None,
-                       n_mean: int = 64):
-    """Loss change (L, H) in the page's unit when each head's output is zeroed, set to its mean over
-    n_mean validation inputs, or patched from `other`."""
-    from damcha.analysis.heads import head_effects
-
-    reference = None
-    if kind == "mean":
-        reference = _validation(run, n_mean)[0]
-    elif kind == "patch":
-        reference = other.tokens
-    effects = head_effects(model_for(run, epoch), inp.tokens, inp.targets, kind, reference)
-    return effects.changes * loss_factor(run.model_config), effects.base * loss_factor(run.model_config)
-
-
-@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
-def head_logit_attribution(run: Run, epoch: int, inp: ModelInput):
-    """(L, H) each head's direct contribution to the right answer's logit on this input."""
-    from damcha.analysis.heads import direct_logit_attribution
-
-    return direct_logit_attribution(model_for(run, epoch), inp.tokens, inp.targets)

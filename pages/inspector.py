@@ -208,7 +208,7 @@ with tabs["loss"]:
             st.caption("Teacher-forced prediction: each position predicted from the true ones before it."
                        if record.task != "classification" else "Predicted class probabilities.")
             named("prediction")
-    if named_figure_applies("completion", record):
+    if named_figure_applies("completion", record, run.model_config):
         st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
                    "patch fed back as the next input.")
         values = model_figure_values(run, epoch, inp, "completion", (("mode", record.metric_mode),))

@@ -4,11 +4,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app.cache import model_figure_values
 from app.cached_interventions import (
     adaptivity_over_epochs,
     block_grid,
-    head_interventions,
-    head_logit_attribution,
     intervened,
     metric_curves,
     validation_effects,
@@ -18,14 +17,13 @@ from app.export_widgets import provenance, show
 from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
-from damcha.analysis.heads import HEAD_KINDS, HEAD_TITLES, head_site_note
+from damcha.analysis.heads import HEAD_KINDS, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.analysis.interventions import alignment_note, available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
 from damcha.views import figures
 from damcha.views.figure_sets import available_figures, build_figure, model_figure
-from damcha.views.figures import MatrixStyle
 
 run, epoch = run_page("Interventions", "Each intervention is a forward option of an ordinary model call, computed "
                                        "exactly; the shared model is never changed.")
@@ -45,34 +43,28 @@ else:
     h1, h2 = st.columns([2, 3])
     kind = h1.radio("Replace each head's output by", list(HEAD_KINDS), format_func=HEAD_KINDS.get, horizontal=True,
                     **bound("head_kind"))
-    other = None
+    params = {"kind": kind}
     if kind == "patch":
         n = validation_count(run)
-        other = validation_input(run, int(h2.number_input(f"its value on validation input (0..{n - 1})", 0, n - 1, 1,
-                                                          key="head_other")))
-        h2.caption(plain_text(other.source))
+        params["other"] = int(h2.number_input(f"its value on validation input (0..{n - 1})", 0, n - 1, 1, key="head_other"))
+        h2.caption(plain_text(validation_input(run, params["other"]).source))
     try:
-        changes, base = head_interventions(run, epoch, inp, kind, other)
+        values = model_figure_values(run, epoch, inp, "head_ablation", tuple(params.items()))
     except ValueError as e:
         st.warning(f"Not computed: {e}")
     else:
-        style = MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(changes))), (), "signed",
-                            f"Δ loss ({unit})")
-        show(figures.head_by_head_figure(changes, f"Loss change per head, {HEAD_TITLES[kind]}; loss {base:.4f} {unit}",
-                                         style=style),
-             "head_interventions", provenance("head_interventions", run, epoch, inp, {"kind": kind}))
+        show(model_figure("head_ablation", values, params, config=run.model_config), "head_ablation",
+             provenance("head_ablation", run, epoch, inp, params, regenerable=True))
         st.caption("One head at a time, in one layer, on this input: the loss with that head's output replaced, minus "
                    "the loss of the model as it is. A forward pre-hook on the projection the heads feed, alive for one "
                    "call only (TransformerLens's hook_z, at the same place).")
     try:
-        dla = head_logit_attribution(run, epoch, inp)
+        dla = model_figure_values(run, epoch, inp, "head_logit_attribution")
     except ValueError as e:
         st.caption(f"No direct logit attribution: {e}.")
     else:
-        style = MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(dla))), (), "signed", "logit")
-        show(figures.head_by_head_figure(dla, "Direct logit attribution per head (the right answer's logit)",
-                                         style=style),
-             "head_logit_attribution", provenance("head_logit_attribution", run, epoch, inp))
+        show(model_figure("head_logit_attribution", dla, {}), "head_logit_attribution",
+             provenance("head_logit_attribution", run, epoch, inp, regenerable=True))
         st.caption("Each head's output through its columns of the output projection, the final LayerNorm at the frozen "
                    "scale of the whole residual, and the right answer's row of the head; the mean over positions with a "
                    "target. Direct effects only: what later layers make of a head is in the ablations above.")

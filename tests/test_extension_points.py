@@ -226,7 +226,8 @@ def test_a_figure_that_does_not_apply_says_why_in_the_words_of_its_declaration(r
         else:
             assert build_figure(name, record, {}).data, name
     for figure in MODEL_FIGURES.values():
-        assert figure.missing(record) is None or figure.missing(record)[0].isalpha()
+        why = figure.missing(record, run.model_config)
+        assert why is None or why[0].isalpha()
 
 
 def test_the_per_position_loss_is_drawn_in_bits_not_nats():

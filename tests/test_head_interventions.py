@@ -120,3 +120,29 @@ def test_direct_logit_attribution_is_refused_where_it_is_undefined():
         direct_logit_attribution(vectors, patches, np.roll(patches, -1, 0))
     classifier = tiny_model("mha", causal=False)
     assert direct_logit_attribution(classifier, inputs()[0], np.array(3)).shape == (2, 4)
+
+
+@pytest.mark.parametrize("kind, params", [("zero", {}), ("mean", {"n_mean": 8}), ("patch", {"other": 5})])
+def test_the_head_figures_are_named_figures_rebuilt_from_their_provenance_in_the_runs_unit(kind, params):
+    """What the Interventions page shows of heads is exported with a provenance that rebuilds it: the
+    same changes, in bits for a digits run (the library's nats / ln 2)."""
+    from pathlib import Path
+
+    from damcha.analysis.heads import head_effects
+    from damcha.inputs.model_inputs import validation_arrays, validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.export import figure_data
+    from damcha.views.figure_sets import figure_set, regenerate
+
+    run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / "digits-mha")
+    inp = validation_input(run, 2)
+    (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, params={"kind": kind, **params},
+                         names=["head_ablation"])
+    x = validation_arrays(run)[0]
+    reference = {"zero": None, "mean": x[:8], "patch": x[5]}[kind]
+    expected = head_effects(load_model(run), inp.tokens, inp.targets, kind, reference).changes / np.log(2)
+    shown = figure_data(item.figure)["trace0_heatmap"]
+    np.testing.assert_allclose(shown, expected, rtol=1e-6, atol=1e-9)
+    assert "bits per pixel" in item.figure.to_json() and item.provenance.regenerable
+    again = figure_data(regenerate(item.provenance).figure)["trace0_heatmap"]
+    np.testing.assert_array_equal(again, shown)

@@ -351,14 +351,54 @@ def available_figures(record: InspectionRecord) -> list[str]:
 @dataclass(frozen=True)
 class ModelFigure:
     """A figure computed from the model itself (interventions, free-running completion), not from one
-    record. missing: why it does not apply to a record of the run (None when it does).
+    record. missing(record, config): why it does not apply to a record of a run with this model
+    config (None when it does).
     values(model, run, tokens, targets, params) -> array; draw(values, params, where, factor, unit):
     losses shown times `factor` in `unit`."""
 
     name: str
-    missing: Callable[[InspectionRecord], str | None]
-    values: Callable[..., np.ndarray]
+    missing: Callable[[InspectionRecord, object], str | None]
+    values: Callable[..., object]
     draw: Callable[..., go.Figure]
+
+
+def _head_ablation_values(model, run, tokens, targets, params):
+    """(changes (L, H), base loss) in nats; params: kind (zero | mean | patch), other (the validation
+    input a patch is taken from), n_mean (validation inputs a mean is taken over, default 64)."""
+    from damcha.analysis.heads import head_effects
+    from damcha.inputs.model_inputs import validation_arrays
+
+    kind = params.get("kind", "zero")
+    reference = None
+    if kind == "mean":
+        reference = validation_arrays(run)[0][:int(params.get("n_mean", 64))]
+    elif kind == "patch":
+        reference = validation_arrays(run)[0][int(params.get("other", 0))]
+    effects = head_effects(model, tokens, targets, kind, reference)
+    return {"changes": effects.changes, "base": effects.base}
+
+
+def _head_logit_values(model, run, tokens, targets, params):
+    from damcha.analysis.heads import direct_logit_attribution
+
+    return direct_logit_attribution(model, tokens, targets)
+
+
+def _head_ablation(values, params, where, factor, unit):
+    from damcha.analysis.heads import HEAD_TITLES
+
+    changes = np.asarray(values["changes"]) * factor  # (L, H)
+    style = figures.MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(changes))), (), "signed",
+                                f"Δ loss ({unit})")
+    title = f"Loss change per head, {HEAD_TITLES[params.get('kind', 'zero')]}; loss {values['base'] * factor:.4f} {unit}"
+    return figures.head_by_head_figure(changes, title, style=style)
+
+
+def _head_logit(values, params, where, factor, unit):
+    style = figures.MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(values))), (), "signed",
+                                "logit")
+    return figures.head_by_head_figure(values, "Direct logit attribution per head (the right answer's logit)",
+                                       style=style)
 
 
 def _block_grid_values(model, run, tokens, targets, params):
@@ -417,14 +457,28 @@ def _completion(values, params, where, factor, unit):
         f"Completion from the top half (free-running), bottom-half MSE {mse:.4f}")
 
 
-_needs_metric = _unless(lambda r: r.has_metric, "{record.variant} has no explicit metric M(x) to intervene on")
+
+def _needs_head_sites(record: InspectionRecord, config) -> str | None:
+    from damcha.analysis.heads import head_site_note
+
+    return head_site_note(config)
+
+
+def _of_record(missing: Callable[[InspectionRecord], str | None]) -> Callable[[InspectionRecord, object], str | None]:
+    return lambda record, config: missing(record)
+
+
+_needs_metric = _of_record(_unless(lambda r: r.has_metric, "{record.variant} has no explicit metric M(x) to intervene on"))
+
 
 MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
+    ModelFigure("head_ablation", _needs_head_sites, _head_ablation_values, _head_ablation),
+    ModelFigure("head_logit_attribution", _needs_head_sites, _head_logit_values, _head_logit),
     ModelFigure("block_grid", _needs_metric, _block_grid_values, _block_grid),
     ModelFigure("interpolation", _needs_metric, _interpolation_values, _interpolation),
     ModelFigure("off_diagonal", _needs_metric, _off_diagonal_values, _off_diagonal),
-    ModelFigure("completion", _unless(lambda r: r.modality.completion == "bottom_half_patches",
-                                      "free-running completion is drawn for next-patch models"),
+    ModelFigure("completion", _of_record(_unless(lambda r: r.modality.completion == "bottom_half_patches",
+                                                 "free-running completion is drawn for next-patch models")),
                 _completion_values, _completion),
 )}
 
@@ -451,10 +505,11 @@ def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this
     return _model_figure_named(name).draw(values, params, where, factor, unit)
 
 
-def named_figure_applies(name: str, record: InspectionRecord) -> bool:
-    """Whether a named figure (a structure, a record figure or a model figure) applies to the record."""
+def named_figure_applies(name: str, record: InspectionRecord, config) -> bool:
+    """Whether a named figure (a structure, a record figure or a model figure) applies to the record
+    of a run with this model config."""
     if name in MODEL_FIGURES:
-        return MODEL_FIGURES[name].missing(record) is None
+        return MODEL_FIGURES[name].missing(record, config) is None
     return name in available_figures(record)
 
 
@@ -470,7 +525,7 @@ def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mod
         record = inspect_input(model, tokens, targets, options=options)
         for name in names or available_figures(record):
             if name in MODEL_FIGURES:
-                why = MODEL_FIGURES[name].missing(record)
+                why = MODEL_FIGURES[name].missing(record, run.model_config)
                 if why:
                     raise ValueError(why)
                 values = model_figure_values(name, model, run, tokens, targets, {**params, "mode": mode})

@@ -2,7 +2,7 @@
 
 A data set is one module here defining `SPECS` (its `DataSetSpec`s: name, modality, task, loader,
 whether it ships with the install, what path it needs) and one line in `DATA_SET_MODULES`; nothing
-outside its module asks its name (see docs/library.md, "Adding a data set").
+outside its module asks its name (see docs/extending.md, "Adding a data set").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A modality is named in the model config (`ModelConfig.modality`, filled in from 
 training, and for runs saved before the field existed, when the run is loaded). Records, figures
 and pages ask the modality's declarations (`damcha.inputs.modalities.base`); none of them asks
 its name, a data-set name, a vocabulary size or a shape. A new modality is one module here
-defining `MODALITY` and one line in `MODALITY_MODULES` (see docs/library.md, "Adding a data set").
+defining `MODALITY` and one line in `MODALITY_MODULES` (see docs/extending.md, "Adding a modality").
 """
 
 from __future__ import annotations
