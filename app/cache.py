@@ -166,13 +166,6 @@ def token_attributions(run: Run, epoch: int, inp: ModelInput, target: str, basel
     return result
 
 
-@st.cache_data(show_spinner="This input under each metric mode…", max_entries=64, hash_funcs=HASH_FUNCS)
-def input_under_modes(run: Run, epoch: int, inp: ModelInput):
-    from damcha.analysis.ablation import input_under_modes as under_modes
-
-    return under_modes(model_for(run, epoch), inp.tokens, inp.targets)
-
-
 @st.cache_data(show_spinner="Computing from the model…", max_entries=64, hash_funcs=HASH_FUNCS)
 def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
     """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES)."""

@@ -2,11 +2,10 @@
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.cache import input_under_modes
+from app.cache import model_figure_values
 from app.cached_interventions import ablation_cached, ablation_table
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
@@ -17,8 +16,7 @@ from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import loss_factor, loss_label, task_of
 from damcha.runs.evaluation import completes_tokens
-from damcha.views import figures
-from damcha.views.figure_sets import patches_image
+from damcha.views.figure_sets import model_figure
 
 run, epoch = run_page("Metric ablations")
 cfg = run.model_config
@@ -52,7 +50,8 @@ else:
     inp = input_picker(run)
     if inp is not None and computed_on_request(run, "Run this input under each metric mode (and continue it)",
                                                "modes_on"):
-        outcomes = input_under_modes(run, epoch, inp)
+        values = model_figure_values(run, epoch, inp, "completion_by_mode")
+        outcomes = values["outcomes"]
         rows = []
         for o in outcomes:
             row = {"metric mode": o.mode, loss_label(cfg): None if o.loss is None else o.loss * loss_factor(cfg)}
@@ -61,22 +60,11 @@ else:
                 row["p(class)"] = o.class_probability
             rows.append(row)
         st.dataframe(pd.DataFrame(rows), hide_index=True)
-        if any(o.completed is not None for o in outcomes):
-            st.caption("Bottom half completed from the true top half (expected grey level over 16 samples).")
-            cols = st.columns(len(outcomes) + 1)
-            with cols[0]:
-                show(figures.digit_figure(inp.levels, "truth"), "abl_truth", provenance("abl_truth", run, epoch, inp),
-                     width="content")
-            for c, o in zip(cols[1:], outcomes):
-                with c:
-                    show(figures.digit_figure(np.round(o.completed, 1), o.mode), f"abl_completion_{o.mode}",
-                         provenance(f"abl_completion_{o.mode}", run, epoch, inp, {"mode": o.mode}), width="content")
-        if any(o.completed_patches is not None for o in outcomes):
-            st.caption("The bottom half completed from the true top half under each mode (free-running, as the "
-                       "paper's generation task).")
-            images = {"truth": patches_image(inp.targets), **{o.mode: patches_image(o.completed_patches) for o in outcomes}}
-            show(figures.image_row_figure(images, "Completion under each metric mode"), "abl_completions",
-                 provenance("abl_completions", run, epoch, inp))
+        if any(o.completed is not None or o.completed_patches is not None for o in outcomes):
+            st.caption("Bottom halves completed from the true top half: image patches free-running, as the paper's "
+                       "generation task; digit pixels as the expected grey level over 16 samples.")
+            show(model_figure("completion_by_mode", values, {}), "completion_by_mode",
+                 provenance("completion_by_mode", run, epoch, inp, regenerable=True))
         if any(o.continuation is not None for o in outcomes):
             st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
             for o in outcomes:

@@ -132,3 +132,34 @@ def test_the_ablation_rows_take_the_papers_table_3_shape():
     table = {row["run"]: row for row in modes_by_run(rows, "bits_per_pixel")}
     assert table["a"]["full"] == 2.0 and table["a"]["Δ diagonal"] == 0.5 and table["b"]["Δ off_diagonal"] == 0.25
     assert "Δ full" not in table["a"]
+
+
+@pytest.mark.parametrize("run_name", ["digits-damcha", "images-damcha"])
+def test_the_completions_under_each_mode_are_a_named_figure_rebuilt_from_its_provenance(run_name):
+    """The Metric ablations page's completions are one named model figure: truth and one completed
+    image per metric mode, as input_under_modes computes them, rebuilt from the exported provenance."""
+    from pathlib import Path
+
+    from damcha.analysis.ablation import MODES, input_under_modes
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.export import figure_data
+    from damcha.views.figure_sets import figure_set, regenerate
+
+    run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / run_name)
+    inp = validation_input(run, 3)
+    (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["completion_by_mode"])
+    titles = [a["text"] for a in item.figure.to_dict()["layout"]["annotations"]]
+    assert titles == ["truth", *MODES]
+    outcomes = input_under_modes(load_model(run), inp.tokens, inp.targets)
+    shown = figure_data(item.figure)
+    last = np.asarray(shown[sorted(shown)[-1]])  # the last mode's picture
+    o = outcomes[-1]
+    if o.completed_patches is not None:
+        from damcha.inputs.modalities.image_patches import patches_image
+
+        np.testing.assert_array_equal(last, patches_image(o.completed_patches))
+    else:
+        np.testing.assert_array_equal(last[..., 0], np.rint(255 - np.clip(o.completed, 0, 16) / 16 * 255))
+    again = figure_data(regenerate(item.provenance).figure)
+    assert again.keys() == shown.keys() and all(np.array_equal(again[k], shown[k]) for k in shown)

@@ -401,6 +401,42 @@ def _head_logit(values, params, where, factor, unit):
                                        style=style)
 
 
+def _completion_by_mode_values(model, run, tokens, targets, params):
+    """The input under each metric mode (damcha.analysis.ablation.ModeOutcome: loss, completion,
+    continuation, predicted class) and the picture of the truth the completions are drawn beside."""
+    from damcha.analysis.ablation import input_under_modes
+    from damcha.inputs.modalities import modality_named, task_of
+
+    truth = modality_named(model.config.modality).seen_picture(np.asarray(tokens), np.asarray(targets), task_of(model.config))
+    return {"truth": truth, "outcomes": input_under_modes(model, tokens, targets)}
+
+
+def _as_rgb(picture: np.ndarray) -> np.ndarray:
+    """A drawn picture as RGB uint8: grey levels 0..16 with the ink dark, or an RGB image as it is."""
+    picture = np.asarray(picture)
+    if picture.ndim == 3:
+        return picture
+    grey = np.rint(255 - np.clip(picture, 0, 16) / 16 * 255).astype(np.uint8)  # (rows, cols)
+    return np.repeat(grey[..., None], 3, axis=-1)
+
+
+def _completion_by_mode(values, params, where, factor, unit):
+    images = {"truth": _as_rgb(values["truth"])}
+    for o in values["outcomes"]:
+        if o.completed_patches is not None:
+            images[o.mode] = patches_image(o.completed_patches)
+        elif o.completed is not None:
+            images[o.mode] = _as_rgb(o.completed)
+    return figures.image_row_figure(images, "The bottom half completed from the true top half, under each metric mode")
+
+
+def _completes(record: InspectionRecord, config) -> str | None:
+    kind = record.modality.completion
+    if kind not in ("bottom_half_tokens", "bottom_half_patches") or record.task == "classification":
+        return f"no bottom half is completed for {record.modality.title}"
+    return None if config.mechanism.metric(config) else f"{record.variant} has no metric modes"
+
+
 def _block_grid_values(model, run, tokens, targets, params):
     from damcha.analysis.interventions import block_grid
 
@@ -473,6 +509,7 @@ _needs_metric = _of_record(_unless(lambda r: r.has_metric, "{record.variant} has
 
 MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
     ModelFigure("head_ablation", _needs_head_sites, _head_ablation_values, _head_ablation),
+    ModelFigure("completion_by_mode", _completes, _completion_by_mode_values, _completion_by_mode),
     ModelFigure("head_logit_attribution", _needs_head_sites, _head_logit_values, _head_logit),
     ModelFigure("block_grid", _needs_metric, _block_grid_values, _block_grid),
     ModelFigure("interpolation", _needs_metric, _interpolation_values, _interpolation),
