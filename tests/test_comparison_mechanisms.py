@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from damcha import build_model, inspect_input
-from damcha.model.mechanisms import ForwardOptions, attention_mask
+from damcha.model.mechanisms import ForwardOptions, LayerCall, attention_mask
 from tests.support.layers import D, H, allowed, config, d, lin, mha_twin, perturbed, softmax_rows
 
 COMPARISON = ("tha", "tha-identity", "dcmha", "dcmha-authors", "colmha", "colmha-authors")
@@ -91,8 +91,8 @@ def test_each_layer_equals_its_independent_recomputation_with_padding(variant, c
     real = torch.tensor([[True] * T, [True] * 4 + [False] * 2])
     mask = attention_mask(real, causal, T, x.device)
     with torch.no_grad():
-        y = attn(x, real, mask, causal, model.mechanism.options(None), need_weights=True).y.numpy()
-        y_fast = attn(x, real, mask, causal, model.mechanism.options(None)).y.numpy()
+        y = attn(x, LayerCall(real, mask, causal, model.mechanism.options(None), need_weights=True)).y.numpy()
+        y_fast = attn(x, LayerCall(real, mask, causal, model.mechanism.options(None))).y.numpy()
     ref = reference(attn, variant, x.numpy(), real.numpy(), causal)
     rows = real.numpy()  # padded queries' outputs are never used
     np.testing.assert_allclose(y[rows], ref[rows], atol=1e-10)
@@ -156,7 +156,7 @@ def test_dcmha_fused_path_gives_the_definitions_values_and_gradients(causal):
     grads = []
     for explicit in (False, True):
         attn.zero_grad()
-        y = attn(x, real, mask, causal, options, need_weights=explicit).y
+        y = attn(x, LayerCall(real, mask, causal, options, need_weights=explicit)).y
         (y[real] ** 2).sum().backward()
         grads.append((y.detach(), {n: p.grad.clone() for n, p in attn.named_parameters()}))
     (fast, gf), (slow, gs) = grads
@@ -196,9 +196,9 @@ def test_colmha_authors_mixes_queries_and_keys_from_near_identity():
     with torch.no_grad():  # key mixing acts: mixing the keys changes the output (the old version had none)
         x = torch.randn(1, 5, D)
         options = ForwardOptions()
-        before = attn(x, None, None, True, options).y.clone()
+        before = attn(x, LayerCall(None, None, True, options)).y.clone()
         attn.key_mixing.copy_(torch.eye(H).flip(0))
-        assert not torch.allclose(before, attn(x, None, None, True, options).y)
+        assert not torch.allclose(before, attn(x, LayerCall(None, None, True, options)).y)
 
 
 @pytest.mark.parametrize("variant", COMPARISON)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config
-from damcha.model.mechanisms import attention_mask
+from damcha.model.mechanisms import LayerCall, attention_mask
 from tests.support.layers import D, H, allowed, config, d, lin, mha_twin, perturbed, softmax_rows
 
 VARIANTS = ("diff", "iha", "knocking")
@@ -103,8 +103,8 @@ def test_layer_equals_its_recomputation_from_the_definition(variant, options, ca
     real = torch.tensor([[True] * T, [True] * 4 + [False] * 2])
     mask = attention_mask(real, causal, T, x.device)
     with torch.no_grad():
-        slow = attn(x, real, mask, causal, model.mechanism.options(None), need_weights=True).y.numpy()
-        fast = attn(x, real, mask, causal, model.mechanism.options(None)).y.numpy()
+        slow = attn(x, LayerCall(real, mask, causal, model.mechanism.options(None), need_weights=True)).y.numpy()
+        fast = attn(x, LayerCall(real, mask, causal, model.mechanism.options(None))).y.numpy()
     ref = REFERENCES[variant](attn, x.numpy(), real.numpy(), causal)
     rows = real.numpy()
     np.testing.assert_allclose(slow[rows], ref[rows], atol=1e-10)
@@ -173,7 +173,7 @@ def test_knocking_shares_parameters_but_never_mixes_heads():
             captured = {}
             hook = attn.proj.register_forward_hook(lambda m, i, o, c=captured: c.setdefault("in", i[0].clone()))
             try:
-                attn(x, None, None, True, options)
+                attn(x, LayerCall(None, None, True, options))
             finally:
                 hook.remove()
             heads[name] = captured["in"].view(1, 5, H, d)
@@ -237,7 +237,7 @@ def test_a_knocking_reference_without_the_value_mlp_misses_it():
     attn = model.blocks[0].attn
     x = torch.randn(1, 5, D, dtype=torch.float64)
     with torch.no_grad():
-        y = attn(x, None, None, True, model.mechanism.options(None)).y.numpy()
+        y = attn(x, LayerCall(None, None, True, model.mechanism.options(None))).y.numpy()
     mlp, attn.value_mlp = attn.value_mlp, None
     skipped = knocking_reference(attn, x.numpy(), np.ones((1, 5), bool), True)
     attn.value_mlp = mlp
@@ -255,7 +255,7 @@ def test_a_reference_that_reads_diff_official_with_the_default_layout_is_caught(
     x = torch.randn(1, 6, D, dtype=torch.float64)
     real = np.ones((1, 6), bool)
     with torch.no_grad():
-        y = attn(x, None, None, True, model.mechanism.options(None)).y.numpy()
+        y = attn(x, LayerCall(None, None, True, model.mechanism.options(None))).y.numpy()
     wrong = SimpleNamespace(**{n: getattr(attn, n) for n in ("query", "key", "value", "proj", "lambda_q1", "lambda_k1",
                                                              "lambda_q2", "lambda_k2", "lambda_init")},
                             n_head=H, half=d // 2, norm=SimpleNamespace(weight=torch.ones(d, dtype=torch.float64)))

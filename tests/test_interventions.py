@@ -22,6 +22,7 @@ from damcha.analysis.interventions import (
     residue_check,
     validation_effects,
 )
+from damcha.model.mechanisms import LayerCall
 from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.transformer import build_model
 from tests.support.layers import config, perturbed
@@ -151,8 +152,8 @@ def test_mma_and_moa_interventions():
     model = perturbed(build_model(config("moa"), seed=0).double())
     iv = next(iv for iv in available_interventions(model) if iv.name == "uniform_gates")
     with torch.no_grad():
-        gates = model.blocks[0].attn(torch.randn(1, 5, 16, dtype=torch.float64), None, None, True,
-                                     intervention_options(model, iv, None), need_weights=True).internals["gates"][0]
+        gates = model.blocks[0].attn(torch.randn(1, 5, 16, dtype=torch.float64), LayerCall(None, None, True,
+                                     intervention_options(model, iv, None), need_weights=True)).internals["gates"][0]
     assert torch.allclose(gates[gates > 0], torch.full_like(gates[gates > 0], 0.25))
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from damcha import build_model, inspect_input
-from damcha.model.mechanisms import attention_mask
+from damcha.model.mechanisms import LayerCall, attention_mask
 from damcha.model.mechanisms.mma import TYPES, head_types
 from tests.support.layers import D, H, allowed, config, d, lin, perturbed, softmax_rows
 
@@ -90,7 +90,7 @@ def test_layer_equals_its_independent_recomputation_with_padding(variant, causal
     x = torch.randn(2, T, D, dtype=torch.float64)
     real = torch.tensor([[True] * T, [True] * 5 + [False] * 2])
     with torch.no_grad():
-        y = attn(x, real, attention_mask(real, causal, T, x.device), causal, model.mechanism.options(None)).y.numpy()
+        y = attn(x, LayerCall(real, attention_mask(real, causal, T, x.device), causal, model.mechanism.options(None))).y.numpy()
     ref = {"mma": mma_reference, "moa": moa_reference, "moa-authors": moa_authors_reference}[variant](
         attn, x.numpy(), real.numpy(), causal)
     rows = real.numpy()
@@ -158,7 +158,7 @@ def test_moa_auxiliary_losses_equal_a_direct_computation():
                 bal = cv2(gates.sum(0)) + cv2(freqs)
             z = (np.log(np.exp(logits).sum(1)) ** 2).mean()
             expected += 0.3 * bal + 0.05 * z
-            x = block(x, None, None, True, model.mechanism.options(None), False, False)[0]
+            x = block(x, LayerCall(None, None, True, model.mechanism.options(None)))[0]
         assert out.aux_loss.item() == pytest.approx(expected, rel=1e-6)
         assert out.loss.item() == pytest.approx(out.task_loss.item() + expected, rel=1e-9)
     with torch.no_grad():
@@ -174,11 +174,11 @@ def test_moa_authors_slot_weights_serve_whichever_expert_ranks_there():
     x = torch.randn(1, 6, D, dtype=torch.float64)
     options = model.mechanism.options(None)
     with torch.no_grad():
-        rec = attn(x, None, None, True, options, need_weights=True)
+        rec = attn(x, LayerCall(None, None, True, options, need_weights=True))
         slots = rec.internals["slots"][0]  # (T, k), best first
         before = rec.y.clone()
         attn.out.weight[:, d:].zero_()  # slot 2..k silenced: only each token's best expert is left
-        only_first = attn(x, None, None, True, options).y
+        only_first = attn(x, LayerCall(None, None, True, options)).y
     assert not torch.allclose(before, only_first) and slots.shape == (6, attn.k)
     assert len({int(e) for e in slots[:, 0]}) > 1  # one slot-1 weight served different experts in this input
 
@@ -189,14 +189,14 @@ def test_an_unchosen_expert_contributes_exactly_nothing():
     x = torch.randn(1, 6, D, dtype=torch.float64)
     options = model.mechanism.options(None)
     with torch.no_grad():
-        gates = attn(x, None, None, True, options, need_weights=True).internals["gates"][0]  # (T, E)
+        gates = attn(x, LayerCall(None, None, True, options, need_weights=True)).internals["gates"][0]  # (T, E)
         t = 3
         unchosen = int((gates[t] == 0).nonzero()[0])
         assert (gates[t] > 0).sum() == attn.k
-        before = attn(x, None, None, True, options).y[0, t].clone()
+        before = attn(x, LayerCall(None, None, True, options)).y[0, t].clone()
         attn.out[unchosen].mul_(1000)
         attn.query.weight.view(attn.E, d, D)[unchosen].mul_(-50)
-        after = attn(x, None, None, True, options).y[0, t]
+        after = attn(x, LayerCall(None, None, True, options)).y[0, t]
     assert torch.equal(before, after)
 
 
@@ -236,11 +236,11 @@ def test_moa_official_router_starts_at_zero_and_gates_on_noisy_logits_in_trainin
         return gates
 
     torch.manual_seed(5)
-    noisy = attn(x, None, None, True, options, need_weights=True, stochastic=True).internals["gates"].detach().numpy()
+    noisy = attn(x, LayerCall(None, None, True, options, need_weights=True, stochastic=True)).internals["gates"].detach().numpy()
     torch.manual_seed(5)
     eps = torch.randn(2, 7, E, dtype=torch.float64).numpy()  # the layer's first draw (its dropout is 0 here)
     np.testing.assert_allclose(noisy, reference(eps), atol=1e-12)
-    clean = attn(x, None, None, True, options, need_weights=True).internals["gates"].detach().numpy()
+    clean = attn(x, LayerCall(None, None, True, options, need_weights=True)).internals["gates"].detach().numpy()
     np.testing.assert_allclose(clean, reference(None), atol=1e-12)
     assert np.abs(noisy - clean).max() > 1e-3  # negative control: the noise changes the gates
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from damcha.model.config import ModelConfig, variant_config
+from damcha.model.mechanisms import LayerCall
 
 
 def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
@@ -39,7 +40,7 @@ def make_layer(cfg: ModelConfig, variant: str, eager: bool = False) -> Callable[
     options = cfg.mechanism.options(None)
 
     def run(x):
-        return attn(x, None, None, cfg.causal, options, need_weights=eager).y
+        return attn(x, LayerCall(None, None, cfg.causal, options, need_weights=eager)).y
     return run
 
 
@@ -54,7 +55,7 @@ def make_layer_step(cfg: ModelConfig, variant: str, T: int, batch: int) -> Calla
     def step():
         attn.zero_grad()
         x.grad = None
-        attn(x, None, None, cfg.causal, options).y.square().mean().backward()
+        attn(x, LayerCall(None, None, cfg.causal, options)).y.square().mean().backward()
     return step
 
 
@@ -125,7 +126,7 @@ def explicit_flops(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
     layer = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
-        layer(torch.randn(batch, T, cfg.n_embd), None, None, cfg.causal, cfg.mechanism.options(None), need_weights=True)
+        layer(torch.randn(batch, T, cfg.n_embd), LayerCall(None, None, cfg.causal, cfg.mechanism.options(None), need_weights=True))
     return float(counter.get_total_flops())
 
 

@@ -50,6 +50,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from damcha.model.config import ModelConfig, variant_config
+from damcha.model.mechanisms import LayerCall
 
 T_SYN, D_SYN, H_SYN = 16, 32, 4
 OFFSET_SCALE = 0.5  # std of the permutation task's per-code offsets
@@ -364,7 +365,7 @@ class OneLayer(nn.Module):
         z = torch.cat([slices, self.positions.expand(B, -1, -1, -1)], -1).reshape(B, T, 2 * D)  # (B, T, 2D)
         options = self.mechanism.options(None)
         shared = None if self.shared is None else self.mechanism.run_shared(self.shared, z, None, options, self.training)
-        a = self.attn(z, None, None, False, options, stochastic=self.training, shared=shared)
+        a = self.attn(z, LayerCall(None, None, False, options, stochastic=self.training, shared=shared))
         aux = a.aux_loss if a.aux_loss is not None else z.new_zeros(())
         return self.readout(z + a.y), aux  # (B, T, outputs)
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from damcha.model.config import ModelConfig
-from damcha.model.mechanisms import ForwardOptions, attention_mask
+from damcha.model.mechanisms import ForwardOptions, LayerCall, attention_mask
 
 IGNORE_INDEX = -100
 
@@ -142,10 +142,9 @@ class Block(nn.Module):
         self.dropout = config.dropout
         self.post_norm = config.norm_placement == "post"
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool, stochastic: bool,
-                shared=None) -> tuple[torch.Tensor, LayerIntermediates]:
-        a = self.attn(x if self.post_norm else self.ln_1(x), real, mask, causal, options, need_weights=need_weights,
-                      stochastic=stochastic, shared=shared)
+    def forward(self, x: torch.Tensor, call: LayerCall) -> tuple[torch.Tensor, LayerIntermediates]:
+        stochastic = call.stochastic
+        a = self.attn(x if self.post_norm else self.ln_1(x), call)
         x = x + F.dropout(a.y, self.dropout, training=stochastic)  # (B, T, D)
         if self.post_norm:
             x = self.ln_1(x)  # (B, T, D)
@@ -220,9 +219,10 @@ class Transformer(nn.Module):
         shared = None
         if self.metric_source is not None:  # computed once from the stack input, used by every layer
             shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
+        call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared)
         layers = []
         for block in self.blocks:
-            x, inter = block(x, real, mask, cfg.causal, options, need_intermediates, stochastic, shared)  # (B, T, D)
+            x, inter = block(x, call)  # (B, T, D)
             layers.append(inter)
         x = self.ln_f(x)  # (B, T, D)
         logits, task_loss, token_loss = self.head(x, real, targets)

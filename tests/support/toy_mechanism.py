@@ -38,7 +38,8 @@ class TiedAttention(nn.Module):
         self.mix = nn.Parameter(torch.eye(config.n_head))
         self.proj = nn.Linear(D, D)
 
-    def forward(self, x, real, mask, causal, options, need_weights=False, stochastic=False, shared=None):
+    def forward(self, x, call):
+        mask, causal, options, need_weights = call.mask, call.causal, call.options, call.need_weights
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         q = self.qk(x).view(B, T, H, d).transpose(1, 2)

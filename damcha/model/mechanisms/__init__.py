@@ -16,6 +16,7 @@ from damcha.model.mechanisms.base import (
     Choice,
     ForwardOptions,
     Intervention,
+    LayerCall,
     Mechanism,
     Param,
     Setting,
@@ -117,7 +118,8 @@ register(KnockingHeads(), Variant("knocking", "knocking", {}, "knocking heads: o
                                   "on the values (a control: shared parameters, no mixing)"))
 
 __all__ = [
-    "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "Mechanism", "Param", "Setting",
+    "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "LayerCall",
+    "Mechanism", "Param", "Setting",
     "Structure",
     "StructureKind", "ValueKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
     "register", "unregister", "variant_names", "variants",

@@ -40,6 +40,27 @@ class ForwardOptions:
 
 # ----------------------------------------------------------------------------- returned records
 
+@dataclass(frozen=True)
+class LayerCall:
+    """What a layer is called with besides its input: `layer(x, call) -> AttentionOutput`, x (B, T, D)
+    the block's normed input.
+
+    real: (B, T) bool, the real tokens (None: no padding). mask: (B, 1, T, T) bool, the allowed
+    (query, key) pairs (None: plain causal or none, as `causal` says; see `attention_mask`).
+    options: the mechanism's ForwardOptions (never stored on the module: one cached model serves
+    every caller). need_weights: return the attention weights and internals. stochastic: dropout
+    and other sampling apply (training), independent of module.train(). shared: what `run_shared`
+    computed once for the stack (DAMCHA's shared metric), or None."""
+
+    real: torch.Tensor | None
+    mask: torch.Tensor | None
+    causal: bool
+    options: ForwardOptions
+    need_weights: bool = False
+    stochastic: bool = False
+    shared: Any = None
+
+
 @dataclass
 class AttentionOutput:
     """What a layer returns.
@@ -49,15 +70,7 @@ class AttentionOutput:
     record of what it computed (DAMCHA's HeadMetric, MoA's gates, ...), required when need_weights
     is True (inspection reads it in `Mechanism.structures`), optional otherwise; it must describe the
     call's options (an intervened metric, not the trained one). aux_loss: a scalar the mechanism
-    adds to the training loss (MoA's load balancing), or None.
-
-    The layer call: layer(x, real, mask, causal, options, need_weights=False, stochastic=False,
-    shared=None), where x (B, T, D) is the block's normed input; real (B, T) bool marks real tokens
-    (None: no padding); mask (B, 1, T, T) bool the allowed (query, key) pairs (None: plain causal or
-    none, as `causal` says; see attention_mask); options the mechanism's ForwardOptions (never
-    stored on the module: one cached model serves every caller); stochastic whether dropout and
-    other sampling apply (training), independent of module.train(); shared what `run_shared`
-    computed once for the stack (DAMCHA's shared metric), or None."""
+    adds to the training loss (MoA's load balancing), or None."""
 
     y: torch.Tensor
     weights: torch.Tensor | None = None

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.blocked import blocked_attention
 from damcha.model.mechanisms.operations import allowed_keys, attend, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
@@ -71,8 +71,9 @@ class CollaborativeAttention(nn.Module):
         self.value = nn.Linear(D, D)
         self.proj = nn.Linear(D, D)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, options = call.mask, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         mixing = mixing_init(H, self.dk, "concatenate").to(x) if options.concatenate_mixing else self.mixing  # (H, dk)
@@ -110,8 +111,8 @@ class AuthorsCollaborativeAttention(nn.Module):
         self.value = nn.Linear(D, D)
         self.proj = nn.Linear(D, D)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, need_weights, stochastic = call.mask, call.causal, call.need_weights, call.stochastic
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         chunks_q = self.query(x).view(B, T, H, d)  # (B, T, H, d): chunk_j(x W_Q)

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism
 from damcha.model.mechanisms.blocked import blocked_attention
 from damcha.model.mechanisms.operations import ProjectedAttention, allowed_keys, head_scale, masked_softmax
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
@@ -124,8 +124,9 @@ class ComposedAttention(ProjectedAttention):
         super().__init__(config)
         self.dynamic = DynamicWeights(config.n_embd, config.n_head)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, options = call.mask, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         dw = self.dynamic(x)
         if options.without_composition:
@@ -150,8 +151,8 @@ class AuthorsComposedAttention(ProjectedAttention):
         self.mix = nn.Linear(max(4, H // 2), H * H)
         self.gate = nn.Linear(D, H)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, need_weights, stochastic = call.mask, call.causal, call.need_weights, call.stochastic
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.operations import attend, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
@@ -73,8 +73,9 @@ class DifferentialAttention(nn.Module):
         return (torch.exp((self.lambda_q1 * self.lambda_k1).sum(-1)) - torch.exp((self.lambda_q2 * self.lambda_k2).sum(-1))
                 + self.lambda_init)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, options = call.mask, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         B, T, D = x.shape
         H, e = self.n_head, self.half
         q = self.query(x).view(B, T, 2 * H, e).transpose(1, 2)  # (B, 2H, T, d'): halves 2h and 2h+1 of head h

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.operations import ProjectedAttention, allowed_keys, attend, attention_mask, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
@@ -95,8 +95,9 @@ class InterleavedHeadAttention(ProjectedAttention):
         self.mix_q, self.mix_k, self.mix_v = (nn.Parameter(identity_mixing(H, P)) for _ in range(3))  # (H, H, P)
         self.collapse = nn.Parameter(starting_collapse(H, P, start))  # c (H, P)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        real, mask, causal = call.real, call.mask, call.causal
+        options, need_weights, stochastic = call.options, call.need_weights, call.stochastic
         B, T, D = x.shape
         H, d, P = self.n_head, self.head_dim, self.P
         mixes = (self.mix_q, self.mix_k, self.mix_v)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.operations import ProjectedAttention, attend, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
 
@@ -69,8 +69,9 @@ class KnockingHeadsAttention(ProjectedAttention):
         self.knock = nn.ParameterDict({t: nn.Parameter(torch.eye(d)) for t in linear})  # K_t (d, d), shared by heads
         self.value_mlp = ValueMLP(d) if form == "mlp" else None
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, options = call.mask, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         if not options.without_knock:
             knocked = {"q": q, "k": k, "v": v}

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Mechanism
+from damcha.model.mechanisms.base import AttentionOutput, LayerCall, Mechanism
 from damcha.model.mechanisms.operations import ProjectedAttention, attend, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
 
@@ -16,9 +16,8 @@ from damcha.model.mechanisms.structures import Identifiability, Structure, Struc
 class MultiHeadAttention(ProjectedAttention):
     """Q = x W_Q, K = x W_K, V = x W_V per head; y = concat_h softmax(Q_h K_h^T / sqrt(d)) V_h W_O."""
 
-    def forward(self, x: torch.Tensor, real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool,
-                options: ForwardOptions, need_weights: bool = False, stochastic: bool = False,
-                shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, need_weights, stochastic = call.mask, call.causal, call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
                               need_weights)  # (B, H, T, d)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.operations import ProjectedAttention, attend, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
@@ -78,8 +78,9 @@ class MixedAttention(ProjectedAttention):
         super().__init__(config)
         self.window = window
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        real, causal, options = call.real, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         if real is None and not need_weights:
             return AttentionOutput(y=self.merge(self._by_type(q, k, v, causal, options, stochastic)))

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.operations import attend, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
@@ -114,8 +114,9 @@ class MixtureOfAttentionHeads(nn.Module):
         self.out = nn.Parameter(torch.randn(experts, d, D) / d**0.5)  # W_o^i
         self.out_bias = nn.Parameter(torch.zeros(D))
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        real, mask, causal = call.real, call.mask, call.causal
+        options, need_weights, stochastic = call.options, call.need_weights, call.stochastic
         B, T, D = x.shape
         E, d = self.E, self.d
         logits = self.router(x)  # (B, T, E)
@@ -176,8 +177,9 @@ class AuthorsMixtureOfAttention(nn.Module):
             gates = torch.full_like(gates, 1.0 / gates.shape[-1])
         return chosen, gates
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, options = call.mask, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         B, T, D = x.shape
         E, d, k = self.E, self.d, self.k
         chosen, gates = self.slots(self.router(x), options)  # (B, T, k) each

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, Mechanism, Setting
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, Intervention, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.blocked import blocked_attention
 from damcha.model.mechanisms.operations import ProjectedAttention, allowed_keys, head_scale, masked_softmax
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
@@ -53,8 +53,9 @@ class TalkingHeadsAttention(ProjectedAttention):
             self.logits_mix = nn.Parameter(torch.randn(H, H) / H**0.5)
             self.weights_mix = nn.Parameter(torch.randn(H, H) / H**0.5)
 
-    def forward(self, x, real, mask, causal: bool, options: ForwardOptions, need_weights: bool = False,
-                stochastic: bool = False, shared=None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        mask, causal, options = call.mask, call.causal, call.options
+        need_weights, stochastic = call.need_weights, call.stochastic
         H, d = self.n_head, self.head_dim
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         p_l = torch.eye(H, dtype=x.dtype, device=x.device) if options.identity_logits_mix else self.logits_mix

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions
+from damcha.model.mechanisms.base import AttentionOutput, ForwardOptions, LayerCall
 from damcha.model.mechanisms.damcha.metric import (
     HeadMetric,
     MetricMode,
@@ -94,9 +94,9 @@ class MetricAttention(nn.Module):
         self.proj = nn.Linear(D, D)
         self.metric_source = MetricSource(config) if own_metric else None
 
-    def forward(self, x: torch.Tensor, real: torch.Tensor | None, mask: torch.Tensor | None, causal: bool,
-                options: DamchaOptions, need_weights: bool = False, stochastic: bool = False,
-                shared: HeadMetric | None = None) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+        real, mask, causal, options = call.real, call.mask, call.causal, call.options
+        need_weights, stochastic, shared = call.need_weights, call.stochastic, call.shared
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         if self._streams_metric(causal, options, need_weights):
