@@ -153,25 +153,17 @@ def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str)
     return metric_contributions(model_for(run, epoch), inp.tokens, inp.targets, mode, method)
 
 
-@st.cache_data(show_spinner=False, max_entries=128, hash_funcs=HASH_FUNCS)
-def token_attributions(run: Run, epoch: int, inp: ModelInput, target: str, baseline: int, n_steps: int,
-                       options: tuple = ()):
-    from damcha.analysis.attribution import token_attributions as attribute
-
-    bar = st.progress(0.0, text="Integrated Gradients…")
-    result = attribute(model_for(run, epoch), inp.tokens, baseline, target, inp.targets, n_steps,
-                       progress=lambda k, n: bar.progress(k / n, text=f"Integrated Gradients: step {k}/{n}"),
-                       **dict(options))
-    bar.empty()
-    return result
-
-
 @st.cache_data(show_spinner="Computing from the model…", max_entries=64, hash_funcs=HASH_FUNCS)
 def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
-    """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES)."""
+    """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES),
+    with a progress bar for the long ones."""
     from damcha.views.figure_sets import model_figure_values as values
 
-    return values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params))
+    bar = st.empty()
+    result = values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params),
+                    progress=lambda k, n: bar.progress(k / n, text=f"Computing: step {k}/{n}"))
+    bar.empty()
+    return result
 
 
 @st.cache_data(show_spinner="Distances between the validation inputs…", max_entries=32, hash_funcs=HASH_FUNCS)

@@ -1,9 +1,8 @@
 """Gradient contributions: which entries of M(x) drive the loss, and which input tokens drive a scalar of the model."""
 
-import numpy as np
 import streamlit as st
 
-from app.cache import contributions, inspection, token_attributions
+from app.cache import contributions, inspection, model_figure_values
 from app.controls import bounded_slider, computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import each_run, listing, run_page
@@ -12,14 +11,13 @@ from damcha.analysis.attribution import (
     TARGET_NAMES,
     attribution_targets,
     baseline_description,
-    baseline_token,
     block_sums,
-    per_cell,
 )
 from damcha.analysis.inspection import identifiability_note, residue_caveat, residue_learned
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
+from damcha.views.figure_sets import model_figure
 
 run, epoch = run_page("Gradient contributions", "Computed with captum on a private copy of the model; the shared "
                                                   "model is never hooked.")
@@ -115,24 +113,16 @@ if computed_on_request(run, "Compute Integrated Gradients (a forward and backwar
     if target == "loss" and inp.targets is None:
         st.warning("This input has no target: pick a scalar of M(x) instead.")
         st.stop()
-    baseline = baseline_token(cfg)
-    attr = token_attributions(run, epoch, inp, target, baseline, n_steps, tuple(sorted(options.items())))
-    unit = ""
+    ig_params = {"target": target, "n_steps": n_steps, **options}
+    values = model_figure_values(run, epoch, inp, "input_attribution", tuple(sorted(ig_params.items())))
+    attr, unit = values["attribution"], ""
     if target == "loss":  # in the page's unit, like every other loss here
         attr, unit = attr.scaled(loss_factor(cfg)), f" {loss_label(cfg)}"
-    ig_params = {"target": target, "n_steps": n_steps, "baseline": baseline, **options}
     st.caption(f"Baseline: {baseline_description(cfg)}. "
                f"F(input) = {attr.value:.4g}{unit}, F(baseline) = {attr.baseline_value:.4g}{unit}; the attributions add "
                f"up to {attr.values.sum():.4g}{unit} (captum's convergence delta {attr.delta:.2g}).")
-    if record.modality.grid:
-        cells = per_cell(attr.values, inp.tokens, record.modality)
-        if inp.levels is not None:  # a digit: its grey levels written in the cells
-            fig = figures.digit_attribution_figure(np.nan_to_num(cells), inp.levels, f"Which pixels drive {TARGET_NAMES[target]}")
-        else:
-            fig = figures.grid_maps_figure(cells[None], ["attribution per patch"], f"Which patches drive "
-                                           f"{TARGET_NAMES[target]}", "attribution", sequential=False)
-        show(fig, "pixel_attribution", provenance("pixel_attribution", run, epoch, inp, ig_params), width="content")
-    else:
+    if not record.modality.grid:
         st.markdown(figures.highlighted_text_html(inp.token_labels(), attr.values), unsafe_allow_html=True)
-        show(figures.token_attribution_figure(attr.values, inp.token_labels(), f"Which tokens drive {TARGET_NAMES[target]}"),
-             "token_attribution", provenance("token_attribution", run, epoch, inp, ig_params))
+    show(model_figure("input_attribution", values, ig_params, config=cfg), "input_attribution",
+         provenance("input_attribution", run, epoch, inp, ig_params, regenerable=True),
+         width="content" if record.modality.grid else "stretch")

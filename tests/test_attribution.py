@@ -121,3 +121,36 @@ def test_the_attributed_loss_is_the_models_loss_at_every_input_length():
             expected = model(tokens, targets=targets).task_loss
             got = metric_scalar(model, tokens, "loss", targets=targets)
         assert float(got[0]) == pytest.approx(float(expected), rel=1e-6), n
+
+
+@pytest.mark.parametrize("run_name", ["digits-damcha", "text-mha", "images-damcha"])
+def test_the_input_attribution_is_a_named_figure_in_the_runs_unit_rebuilt_from_its_provenance(run_name):
+    """The Gradient contributions page's Integrated Gradients figure: the attribution of the loss from
+    the modality's blank input, per token or per pixel/patch, in bits for likelihood runs, and its
+    provenance rebuilds the same numbers."""
+    from pathlib import Path
+
+    from damcha.analysis.attribution import per_cell
+    from damcha.inputs.modalities import loss_factor, modality_named
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.figure_sets import figure_set, regenerate
+
+    run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / run_name)
+    inp = validation_input(run, 1)
+    params = {"target": "loss", "n_steps": 4}
+    (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, params=params, names=["input_attribution"])
+    modality = modality_named(run.model_config.modality)
+    attr = token_attributions(load_model(run), inp.tokens, modality.blank_token, "loss", inp.targets, n_steps=4)
+    expected = attr.values * loss_factor(run.model_config)
+    trace = item.figure.data[0]
+    if modality.grid:
+        cells = per_cell(expected, inp.tokens, modality)
+        np.testing.assert_allclose(np.asarray(trace.z, dtype=float).ravel(), np.nan_to_num(cells).ravel()
+                                   if modality.picture == "grey_levels" else cells.ravel(), rtol=1e-5, atol=1e-7)
+    else:
+        np.testing.assert_allclose(np.asarray(trace.y, dtype=float), expected, rtol=1e-5, atol=1e-7)
+    assert item.provenance.regenerable
+    again = regenerate(item.provenance).figure.data[0]
+    np.testing.assert_array_equal(np.asarray(again.z if modality.grid else again.y, dtype=float),
+                                  np.asarray(trace.z if modality.grid else trace.y, dtype=float))

@@ -362,7 +362,7 @@ class ModelFigure:
     draw: Callable[..., go.Figure]
 
 
-def _head_ablation_values(model, run, tokens, targets, params):
+def _head_ablation_values(model, run, tokens, targets, params, progress=None):
     """(changes (L, H), base loss) in nats; params: kind (zero | mean | patch), other (the validation
     input a patch is taken from), n_mean (validation inputs a mean is taken over, default 64)."""
     from damcha.analysis.heads import head_effects
@@ -378,7 +378,7 @@ def _head_ablation_values(model, run, tokens, targets, params):
     return {"changes": effects.changes, "base": effects.base}
 
 
-def _head_logit_values(model, run, tokens, targets, params):
+def _head_logit_values(model, run, tokens, targets, params, progress=None):
     from damcha.analysis.heads import direct_logit_attribution
 
     return direct_logit_attribution(model, tokens, targets)
@@ -401,7 +401,42 @@ def _head_logit(values, params, where, factor, unit):
                                        style=style)
 
 
-def _completion_by_mode_values(model, run, tokens, targets, params):
+def _input_attribution_values(model, run, tokens, targets, params, progress=None):
+    """Integrated Gradients of params["target"] (default: the loss, in nats) per input position,
+    from the modality's blank input; params: n_steps (16), and for a scalar of M(x) its position,
+    block (i, j) or head. With the attribution: the token labels, and for an image the attribution
+    per pixel or patch and the picture it is drawn over."""
+    from damcha.analysis.attribution import per_cell, token_attributions
+    from damcha.inputs.modalities import modality_named, task_of
+
+    modality = modality_named(model.config.modality)
+    scalar = {k: tuple(v) if k == "block" else v for k, v in params.items() if k in ("position", "block", "head")}
+    attr = token_attributions(model, tokens, modality.blank_token, params.get("target", "loss"), targets,
+                              int(params.get("n_steps", 16)), progress=progress, **scalar)
+    tokens = np.asarray(tokens)
+    truth = None if targets is None else np.asarray(targets)
+    return {"attribution": attr, "labels": modality.token_labels(tokens), "picture_kind": modality.picture,
+            "cells": per_cell(attr.values, tokens, modality) if modality.grid else None,
+            "picture": modality.seen_picture(tokens, truth, task_of(model.config)) if modality.picture else None}
+
+
+def _input_attribution(values, params, where, factor, unit):
+    from damcha.analysis.attribution import TARGET_NAMES
+
+    target = params.get("target", "loss")
+    scale = factor if target == "loss" else 1.0  # IG is linear in F: the loss's attributions in the page's unit
+    what = TARGET_NAMES[target]
+    if values["cells"] is None:
+        return figures.token_attribution_figure(values["attribution"].values * scale, values["labels"],
+                                                f"Which tokens drive {what}")
+    cells = values["cells"] * scale
+    if values["picture_kind"] == "grey_levels":  # a digit: its grey levels written in the cells
+        return figures.digit_attribution_figure(np.nan_to_num(cells), values["picture"], f"Which pixels drive {what}")
+    return figures.grid_maps_figure(cells[None], ["attribution per patch"], f"Which patches drive {what}", "attribution",
+                                    sequential=False)
+
+
+def _completion_by_mode_values(model, run, tokens, targets, params, progress=None):
     """The input under each metric mode (damcha.analysis.ablation.ModeOutcome: loss, completion,
     continuation, predicted class) and the picture of the truth the completions are drawn beside."""
     from damcha.analysis.ablation import input_under_modes
@@ -437,13 +472,13 @@ def _completes(record: InspectionRecord, config) -> str | None:
     return None if config.mechanism.metric(config) else f"{record.variant} has no metric modes"
 
 
-def _block_grid_values(model, run, tokens, targets, params):
+def _block_grid_values(model, run, tokens, targets, params, progress=None):
     from damcha.analysis.interventions import block_grid
 
     return block_grid(model, tokens, targets, bool(params.get("keep", False)))
 
 
-def _interpolation_values(model, run, tokens, targets, params):
+def _interpolation_values(model, run, tokens, targets, params, progress=None):
     from damcha.analysis import interventions
     from damcha.inputs.model_inputs import validation_arrays
 
@@ -451,13 +486,13 @@ def _interpolation_values(model, run, tokens, targets, params):
     return interventions.interpolation_curve(model, tokens, targets, mbar)
 
 
-def _off_diagonal_values(model, run, tokens, targets, params):
+def _off_diagonal_values(model, run, tokens, targets, params, progress=None):
     from damcha.analysis.interventions import off_diagonal_curve
 
     return off_diagonal_curve(model, tokens, targets)
 
 
-def _completion_values(model, run, tokens, targets, params):
+def _completion_values(model, run, tokens, targets, params, progress=None):
     from damcha.runs.evaluation import complete_patches
 
     options = model.mechanism.options_from({"metric_mode": params.get("mode", "full")})
@@ -509,6 +544,7 @@ _needs_metric = _of_record(_unless(lambda r: r.has_metric, "{record.variant} has
 
 MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
     ModelFigure("head_ablation", _needs_head_sites, _head_ablation_values, _head_ablation),
+    ModelFigure("input_attribution", lambda record, config: None, _input_attribution_values, _input_attribution),
     ModelFigure("completion_by_mode", _completes, _completion_by_mode_values, _completion_by_mode),
     ModelFigure("head_logit_attribution", _needs_head_sites, _head_logit_values, _head_logit),
     ModelFigure("block_grid", _needs_metric, _block_grid_values, _block_grid),
@@ -526,11 +562,11 @@ def _model_figure_named(name: str) -> ModelFigure:
     return MODEL_FIGURES[name]
 
 
-def model_figure_values(name: str, model, run: Run, tokens, targets, params: dict) -> np.ndarray:
-    """What a model figure draws: the block grid (params: keep), the loss along M-bar + alpha (M(x) -
-    M-bar) (M-bar over the run's first 256 validation inputs), the loss with the off-diagonal blocks
-    scaled by gamma, or (truth, completion from the top half) of a next-patch input."""
-    return _model_figure_named(name).values(model, run, tokens, targets, params)
+def model_figure_values(name: str, model, run: Run, tokens, targets, params: dict,
+                        progress: Callable[[int, int], None] | None = None):
+    """What a model figure draws (each MODEL_FIGURES entry's values function says what); progress(k, n)
+    hears of long computations (Integrated Gradients' steps)."""
+    return _model_figure_named(name).values(model, run, tokens, targets, params, progress)
 
 
 def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input", config=None) -> go.Figure:
