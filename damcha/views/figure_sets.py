@@ -65,8 +65,7 @@ def input_thumbnail(inp) -> np.ndarray | None:
     """What an image input looks like as the model reads it, as an RGB or grey uint8 array large
     enough to see: a digit's 8 x 8 grey levels (ink dark) or a colour crop, each pixel a square."""
     if inp.levels is not None:
-        grey = np.rint(255 - np.asarray(inp.levels, dtype=float) / 16 * 255).astype(np.uint8)  # (8, 8)
-        return np.kron(grey, np.ones((8, 8), dtype=np.uint8))  # (64, 64)
+        return np.kron(_ink(inp.levels), np.ones((8, 8), dtype=np.uint8))  # (64, 64)
     if inp.image is not None:
         return np.kron(np.asarray(inp.image, dtype=np.uint8), np.ones((3, 3, 1), dtype=np.uint8))  # (96, 96, 3)
     return None
@@ -229,7 +228,7 @@ RECORD_FIGURES: dict[str, NamedFigure] = {f.name: f for f in (
                                    "{record.variant} has no matrix with a head grid to draw as contours"), _contour),
     NamedFigure("surface", _unless(lambda r: bool(grid_matrices(r)),
                                    "{record.variant} has no matrix with a head grid to draw as a surface"), _surface),
-    NamedFigure("attention", _unless(lambda r: True, ""), _attention),
+    NamedFigure("attention", lambda record: None, _attention),
     NamedFigure("attention_grid", _unless(lambda r: bool(r.modality.grid), "attention over the image grid needs an "
                                           "image input"), _attention_grid),
     NamedFigure("token_loss", _unless(lambda r: r.token_loss is not None and r.task != "classification",
@@ -449,10 +448,12 @@ def _completion_by_mode_values(model, run, tokens, targets, params, progress=Non
 def _as_rgb(picture: np.ndarray) -> np.ndarray:
     """A drawn picture as RGB uint8: grey levels 0..16 with the ink dark, or an RGB image as it is."""
     picture = np.asarray(picture)
-    if picture.ndim == 3:
-        return picture
-    grey = np.rint(255 - np.clip(picture, 0, 16) / 16 * 255).astype(np.uint8)  # (rows, cols)
-    return np.repeat(grey[..., None], 3, axis=-1)
+    return picture if picture.ndim == 3 else np.repeat(_ink(picture)[..., None], 3, axis=-1)
+
+
+def _ink(levels: np.ndarray) -> np.ndarray:
+    """Grey levels 0..16 as a grey uint8 image with the ink dark (16: black)."""
+    return np.rint(255 - np.clip(np.asarray(levels, dtype=float), 0, 16) / 16 * 255).astype(np.uint8)
 
 
 def _completion_by_mode(values, params, where, factor, unit):

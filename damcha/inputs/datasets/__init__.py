@@ -43,10 +43,10 @@ def modality_of_dataset(name: str) -> str:
 
 
 def load_dataset(name: str, path: str | None = None, block_size: int = 128, split_seed: int = 0) -> DataSet:
-    """A registered data set, its modality and loss unit stamped from its declaration."""
+    """A registered data set, its modality (and so its loss unit) stamped from its declaration."""
     spec = data_set_spec(name)
     if spec.needs_path and not path:
         raise DataError(f"data set {name!r} needs --data-path to {spec.needs_path}")
     data = spec.load(path, block_size, split_seed)
-    data.modality, data.unit = spec.modality, spec.unit
+    data.modality = spec.modality
     return data

@@ -41,7 +41,11 @@ class DataSet:
     val_labels: np.ndarray | None = None  # class of each validation sample (for per-class views)
     split: dict = field(default_factory=dict)  # how the split was made: recorded in the run config
     modality: str = "tokens"  # stamped from the data set's declaration by load_dataset
-    unit: str = "token"  # what one loss term is about ("bits per <unit>")
+
+    @property
+    def unit(self) -> str:
+        """What one loss term is about ("bits per <unit>"), as the modality says for the task."""
+        return MODALITIES[self.modality].loss_unit(self.task)
 
     @property
     def stream(self) -> bool:
