@@ -9,6 +9,7 @@ model reads. Long calls show their progress."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
@@ -74,69 +75,45 @@ def sequence_profile(run: Run, epoch: int, inp: ModelInput, options: ForwardOpti
 
 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
-def sweep(run: Run, inp: ModelInput, options: ForwardOptions | None = None, positions: tuple[int, ...] | None = None):
-    """The input through every snapshot, with a progress bar the first time; instant afterwards."""
-    from damcha.analysis.dynamics import sweep_epochs
+def epoch_source(run: Run, inp: ModelInput | None, source: str, key: tuple):
+    """What figures across snapshots are drawn from (damcha.views.epoch_figures.SOURCES), computed once
+    per run, input (None for a source of no input) and the parameters the source reads (`key`), with a
+    progress bar the first time."""
+    from damcha.views.epoch_figures import source_values
 
-    bar = st.progress(0.0, text="Running every snapshot on this input…")
-    result = sweep_epochs(run, model_for, inp.tokens, inp.targets, options, positions=positions,
-                          progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
+    bar = st.progress(0.0, text="Running every snapshot…")
+    result = source_values(source, run, model_for, None if inp is None else inp.tokens,
+                           None if inp is None else inp.targets, dict(key),
+                           progress=lambda k, n: bar.progress(k / n, text=f"Snapshot {k}/{n}"))
     bar.empty()
     return result
 
 
-@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
-def dataset_metrics(run: Run, n: int):
-    """M(x) of n validation inputs at their last position, per snapshot: ({epoch: (n, L_m, D, D)}, labels,
-    label name). Inputs without classes are grouped by brightness (images) or share of letters (text)."""
-    from damcha.analysis.dynamics import dataset_metrics as metrics_of
-    from damcha.analysis.dynamics import input_groups
-    from damcha.inputs.model_inputs import validation_arrays
+def source_of(run: Run, inp: ModelInput, params: dict) -> Callable[[str], object]:
+    """source name -> its cached values for these figure parameters (see epoch_source)."""
+    from damcha.views.epoch_figures import SOURCES
 
-    x, _, labels = validation_arrays(run)
-    x = x[:n]
-    out = {}
-    bar = st.progress(0.0, text="Metrics of validation inputs…")
-    for k, epoch in enumerate(run.epochs):
-        out[epoch] = metrics_of(model_for(run, epoch), x)
-        bar.progress((k + 1) / len(run.epochs), text=f"Validation metrics, snapshot {k + 1}/{len(run.epochs)}")
-    bar.empty()
-    if labels is None:
-        return out, *input_groups(x, bool(run.model_config.input_dim))
-    return out, labels[:n], "class"
+    return lambda source: epoch_source(run, inp if SOURCES[source].of_input else None, source,
+                                       SOURCES[source].key(params))
 
 
-@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
-def statistic_bands(run: Run, n: int, layer: int, keys: tuple[str, ...]):
-    from damcha.analysis.dynamics import statistic_bands as bands
+@st.cache_data(show_spinner="Class separation at each epoch…", max_entries=32, hash_funcs=HASH_FUNCS)
+def class_separations(run: Run, n: int, layer: int) -> dict:
+    """{epoch: Separation} of the first n validation inputs' metrics (damcha.views.epoch_figures)."""
+    from damcha.views.epoch_figures import class_separations as separations
 
-    mats, _, _ = dataset_metrics(run, n)
-    return bands([mats[e][:, layer] for e in run.epochs], run.model_config.n_head, keys)
-
-
-@st.cache_data(show_spinner="Projecting the metrics…", max_entries=64, hash_funcs=HASH_FUNCS)
-def projection(run: Run, n: int, epoch: int, layer: int, method: str):
-    """2D points of n validation metrics at `epoch`, their labels, and the class separation per epoch."""
-    from damcha.analysis.dynamics import class_separation, project
-
-    mats, labels, label_name = dataset_metrics(run, n)
-    separation = {e: class_separation(mats[e][:, layer], labels) for e in run.epochs}
-    return project(mats[epoch][:, layer], method), labels, label_name, separation
+    params = {"inputs": n, "layer": layer}
+    return separations({"validation_metrics": source_of(run, None, params)("validation_metrics")}, params)
 
 
-@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
-def mean_structures(run: Run, epoch: int, n: int, options: ForwardOptions | None = None,
-                    positions: tuple[int, ...] | None = None):
-    """The run's structures averaged over its first n validation inputs, with a progress bar."""
-    from damcha.analysis.inspection import mean_structures as average
-    from damcha.inputs.model_inputs import validation_arrays
+@st.cache_data(show_spinner=False, max_entries=128, hash_funcs=HASH_FUNCS)
+def figure_over_epochs(run: Run, inp: ModelInput, name: str, key: tuple):
+    """A named figure across snapshots (damcha.views.epoch_figures.EPOCH_FIGURES) from its cached
+    sources; key: its parameters as sorted (name, value) pairs."""
+    from damcha.views.epoch_figures import epoch_figure
 
-    x, y, _ = validation_arrays(run)
-    bar = st.progress(0.0, text="Structures of validation inputs…")
-    result = average(model_for(run, epoch), x[:n], y[:n], options, positions=positions,
-                     progress=lambda k, m: bar.progress(k / m, text=f"Validation input {k}/{m}"))
-    bar.empty()
-    return result
+    params = dict(key)
+    return epoch_figure(name, run, params, source_of(run, inp, params))
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
@@ -157,7 +134,7 @@ def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str)
 def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
     """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES),
     with a progress bar for the long ones."""
-    from damcha.views.figure_sets import model_figure_values as values
+    from damcha.views.model_figures import model_figure_values as values
 
     bar = st.empty()
     result = values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params),

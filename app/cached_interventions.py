@@ -9,9 +9,9 @@ from app.run_picker import each_run
 from damcha.analysis.ablation import MODES
 from damcha.analysis.inspection import inspect_input
 from damcha.analysis.interventions import MEAN_INPUTS
-from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
+from damcha.views.display_units import LossUnit
 
 
 def _validation(run: Run, n: int):
@@ -79,22 +79,6 @@ def metric_curves(run: Run, epoch: int, inp: ModelInput):
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
-def adaptivity_over_epochs(run: Run, n: int = 256):
-    """Per snapshot: the adaptivity gap loss(M-bar) - loss(M(x)) over n validation inputs (mean, 95% interval)."""
-    from damcha.analysis import interventions
-
-    x, y = _validation(run, n)
-    bar = st.progress(0.0, text="Adaptivity gap per snapshot…")
-    rows = []
-    for k, epoch in enumerate(run.epochs):
-        gap = interventions.adaptivity_gap(model_for(run, epoch), x, y, mean_metric(run, epoch))
-        rows.append((epoch, *interventions.interval(gap)))
-        bar.progress((k + 1) / len(run.epochs), text=f"Snapshot {k + 1}/{len(run.epochs)}")
-    bar.empty()
-    return rows
-
-
-@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_effects(run: Run, epoch: int, n: int = 128):
     from damcha.analysis import interventions
 
@@ -106,17 +90,7 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
     rows = interventions.validation_effects(model, x, y, ivs, mean_metric(run, epoch) if needs_mean else None,
                                             progress=lambda k, m: bar.progress(k / m, text=f"Intervention {k}/{m}"))
     bar.empty()
-    return in_display_unit(rows, run)
-
-
-LOSS_CHANGE_COLUMNS = ("mean loss change", "95% low", "95% high")
-
-
-def in_display_unit(rows: list[dict], run: Run) -> list[dict]:
-    """The library's loss changes (nats, or squared error) in the page's unit, named with it."""
-    factor, unit = loss_factor(run.model_config), loss_label(run.model_config)
-    return [{(f"{k} ({unit})" if k in LOSS_CHANGE_COLUMNS else k): (v * factor if k in LOSS_CHANGE_COLUMNS else v)
-             for k, v in row.items()} for row in rows]
+    return LossUnit.of(run.model_config).rows(rows, ("mean loss change", "95% low", "95% high"))
 
 
 ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}

@@ -77,15 +77,18 @@ def input_picker(run: Run) -> ModelInput | None:
         return None
 
 
-def option_controls(run: Run, container=None) -> ForwardOptions:
+def option_choices(run: Run, container=None) -> dict[str, str]:
     """A control for each per-call choice the run's mechanism declares (DAMCHA: the metric mode),
-    with its help, in the URL under its declared key."""
-    mechanism = run.model_config.mechanism
+    with its help, in the URL under its declared key: {choice name: chosen value}."""
     where = container or st
-    chosen = {c.name: where.radio(c.label, list(c.values), format_func=lambda v: str(v).replace("_", " "),
-                                  **bound(c.url_key), help=c.help)
-              for c in mechanism.option_choices}
-    return mechanism.options_from(chosen)
+    return {c.name: where.radio(c.label, list(c.values), format_func=lambda v: str(v).replace("_", " "),
+                                **bound(c.url_key), help=c.help)
+            for c in run.model_config.mechanism.option_choices}
+
+
+def option_controls(run: Run, container=None) -> ForwardOptions:
+    """The run's mechanism's options from the controls of option_choices."""
+    return run.model_config.mechanism.options_from(option_choices(run, container))
 
 
 def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = URL, **kw) -> int:

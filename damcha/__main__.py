@@ -111,6 +111,7 @@ def _figures(args) -> int:
 
     from tqdm import tqdm
 
+    from damcha.evidence.view import regenerate  # every named figure, the evidence's included
     from damcha.inputs.model_inputs import input_from_image, input_from_photo, input_from_text, validation_input
     from damcha.runs.checkpoints import load_run
     from damcha.views.export import (
@@ -121,7 +122,8 @@ def _figures(args) -> int:
         static_export_status,
         write_item,
     )
-    from damcha.views.figure_sets import figure_set, paper_figures, regenerate
+    from damcha.views.model_figures import figure_set
+    from damcha.views.run_set_figures import paper_figures
 
     formats = [f for f in args.formats.split(",") if f]
     bad = set(formats) - set(ALL_FORMATS)
@@ -143,7 +145,8 @@ def _figures(args) -> int:
             raise ValueError(f"{path}: not a provenance JSON ({e})") from None
         prov = Provenance.from_dict(raw)
         root = args.run_root
-        if root is None and prov.run and not Path(prov.run).is_absolute() and not Path(prov.run).exists():
+        named = prov.run or prov.params.get("results")  # a run, or the evidence folder
+        if root is None and named and not Path(named).is_absolute() and not Path(named).exists():
             root = Path(__file__).resolve().parent.parent / "checkpoints"
         items = [regenerate(prov, root)]
         settings = ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings

@@ -14,9 +14,10 @@ from app.sharing import plain_text
 from damcha.analysis.ablation import modes_by_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
-from damcha.inputs.modalities import loss_factor, loss_label, task_of
+from damcha.inputs.modalities import task_of
 from damcha.runs.evaluation import completes_tokens
-from damcha.views.figure_sets import model_figure
+from damcha.views.display_units import mode_outcome_rows
+from damcha.views.model_figures import model_figure
 
 run, epoch = run_page("Metric ablations")
 cfg = run.model_config
@@ -52,14 +53,7 @@ else:
                                                "modes_on"):
         values = model_figure_values(run, epoch, inp, "completion_by_mode")
         outcomes = values["outcomes"]
-        rows = []
-        for o in outcomes:
-            row = {"metric mode": o.mode, loss_label(cfg): None if o.loss is None else o.loss * loss_factor(cfg)}
-            if o.predicted_class is not None:
-                row["predicted class"] = o.predicted_class
-                row["p(class)"] = o.class_probability
-            rows.append(row)
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.dataframe(pd.DataFrame(mode_outcome_rows(outcomes, cfg)), hide_index=True)
         if any(o.completed is not None or o.completed_patches is not None for o in outcomes):
             st.caption("Bottom halves completed from the true top half: image patches free-running, as the paper's "
                        "generation task; digit pixels as the expected grey level over 16 samples.")

@@ -5,11 +5,13 @@ import streamlit as st
 from app.cache import inspection
 from app.controls import bounded_slider, input_picker
 from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
 from damcha.analysis.inspection import residue_caveat, residue_learned
-from damcha.views.comparison import PANELS, compared_run, comparison_figure, panel_figure, shared_loss_range
+from damcha.views.comparison import PANELS, compared_run
+from damcha.views.run_set_figures import run_set_figure, run_set_params
 
 st.title("Compare mechanisms")
 run, epoch = selected_run()
@@ -83,16 +85,19 @@ if row_sum_runs:
                + residue_caveat("there"))
 if len(compared) < len(results):
     st.caption("Without cross-head structures, not drawn: " + ", ".join(r.name for r, rec in results if not rec.structures))
-params = {"runs": [r.name for r, _ in results], "epochs": [epochs[r.name] for r, _ in results], "layer": layer,
-          "head": head, "position": position}
+params = {"layer": layer, "head": head, "position": position, "structures": structure}
+taken = [(r, epochs[r.name], rec) for r, rec in results]
+figure_provenance = run_set_params([r for r, _ in results], [epochs[r.name] for r, _ in results], params,
+                                   checkpoint_root())
 st.subheader("Side by side")
-show(comparison_figure(compared, f"{inp.source}: {len(compared)} runs"), "comparison",
-     provenance("comparison", run, epoch, inp, params))
+show(run_set_figure("comparison", taken, params, inp.source), "comparison",
+     provenance("comparison", run, epoch, inp, figure_provenance, regenerable=True))
 
 st.subheader("One panel on its own")
 a, b = st.columns(2)
 pick = a.selectbox("Run", list(range(len(compared))), format_func=lambda i: compared[i].label, key="compare_panel_run")
 panel = b.selectbox("Panel", [p for p in PANELS if p != "attention" or compared[pick].attention is not None],
                     key="compare_panel")
-show(panel_figure(compared[pick], panel, shared_loss_range(compared)), f"comparison_{panel}",
-     provenance(f"comparison_{panel}", run, epoch, inp, {**params, "panel_run": compared[pick].label}))
+panel_params = {**params, "panel": panel, "panel_run": compared[pick].label}
+show(run_set_figure("comparison_panel", taken, panel_params), f"comparison_{panel}",
+     provenance("comparison_panel", run, epoch, inp, {**figure_provenance, **panel_params}, regenerable=True))

@@ -9,11 +9,11 @@ import streamlit as st
 from app.export_widgets import provenance, show
 from app.roots import SHIPPED_ROOT
 from damcha.evidence.catalogue import claims
-from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.evidence.results import EvidenceFileError, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.statistics import FAILS, HOLDS, SANITY_FAILED
-from damcha.views import figures
-from damcha.views.figures import interval_cell
+from damcha.evidence.view import arm_table, detectable_sentence, evidence_figures
+from damcha.views.export import run_name_in
 
 st.title("Evidence")
 folder = Path(os.environ.get("DAMCHA_EVIDENCE") or SHIPPED_ROOT / "evidence")  # results of `damcha evidence`
@@ -22,6 +22,7 @@ try:
 except EvidenceFileError as e:
     st.error(f"The stored evidence cannot be shown: {e}")
     st.stop()
+results_name = run_name_in(folder, SHIPPED_ROOT)  # as a provenance names it: never the server's absolute path
 if doc is None:
     st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 95 minutes on two cores; "
             "`--quick` for a smoke run).")
@@ -61,11 +62,9 @@ for claim in doc["claims"]:
     seeds = f" {claim['seeds']} seeds." if claim.get("seeds") else ""
     st.markdown(f"**Verdict:** {BADGE.get(claim['verdict'], ':orange-badge[inconclusive at this scale]')}."
                 f"{kind.get(claim.get('verdict_kind', ''), '')}{seeds} {claim['scale']}")
-    power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] != HOLDS and not pd.isna(c.get("mdd"))]
-    if claim["verdict"] not in (HOLDS, SANITY_FAILED) and power:
-        st.caption("What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(
-            f"{c['metric']} {c['better']} vs {c['than']}: {c['gain']:+.3g} observed (sd {c['sd']:.2g}, n = {c['n']}), "
-            f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}" for c in power))
+    power = detectable_sentence(claim, (HOLDS,)) if claim["verdict"] not in (HOLDS, SANITY_FAILED) else None
+    if power:
+        st.caption(power)
     if claim["note"]:
         st.caption(claim["note"])
     for line in claim.get("trivial_baselines", []):
@@ -76,39 +75,12 @@ for claim in doc["claims"]:
     if claim.get("sanity_caveats"):
         st.warning("Did not learn the easiest case (their numbers say little at any level): "
                    + "; ".join(claim["sanity_caveats"]))
-    summary = pd.DataFrame(claim["summary"])
-    better = "lower" if claim["lower_is_better"] else "higher"
-    show(figures.interval_figure(summary["arm"], summary["mean"], summary["low"], summary["high"],
-                                 f"{claim['metric']} ({better} is better), mean over seeds with 95% interval",
-                                 claim["metric"], list(summary["paper"]), log_scale=claim["metric"] in RATIO_METRICS),
-         f"evidence_{claim['key']}", provenance(f"evidence_{claim['key']}", None, params={"claim": claim["key"]}))
-    comparisons = pd.DataFrame(claim["comparisons"])
-    counted = comparisons[comparisons["counted"]] if "counted" in comparisons else comparisons
-    if len(counted):
-        label = counted["metric"] + ": " + counted["better"] + " vs " + counted["than"]
-        show(figures.interval_figure(label, counted["gain"], counted["low"], counted["high"],
-                                     "The verdict's differences, in the paper's direction (above 0: as the paper "
-                                     "claims), 95% interval",
-                                     "difference", zero_line=True),
-             f"evidence_{claim['key']}_differences",
-             provenance(f"evidence_{claim['key']}_differences", None, params={"claim": claim["key"]}))
-    pairs = comparisons[comparisons["measures"].notna()] if "measures" in comparisons else comparisons.iloc[:0]
-    if len(pairs):  # reported beside the verdict: what the other arms tell apart
-        label = pairs["measures"] + ": " + pairs["better"] + " vs " + pairs["than"]
-        show(figures.interval_figure(label, pairs["gain"], pairs["low"], pairs["high"],
-                                     "Reported, not counted: the contrasts between the other arms (above 0: the first "
-                                     "is better), 95% interval", "difference", zero_line=True, horizontal=True),
-             f"evidence_{claim['key']}_contrasts",
-             provenance(f"evidence_{claim['key']}_contrasts", None, params={"claim": claim["key"]}))
+    for name, fig in evidence_figures(claim):
+        show(fig, f"{name}_{claim['key']}", provenance(name, None, params={"claim": claim["key"], "results": results_name},
+                                                      regenerable=True))
     a, b = st.columns(2)
-    details = pd.DataFrame(claim.get("details", claim["summary"]))
-    if "metric" in details:  # one column per metric: mean [low, high]
-        details["value"] = [interval_cell(m, lo, hi) for m, lo, hi in zip(details["mean"], details["low"], details["high"])]
-        details = details.pivot(index="arm", columns="metric", values="value").reindex(summary["arm"])
-        details = details[[claim["metric"], *claim.get("columns", [])]].reset_index()
-        details.insert(1, "paper", ["—" if p is None or p != p else f"{p:.4g}" for p in summary["paper"]])
-    a.dataframe(details, hide_index=True)
-    b.dataframe(comparisons, hide_index=True)
+    a.dataframe(pd.DataFrame(arm_table(claim)), hide_index=True)
+    b.dataframe(pd.DataFrame(claim["comparisons"]), hide_index=True)
     csv = folder / f"{claim['key']}.csv"
     if csv.is_file():
         a.download_button("Download CSV", csv.read_bytes(), csv.name, "text/csv", key=f"csv_{claim['key']}")

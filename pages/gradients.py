@@ -2,22 +2,20 @@
 
 import streamlit as st
 
-from app.cache import contributions, inspection, model_figure_values
+from app.cache import figure_over_epochs, inspection, model_figure_values
 from app.controls import bounded_slider, computed_on_request, input_picker
 from app.export_widgets import provenance, show
+from app.roots import checkpoint_root
 from app.run_picker import each_run, listing, run_page
 from app.url_state import bound
-from damcha.analysis.attribution import (
-    TARGET_NAMES,
-    attribution_targets,
-    baseline_description,
-    block_sums,
-)
+from damcha.analysis.attribution import TARGET_NAMES, attribution_targets, baseline_description
 from damcha.analysis.inspection import identifiability_note, residue_caveat, residue_learned
-from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
-from damcha.views.figure_sets import model_figure
+from damcha.views.display_units import attribution_sentence
+from damcha.views.epoch_figures import frozen
+from damcha.views.model_figures import model_figure
+from damcha.views.run_set_figures import run_set_figure, run_set_params
 
 run, epoch = run_page("Gradient contributions", "Computed with captum on a private copy of the model; the shared "
                                                   "model is never hooked.")
@@ -42,30 +40,24 @@ else:
         T = len(inp.tokens)
         where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
             else "whole input"
-        position = where if isinstance(where, int) else None
         layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), **bound("layer")) - 1 \
             if record.metric_layers > 1 else 0
         if inp.targets is None:
             st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
             st.stop()
         params = {"method": method, "mode": mode, "position": where, "layer": layer}
-        contrib = contributions(run, epoch, inp, mode, method).map(layer, position)
-        H = record.n_head
-        symbol = "∂L/∂M × M" if method == "gradient_x_metric" else "|∂L/∂M|"
+        values = model_figure_values(run, epoch, inp, "metric_contribution", tuple(sorted(params.items())))
         left, right = st.columns([3, 2])
-        with left:
-            show(figures.metric_heatmap_figure(contrib, H, f"{symbol}, {where}, epoch {epoch}", colorbar_title="contribution"),
-                 "contribution", provenance("contribution", run, epoch, inp, params))
-        with right:
-            show(figures.head_by_head_figure(block_sums(contrib, H), "Summed per block (H × H)", colorbar_title="Σ"),
-                 "contribution_blocks", provenance("contribution_blocks", run, epoch, inp, params))
+        for column, name in ((left, "metric_contribution"), (right, "contribution_blocks")):  # one values function
+            with column:
+                show(model_figure(name, values, params, config=cfg), name,
+                     provenance(name, run, epoch, inp, params, regenerable=True))
         if not residue_learned(record):
             st.caption(residue_caveat("in these maps and block sums"))
 
         with st.expander("Across epochs (same colour range for every frame)"):
-            maps = [contributions(run, e, inp, mode, method).map(layer, position) for e in run.epochs]
-            show(figures.epoch_animation_figure(maps, list(run.epochs), H, "heatmap", "Contribution"), "contribution_epochs",
-                 provenance("contribution_epochs", run, epoch, inp, params))
+            show(figure_over_epochs(run, inp, "contribution_epochs", frozen(params)), "contribution_epochs",
+                 provenance("contribution_epochs", run, run.epochs[-1], inp, params, regenerable=True))
 
         runs = listing().runs
         siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
@@ -87,12 +79,12 @@ else:
                        + ("The two runs differ in " + "; ".join(f"{k}: {a} here, {b} there" for k, (a, b) in diff.items())
                           if diff else "The two runs have the same settings") + ".")
             other_epoch = other.epochs[-1] if epoch not in other.epochs else epoch
-            theirs = contributions(other, other_epoch, inp, mode, method).map(layer, position)
-            show(figures.metric_panels_figure({f"{run.name} (epoch {epoch})": contrib,
-                                               f"{other.name} (epoch {other_epoch})": theirs}, H,
-                                              "Contribution of M(x) to the loss, one colour range"),
-                 "contribution_side_by_side", provenance("contribution_side_by_side", run, epoch, inp,
-                                                         {**params, "other_run": other.name, "other_epoch": other_epoch}))
+            taken = [(r, e, model_figure_values(r, e, inp, "metric_contribution", tuple(sorted(params.items())))["map"])
+                     for r, e in ((run, epoch), (other, other_epoch))]
+            show(run_set_figure("contribution_side_by_side", taken, params), "contribution_side_by_side",
+                 provenance("contribution_side_by_side", run, epoch, inp,
+                            run_set_params([run, other], [epoch, other_epoch], params, checkpoint_root()),
+                            regenerable=True))
 
 
 st.subheader("Attribution to the input (Integrated Gradients)")
@@ -115,14 +107,9 @@ if computed_on_request(run, "Compute Integrated Gradients (a forward and backwar
         st.stop()
     ig_params = {"target": target, "n_steps": n_steps, **options}
     values = model_figure_values(run, epoch, inp, "input_attribution", tuple(sorted(ig_params.items())))
-    attr, unit = values["attribution"], ""
-    if target == "loss":  # in the page's unit, like every other loss here
-        attr, unit = attr.scaled(loss_factor(cfg)), f" {loss_label(cfg)}"
-    st.caption(f"Baseline: {baseline_description(cfg)}. "
-               f"F(input) = {attr.value:.4g}{unit}, F(baseline) = {attr.baseline_value:.4g}{unit}; the attributions add "
-               f"up to {attr.values.sum():.4g}{unit} (captum's convergence delta {attr.delta:.2g}).")
+    st.caption(f"Baseline: {baseline_description(cfg)}. " + attribution_sentence(values["attribution"], target, cfg))
     if not record.modality.grid:
-        st.markdown(figures.highlighted_text_html(inp.token_labels(), attr.values), unsafe_allow_html=True)
+        st.markdown(figures.highlighted_text_html(inp.token_labels(), values["attribution"].values), unsafe_allow_html=True)
     show(model_figure("input_attribution", values, ig_params, config=cfg), "input_attribution",
          provenance("input_attribution", run, epoch, inp, ig_params, regenerable=True),
          width="content" if record.modality.grid else "stretch")

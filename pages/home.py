@@ -3,11 +3,12 @@
 import pandas as pd
 import streamlit as st
 
+from app.cache import figure_over_epochs
 from app.export_widgets import provenance, show
 from app.run_picker import each_run, listing
 from app.sharing import plain_text, shown_path, skipped_line
-from damcha.inputs.modalities import loss_factor, loss_label, modality_named
-from damcha.views import figures
+from damcha.inputs.modalities import modality_named
+from damcha.views.epoch_figures import frozen
 
 st.title("DAMCHA Lab")
 st.markdown(
@@ -81,11 +82,9 @@ if run is not None:
             f"- **snapshots** {list(run.epochs)}"
         )
     with right:
-        keys = ["train_mse", "val_mse"] if c.input_dim else ["train_nll", "val_nll"]
         log_y = st.toggle("Logarithmic loss axis", value=False, key="home_log_loss",
                           help="The first epochs' loss can flatten the rest of the curve (image runs).")
-        show(figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs, loss_label(c),
-                                            loss_factor(c), log_y),
-             "training_curves", provenance("training_curves", run, epoch, params={"log_y": log_y}))
+        show(figure_over_epochs(run, None, "training_curves", frozen({"log_y": log_y})), "training_curves",
+             provenance("training_curves", run, run.epochs[-1], params={"log_y": log_y}, regenerable=True))
 st.markdown("**Where to start:** open the *Inspector*, keep the validation sample or upload your own "
             "image or text, and move the query position and the metric mode.")

@@ -4,7 +4,7 @@ import streamlit as st
 import streamlit.components.v1 as components
 
 from app.cache import input_familiarity, inspection, model_figure_values, sequence_profile
-from app.controls import bounded_slider, input_picker, option_controls, position_in_context
+from app.controls import bounded_slider, input_picker, option_choices, position_in_context
 from app.export_widgets import provenance, show
 from app.run_picker import run_page
 from app.sharing import plain_text
@@ -17,23 +17,21 @@ from damcha.analysis.inspection import (
     off_diagonal_share,
     residue_learned,
 )
-from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import validation_input
 from damcha.inputs.uploads import InputError
+from damcha.views.display_units import LossUnit
 from damcha.views.figure_sets import (
     available_figures,
     build_figure,
     fixed_position_note,
     grid_matrices,
     input_thumbnail,
-    model_figure,
-    named_figure_applies,
     predicted_class,
     prediction_takes_position,
-    structure_figure,
     structure_index,
     uses_positions,
 )
+from damcha.views.model_figures import model_figure, named_figure_applies
 from damcha.views.token_view import token_view_html
 
 run, epoch = run_page("Inspector")
@@ -45,7 +43,8 @@ if inp is None:
     st.stop()
 
 c1, c2, c3, c4 = st.columns(4)
-options = option_controls(run, c1)
+choices = option_choices(run, c1)
+options = run.model_config.mechanism.options_from(choices)
 cfg = run.model_config
 T = len(inp.tokens)
 # A long input of a wide model: full matrices and attention maps only where viewed (bounded memory).
@@ -67,7 +66,8 @@ with right:
 
 first_screen = st.columns(3)
 if record.loss is not None:
-    first_screen[0].metric(f"Loss on this input ({loss_label(cfg)})", f"{record.loss * loss_factor(cfg):.4f}",
+    unit = LossUnit.of(cfg)
+    first_screen[0].metric(f"Loss on this input ({unit.label})", unit.text(record.loss),
                            help=f"mean over known targets, per {record.loss_unit}" + ("" if cfg.input_dim else
                                                                                       f"; {record.loss:.4f} nats"))
 if record.task == "classification":
@@ -172,8 +172,9 @@ if "along_input" in tabs:
                    "matrices above are taken at the viewed position only when the input is long).")
         for s in profile:
             st.caption(f"{s.description} **{s.identifiability.capitalize()}.**")
-            show(structure_figure(s, record, structure_index(record, layer, pos), f", epoch {epoch}"), s.name,
-                 provenance(s.name, run, epoch, inp, params))
+            along = {"structure": s.name, "layer": layer, "position": pos, "options": choices}
+            show(model_figure("sequence_profile", {"structure": s, "record": record}, along), s.name,
+                 provenance("sequence_profile", run, epoch, inp, along, regenerable=True))
 with tabs["attention"]:
     st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
     a_layer = st.selectbox("Attention layer", list(range(record.n_layer)), key="attn_layer",

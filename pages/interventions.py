@@ -4,14 +4,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.cache import model_figure_values
-from app.cached_interventions import (
-    adaptivity_over_epochs,
-    block_grid,
-    intervened,
-    metric_curves,
-    validation_effects,
-)
+from app.cache import figure_over_epochs, model_figure_values
+from app.cached_interventions import block_grid, intervened, metric_curves, validation_effects
 from app.controls import computed_on_request, input_picker
 from app.export_widgets import provenance, show
 from app.run_picker import run_page
@@ -19,11 +13,11 @@ from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.heads import HEAD_KINDS, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
-from damcha.analysis.interventions import alignment_note, available_interventions
-from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.analysis.interventions import MEAN_INPUTS, alignment_note, available_interventions
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
-from damcha.views import figures
-from damcha.views.figure_sets import available_figures, build_figure, model_figure
+from damcha.views.display_units import LossUnit, head_metric_ablation_sentence
+from damcha.views.epoch_figures import frozen
+from damcha.views.model_figures import intervention_views, model_figure
 
 run, epoch = run_page("Interventions", "Each intervention is a forward option of an ordinary model call, computed "
                                        "exactly; the shared model is never changed.")
@@ -31,7 +25,7 @@ choices = available_interventions(run.model_config)
 inp = input_picker(run)
 if inp is None:
     st.stop()
-factor, unit = loss_factor(run.model_config), loss_label(run.model_config)
+unit = LossUnit.of(run.model_config)
 
 st.subheader("Heads: ablation, patching and direct logit attribution (every mechanism)")
 site_note = head_site_note(run.model_config)
@@ -88,8 +82,9 @@ for col, p in zip(cols, iv.params):
         params[p.name] = float(col.slider(p.name, p.low, p.high, p.default, key=f"iv_{p.name}"))
     elif p.kind == "input":
         n = validation_count(run)
-        other = validation_input(run, int(col.number_input(f"the other input: validation index (0..{n - 1})", 0, n - 1,
-                                                           1, key="iv_other")))
+        params[p.name] = int(col.number_input(f"the other input: validation index (0..{n - 1})", 0, n - 1, 1,
+                                              key="iv_other"))
+        other = validation_input(run, params[p.name])
         col.caption(other.source)
     else:
         col.caption("M-bar: the mean of M(x) over 256 validation inputs at this epoch.")
@@ -99,30 +94,26 @@ try:
 except ValueError as e:
     st.error(f"Cannot apply this intervention: {e}")
     st.stop()
-prov = {"intervention": name, **params, **({"other": other.source} if other else {})}
+shown = {"intervention": name, **params}
 if run.model_config.causal:
     references = [len(other.tokens)] if other is not None else []
     references += [validation_length(run)] if any(p.kind == "mean" for p in iv.params) else []
     for note in filter(None, (alignment_note(P, len(inp.tokens)) for P in references)):
         st.info(note)
 c1, c2, c3 = st.columns(3)
-c1.metric(f"Loss without ({unit})", f"{before.loss * factor:.4f}")
-c2.metric("Loss with the intervention", f"{after.loss * factor:.4f}", f"{(after.loss - before.loss) * factor:+.4f}",
+c1.metric(f"Loss without ({unit.label})", unit.text(before.loss))
+c2.metric("Loss with the intervention", unit.text(after.loss), unit.text(after.loss - before.loss, signed=True),
           delta_color="inverse")
 c3.metric("Largest change of a logit", f"{np.abs(after.logits - before.logits).max():.3g}")
 
-pairs = {fig_name: [build_figure(fig_name, r, {"next_position": -1}) for r in (before, after)]
-         for fig_name in ("prediction", "token_loss") if fig_name in available_figures(before)}
-for figs in pairs.values():  # before and after on one y range, so their bars compare
-    figures.share_bar_range(figs)
 left, right = st.columns(2)
-for k, (column, label) in enumerate(((left, "without"), (right, "with the intervention"))):
+for column, applied in ((left, "without"), (right, "with")):
     with column:
-        st.markdown(f"**{label.capitalize()}**")
-        for fig_name, figs in pairs.items():
-            fig = figs[k]
-            fig.update_layout(title=f"{fig.layout.title.text} — {label}")
-            show(fig, f"{fig_name}_{label.split()[0]}", provenance(fig_name, run, epoch, inp, {**prov, "applied": label}))
+        st.markdown(f"**{'Without' if applied == 'without' else 'With the intervention'}**")
+        for view in intervention_views(before):
+            drawn = {**shown, "view": view, "applied": applied}
+            show(model_figure("intervention", (before, after), drawn), f"{view}_{applied}",
+                 provenance("intervention", run, epoch, inp, drawn, regenerable=True))
 
 st.subheader("Over the validation set")
 st.caption("Mean loss change over 128 validation inputs for each intervention that needs no second input "
@@ -145,9 +136,10 @@ if after.has_metric:
         show(model_figure("block_grid", block_grid(run, epoch, inp, keep), {"keep": keep}, config=run.model_config),
              "block_grid_input", provenance("block_grid", run, epoch, inp, {"keep": keep}, regenerable=True))
     with grid_cols[1]:
-        show(model_figure("block_grid", block_grid(run, epoch, None, keep), {"keep": keep},
-                          "mean of 64 validation inputs", config=run.model_config),
-             "block_grid_validation", provenance("block_grid_validation", run, epoch, None, {"keep": keep, "n": 64}))
+        over = {"keep": keep, "n": 64}
+        show(model_figure("block_grid_validation", block_grid(run, epoch, None, keep, over["n"]), over,
+                          config=run.model_config),
+             "block_grid_validation", provenance("block_grid_validation", run, epoch, inp, over, regenerable=True))
     curves = metric_curves(run, epoch, inp)
     if not residue_learned(after):
         st.caption(residue_caveat("in the block grids above and the scaling curves below (zeroing or scaling "
@@ -160,8 +152,7 @@ if after.has_metric:
         show(model_figure("off_diagonal", curves["off_diagonal"], {}, config=run.model_config), "off_diagonal",
              provenance("off_diagonal", run, epoch, inp, regenerable=True))
     heads = curves["heads"]
-    st.markdown(f"Loss change ({unit}) when head i's metric m_i is ablated (the head attends uniformly): "
-                + ", ".join(f"head {i + 1}: **{v * factor:+.4f}**" for i, v in enumerate(heads)))
+    st.markdown(head_metric_ablation_sentence(heads, run.model_config))
     check = curves["residue"]
     verdict = ("unchanged up to float rounding, as the identifiability statement says" if check.max_logit_change < 1e-4
                else "changed: the residue is used")
@@ -171,9 +162,5 @@ if after.has_metric:
     st.subheader("Does the input dependence matter, and from which epoch?")
     st.caption("Adaptivity gap = loss with M-bar − loss with M(x), over 256 validation inputs, at every snapshot "
                "(mean and 95% bootstrap interval; > 0: the input-dependent metric helps).")
-    gaps = adaptivity_over_epochs(run)
-    eps = [g[0] for g in gaps]
-    show(figures.curve_figure(eps, {"adaptivity gap": [g[1] * factor for g in gaps]}, "Adaptivity gap over training",
-                              "epoch", f"Δ loss ({unit})",
-                              bands={"adaptivity gap": ([g[2] * factor for g in gaps], [g[3] * factor for g in gaps])}),
-         "adaptivity_gap", provenance("adaptivity_gap", run, epoch, None, {"n": 256}))
+    show(figure_over_epochs(run, None, "adaptivity_gap", frozen({"inputs": MEAN_INPUTS})), "adaptivity_gap",
+         provenance("adaptivity_gap", run, run.epochs[-1], None, {"inputs": MEAN_INPUTS}, regenerable=True))

@@ -144,7 +144,8 @@ def test_the_completions_under_each_mode_are_a_named_figure_rebuilt_from_its_pro
     from damcha.inputs.model_inputs import validation_input
     from damcha.runs.checkpoints import load_model, load_run
     from damcha.views.export import figure_data
-    from damcha.views.figure_sets import figure_set, regenerate
+    from damcha.views.model_figures import figure_set
+    from damcha.views.regeneration import regenerate
 
     run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / run_name)
     inp = validation_input(run, 3)

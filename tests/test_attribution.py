@@ -134,7 +134,8 @@ def test_the_input_attribution_is_a_named_figure_in_the_runs_unit_rebuilt_from_i
     from damcha.inputs.modalities import loss_factor, modality_named
     from damcha.inputs.model_inputs import validation_input
     from damcha.runs.checkpoints import load_model, load_run
-    from damcha.views.figure_sets import figure_set, regenerate
+    from damcha.views.model_figures import figure_set
+    from damcha.views.regeneration import regenerate
 
     run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / run_name)
     inp = validation_input(run, 1)

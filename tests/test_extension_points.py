@@ -188,7 +188,9 @@ def _record(run_name: str, index: int = 2):
 
 def test_the_documented_figure_example_is_listed_exported_and_rebuilt_from_its_provenance():
     from damcha.views.export import figure_data
-    from damcha.views.figure_sets import RECORD_FIGURES, available_figures, figure_set, regenerate
+    from damcha.views.figure_sets import RECORD_FIGURES, available_figures
+    from damcha.views.model_figures import figure_set
+    from damcha.views.regeneration import regenerate
 
     exec(compile(_guide_block("## Adding a figure"), "docs/extending.md", "exec"), {})
     try:
@@ -210,7 +212,8 @@ def test_the_documented_figure_example_is_listed_exported_and_rebuilt_from_its_p
 
 @pytest.mark.parametrize("run_name", ["digits-damcha", "digits-cls-mha", "text-mha", "images-damcha"])
 def test_a_figure_that_does_not_apply_says_why_in_the_words_of_its_declaration(run_name):
-    from damcha.views.figure_sets import MODEL_FIGURES, RECORD_FIGURES, available_figures, build_figure
+    from damcha.views.figure_sets import RECORD_FIGURES, available_figures, build_figure
+    from damcha.views.model_figures import MODEL_FIGURES
 
     if not (SHIPPED / run_name).is_dir():
         pytest.skip(f"{run_name} is not shipped")

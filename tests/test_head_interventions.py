@@ -132,7 +132,8 @@ def test_the_head_figures_are_named_figures_rebuilt_from_their_provenance_in_the
     from damcha.inputs.model_inputs import validation_arrays, validation_input
     from damcha.runs.checkpoints import load_model, load_run
     from damcha.views.export import figure_data
-    from damcha.views.figure_sets import figure_set, regenerate
+    from damcha.views.model_figures import figure_set
+    from damcha.views.regeneration import regenerate
 
     run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / "digits-mha")
     inp = validation_input(run, 2)

@@ -198,7 +198,8 @@ def test_model_figures_are_named_figures_the_cli_can_rebuild():
     from damcha.inputs.model_inputs import validation_arrays, validation_input
     from damcha.runs.checkpoints import load_run
     from damcha.views.export import figure_data
-    from damcha.views.figure_sets import figure_set, regenerate
+    from damcha.views.model_figures import figure_set
+    from damcha.views.regeneration import regenerate
 
     run = load_run(Path(__file__).resolve().parents[1] / "checkpoints" / "digits-damcha")
     inp = validation_input(run, 2)

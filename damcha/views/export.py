@@ -133,6 +133,14 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
                             scale=settings.scale if fmt == "png" else 1)
 
 
+def _numbers(values: np.ndarray) -> np.ndarray:
+    """Values as floats; category labels (a bar chart's names, on either axis) as their positions."""
+    try:
+        return values.astype(float)
+    except (TypeError, ValueError):
+        return np.arange(len(values), dtype=float)
+
+
 def figure_data(fig: go.Figure) -> dict[str, np.ndarray]:
     """The arrays a figure shows, by trace: z of heatmaps, contours and surfaces; x and y of
     lines and bars. Animation frames are included as frame_<name>_<trace>."""
@@ -145,11 +153,7 @@ def figure_data(fig: go.Figure) -> dict[str, np.ndarray]:
                 out[name] = np.asarray(t.z, dtype=float)
             elif getattr(t, "y", None) is not None and t.type in ("scatter", "bar"):
                 x = np.arange(len(t.y)) if t.x is None else np.asarray(t.x)
-                try:
-                    out[f"{name}_x"] = x.astype(float)
-                except ValueError:
-                    out[f"{name}_x"] = np.arange(len(x), dtype=float)
-                out[f"{name}_y"] = np.asarray(t.y, dtype=float)
+                out[f"{name}_x"], out[f"{name}_y"] = _numbers(x), _numbers(np.asarray(t.y))
 
     take(fig.data, "trace")
     for frame in fig.frames or ():
@@ -213,7 +217,7 @@ def library_params(params: dict) -> dict:
     return params
 
 
-def _run_name(path, root) -> str:
+def run_name_in(path, root) -> str:
     """A run's path relative to the checkpoint root it was opened from (its folder name when outside)."""
     if root is None:
         return str(path)
@@ -228,8 +232,8 @@ class Provenance:
     """What a figure shows and how to rebuild it: the run and epoch (with the snapshot's SHA-256),
     the input (its tokens when small enough, always their hash), and the figure's parameters.
 
-    regenerable: the figure is a named figure of damcha.views.figure_sets, so `damcha figures
-    --from-provenance` rebuilds it. Written to JSON with the export settings, version and date."""
+    regenerable: the figure is a named figure (of a record or model, across epochs, of several runs,
+    or of the stored evidence), so `damcha figures --from-provenance` rebuilds it. Written to JSON with the export settings, version and date."""
 
     figure: str
     run: str | None = None
@@ -249,9 +253,9 @@ class Provenance:
         root: the checkpoint folder the run was opened from; the run is then named relative to it
         (the app never writes the server's absolute paths into a file it hands out)."""
         checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
-        prov = dict(figure=figure, run=None if run is None else _run_name(run.path, root), epoch=epoch,
+        prov = dict(figure=figure, run=None if run is None else run_name_in(run.path, root), epoch=epoch,
                     checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
-                    params=numbered_from_one(params or {}), regenerable=regenerable and run is not None)
+                    params=numbered_from_one(params or {}), regenerable=regenerable)
         if tokens is not None:
             tok = np.asarray(tokens)
             prov["input_sha256"] = tokens_sha256(tok)

@@ -10,20 +10,17 @@ or data set made the record.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 
-from damcha.analysis.inspection import InspectionRecord, expected_digit, inspect_input, next_token_probabilities
+from damcha.analysis.inspection import InspectionRecord, expected_digit, next_token_probabilities
 from damcha.inputs.modalities.image_patches import patches_image
 from damcha.model.mechanisms import Structure, StructureKind
-from damcha.runs.checkpoints import Run, load_model, load_run
 from damcha.views import figures
-from damcha.views.export import ExportItem, Provenance, library_params
 
 # Matrix names accepted by `part` as they were before structures had names of their own.
 _LEGACY_PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
@@ -65,7 +62,7 @@ def input_thumbnail(inp) -> np.ndarray | None:
     """What an image input looks like as the model reads it, as an RGB or grey uint8 array large
     enough to see: a digit's 8 x 8 grey levels (ink dark) or a colour crop, each pixel a square."""
     if inp.levels is not None:
-        return np.kron(_ink(inp.levels), np.ones((8, 8), dtype=np.uint8))  # (64, 64)
+        return np.kron(ink_dark(inp.levels), np.ones((8, 8), dtype=np.uint8))  # (64, 64)
     if inp.image is not None:
         return np.kron(np.asarray(inp.image, dtype=np.uint8), np.ones((3, 3, 1), dtype=np.uint8))  # (96, 96, 3)
     return None
@@ -215,29 +212,29 @@ def _patch_error(record, params, index, at):
                                     f"Error of each patch given the true ones before it{at}", "MSE")
 
 
-def _unless(condition: Callable[[InspectionRecord], bool], why: str) -> Callable[[InspectionRecord], str | None]:
+def unless(condition: Callable[[InspectionRecord], bool], why: str) -> Callable[[InspectionRecord], str | None]:
     return lambda record: None if condition(record) else why.format(record=record)
 
 
 # Every named figure of a record besides its structures: what the inspector shows, `damcha figures`
 # exports and a provenance regenerates. A new figure is one entry here and its test.
 RECORD_FIGURES: dict[str, NamedFigure] = {f.name: f for f in (
-    NamedFigure("decomposition", _unless(lambda r: len(grid_matrices(r)) > 1,
+    NamedFigure("decomposition", unless(lambda r: len(grid_matrices(r)) > 1,
                                          "{record.variant} has no matrix with a head grid to decompose"), _decomposition),
-    NamedFigure("contour", _unless(lambda r: bool(grid_matrices(r)),
+    NamedFigure("contour", unless(lambda r: bool(grid_matrices(r)),
                                    "{record.variant} has no matrix with a head grid to draw as contours"), _contour),
-    NamedFigure("surface", _unless(lambda r: bool(grid_matrices(r)),
+    NamedFigure("surface", unless(lambda r: bool(grid_matrices(r)),
                                    "{record.variant} has no matrix with a head grid to draw as a surface"), _surface),
     NamedFigure("attention", lambda record: None, _attention),
-    NamedFigure("attention_grid", _unless(lambda r: bool(r.modality.grid), "attention over the image grid needs an "
+    NamedFigure("attention_grid", unless(lambda r: bool(r.modality.grid), "attention over the image grid needs an "
                                           "image input"), _attention_grid),
-    NamedFigure("token_loss", _unless(lambda r: r.token_loss is not None and r.task != "classification",
+    NamedFigure("token_loss", unless(lambda r: r.token_loss is not None and r.task != "classification",
                                       "this input has no per-token loss"), _token_loss),
-    NamedFigure("patch_error", _unless(lambda r: r.task == "next_vector" and r.token_loss is not None and bool(r.modality.grid),
+    NamedFigure("patch_error", unless(lambda r: r.task == "next_vector" and r.token_loss is not None and bool(r.modality.grid),
                                        "the per-patch error map is drawn for next-patch models"), _patch_error),
-    NamedFigure("prediction", _unless(lambda r: has_prediction(r), "no prediction figure for {record.modality.title}"),
+    NamedFigure("prediction", unless(lambda r: has_prediction(r), "no prediction figure for {record.modality.title}"),
                 lambda record, params, index, at: _prediction_figure(record, params, at)),
-    NamedFigure("input", _unless(lambda r: bool(r.modality.picture), "the input figure is drawn for images; this "
+    NamedFigure("input", unless(lambda r: bool(r.modality.picture), "the input figure is drawn for images; this "
                                  "input is {record.modality.title}"), _input),
 )}
 
@@ -245,12 +242,14 @@ RECORD_FIGURES: dict[str, NamedFigure] = {f.name: f for f in (
 def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int | None = None) -> go.Figure:
     """A structure of the record by its name, or one of RECORD_FIGURES. params: layer, position (a
     query position; negative: from the end), part (a grid-matrix structure name), shared_scale,
-    attn_layer (attention), next_position (text prediction), highlight (input). The title names the
-    epoch of the record's snapshot (or `epoch`, for a record of a model not loaded from a run)."""
+    attn_layer (attention), next_position (text prediction), highlight (input), named_run (the title
+    names the run, for figures shown beside another run's). The title names the epoch of the record's
+    snapshot (or `epoch`, for a record of a model not loaded from a run)."""
     if epoch is None and record.source is not None:
         epoch = record.source.epoch
     index = structure_index(record, int(params.get("layer", 0)), int(params.get("position", -1)))
-    at = f", epoch {epoch}" if epoch is not None else ""
+    run = f" {Path(record.source.run).name}" if params.get("named_run") and record.source and record.source.run else ""
+    at = f",{run} epoch {epoch}" if epoch is not None else ""
     structure = record.structure(name)
     if structure is not None:
         suffix = f" ({record.metric_mode}){at}" if name == "head_metrics" else at
@@ -347,318 +346,6 @@ def available_figures(record: InspectionRecord) -> list[str]:
     return [s.name for s in record.structures] + [n for n, f in RECORD_FIGURES.items() if f.missing(record) is None]
 
 
-@dataclass(frozen=True)
-class ModelFigure:
-    """A figure computed from the model itself (interventions, free-running completion), not from one
-    record. missing(record, config): why it does not apply to a record of a run with this model
-    config (None when it does).
-    values(model, run, tokens, targets, params) -> array; draw(values, params, where, factor, unit):
-    losses shown times `factor` in `unit`."""
-
-    name: str
-    missing: Callable[[InspectionRecord, object], str | None]
-    values: Callable[..., object]
-    draw: Callable[..., go.Figure]
-
-
-def _head_ablation_values(model, run, tokens, targets, params, progress=None):
-    """(changes (L, H), base loss) in nats; params: kind (zero | mean | patch), other (the validation
-    input a patch is taken from), n_mean (validation inputs a mean is taken over, default 64)."""
-    from damcha.analysis.heads import head_effects
-    from damcha.inputs.model_inputs import validation_arrays
-
-    kind = params.get("kind", "zero")
-    reference = None
-    if kind == "mean":
-        reference = validation_arrays(run)[0][:int(params.get("n_mean", 64))]
-    elif kind == "patch":
-        reference = validation_arrays(run)[0][int(params.get("other", 0))]
-    effects = head_effects(model, tokens, targets, kind, reference)
-    return {"changes": effects.changes, "base": effects.base}
-
-
-def _head_logit_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis.heads import direct_logit_attribution
-
-    return direct_logit_attribution(model, tokens, targets)
-
-
-def _head_ablation(values, params, where, factor, unit):
-    from damcha.analysis.heads import HEAD_TITLES
-
-    changes = np.asarray(values["changes"]) * factor  # (L, H)
-    style = figures.MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(changes))), (), "signed",
-                                f"Δ loss ({unit})")
-    title = f"Loss change per head, {HEAD_TITLES[params.get('kind', 'zero')]}; loss {values['base'] * factor:.4f} {unit}"
-    return figures.head_by_head_figure(changes, title, style=style)
-
-
-def _head_logit(values, params, where, factor, unit):
-    style = figures.MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(values))), (), "signed",
-                                "logit")
-    return figures.head_by_head_figure(values, "Direct logit attribution per head (the right answer's logit)",
-                                       style=style)
-
-
-def _input_attribution_values(model, run, tokens, targets, params, progress=None):
-    """Integrated Gradients of params["target"] (default: the loss, in nats) per input position,
-    from the modality's blank input; params: n_steps (16), and for a scalar of M(x) its position,
-    block (i, j) or head. With the attribution: the token labels, and for an image the attribution
-    per pixel or patch and the picture it is drawn over."""
-    from damcha.analysis.attribution import per_cell, token_attributions
-    from damcha.inputs.modalities import modality_named, task_of
-
-    modality = modality_named(model.config.modality)
-    scalar = {k: tuple(v) if k == "block" else v for k, v in params.items() if k in ("position", "block", "head")}
-    attr = token_attributions(model, tokens, modality.blank_token, params.get("target", "loss"), targets,
-                              int(params.get("n_steps", 16)), progress=progress, **scalar)
-    tokens = np.asarray(tokens)
-    truth = None if targets is None else np.asarray(targets)
-    return {"attribution": attr, "labels": modality.token_labels(tokens), "picture_kind": modality.picture,
-            "cells": per_cell(attr.values, tokens, modality) if modality.grid else None,
-            "picture": modality.seen_picture(tokens, truth, task_of(model.config)) if modality.picture else None}
-
-
-def _input_attribution(values, params, where, factor, unit):
-    from damcha.analysis.attribution import TARGET_NAMES
-
-    target = params.get("target", "loss")
-    scale = factor if target == "loss" else 1.0  # IG is linear in F: the loss's attributions in the page's unit
-    what = TARGET_NAMES[target]
-    if values["cells"] is None:
-        return figures.token_attribution_figure(values["attribution"].values * scale, values["labels"],
-                                                f"Which tokens drive {what}")
-    cells = values["cells"] * scale
-    if values["picture_kind"] == "grey_levels":  # a digit: its grey levels written in the cells
-        return figures.digit_attribution_figure(np.nan_to_num(cells), values["picture"], f"Which pixels drive {what}")
-    return figures.grid_maps_figure(cells[None], ["attribution per patch"], f"Which patches drive {what}", "attribution",
-                                    sequential=False)
-
-
-def _completion_by_mode_values(model, run, tokens, targets, params, progress=None):
-    """The input under each metric mode (damcha.analysis.ablation.ModeOutcome: loss, completion,
-    continuation, predicted class) and the picture of the truth the completions are drawn beside."""
-    from damcha.analysis.ablation import input_under_modes
-    from damcha.inputs.modalities import modality_named, task_of
-
-    truth = modality_named(model.config.modality).seen_picture(np.asarray(tokens), np.asarray(targets), task_of(model.config))
-    return {"truth": truth, "outcomes": input_under_modes(model, tokens, targets)}
-
-
-def _as_rgb(picture: np.ndarray) -> np.ndarray:
-    """A drawn picture as RGB uint8: grey levels 0..16 with the ink dark, or an RGB image as it is."""
-    picture = np.asarray(picture)
-    return picture if picture.ndim == 3 else np.repeat(_ink(picture)[..., None], 3, axis=-1)
-
-
-def _ink(levels: np.ndarray) -> np.ndarray:
+def ink_dark(levels: np.ndarray) -> np.ndarray:
     """Grey levels 0..16 as a grey uint8 image with the ink dark (16: black)."""
     return np.rint(255 - np.clip(np.asarray(levels, dtype=float), 0, 16) / 16 * 255).astype(np.uint8)
-
-
-def _completion_by_mode(values, params, where, factor, unit):
-    images = {"truth": _as_rgb(values["truth"])}
-    for o in values["outcomes"]:
-        if o.completed_patches is not None:
-            images[o.mode] = patches_image(o.completed_patches)
-        elif o.completed is not None:
-            images[o.mode] = _as_rgb(o.completed)
-    return figures.image_row_figure(images, "The bottom half completed from the true top half, under each metric mode")
-
-
-def _completes(record: InspectionRecord, config) -> str | None:
-    kind = record.modality.completion
-    if kind not in ("bottom_half_tokens", "bottom_half_patches") or record.task == "classification":
-        return f"no bottom half is completed for {record.modality.title}"
-    return None if config.mechanism.metric(config) else f"{record.variant} has no metric modes"
-
-
-def _block_grid_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis.interventions import block_grid
-
-    return block_grid(model, tokens, targets, bool(params.get("keep", False)))
-
-
-def _interpolation_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis import interventions
-    from damcha.inputs.model_inputs import validation_arrays
-
-    mbar = interventions.mean_metric(model, validation_arrays(run)[0][:interventions.MEAN_INPUTS])
-    return interventions.interpolation_curve(model, tokens, targets, mbar)
-
-
-def _off_diagonal_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis.interventions import off_diagonal_curve
-
-    return off_diagonal_curve(model, tokens, targets)
-
-
-def _completion_values(model, run, tokens, targets, params, progress=None):
-    from damcha.runs.evaluation import complete_patches
-
-    options = model.mechanism.options_from({"metric_mode": params.get("mode", "full")})
-    x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
-    return np.stack([np.asarray(targets), complete_patches(model, x, options)[0].numpy()])
-
-
-def _block_grid(values, params, where, factor, unit):
-    what = "keeping only" if params.get("keep") else "zeroing"
-    style = figures.MatrixStyle("block row i", "block column j", value_kind="signed", unit=f"Δ loss ({unit})")
-    return figures.head_by_head_figure(values * factor, f"Loss change from {what} M_ij, {where}", style=style)
-
-
-def _interpolation(values, params, where, factor, unit):
-    from damcha.analysis.interventions import ALPHAS
-
-    return figures.curve_figure(ALPHAS, {where: values * factor}, "Loss at M-bar + α (M(x) − M-bar)",
-                                "α (0: M-bar, 1: M(x))", f"loss ({unit})", marks={"M(x)": 1.0})
-
-
-def _off_diagonal(values, params, where, factor, unit):
-    from damcha.analysis.interventions import GAMMAS
-
-    return figures.curve_figure(GAMMAS, {where: values * factor}, "Loss with the off-diagonal blocks scaled by γ",
-                                "γ (0: diagonal-only, 1: the model)", f"loss ({unit})")
-
-
-def _completion(values, params, where, factor, unit):
-    truth, completed = values
-    mse = float(((completed[32:] - truth[32:]) ** 2).mean())
-    return figures.image_row_figure({"truth": patches_image(truth), "top half given": patches_image(
-        np.concatenate([truth[:32], np.zeros_like(truth[32:])])), "completed from the top half": patches_image(completed)},
-        f"Completion from the top half (free-running), bottom-half MSE {mse:.4f}")
-
-
-
-def _needs_head_sites(record: InspectionRecord, config) -> str | None:
-    from damcha.analysis.heads import head_site_note
-
-    return head_site_note(config)
-
-
-def _of_record(missing: Callable[[InspectionRecord], str | None]) -> Callable[[InspectionRecord, object], str | None]:
-    return lambda record, config: missing(record)
-
-
-_needs_metric = _of_record(_unless(lambda r: r.has_metric, "{record.variant} has no explicit metric M(x) to intervene on"))
-
-
-MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
-    ModelFigure("head_ablation", _needs_head_sites, _head_ablation_values, _head_ablation),
-    ModelFigure("input_attribution", lambda record, config: None, _input_attribution_values, _input_attribution),
-    ModelFigure("completion_by_mode", _completes, _completion_by_mode_values, _completion_by_mode),
-    ModelFigure("head_logit_attribution", _needs_head_sites, _head_logit_values, _head_logit),
-    ModelFigure("block_grid", _needs_metric, _block_grid_values, _block_grid),
-    ModelFigure("interpolation", _needs_metric, _interpolation_values, _interpolation),
-    ModelFigure("off_diagonal", _needs_metric, _off_diagonal_values, _off_diagonal),
-    ModelFigure("completion", _of_record(_unless(lambda r: r.modality.completion == "bottom_half_patches",
-                                                 "free-running completion is drawn for next-patch models")),
-                _completion_values, _completion),
-)}
-
-
-def _model_figure_named(name: str) -> ModelFigure:
-    if name not in MODEL_FIGURES:
-        raise ValueError(f"unknown model figure {name!r}; expected one of {', '.join(MODEL_FIGURES)}")
-    return MODEL_FIGURES[name]
-
-
-def model_figure_values(name: str, model, run: Run, tokens, targets, params: dict,
-                        progress: Callable[[int, int], None] | None = None):
-    """What a model figure draws (each MODEL_FIGURES entry's values function says what); progress(k, n)
-    hears of long computations (Integrated Gradients' steps)."""
-    return _model_figure_named(name).values(model, run, tokens, targets, params, progress)
-
-
-def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input", config=None) -> go.Figure:
-    """The figure of a model figure's values (see model_figure_values); the app and the CLI share it.
-    config: the run's model config, whose loss unit the losses are shown in (default: nats)."""
-    from damcha.inputs.modalities import loss_factor, loss_label
-
-    factor, unit = (loss_factor(config), loss_label(config)) if config is not None else (1.0, "nats")
-    return _model_figure_named(name).draw(values, params, where, factor, unit)
-
-
-def named_figure_applies(name: str, record: InspectionRecord, config) -> bool:
-    """Whether a named figure (a structure, a record figure or a model figure) applies to the record
-    of a run with this model config."""
-    if name in MODEL_FIGURES:
-        return MODEL_FIGURES[name].missing(record, config) is None
-    return name in available_figures(record)
-
-
-def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mode: str = "full",
-               params: dict | None = None, names: Sequence[str] | None = None, input_source: str = "",
-               progress: Callable[[int, int], None] | None = None) -> list[ExportItem]:
-    """Every named figure (or `names`) of one input at each epoch, with provenance."""
-    params = dict(params or {})
-    items = []
-    for k, epoch in enumerate(epochs):
-        model = load_model(run, epoch)
-        options = model.mechanism.options_from({"metric_mode": mode})
-        record = inspect_input(model, tokens, targets, options=options)
-        for name in names or available_figures(record):
-            if name in MODEL_FIGURES:
-                why = MODEL_FIGURES[name].missing(record, run.model_config)
-                if why:
-                    raise ValueError(why)
-                values = model_figure_values(name, model, run, tokens, targets, {**params, "mode": mode})
-                fig = model_figure(name, values, params, config=run.model_config)
-            else:
-                fig = build_figure(name, record, params, epoch)
-            prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode},
-                                 regenerable=True)
-            items.append(ExportItem(f"{run.name}_e{epoch:04d}_{name}", fig, prov))
-        if progress:
-            progress(k + 1, len(epochs))
-    return items
-
-
-def paper_figures(runs: Sequence[Run], tokens, targets, input_source: str = "", epochs: int = 5) -> list[ExportItem]:
-    """The paper's metric figures from runs on one input, M(x) at the last query position:
-    fig. 8 (each run's M at its first and last snapshot), fig. 10 (contours across snapshots, one row per
-    run: w/o f(x) above DAMCHA, as in the paper) and fig. 11 (3D surfaces at the last snapshot, side by side)."""
-    from damcha.analysis.dynamics import spread_epochs
-
-    mats, titles, last = {}, {}, {}
-    for run in runs:
-        chosen = spread_epochs(list(run.epochs), epochs)
-        records = [inspect_input(load_model(run, e), tokens, targets, positions=[len(tokens) - 1]) for e in chosen]
-        if not records[0].has_metric:
-            raise ValueError(f"{run.name} has no metric M(x): the paper's metric figures need DAMCHA runs")
-        mats[run.name] = [r.structure("metric").at(layer=0, position=0) for r in records]
-        titles[run.name] = [f"{run.name}: epoch {e}" if k == 0 else f"epoch {e}" for k, e in enumerate(chosen)]
-        last[run.name] = chosen[-1]
-    H = runs[0].model_config.n_head
-    names = [r.name for r in runs]
-    fig8 = figures.small_multiples_figure([m for n in names for m in (mats[n][0], mats[n][-1])],
-                                          [t for n in names for t in (titles[n][0], f"epoch {last[n]}")], H, "heatmap",
-                                          "M(x): first against last snapshot (paper fig. 8)", cols=2)
-    fig10 = figures.small_multiples_figure([m for n in names for m in mats[n]], [t for n in names for t in titles[n]], H,
-                                           "contour", "Contours of M(x) across snapshots (paper fig. 10)",
-                                           cols=len(mats[names[0]]))
-    fig11 = figures.small_multiples_figure([mats[n][-1] for n in names], [f"{n}: epoch {last[n]}" for n in names], H, "surface",
-                                           "M(x) as a surface (paper fig. 11)", cols=len(names))
-    items = []
-    for name, fig in (("fig8_first_vs_last", fig8), ("fig10_contours", fig10), ("fig11_surfaces", fig11)):
-        prov = Provenance.of(name, runs[0], last[runs[0].name], tokens, targets, input_source,
-                             {"runs": [str(r.path) for r in runs]})
-        items.append(ExportItem(name, fig, prov))
-    return items
-
-
-def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportItem:
-    """The figure a provenance describes, rebuilt from its run, epoch and input."""
-    if not prov.regenerable or prov.run is None or prov.epoch is None:
-        raise ValueError(f"figure {prov.figure!r} is not a named figure of a run: it cannot be rebuilt from its provenance")
-    run_path = Path(prov.run)
-    if run_root is not None and not run_path.is_absolute():
-        run_path = Path(run_root) / run_path
-    run = load_run(run_path)
-    if prov.input_tokens is None:
-        raise ValueError("this provenance does not carry its input tokens (input too large); pass the input instead")
-    params = library_params(prov.params)
-    mode = params.pop("mode", "full")
-    (item,) = figure_set(run, [prov.epoch], prov.tokens_array(), prov.targets_array(), mode, params, [prov.figure],
-                         prov.input_source)
-    return item

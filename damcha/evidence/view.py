@@ -1,0 +1,131 @@
+"""What the Evidence page shows of one claim of the stored evidence (`damcha evidence`'s
+results.json): named figures (the arms' means with their intervals, the differences the verdict
+counts, the contrasts reported beside it), the arms' table and what the seeds could detect.
+A figure's provenance names the results folder and the claim, so `regenerate` redraws it from the file
+(and every other named figure through damcha.views.regeneration)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.views import figures
+
+
+@dataclass(frozen=True)
+class EvidenceFigure:
+    """missing(claim): why the claim has nothing to draw (None when it has); draw(claim) the figure.
+    A claim is one entry of results.json's "claims"."""
+
+    name: str
+    missing: Callable[[dict], str | None]
+    draw: Callable[[dict], go.Figure]
+
+
+def _counted(claim: dict) -> list[dict]:
+    return [c for c in claim["comparisons"] if c.get("counted", True)]
+
+
+def _contrasts(claim: dict) -> list[dict]:
+    return [c for c in claim["comparisons"] if c.get("measures")]
+
+
+def _summary(claim):
+    rows = claim["summary"]
+    better = "lower" if claim["lower_is_better"] else "higher"
+    return figures.interval_figure([r["arm"] for r in rows], [r["mean"] for r in rows], [r["low"] for r in rows],
+                                   [r["high"] for r in rows],
+                                   f"{claim['metric']} ({better} is better), mean over seeds with 95% interval",
+                                   claim["metric"], [r.get("paper") for r in rows], log_scale=claim["metric"] in RATIO_METRICS)
+
+
+def _differences(claim):
+    rows = _counted(claim)
+    return figures.interval_figure([f"{c['metric']}: {c['better']} vs {c['than']}" for c in rows],
+                                   [c["gain"] for c in rows], [c["low"] for c in rows], [c["high"] for c in rows],
+                                   "The verdict's differences, in the paper's direction (above 0: as the paper claims), "
+                                   "95% interval", "difference", zero_line=True)
+
+
+def _contrasts_figure(claim):
+    rows = _contrasts(claim)
+    return figures.interval_figure([f"{c['measures']}: {c['better']} vs {c['than']}" for c in rows],
+                                   [c["gain"] for c in rows], [c["low"] for c in rows], [c["high"] for c in rows],
+                                   "Reported, not counted: the contrasts between the other arms (above 0: the first is "
+                                   "better), 95% interval", "difference", zero_line=True, horizontal=True)
+
+
+EVIDENCE_FIGURES = {f.name: f for f in (
+    EvidenceFigure("evidence_summary", lambda claim: None if claim["summary"] else "no arm has results", _summary),
+    EvidenceFigure("evidence_differences", lambda claim: None if _counted(claim) else "no counted comparison",
+                   _differences),
+    EvidenceFigure("evidence_contrasts", lambda claim: None if _contrasts(claim) else "no reported contrast",
+                   _contrasts_figure),
+)}
+
+
+def evidence_figures(claim: dict) -> list[tuple[str, go.Figure]]:
+    """Every evidence figure that applies to the claim, in the table's order: (name, figure)."""
+    return [(name, f.draw(claim)) for name, f in EVIDENCE_FIGURES.items() if f.missing(claim) is None]
+
+
+def arm_table(claim: dict) -> list[dict]:
+    """One row per arm: the paper's number, then the claim's metric and each reported column as
+    "mean [low, high]" (see interval_cell)."""
+    arms = [r["arm"] for r in claim["summary"]]
+    cells = {(d["arm"], d["metric"]): figures.interval_cell(d["mean"], d["low"], d["high"])
+             for d in claim.get("details", [])}
+    if not cells:  # results written before the per-metric details
+        cells = {(r["arm"], claim["metric"]): figures.interval_cell(r["mean"], r["low"], r["high"]) for r in claim["summary"]}
+    paper = {r["arm"]: r.get("paper") for r in claim["summary"]}
+    metrics = [claim["metric"], *claim.get("columns", [])]
+    return [{"arm": arm, "paper": "—" if paper[arm] is None or paper[arm] != paper[arm] else f"{paper[arm]:.4g}",
+             **{m: cells.get((arm, m), "—") for m in metrics}} for arm in arms]
+
+
+def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:
+    """What the claim's seeds could detect (80% power, 5% two-sided) beside what was seen, for each
+    counted comparison whose verdict is not in `not_counted_verdicts`; None when there is none."""
+    power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] not in not_counted_verdicts
+             and c.get("mdd") is not None and c["mdd"] == c["mdd"]]
+    if not power:
+        return None
+    return "What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(
+        f"{c['metric']} {c['better']} vs {c['than']}: {c['gain']:+.3g} observed (sd {c['sd']:.2g}, n = {c['n']}), "
+        f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}" for c in power)
+
+
+def evidence_item(name: str, folder: str | Path, claim_key: str, root=None):
+    """The named figure of one claim read from a results folder, with its provenance (the folder
+    named relative to `root`, as the app names runs)."""
+    from damcha.views.export import ExportItem, Provenance, run_name_in
+
+    doc = load_results(Path(folder))
+    if doc is None:
+        raise EvidenceFileError(f"{folder}: no results.json")
+    claim = next((c for c in doc["claims"] if c["key"] == claim_key), None)
+    if claim is None:
+        raise ValueError(f"{folder}: no claim {claim_key!r} in its results")
+    figure = EVIDENCE_FIGURES[name]
+    why = figure.missing(claim)
+    if why:
+        raise ValueError(f"{name} of {claim_key}: {why}")
+    prov = Provenance.of(name, params={"claim": claim_key, "results": run_name_in(folder, root)}, regenerable=True)
+    return ExportItem(f"{name}_{claim_key}", figure.draw(claim), prov)
+
+
+def regenerate(prov, run_root=None):
+    """The figure a provenance describes: an evidence figure redrawn from its results folder, any other
+    named figure rebuilt by damcha.views.regeneration (folders and runs named relative to `run_root`)."""
+    from damcha.views.export import library_params
+    from damcha.views.regeneration import regenerate as regenerate_named
+    from damcha.views.regeneration import resolved
+
+    if not (prov.regenerable and prov.figure in EVIDENCE_FIGURES):
+        return regenerate_named(prov, run_root)
+    params = library_params(prov.params)
+    return evidence_item(prov.figure, resolved(params["results"], run_root), params["claim"], run_root)

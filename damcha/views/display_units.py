@@ -1,0 +1,73 @@
+"""Numbers in the unit a run's pages show its losses in (bits per pixel, character, image…, or the
+squared error of image patches): the library computes in nats, and every page, table and export
+asks here instead of scaling a loss itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LossUnit:
+    """A loss in nats (or a squared error) times `factor` is one in `label`'s unit."""
+
+    factor: float
+    label: str
+
+    @classmethod
+    def of(cls, config) -> LossUnit:
+        """The unit of a run with this model config (see damcha.inputs.modalities.loss_label)."""
+        from damcha.inputs.modalities import loss_factor, loss_label
+
+        return cls(loss_factor(config), loss_label(config))
+
+    def value(self, nats):
+        """A loss (a number, an array, or None for none) in this unit."""
+        if nats is None:
+            return None
+        return nats * self.factor if np.isscalar(nats) else np.asarray(nats, dtype=float) * self.factor
+
+    def text(self, nats, signed: bool = False, digits: int = 4) -> str:
+        """A loss as the page writes it ("—" for none)."""
+        if nats is None:
+            return "—"
+        return f"{self.value(nats):{'+' if signed else ''}.{digits}f}"
+
+    def rows(self, rows: Iterable[dict], columns: Sequence[str]) -> list[dict]:
+        """Table rows with the loss `columns` in this unit, each column named with it."""
+        return [{(f"{k} ({self.label})" if k in columns else k): (self.value(v) if k in columns else v)
+                 for k, v in row.items()} for row in rows]
+
+
+def mode_outcome_rows(outcomes, config) -> list[dict]:
+    """One row per metric mode of damcha.analysis.ablation's outcomes on one input: its loss in the
+    run's unit, and a classifier's predicted class and probability."""
+    unit = LossUnit.of(config)
+    rows = []
+    for o in outcomes:
+        row = {"metric mode": o.mode, unit.label: unit.value(o.loss)}
+        if o.predicted_class is not None:
+            row["predicted class"] = o.predicted_class
+            row["p(class)"] = o.class_probability
+        rows.append(row)
+    return rows
+
+
+def attribution_sentence(attribution, target: str, config) -> str:
+    """What Integrated Gradients explained and that its attributions add up (completeness), the loss
+    in the run's unit (a scalar of M(x) as it is)."""
+    unit = LossUnit.of(config) if target == "loss" else LossUnit(1.0, "")
+    a = attribution.scaled(unit.factor)
+    u = f" {unit.label}" if unit.label else ""
+    return (f"F(input) = {a.value:.4g}{u}, F(baseline) = {a.baseline_value:.4g}{u}; the attributions add up to "
+            f"{a.values.sum():.4g}{u} (captum's convergence delta {a.delta:.2g}).")
+
+
+def head_metric_ablation_sentence(changes: Sequence[float], config) -> str:
+    """The loss change when each head's metric m_i is ablated, in the run's unit."""
+    unit = LossUnit.of(config)
+    return (f"Loss change ({unit.label}) when head i's metric m_i is ablated (the head attends uniformly): "
+            + ", ".join(f"head {i + 1}: **{unit.text(v, signed=True)}**" for i, v in enumerate(changes)))

@@ -1,0 +1,41 @@
+"""An exported figure rebuilt from its provenance: a named figure of one input's record or model
+(model_figures), of one run across its snapshots (epoch_figures) or of several runs (run_set_figures).
+The evidence's figures are rebuilt by damcha.evidence.view.regenerate, which passes every other name on here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from damcha.runs.checkpoints import load_run
+from damcha.views.epoch_figures import EPOCH_FIGURES, epoch_figure_item, needs_input
+from damcha.views.export import ExportItem, Provenance, library_params
+from damcha.views.model_figures import figure_set
+from damcha.views.run_set_figures import RUN_SET_FIGURES, run_set_item, taken_from
+
+
+def resolved(name: str, run_root: str | Path | None) -> Path:
+    """A run or folder named in a provenance, relative to `run_root` when given and not absolute."""
+    path = Path(name)
+    return Path(run_root) / path if run_root is not None and not path.is_absolute() else path
+
+
+def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportItem:
+    """The figure a provenance describes, rebuilt from its runs, epochs and input (runs named relative
+    to `run_root` when given)."""
+    if not prov.regenerable or prov.run is None or prov.epoch is None:
+        raise ValueError(f"figure {prov.figure!r} is not a named figure of a run: it cannot be rebuilt from its provenance")
+    of_input = prov.figure not in EPOCH_FIGURES or needs_input(prov.figure)
+    if of_input and prov.input_tokens is None:
+        raise ValueError("this provenance does not carry its input tokens (input too large); pass the input instead")
+    params = library_params(prov.params)
+    tokens, targets = (prov.tokens_array(), prov.targets_array()) if of_input else (None, None)
+    if prov.figure in RUN_SET_FIGURES:
+        runs = [load_run(resolved(name, run_root)) for name in params.pop("runs")]
+        taken = taken_from(prov.figure, runs, params.pop("epochs"), tokens, targets, params)
+        return run_set_item(prov.figure, taken, tokens, targets, params, prov.input_source, root=run_root)
+    run = load_run(resolved(prov.run, run_root))
+    if prov.figure in EPOCH_FIGURES:
+        return epoch_figure_item(prov.figure, run, tokens, targets, params, prov.input_source)
+    mode = params.pop("mode", "full")
+    (item,) = figure_set(run, [prov.epoch], tokens, targets, mode, params, [prov.figure], prov.input_source)
+    return item
