@@ -143,6 +143,14 @@ def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params
     return result
 
 
+@st.cache_data(show_spinner="The loss of each validation input…", max_entries=64, hash_funcs=HASH_FUNCS)
+def validation_losses(run: Run, epoch: int, n: int):
+    """(N,) the mean loss in nats of each of the first n validation inputs (damcha.views.run_set_figures)."""
+    from damcha.views.run_set_figures import RUN_SET_FIGURES
+
+    return RUN_SET_FIGURES["losses_against"].per_run(run, epoch, model_for, None, None, {"inputs": n})
+
+
 @st.cache_data(show_spinner="Distances between the validation inputs…", max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_spread(run: Run) -> float:
     """How far validation inputs lie from their nearest neighbour (once per run, not per upload)."""

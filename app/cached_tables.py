@@ -8,7 +8,7 @@ import streamlit as st
 from app.cache import HASH_FUNCS, model_for
 from damcha.runs.checkpoints import Run
 
-TABLE_VERSION = 3  # bump when the table's columns change: older entries are then not read
+TABLE_VERSION = 4  # bump when the table's columns change: older entries are then not read
 
 
 def table_settings(n: int) -> dict:

@@ -15,10 +15,14 @@ from damcha.views.export import Provenance
 def export_settings_widget() -> None:
     """Sidebar: size, scale and style of exported figures (kept for the session)."""
     from damcha.views.export import ExportSettings
+    from damcha.views.typesetting import COLUMN_WIDTHS
 
     with st.sidebar.expander("Export settings", expanded=False):
-        w = st.number_input("Width (px)", 200, 4000, 460, step=20, key="exp_w",
-                            help="460 px fits a single journal column, 940 px a double column (text ≈ 7.5 pt).")
+        layout = st.radio("Layout", [*COLUMN_WIDTHS, "custom width"], key="exp_layout", horizontal=True,
+                          help="A single journal column (≈ 3.3 in) or a double column (≈ 7 in), text ≈ 7.5 pt "
+                               "printed; titles wrap to the width.")
+        w = st.number_input("Width (px)", 200, 4000, 460, step=20, key="exp_w") if layout == "custom width" \
+            else COLUMN_WIDTHS[layout]
         h = st.number_input("Height (px, 0 = the figure's own)", 0, 4000, 0, step=50, key="exp_h")
         s = st.select_slider("PNG scale", [1.0, 2.0, 3.0, 4.0], value=2.0, key="exp_s")
         paper = st.toggle("Paper style", value=True, key="exp_paper",
@@ -48,7 +52,7 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
         # Bytes are made only when a button is clicked (a callable), so unexported figures cost nothing.
         mimes = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "html": "text/html",
                  "csv": "text/csv", "npz": "application/octet-stream"}
-        makers = {fmt: (lambda f=fmt: figure_bytes(fig, f, settings)) for fmt in ("png", "svg", "pdf", "html")}
+        makers = {fmt: (lambda f=fmt: figure_bytes(fig, f, settings, name)) for fmt in ("png", "svg", "pdf", "html")}
         makers["csv"] = lambda: data_csv(figure_data(fig))
         makers["npz"] = lambda: data_npz(figure_data(fig))
         for row in (("png", "svg", "pdf"), ("html", "csv", "npz")):
@@ -61,6 +65,10 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
                                 "`python -m damcha figures --from-provenance` rebuilds named figures")
         if not ok:
             st.caption(why)
+        from damcha.views.regeneration import python_to_rebuild
+
+        st.caption("Python that rebuilds this figure, beside its provenance file (copy button at the top right):")
+        st.code(python_to_rebuild(prov, f"{name}.provenance.json"), language="python")
 
 
 def export_all_widget() -> None:

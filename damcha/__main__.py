@@ -93,6 +93,8 @@ def _figures_parser(sub) -> None:
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--position", type=int, default=-1, help="query position index (causal runs), -1: last")
     p.add_argument("--formats", default="png,svg,pdf,html,csv,npz")
+    p.add_argument("--column", choices=["single", "double"], default=None,
+                   help="a journal column preset (single ≈ 3.3 in, double ≈ 7 in; titles wrap to it); overrides --width")
     p.add_argument("--width", type=int, default=460, help="px; 460 fits a single column, 940 a double column")
     p.add_argument("--height", type=int, default=0, help="px; 0: the figure's own (multi-panel) or 0.85 x width")
     p.add_argument("--scale", type=float, default=2.0)
@@ -135,6 +137,9 @@ def _figures(args) -> int:
         formats = [f for f in formats if f not in STATIC_FORMATS]
     width = 940 if args.paper and args.width == 460 else args.width  # multi-panel paper figures: a double column
     settings = ExportSettings(width, args.height or None, args.scale, not args.no_paper_style)
+    if args.column:
+        settings = ExportSettings.column(f"{args.column} column", height=args.height or None, scale=args.scale,
+                                         paper_style=not args.no_paper_style)
     if args.from_provenance:
         path = Path(args.from_provenance)
         if not path.is_file():

@@ -8,7 +8,7 @@ import streamlit as st
 from app.cache import model_figure_values
 from app.cached_interventions import ablation_cached, ablation_table
 from app.controls import computed_on_request, input_picker
-from app.export_widgets import provenance, show
+from app.named_figures import show_model_figure
 from app.run_picker import listing, run_page
 from app.sharing import plain_text
 from damcha.analysis.ablation import modes_by_run
@@ -17,7 +17,6 @@ from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import task_of
 from damcha.runs.evaluation import completes_tokens
 from damcha.views.display_units import mode_outcome_rows
-from damcha.views.model_figures import model_figure
 
 run, epoch = run_page("Metric ablations")
 cfg = run.model_config
@@ -57,8 +56,7 @@ else:
         if any(o.completed is not None or o.completed_patches is not None for o in outcomes):
             st.caption("Bottom halves completed from the true top half: image patches free-running, as the paper's "
                        "generation task; digit pixels as the expected grey level over 16 samples.")
-            show(model_figure("completion_by_mode", values, {}), "completion_by_mode",
-                 provenance("completion_by_mode", run, epoch, inp, regenerable=True))
+            show_model_figure("completion_by_mode", run, epoch, inp, values=values)
         if any(o.continuation is not None for o in outcomes):
             st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
             for o in outcomes:

@@ -2,16 +2,14 @@
 
 import streamlit as st
 
-from app.cache import inspection
-from app.controls import bounded_slider, input_picker
-from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
+from app.cache import inspection, validation_losses
+from app.controls import bounded_slider, computed_on_request, input_picker
+from app.named_figures import show_run_set_figure, shown_input
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
 from damcha.analysis.inspection import residue_caveat, residue_learned
-from damcha.views.comparison import PANELS, compared_run
-from damcha.views.run_set_figures import run_set_figure, run_set_params
+from damcha.views.comparison import PANELS, compared_run, metric_parts
 
 st.title("Compare mechanisms")
 run, epoch = selected_run()
@@ -65,18 +63,25 @@ T = len(inp.tokens)
 causal = any(rec.causal for _, rec in results)
 position = bounded_slider(c3, "Query position (per-position structures)", T - 1, "compare_position",
                           bind=None) if causal else -1
+parts = metric_parts([rec for _, rec in results])
+part = st.radio("M(x) panels show", list(parts), format_func=parts.get, horizontal=True, key="compare_part",
+                help="Under the row sum only the learned part is trained; the residue is what initialisation left.") \
+    if len(parts) > 1 else None
 with st.expander("Structure drawn for each run (default: its main one)"):
-    structure = {r.name: st.selectbox(plain_text(r.name), [s.name for s in rec.structures], key=f"compare_structure_{r.name}",
+    structure = {r.name: st.selectbox(plain_text(r.name), names_of, key=f"compare_structure_{r.name}_{part}",
+                                      index=names_of.index(part) if part in names_of else 0,
                                       format_func=lambda s, rec=rec: rec.structure(s).title)
-                 for r, rec in results if rec.structures}
+                 for r, rec in results if (names_of := [s.name for s in rec.structures])}
 
 results = [(r, inspection(r, epochs[r.name], inp, None, tuple(rec.positions.tolist()), (layer,)))
            if layer < rec.n_layer and layer not in rec.attention_layers else (r, rec)
            for r, rec in results]  # a layer beyond the inspection budget, fetched on demand
 
-st.subheader("Losses")
-st.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True,
-             width="stretch")
+st.subheader("The input and the losses")
+left, right = st.columns([1, 3])
+with left:
+    shown_input(results[0][0], epochs[results[0][0].name], results[0][1], inp)
+right.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True, width="stretch")
 compared = [compared_run(rec, f"{r.name} @{epochs[r.name]}", layer, head, position, structure.get(r.name))
             for r, rec in results if rec.structures]
 row_sum_runs = [r.name for r, rec in results if rec.has_metric and not residue_learned(rec)]
@@ -87,17 +92,27 @@ if len(compared) < len(results):
     st.caption("Without cross-head structures, not drawn: " + ", ".join(r.name for r, rec in results if not rec.structures))
 params = {"layer": layer, "head": head, "position": position, "structures": structure}
 taken = [(r, epochs[r.name], rec) for r, rec in results]
-figure_provenance = run_set_params([r for r, _ in results], [epochs[r.name] for r, _ in results], params,
-                                   checkpoint_root())
 st.subheader("Side by side")
-show(run_set_figure("comparison", taken, params, inp.source), "comparison",
-     provenance("comparison", run, epoch, inp, figure_provenance, regenerable=True))
+show_run_set_figure("comparison", taken, inp, params)
 
 st.subheader("One panel on its own")
 a, b = st.columns(2)
 pick = a.selectbox("Run", list(range(len(compared))), format_func=lambda i: compared[i].label, key="compare_panel_run")
 panel = b.selectbox("Panel", [p for p in PANELS if p != "attention" or compared[pick].attention is not None],
                     key="compare_panel")
-panel_params = {**params, "panel": panel, "panel_run": compared[pick].label}
-show(run_set_figure("comparison_panel", taken, panel_params), f"comparison_{panel}",
-     provenance("comparison_panel", run, epoch, inp, {**figure_provenance, **panel_params}, regenerable=True))
+show_run_set_figure("comparison_panel", taken, inp, {**params, "panel": panel, "panel_run": compared[pick].label},
+                    f"comparison_{panel}")
+
+st.subheader("Per-input loss, one run against another")
+st.caption("Every validation input's loss under two runs: where one mechanism wins, input by input, and by how much "
+           "(LIT's per-example comparison).")
+if len(results) > 1:
+    a, b = st.columns(2)
+    first = a.selectbox("Across", [r for r, _ in results], format_func=lambda r: r.name, key="compare_scatter_a")
+    second = b.selectbox("Up", [r for r, _ in results if r.name != first.name], format_func=lambda r: r.name,
+                         key="compare_scatter_b")
+    if computed_on_request(first, "Compute the loss of 256 validation inputs under both runs", "compare_scatter_on"):
+        losses = [(r, epochs[r.name], validation_losses(r, epochs[r.name], 256)) for r in (first, second)]
+        show_run_set_figure("losses_against", losses, inp, {"inputs": 256})
+else:
+    st.caption("Pick two runs or more.")

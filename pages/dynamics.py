@@ -2,21 +2,19 @@
 
 import streamlit as st
 
-from app.cache import class_separations, figure_over_epochs, inspection, model_figure_values, source_of, weight_drift
+from app.cache import class_separations, inspection, source_of, weight_drift
 from app.controls import bounded_slider, computed_on_request, input_picker, is_large, option_choices
-from app.export_widgets import provenance, show
+from app.named_figures import show_epoch_figure, show_model_figure, show_record_figure
 from app.run_picker import listed_root, listing, run_page
 from app.sharing import failure_text, plain_text
 from app.url_state import bound
 from damcha.analysis.dynamics import spread_epochs
 from damcha.analysis.inspection import matrices_fit, residue_caveat, residue_learned
-from damcha.views.epoch_figures import frozen, off_diagonal_reading
 from damcha.views.figure_sets import (
-    build_figure,
     panel_titles,
     per_head,
 )
-from damcha.views.model_figures import model_figure
+from damcha.views.readings import generator_drift_sentence, separation_sentence, statistics_caption
 
 run, epoch = run_page("Training dynamics", all_epochs=True)
 
@@ -56,17 +54,10 @@ for note in first.notes:
 params.update(structure=name, layer=layer, position=pos, head=head)
 
 
-def over_epochs(fig_name: str, file_name: str | None = None, **extra) -> None:
-    """Show a named figure across the snapshots (damcha.views.epoch_figures) with its provenance."""
-    shown = {**params, **extra}
-    show(figure_over_epochs(run, inp, fig_name, frozen(shown)), file_name or fig_name,
-         provenance(fig_name, run, epochs[-1], inp, shown, regenerable=True))
-
-
 st.subheader("Over the epochs")
 kind = st.radio("View", ["heatmap", "contour", "surface"], horizontal=True, **bound("view"))
 st.caption("Press play or drag the slider; one colour range for every frame.")
-over_epochs("epoch_animation", view=kind)
+show_epoch_figure("epoch_animation", run, inp, {**params, "view": kind})
 
 st.subheader("Paper-style grids")
 chosen_epochs = st.multiselect("Epochs shown", epochs, default=spread_epochs(epochs), key="grid_epochs")
@@ -74,38 +65,22 @@ if chosen_epochs:
     t1, t2, t3 = st.tabs(["First vs last (fig. 8)", "Contours (fig. 10)", "3D surfaces (fig. 11)"])
     for tab, fig_name in zip((t1, t2, t3), ("first_vs_last", "contours_grid", "surfaces_grid")):
         with tab:
-            over_epochs(fig_name, shown=sorted(chosen_epochs))
+            show_epoch_figure(fig_name, run, inp, {**params, "shown": sorted(chosen_epochs)})
 
 if first.has_metric:
     st.subheader("Statistics of M(x) over the epochs")
     with_band = st.toggle("Band over validation inputs (64 samples)", value=not is_large(run), key="band")
-    if with_band:
-        over_epochs("statistics_with_band", "statistics", inputs=64)
-    else:
-        over_epochs("statistics")
-    learned_residue = residue_learned(first)
-    share, _ = off_diagonal_reading(first)
-    st.caption(f"The off-diagonal share is read against {share:.2f}: {first.n_head - 1} of every {first.n_head} "
-               "blocks of a row are off the diagonal. " + ("Every block is learned here (bilinear form): a departure "
-                                                            "from it is learned cross-head structure." if learned_residue else
-                                                            "Under the row sum the learned part (each block m_i / H) has "
-                                                            "exactly that share, so a departure comes from the untrained "
-                                                            "residue alone."))
-    drift = weight_drift(run)
-    st.markdown(
-        "Generator's last layer, relative distance from epoch 0: row-mean part (what the row sum trains) "
-        + ", ".join(f"{e}: **{v:.3g}**" for e, v in zip(epochs, drift["row_mean"]))
-        + "; within-row residual " + ", ".join(f"{e}: **{v:.2g}**" for e, v in zip(epochs, drift["residual"]))
-        + (". Under the bilinear form both parts train." if learned_residue else
-           ". Under the row sum the residual stays at float rounding: that part of M(x) is never trained.")
-    )
-    over_epochs("spectrum")
+    show_epoch_figure("statistics_with_band" if with_band else "statistics", run, inp, {**params, "inputs": 64},
+                      "statistics")
+    st.caption(statistics_caption(first))
+    st.markdown(generator_drift_sentence(weight_drift(run), epochs, first))
+    show_epoch_figure("spectrum", run, inp, params)
 
 st.subheader("Difference between two epochs")
 a, b = st.columns(2)
 ea = a.selectbox("From epoch", epochs, index=0, key="diff_from")
 eb = b.selectbox("To epoch", epochs, index=len(epochs) - 1, key="diff_to")
-over_epochs("epoch_difference", diff_from=ea, diff_to=eb)
+show_epoch_figure("epoch_difference", run, inp, {**params, "diff_from": ea, "diff_to": eb})
 
 st.subheader("Compare runs")
 runs = listing().runs
@@ -127,8 +102,7 @@ else:
     where = {"layer": layer, "position": pos, "named_run": True}
     left, right = st.columns(2)
     with left:
-        show(build_figure(name, this, where), "comparison_this",
-             provenance(name, run, this_epoch, inp, {**where, "mode": this.metric_mode}, regenerable=True))
+        show_record_figure(name, this, run, this_epoch, inp, {**where, "mode": this.metric_mode}, "comparison_this")
     with right:
         if theirs is None:
             pass
@@ -138,8 +112,8 @@ else:
             s = theirs.structure(their_name)
             st.caption(f"{plain_text(other.name)}, epoch {other_epoch}: {s.description} "
                        f"**{s.identifiability.capitalize()}.**")
-            show(build_figure(their_name, theirs, where), "comparison_other",
-                 provenance(their_name, other, other_epoch, inp, {**where, "mode": theirs.metric_mode}, regenerable=True))
+            show_record_figure(their_name, theirs, other, other_epoch, inp, {**where, "mode": theirs.metric_mode},
+                               "comparison_other")
 
 st.subheader("Averaged over validation inputs")
 st.caption("Each structure averaged over the first validation inputs at this epoch (for MoA: expert usage and "
@@ -148,10 +122,7 @@ m1, m2 = st.columns(2)
 n_mean = m1.select_slider("Inputs", [16, 64, 128], value=64, key="mean_n")
 mean_epoch = m2.select_slider("Epoch", epochs, value=epoch if epoch in epochs else epochs[-1], key="mean_epoch")
 if computed_on_request(run, "Average over validation inputs", "mean_on"):
-    averaged = {**params, "n": n_mean}
-    show(model_figure("structure_mean", model_figure_values(run, mean_epoch, inp, "structure_mean", frozen(averaged)),
-                      averaged, f"epoch {mean_epoch}"), "structure_mean",
-         provenance("structure_mean", run, mean_epoch, inp, averaged, regenerable=True))
+    show_model_figure("structure_mean", run, mean_epoch, inp, {**params, "n": n_mean}, where=f"epoch {mean_epoch}")
 
 if first.has_metric and computed_on_request(run, "Project the metrics of validation inputs", "geometry_on"):
     st.subheader("Data-set geometry")
@@ -162,11 +133,7 @@ if first.has_metric and computed_on_request(run, "Project the metrics of validat
     method = g2.radio("Projection", ["pca", "tsne"], horizontal=True, key="geo_method",
                       format_func=lambda m: {"pca": "PCA", "tsne": "t-SNE (slower)"}[m])
     geo_epoch = g3.select_slider("Epoch", epochs, value=epochs[-1], key="geo_epoch")
-    over_epochs("projection", inputs=n, projection=method, epoch=geo_epoch)
+    show_epoch_figure("projection", run, inp, {**params, "inputs": n, "projection": method, "epoch": geo_epoch})
     if not residue_learned(first):
         st.caption("The projection is of the full M(x), residue included. " + residue_caveat("of these metrics"))
-    separation = class_separations(run, n, layer)
-    st.markdown("Class separation in metric space (silhouette, cosine, from −1 to 1), each beside the range the "
-                "same inputs give with their labels shuffled (with many classes even random labels score below 0, "
-                "so that range, not 0, is the baseline): "
-                + "; ".join(f"epoch {e}: {s.sentence()}" for e, s in separation.items()))
+    st.markdown(separation_sentence(class_separations(run, n, layer)))

@@ -6,13 +6,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.export_widgets import provenance, show
+from app.named_figures import show_evidence_figures
 from app.roots import SHIPPED_ROOT
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import EvidenceFileError, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.statistics import FAILS, HOLDS, SANITY_FAILED
-from damcha.evidence.view import arm_table, detectable_sentence, evidence_figures
+from damcha.evidence.view import arm_table, detectable_sentence
 from damcha.views.export import run_name_in
 
 st.title("Evidence")
@@ -75,9 +75,7 @@ for claim in doc["claims"]:
     if claim.get("sanity_caveats"):
         st.warning("Did not learn the easiest case (their numbers say little at any level): "
                    + "; ".join(claim["sanity_caveats"]))
-    for name, fig in evidence_figures(claim):
-        show(fig, f"{name}_{claim['key']}", provenance(name, None, params={"claim": claim["key"], "results": results_name},
-                                                      regenerable=True))
+    show_evidence_figures(claim, results_name)
     a, b = st.columns(2)
     a.dataframe(pd.DataFrame(arm_table(claim)), hide_index=True)
     b.dataframe(pd.DataFrame(claim["comparisons"]), hide_index=True)

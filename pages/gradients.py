@@ -2,10 +2,9 @@
 
 import streamlit as st
 
-from app.cache import figure_over_epochs, inspection, model_figure_values
+from app.cache import inspection, model_figure_values
 from app.controls import bounded_slider, computed_on_request, input_picker
-from app.export_widgets import provenance, show
-from app.roots import checkpoint_root
+from app.named_figures import show_epoch_figure, show_model_figure, show_run_set_figure
 from app.run_picker import each_run, listing, run_page
 from app.url_state import bound
 from damcha.analysis.attribution import TARGET_NAMES, attribution_targets, baseline_description
@@ -14,8 +13,6 @@ from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
 from damcha.views.display_units import attribution_sentence
 from damcha.views.epoch_figures import frozen
-from damcha.views.model_figures import model_figure
-from damcha.views.run_set_figures import run_set_figure, run_set_params
 
 run, epoch = run_page("Gradient contributions", "Computed with captum on a private copy of the model; the shared "
                                                   "model is never hooked.")
@@ -46,18 +43,16 @@ else:
             st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
             st.stop()
         params = {"method": method, "mode": mode, "position": where, "layer": layer}
-        values = model_figure_values(run, epoch, inp, "metric_contribution", tuple(sorted(params.items())))
+        values = model_figure_values(run, epoch, inp, "metric_contribution", frozen(params))
         left, right = st.columns([3, 2])
         for column, name in ((left, "metric_contribution"), (right, "contribution_blocks")):  # one values function
             with column:
-                show(model_figure(name, values, params, config=cfg), name,
-                     provenance(name, run, epoch, inp, params, regenerable=True))
+                show_model_figure(name, run, epoch, inp, params, values)
         if not residue_learned(record):
             st.caption(residue_caveat("in these maps and block sums"))
 
         with st.expander("Across epochs (same colour range for every frame)"):
-            show(figure_over_epochs(run, inp, "contribution_epochs", frozen(params)), "contribution_epochs",
-                 provenance("contribution_epochs", run, run.epochs[-1], inp, params, regenerable=True))
+            show_epoch_figure("contribution_epochs", run, inp, params)
 
         runs = listing().runs
         siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
@@ -79,12 +74,9 @@ else:
                        + ("The two runs differ in " + "; ".join(f"{k}: {a} here, {b} there" for k, (a, b) in diff.items())
                           if diff else "The two runs have the same settings") + ".")
             other_epoch = other.epochs[-1] if epoch not in other.epochs else epoch
-            taken = [(r, e, model_figure_values(r, e, inp, "metric_contribution", tuple(sorted(params.items())))["map"])
+            taken = [(r, e, model_figure_values(r, e, inp, "metric_contribution", frozen(params))["map"])
                      for r, e in ((run, epoch), (other, other_epoch))]
-            show(run_set_figure("contribution_side_by_side", taken, params), "contribution_side_by_side",
-                 provenance("contribution_side_by_side", run, epoch, inp,
-                            run_set_params([run, other], [epoch, other_epoch], params, checkpoint_root()),
-                            regenerable=True))
+            show_run_set_figure("contribution_side_by_side", taken, inp, params)
 
 
 st.subheader("Attribution to the input (Integrated Gradients)")
@@ -106,10 +98,9 @@ if computed_on_request(run, "Compute Integrated Gradients (a forward and backwar
         st.warning("This input has no target: pick a scalar of M(x) instead.")
         st.stop()
     ig_params = {"target": target, "n_steps": n_steps, **options}
-    values = model_figure_values(run, epoch, inp, "input_attribution", tuple(sorted(ig_params.items())))
+    values = model_figure_values(run, epoch, inp, "input_attribution", frozen(ig_params))
     st.caption(f"Baseline: {baseline_description(cfg)}. " + attribution_sentence(values["attribution"], target, cfg))
     if not record.modality.grid:
         st.markdown(figures.highlighted_text_html(inp.token_labels(), values["attribution"].values), unsafe_allow_html=True)
-    show(model_figure("input_attribution", values, ig_params, config=cfg), "input_attribution",
-         provenance("input_attribution", run, epoch, inp, ig_params, regenerable=True),
-         width="content" if record.modality.grid else "stretch")
+    show_model_figure("input_attribution", run, epoch, inp, ig_params, values,
+                      width="content" if record.modality.grid else "stretch")

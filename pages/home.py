@@ -3,12 +3,11 @@
 import pandas as pd
 import streamlit as st
 
-from app.cache import figure_over_epochs
-from app.export_widgets import provenance, show
+from app.named_figures import show_epoch_figure
 from app.run_picker import each_run, listing
 from app.sharing import plain_text, shown_path, skipped_line
 from damcha.inputs.modalities import modality_named
-from damcha.views.epoch_figures import frozen
+from damcha.views.display_units import final_validation_loss
 
 st.title("DAMCHA Lab")
 st.markdown(
@@ -38,16 +37,10 @@ def _data_line(run) -> str:
     return f"{plain_text(run.dataset)}: {d.get('n_train', '?')} train / {d.get('n_val', '?')} validation"
 
 
-def _bits(row: dict, unit: str) -> str:
-    value = row.get(f"val_bits_per_{unit}")
-    return "—" if value is None else f"{value:.4f} bits/{unit}"
-
-
 def _row(r) -> dict:
     last = r.metrics[-1] if r.metrics else {}
-    unit = r.data.get("unit", "token")
     return {  # what a reader compares first (the run, its loss, its size), then where it comes from
-        "run": r.name, "variant": r.variant, "final val loss": _bits(last, unit),
+        "run": r.name, "variant": r.variant, "final val loss": final_validation_loss(r),
         "val accuracy": last.get("val_accuracy"), "completion MSE": last.get("val_completion_mse"),
         "parameters": r.model_config.parameter_estimate(), "data set": r.dataset,
         "mechanism": r.model_config.mechanism.title,
@@ -84,7 +77,6 @@ if run is not None:
     with right:
         log_y = st.toggle("Logarithmic loss axis", value=False, key="home_log_loss",
                           help="The first epochs' loss can flatten the rest of the curve (image runs).")
-        show(figure_over_epochs(run, None, "training_curves", frozen({"log_y": log_y})), "training_curves",
-             provenance("training_curves", run, run.epochs[-1], params={"log_y": log_y}, regenerable=True))
+        show_epoch_figure("training_curves", run, None, {"log_y": log_y})
 st.markdown("**Where to start:** open the *Inspector*, keep the validation sample or upload your own "
             "image or text, and move the query position and the metric mode.")

@@ -3,35 +3,29 @@
 import streamlit as st
 import streamlit.components.v1 as components
 
-from app.cache import input_familiarity, inspection, model_figure_values, sequence_profile
+from app.cache import input_familiarity, inspection, sequence_profile
 from app.controls import bounded_slider, input_picker, option_choices, position_in_context
-from app.export_widgets import provenance, show
+from app.named_figures import show_model_figure, show_record_figure
 from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.inspection import (
-    definiteness_reading,
     matrices_fit,
-    matrix_energy_shares,
-    off_diagonal_reading,
-    off_diagonal_share,
-    residue_learned,
 )
 from damcha.inputs.model_inputs import validation_input
 from damcha.inputs.uploads import InputError
 from damcha.views.display_units import LossUnit
 from damcha.views.figure_sets import (
     available_figures,
-    build_figure,
     fixed_position_note,
     grid_matrices,
     input_thumbnail,
     predicted_class,
     prediction_takes_position,
-    structure_index,
     uses_positions,
 )
-from damcha.views.model_figures import model_figure, named_figure_applies
+from damcha.views.model_figures import named_figure_applies
+from damcha.views.readings import decomposition_readings
 from damcha.views.token_view import token_view_html
 
 run, epoch = run_page("Inspector")
@@ -109,15 +103,14 @@ for note in record.notes:
 if "input" in figures_here:
     with input_slot:
         named_input = {"position": pos, "highlight": bool(viewed_only or uses_positions(record))}
-        show(build_figure("input", record, named_input), "input",
-             provenance("input", run, epoch, inp, named_input, regenerable=True), width="content")
+        show_record_figure("input", record, run, epoch, inp, named_input, width="content")
 
 
 def named(name: str, rec=record, **extra) -> None:
     """A named figure (regenerable from its provenance by `damcha figures`), shown with export buttons."""
     p = {**params, **extra}
     label = name + "".join(f"_{v}" for v in extra.values())
-    show(build_figure(name, rec, p), label, provenance(name, run, epoch, inp, p, regenerable=True))
+    show_record_figure(name, rec, run, epoch, inp, p, label)
 
 
 profile = sequence_profile(run, epoch, inp, options) if record.causal else ()
@@ -147,16 +140,8 @@ if "decomposition" in tabs:
     with tabs["decomposition"]:
         st.caption(" + ".join(s.title for s in matrices[1:]) + f" = {matrices[0].title}, side by side on one scale.")
         named("decomposition")
-        shares = matrix_energy_shares(record, **structure_index(record, layer, pos))
-        st.markdown(f"Share of ‖{matrices[0].title}‖²: " + "; ".join(f"{t} **{v:.1%}**" for t, v in shares.items())
-                    + " (orthogonal parts: their shares add to 100%).")
-        H = record.n_head
-        off = off_diagonal_share(matrices[0].at(**structure_index(record, layer, pos)), H)
-        st.markdown(off_diagonal_reading(off, H, residue_learned(record)))
-        heads = record.structure("head_metrics")
-        definiteness = heads and definiteness_reading(heads.at(**structure_index(record, layer, pos)))
-        if definiteness:
-            st.markdown(definiteness)
+        for line in decomposition_readings(record, layer, pos):
+            st.markdown(line)
 if "contour_3d" in tabs:
     with tabs["contour_3d"]:
         part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",
@@ -173,8 +158,8 @@ if "along_input" in tabs:
         for s in profile:
             st.caption(f"{s.description} **{s.identifiability.capitalize()}.**")
             along = {"structure": s.name, "layer": layer, "position": pos, "options": choices}
-            show(model_figure("sequence_profile", {"structure": s, "record": record}, along), s.name,
-                 provenance("sequence_profile", run, epoch, inp, along, regenerable=True))
+            show_model_figure("sequence_profile", run, epoch, inp, along, {"structure": s, "record": record},
+                              file_name=s.name)
 with tabs["attention"]:
     st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
     a_layer = st.selectbox("Attention layer", list(range(record.n_layer)), key="attn_layer",
@@ -212,6 +197,4 @@ with tabs["loss"]:
     if named_figure_applies("completion", record, run.model_config):
         st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
                    "patch fed back as the next input.")
-        values = model_figure_values(run, epoch, inp, "completion", (("mode", record.metric_mode),))
-        show(model_figure("completion", values, {}), "completion",
-             provenance("completion", run, epoch, inp, {"mode": record.metric_mode}, regenerable=True))
+        show_model_figure("completion", run, epoch, inp, {"mode": record.metric_mode})

@@ -4,10 +4,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app.cache import figure_over_epochs, model_figure_values
 from app.cached_interventions import block_grid, intervened, metric_curves, validation_effects
 from app.controls import computed_on_request, input_picker
-from app.export_widgets import provenance, show
+from app.named_figures import show_epoch_figure, show_model_figure
 from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
@@ -15,9 +14,8 @@ from damcha.analysis.heads import HEAD_KINDS, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.analysis.interventions import MEAN_INPUTS, alignment_note, available_interventions
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
-from damcha.views.display_units import LossUnit, head_metric_ablation_sentence
-from damcha.views.epoch_figures import frozen
-from damcha.views.model_figures import intervention_views, model_figure
+from damcha.views.display_units import LossUnit, head_metric_ablation_sentence, residue_check_sentence
+from damcha.views.model_figures import intervention_views
 
 run, epoch = run_page("Interventions", "Each intervention is a forward option of an ordinary model call, computed "
                                        "exactly; the shared model is never changed.")
@@ -43,22 +41,18 @@ else:
         params["other"] = int(h2.number_input(f"its value on validation input (0..{n - 1})", 0, n - 1, 1, key="head_other"))
         h2.caption(plain_text(validation_input(run, params["other"]).source))
     try:
-        values = model_figure_values(run, epoch, inp, "head_ablation", tuple(params.items()))
+        show_model_figure("head_ablation", run, epoch, inp, params)
     except ValueError as e:
         st.warning(f"Not computed: {e}")
     else:
-        show(model_figure("head_ablation", values, params, config=run.model_config), "head_ablation",
-             provenance("head_ablation", run, epoch, inp, params, regenerable=True))
         st.caption("One head at a time, in one layer, on this input: the loss with that head's output replaced, minus "
                    "the loss of the model as it is. A forward pre-hook on the projection the heads feed, alive for one "
                    "call only (TransformerLens's hook_z, at the same place).")
     try:
-        dla = model_figure_values(run, epoch, inp, "head_logit_attribution")
+        show_model_figure("head_logit_attribution", run, epoch, inp)
     except ValueError as e:
         st.caption(f"No direct logit attribution: {e}.")
     else:
-        show(model_figure("head_logit_attribution", dla, {}), "head_logit_attribution",
-             provenance("head_logit_attribution", run, epoch, inp, regenerable=True))
         st.caption("Each head's output through its columns of the output projection, the final LayerNorm at the frozen "
                    "scale of the whole residual, and the right answer's row of the head; the mean over positions with a "
                    "target. Direct effects only: what later layers make of a head is in the ablations above.")
@@ -112,8 +106,7 @@ for column, applied in ((left, "without"), (right, "with")):
         st.markdown(f"**{'Without' if applied == 'without' else 'With the intervention'}**")
         for view in intervention_views(before):
             drawn = {**shown, "view": view, "applied": applied}
-            show(model_figure("intervention", (before, after), drawn), f"{view}_{applied}",
-                 provenance("intervention", run, epoch, inp, drawn, regenerable=True))
+            show_model_figure("intervention", run, epoch, inp, drawn, (before, after), file_name=f"{view}_{applied}")
 
 st.subheader("Over the validation set")
 st.caption("Mean loss change over 128 validation inputs for each intervention that needs no second input "
@@ -133,34 +126,25 @@ if after.has_metric:
     keep = st.toggle("Keep only the block (instead of zeroing it)", value=False, key="iv_keep")
     what = "keeping only" if keep else "zeroing"
     with grid_cols[0]:
-        show(model_figure("block_grid", block_grid(run, epoch, inp, keep), {"keep": keep}, config=run.model_config),
-             "block_grid_input", provenance("block_grid", run, epoch, inp, {"keep": keep}, regenerable=True))
+        show_model_figure("block_grid", run, epoch, inp, {"keep": keep}, block_grid(run, epoch, inp, keep),
+                          file_name="block_grid_input")
     with grid_cols[1]:
-        over = {"keep": keep, "n": 64}
-        show(model_figure("block_grid_validation", block_grid(run, epoch, None, keep, over["n"]), over,
-                          config=run.model_config),
-             "block_grid_validation", provenance("block_grid_validation", run, epoch, inp, over, regenerable=True))
+        show_model_figure("block_grid_validation", run, epoch, inp, {"keep": keep, "n": 64},
+                          block_grid(run, epoch, None, keep, 64))
     curves = metric_curves(run, epoch, inp)
     if not residue_learned(after):
         st.caption(residue_caveat("in the block grids above and the scaling curves below (zeroing or scaling "
                                   "M_ij changes m_i by a block that is part learned, part residue)"))
     a, b = st.columns(2)
     with a:
-        show(model_figure("interpolation", curves["interpolation"], {}, config=run.model_config), "interpolation",
-             provenance("interpolation", run, epoch, inp, regenerable=True))
+        show_model_figure("interpolation", run, epoch, inp, values=curves["interpolation"])
     with b:
-        show(model_figure("off_diagonal", curves["off_diagonal"], {}, config=run.model_config), "off_diagonal",
-             provenance("off_diagonal", run, epoch, inp, regenerable=True))
+        show_model_figure("off_diagonal", run, epoch, inp, values=curves["off_diagonal"])
     heads = curves["heads"]
     st.markdown(head_metric_ablation_sentence(heads, run.model_config))
-    check = curves["residue"]
-    verdict = ("unchanged up to float rounding, as the identifiability statement says" if check.max_logit_change < 1e-4
-               else "changed: the residue is used")
-    st.info(f"Keeping only the learned part of M(x) ({check.score_form.replace('_', ' ')} form): largest logit change "
-            f"{check.max_logit_change:.2g}, loss change {check.loss_change:+.2g} — {verdict}.")
+    st.info(residue_check_sentence(curves["residue"], run.model_config))
 
     st.subheader("Does the input dependence matter, and from which epoch?")
     st.caption("Adaptivity gap = loss with M-bar − loss with M(x), over 256 validation inputs, at every snapshot "
                "(mean and 95% bootstrap interval; > 0: the input-dependent metric helps).")
-    show(figure_over_epochs(run, None, "adaptivity_gap", frozen({"inputs": MEAN_INPUTS})), "adaptivity_gap",
-         provenance("adaptivity_gap", run, run.epochs[-1], None, {"inputs": MEAN_INPUTS}, regenerable=True))
+    show_epoch_figure("adaptivity_gap", run, None, {"inputs": MEAN_INPUTS})

@@ -39,7 +39,7 @@ def test_every_column_is_what_the_library_computes(variant, causal):
     mbar = iv.mean_metric(model, x) if any(p.kind == "mean" for i in declared for p in i.params) else None
     for intervention in declared:
         acts_on = iv.default_parameters(intervention)  # the header says which block or head
-        name = f"Δ loss: {intervention.title}" + (f" ({acts_on})" if acts_on else "")
+        name = f"Δ {unit}: {intervention.title}" + (f" ({acts_on})" if acts_on else "")  # "Δ loss (bits per …)"
         changed = iv.batch_losses(model, x, y, iv.intervention_options(model, intervention, x[0], mbar=mbar))
         got = [r[name] for r in rows] if name in columns else [constant[name]] * 5
         np.testing.assert_allclose(got, (changed - base) / math.log(2), rtol=1e-4, atol=1e-6, err_msg=name)
@@ -59,10 +59,10 @@ def test_a_metric_mechanisms_table_has_the_adaptivity_gap_and_the_residue_share(
     x = torch.randint(0, 11, (6, 12))
     table = validation_table(model, x, torch.roll(x, -1, 1), mean_inputs=6)
     gap = iv.adaptivity_gap(model, x, torch.roll(x, -1, 1), iv.mean_metric(model, x))
-    got = [r["Δ loss: The validation mean M-bar"] for r in table["rows"]]
+    got = [r["Δ loss (bits per token): The validation mean M-bar"] for r in table["rows"]]
     np.testing.assert_allclose(got, gap / math.log(2), rtol=1e-4, atol=1e-6)
     assert "share of ‖M(x)‖² in residue (unidentifiable)" in table["columns"]
-    assert table["constant"]["Δ loss: Keep only the learned part"] == pytest.approx(0.0, abs=1e-6)  # the row-sum fact
+    assert table["constant"]["Δ loss (bits per token): Keep only the learned part"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_the_page_filters_and_keeps_the_table_on_disk(monkeypatch, tmp_path):

@@ -26,6 +26,7 @@ from damcha.runs.train import TrainConfig, train
 from damcha.views.export import data_csv, figure_data, read_data_csv
 from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
 from tests.support.toy_mechanism import TOY_VARIANT, Tied
+from tests.support.units import losses_without_unit, shown_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")
@@ -147,6 +148,7 @@ def test_every_page_renders_for_every_variant(root, variant, task):
         at = page_app(root, run.name, page)
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.selectbox(key="run").value == run.name
+        assert not losses_without_unit(shown_texts(at)), (page, losses_without_unit(shown_texts(at)))
 
 
 def _axis_titles(fig: dict) -> tuple[str, str]:

@@ -3,7 +3,6 @@ the system Chromium: in CI they must run, elsewhere they skip with a reason when
 
 import io
 import json
-import os
 import re
 import struct
 import subprocess
@@ -25,35 +24,25 @@ from damcha.views.export import (
     figure_bytes,
     figure_data,
     read_data_csv,
-    static_export_status,
     write_item,
     zip_bundle,
 )
+from tests.support.browser import require_static_export
 
 ROOT = Path(__file__).resolve().parent.parent
 M = np.random.default_rng(0).normal(size=(8, 8))
 FIG = figures.metric_heatmap_figure(M, 4, "Unique title 7319")
 
 
-def need_chromium():
-    ok, message = static_export_status()
-    if ok:
-        return
-    if os.environ.get("CI"):
-        pytest.fail("CI must run the static export tests: install Debian's chromium (.ci/run does)")
-    print(f"skipping static export: {message}")
-    pytest.skip(message)
-
-
 def test_png_has_signature_and_requested_pixel_size():
-    need_chromium()
+    require_static_export()
     raw = figure_bytes(FIG, "png", ExportSettings(width=500, height=400, scale=2))
     assert raw[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", raw[16:24]) == (1000, 800)
 
 
 def test_svg_parses_and_contains_the_text():
-    need_chromium()
+    require_static_export()
     raw = figure_bytes(FIG, "svg")
     root = ET.fromstring(raw)
     assert root.tag.endswith("svg")
@@ -62,7 +51,7 @@ def test_svg_parses_and_contains_the_text():
 
 
 def test_pdf_has_one_page():
-    need_chromium()
+    require_static_export()
     raw = figure_bytes(FIG, "pdf")
     assert raw.startswith(b"%PDF")
     assert len(re.findall(rb"/Type\s*/Page(?!s)", raw)) == 1
@@ -125,7 +114,7 @@ def test_zip_holds_what_it_lists_and_interrupted_writes_leave_nothing(tmp_path, 
 
 
 def test_cli_figure_set_on_a_shipped_run_and_regeneration_from_provenance(tmp_path):
-    need_chromium()
+    require_static_export()
     out = tmp_path / "figs"
     cmd = [sys.executable, "-m", "damcha", "figures", "--run", str(ROOT / "checkpoints" / "digits-damcha"),
            "--epochs", "0,40", "--val-index", "2", "--figures", "metric,decomposition,block_norms_residue",

@@ -40,8 +40,8 @@ def test_other_figures_build():
     assert isinstance(surf, go.Surface) and surf.cmin == -surf.cmax
     att = figures.attention_figure(rng.random((4, 5, 5)))
     assert len(att.data) == 4 and all(t.zmin == 0 and t.zmax == 1 for t in att.data)
-    bars = figures.token_loss_figure(np.array([np.log(2), 2 * np.log(2)]), ["a", "b"])
-    np.testing.assert_allclose(bars.data[0].y, [1, 2])  # nats -> bits
+    bars = figures.token_loss_figure(np.array([1.0, 2.0]), ["a", "b"])
+    np.testing.assert_allclose(bars.data[0].y, [1, 2])  # drawn in the unit given
     curves = figures.training_curves_figure([{"epoch": 0, "val_nll": 2.0}, {"epoch": 1, "val_nll": 1.0}],
                                             ["train_nll", "val_nll"], marked_epochs=[1])
     assert [t.name for t in curves.data] == ["val_nll", "val_nll (snapshots)"]

@@ -228,3 +228,19 @@ def load_results_claims() -> list[dict]:
     from damcha.evidence.results import load_results
 
     return load_results(SHIPPED / "evidence")["claims"]
+
+
+def test_the_per_input_loss_scatter_draws_each_validation_inputs_loss_in_bits_under_both_runs():
+    from damcha.analysis.interventions import batch_losses
+    from damcha.inputs.model_inputs import validation_arrays
+
+    runs = _run_set("comparison")
+    inp = validation_input(runs[0], 0)
+    taken = taken_from("losses_against", runs, [r.epochs[-1] for r in runs], inp.tokens, inp.targets, {"inputs": 32})
+    fig = run_set_item("losses_against", taken, inp.tokens, inp.targets, {"inputs": 32}).figure
+    x, y, _ = validation_arrays(runs[0])
+    for axis, run in zip((fig.data[0].x, fig.data[0].y), runs):
+        np.testing.assert_allclose(axis, batch_losses(load_model(run), x[:32], y[:32]) / np.log(2), rtol=1e-6)
+    assert "bits per pixel" in fig.layout.xaxis.title.text
+    with pytest.raises(ValueError, match="compares two runs"):
+        run_set_item("losses_against", taken[:1], inp.tokens, inp.targets, {})

@@ -16,6 +16,7 @@ from damcha.inputs.uploads import InputError, photo_from_bytes
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.evaluation import complete_patches
 from tests.support.images import decompression_bomb_png, encode, handwritten_digit
+from tests.support.units import losses_without_unit, shown_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app" / "streamlit_app.py")
@@ -125,6 +126,7 @@ def test_every_page_works_on_a_patch_run(patch_run, page):
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error
     assert len(at.get("plotly_chart")) >= (1 if page == "ablation" else 2)
+    assert not losses_without_unit(shown_texts(at)), losses_without_unit(shown_texts(at))
     if page == "inspector":
         specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
         assert "What the model sees (32x32" in specs and "Completion from the top half" in specs

@@ -28,10 +28,14 @@ def why_input_does_not_fit(run: Run, modality_name: str, tokens: np.ndarray) -> 
 
 
 def validation_columns(row: dict | None) -> dict[str, float]:
-    """The validation metrics of an epoch's row ('validation nll', …), without the quartile columns."""
+    """The validation metrics of an epoch's row ('validation bits per pixel', …), without the quartile
+    columns, and without the loss in nats where the row has it in bits (the page's unit)."""
+    row = row or {}
+    in_bits = any(k.startswith("val_bits_per_") for k in row)
     return {f"validation {k[4:].replace('_', ' ')}{' (nats)' if k == 'val_nll' else ''}": float(v)
-            for k, v in (row or {}).items()
-            if k.startswith("val_") and not k.endswith(QUANTILE_SUFFIXES) and isinstance(v, int | float)}
+            for k, v in row.items()
+            if k.startswith("val_") and not k.endswith(QUANTILE_SUFFIXES) and isinstance(v, int | float)
+            and not (k == "val_nll" and in_bits)}
 
 
 def comparison_table(entries: Sequence[tuple[Run, int, InspectionRecord]]) -> list[dict]:

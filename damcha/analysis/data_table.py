@@ -90,7 +90,7 @@ def validation_table(model: Transformer, inputs, targets, labels=None, mean_inpu
     mbar = iv.mean_metric(model, x[:mean_inputs]) if any(p.kind == "mean" for i in declared for p in i.params) else None
     for intervention in declared:
         acts_on = iv.default_parameters(intervention)
-        name = f"Δ loss: {intervention.title}" + (f" ({acts_on})" if acts_on else "")
+        name = f"Δ loss ({unit}): {intervention.title}" + (f" ({acts_on})" if acts_on else "")
         columns[name] = f"{intervention.description} Loss with it − loss of the model, in {unit}."
         options = iv.intervention_options(model, intervention, x[0], mbar=mbar)
         changed = iv.batch_losses(model, x, y, options)

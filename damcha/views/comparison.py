@@ -16,7 +16,8 @@ from plotly.subplots import make_subplots
 
 from damcha.analysis.inspection import InspectionRecord
 from damcha.views import figures
-from damcha.views.figure_sets import drawn_matrix, per_head, structure_index, structure_style
+from damcha.views.display_units import LossUnit
+from damcha.views.figure_sets import drawn_matrix, grid_matrices, per_head, structure_index, structure_style
 
 PANELS = ("structure", "attention", "loss")
 
@@ -42,6 +43,16 @@ def main_structure_name(record: InspectionRecord) -> str | None:
     return record.structures[0].name if record.structures else None
 
 
+def metric_parts(records: Sequence[InspectionRecord]) -> dict[str, str]:
+    """{structure name: title} of the head-grid matrices the compared records share (DAMCHA: M(x), its
+    learned part and its residue), for one choice over every run that has them."""
+    grids = [grid_matrices(r) for r in records if grid_matrices(r)]
+    if not grids:
+        return {}
+    shared = set.intersection(*({s.name for s in g} for g in grids))
+    return {s.name: s.title for s in grids[0] if s.name in shared}
+
+
 def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int = 0, position: int = -1,
                  structure: str | None = None) -> ComparedRun:
     """A run's row: `structure` (default its main one) at layer/position (a per-head kind at `head`),
@@ -63,11 +74,10 @@ def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int
     else:
         loss = record.token_loss if record.token_loss is not None else np.full(len(record.tokens), np.nan)
         loss_labels = record.target_labels or record.token_labels
-    vectors = record.task == "next_vector"
+    unit = LossUnit.of_record(record)
     return ComparedRun(label, np.asarray(drawn_matrix(s, index, taken_head), dtype=float), structure_style(s, record),
                        s.title + where, attention, attention_title, tuple(record.token_labels),
-                       np.asarray(loss, dtype=float) / (1.0 if vectors else np.log(2)), tuple(loss_labels),
-                       "squared error" if vectors else "bits")
+                       unit.value(np.asarray(loss, dtype=float)), tuple(loss_labels), unit.label)
 
 
 def _attention_style(run: ComparedRun) -> figures.MatrixStyle:
@@ -111,9 +121,9 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
     if not n:
         raise ValueError("no runs to compare")
     titles = [t for r in runs for t in (f"{r.label}: {r.structure_title}", r.attention_title, f"loss ({r.loss_unit})")]
-    height = 120 + 330 * n
+    height = 120 + 380 * n
     fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.09,
-                        vertical_spacing=110 / height, column_widths=[0.36, 0.36, 0.28])
+                        vertical_spacing=160 / height, column_widths=[0.36, 0.36, 0.28])  # room for wrapped titles
     loss_range = shared_loss_range(runs)
     for row, r in enumerate(runs, start=1):
         cells = [(r.structure, r.structure_style), (r.attention, _attention_style(r) if r.attention is not None else None)]

@@ -24,6 +24,13 @@ class LossUnit:
 
         return cls(loss_factor(config), loss_label(config))
 
+    @classmethod
+    def of_record(cls, record) -> LossUnit:
+        """The unit of an inspection record's losses (its task and what a loss term is about)."""
+        from damcha.inputs.modalities import loss_factor_for, loss_label_for
+
+        return cls(loss_factor_for(record.task), loss_label_for(record.task, record.loss_unit))
+
     def value(self, nats):
         """A loss (a number, an array, or None for none) in this unit."""
         if nats is None:
@@ -40,6 +47,15 @@ class LossUnit:
         """Table rows with the loss `columns` in this unit, each column named with it."""
         return [{(f"{k} ({self.label})" if k in columns else k): (self.value(v) if k in columns else v)
                  for k, v in row.items()} for row in rows]
+
+
+def final_validation_loss(run) -> str:
+    """A run's validation loss at its last logged epoch with its unit ("—" when none was logged):
+    runs of different units share the Home table, so each cell names its own."""
+    last = run.metrics[-1] if run.metrics else {}
+    unit = LossUnit.of(run.model_config)
+    value = last.get("val_mse" if run.model_config.input_dim else "val_nll")
+    return "—" if value is None else f"{unit.text(value)} {unit.label}"
 
 
 def mode_outcome_rows(outcomes, config) -> list[dict]:
@@ -71,3 +87,13 @@ def head_metric_ablation_sentence(changes: Sequence[float], config) -> str:
     unit = LossUnit.of(config)
     return (f"Loss change ({unit.label}) when head i's metric m_i is ablated (the head attends uniformly): "
             + ", ".join(f"head {i + 1}: **{unit.text(v, signed=True)}**" for i, v in enumerate(changes)))
+
+
+def residue_check_sentence(check, config) -> str:
+    """What keeping only the learned part of M(x) changed (damcha.analysis.interventions.residue_check),
+    the loss change in the run's unit."""
+    unit = LossUnit.of(config)
+    verdict = ("unchanged up to float rounding, as the identifiability statement says" if check.max_logit_change < 1e-4
+               else "changed: the residue is used")
+    return (f"Keeping only the learned part of M(x) ({check.score_form.replace('_', ' ')} form): largest logit change "
+            f"{check.max_logit_change:.2g}, loss change {unit.value(check.loss_change):+.2g} {unit.label} — {verdict}.")

@@ -31,11 +31,11 @@ from damcha.analysis.dynamics import (
     symmetric_spectrum,
     unstructured_baselines,
 )
-from damcha.analysis.inspection import residue_learned
 from damcha.runs.checkpoints import Run
 from damcha.views import figures
 from damcha.views.figure_sets import panel_titles, per_head, structure_index, structure_style
 from damcha.views.model_figures import contribution_symbol
+from damcha.views.readings import off_diagonal_baseline
 
 Loader = Callable[[Run, int], object]  # (run, epoch) -> the model of that snapshot (cached by the caller)
 Progress = Callable[[int, int], None]
@@ -210,13 +210,6 @@ def _difference(values, run, params):
     return figures.matrix_figure(diff, f.style.difference(), f"{f.label}: epoch {last} − epoch {first}{changed}")
 
 
-def off_diagonal_reading(record) -> tuple[float, str]:
-    """The off-diagonal share M(x) is read against, (H−1)/H, and what gives it."""
-    H = record.n_head
-    return (H - 1) / H, f"(H−1)/H = {(H - 1) / H:.2f}: " + ("equal blocks" if residue_learned(record) else
-                                                            "the learned part's share (row sum)")
-
-
 def losses_by_epoch(run: Run, epochs) -> dict[str, list[float | None]]:
     """The run's training and validation loss at each epoch, in the run's unit (None where not logged)."""
     from damcha.inputs.modalities import loss_factor
@@ -244,7 +237,7 @@ def _statistics(values, run, params):
     return figures.statistic_curves_figure(
         epochs, statistic_curves(full, first.n_head, SHOWN_STATISTICS), bands, losses_by_epoch(run, epochs),
         f"M(x) statistics, {where}",
-        {STATISTICS["off_diagonal_share"]: off_diagonal_reading(first),
+        {STATISTICS["off_diagonal_share"]: off_diagonal_baseline(first),
          **{STATISTICS[k]: (unstructured[k], f"{unstructured[k]:.2f}: a random matrix") for k in ("asymmetry", "negative_share")}},
         f"loss ({loss_label(run.model_config)})")
 
@@ -360,5 +353,5 @@ def epoch_figure_item(name: str, run: Run, tokens, targets, params: Mapping, inp
 
 
 __all__ = ["EPOCH_FIGURES", "SOURCES", "EpochFigure", "EpochSource", "class_separations",
-           "epoch_figure", "epoch_figure_item", "followed_structure", "needs_input", "losses_by_epoch", "off_diagonal_reading",
+           "epoch_figure", "epoch_figure_item", "followed_structure", "needs_input", "losses_by_epoch",
            "projected_metrics", "source_values"]

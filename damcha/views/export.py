@@ -24,6 +24,7 @@ from damcha import __version__
 from damcha.inputs.model_inputs import tokens_sha256
 from damcha.runs.checkpoints import atomic_path
 from damcha.runs.files import file_sha256
+from damcha.views.typesetting import COLUMN_WIDTHS, plain_title, typeset, with_pdf_metadata
 
 STATIC_FORMATS = ("png", "svg", "pdf")
 ALL_FORMATS = (*STATIC_FORMATS, "html", "csv", "npz")
@@ -41,6 +42,13 @@ class ExportSettings:
     scale: float = 2.0
     paper_style: bool = True
     font_size: int = 14
+
+    @classmethod
+    def column(cls, preset: str, **others) -> ExportSettings:
+        """The settings of a journal column preset ("single column", "double column")."""
+        if preset not in COLUMN_WIDTHS:
+            raise ValueError(f"unknown column preset {preset!r}; expected one of {', '.join(COLUMN_WIDTHS)}")
+        return cls(width=COLUMN_WIDTHS[preset], **others)
 
 
 def chromium_path() -> str | None:
@@ -101,19 +109,22 @@ def paper_template(font_size: int = 14) -> str:
 
 
 def paper_style(fig: go.Figure, settings: ExportSettings | None = None) -> go.Figure:
-    """A copy of the figure under the paper template (see paper_template)."""
-    base = (settings or ExportSettings()).font_size
+    """A copy of the figure under the paper template (see paper_template), typeset for the width it is
+    exported at (titles wrapped, real subscripts: damcha.views.typesetting)."""
+    settings = settings or ExportSettings()
+    base = settings.font_size
     out = go.Figure(copy.deepcopy(fig.to_dict()))
     # A figure's own margins and subplot axes were set for the screen: the template's take over.
     out.update_layout(template=paper_template(base), margin=None, font=None)
     out.update_annotations(font=dict(family=PAPER_FONT, size=base))  # subplot titles are annotations
     out.update_xaxes(showgrid=False, zeroline=False, title_font=dict(size=base))
     out.update_yaxes(showgrid=False, zeroline=False, title_font=dict(size=base))
-    return out
+    return typeset(out, settings.width, base)
 
 
-def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = None) -> bytes:
-    """The figure as PNG/SVG/PDF (kaleido) or a standalone offline HTML file (plotly.js embedded)."""
+def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = None, name: str = "") -> bytes:
+    """The figure as PNG/SVG/PDF (kaleido) or a standalone offline HTML file (plotly.js embedded); a
+    PDF's document information names the figure (its title, and `name`, the file's stem)."""
     settings = settings or ExportSettings()
     styled = paper_style(fig, settings) if settings.paper_style else fig
     if fmt == "html":
@@ -129,8 +140,12 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "kopts ignored when using a server"
         height = settings.height or styled.layout.height or int(0.85 * settings.width)
-        return pio.to_image(styled, format=fmt, width=settings.width, height=height,
-                            scale=settings.scale if fmt == "png" else 1)
+        raw = pio.to_image(styled, format=fmt, width=settings.width, height=height,
+                           scale=settings.scale if fmt == "png" else 1)
+    if fmt == "pdf":
+        raw = with_pdf_metadata(raw, plain_title(styled) or name or "DAMCHA Lab figure", name,
+                                f"damcha {__version__}")
+    return raw
 
 
 def _numbers(values: np.ndarray) -> np.ndarray:
@@ -305,7 +320,7 @@ def item_files(item: ExportItem, formats: Iterable[str], settings: ExportSetting
     data = None
     for fmt in formats:
         if fmt in (*STATIC_FORMATS, "html"):
-            files[f"{item.name}.{fmt}"] = figure_bytes(item.figure, fmt, settings)
+            files[f"{item.name}.{fmt}"] = figure_bytes(item.figure, fmt, settings, item.name)
         elif fmt in ("csv", "npz"):
             data = figure_data(item.figure) if data is None else data
             files[f"{item.name}.{fmt}"] = data_csv(data) if fmt == "csv" else data_npz(data)

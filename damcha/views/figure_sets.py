@@ -185,9 +185,11 @@ def _attention(record, params, index, at):
 
 
 def _token_loss(record, params, index, at):
-    unit = "squared error" if record.task == "next_vector" else "bits"  # token_loss_figure converts nats to bits
-    loss = np.where(np.isnan(record.token_loss), 0.0, record.token_loss)
-    return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit}){at}", unit)
+    from damcha.views.display_units import LossUnit
+
+    unit = LossUnit.of_record(record)
+    loss = unit.value(np.where(np.isnan(record.token_loss), 0.0, record.token_loss))
+    return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit.label}){at}", unit.label)
 
 
 def _input(record, params, index, at):  # params: highlight (default True): mark the cell the query position reads

@@ -326,10 +326,9 @@ def labelled_matrix_figure(values: np.ndarray, row_labels: Sequence[str], column
 
 
 def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str = "Loss per token",
-                      unit: str = "bits") -> go.Figure:
-    """Bar chart of the per-token loss, labelled with the target tokens: nats converted to bits
-    (unit "bits"), or drawn as given (any other unit, e.g. a squared error)."""
-    bits = np.asarray(token_loss, dtype=float) / (np.log(2) if unit == "bits" else 1.0)
+                      unit: str = "bits per token") -> go.Figure:
+    """Bar chart of the per-token loss in `unit` (already converted), labelled with the target tokens."""
+    bits = np.asarray(token_loss, dtype=float)
     fig = go.Figure(go.Bar(x=np.arange(len(bits)), y=bits, customdata=list(labels),
                            hovertemplate="position %{x}: target %{customdata}<br>%{y:.3f} " + unit + "<extra></extra>"))
     positive = bits[bits > 0]
@@ -532,6 +531,25 @@ def curve_figure(xs: Sequence[float], curves: dict[str, Sequence[float]], title:
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
+    return fig
+
+
+def paired_scatter_figure(a: Sequence[float], b: Sequence[float], a_title: str, b_title: str, title: str = "") -> go.Figure:
+    """One point per item, a's value across and b's up, with the diagonal a = b and the share of
+    points on each side of it (LIT-style: where one model beats the other, item by item)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    low, high = float(min(a.min(), b.min())), float(max(a.max(), b.max()))
+    fig = go.Figure(go.Scatter(x=a, y=b, mode="markers", marker=dict(size=5, opacity=0.6), showlegend=False,
+                               customdata=np.arange(len(a)),
+                               hovertemplate="input %{customdata}<br>%{x:.4g} vs %{y:.4g}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", line=dict(color="black", width=1, dash="dot"),
+                             showlegend=False, hoverinfo="skip"))
+    below = float(np.mean(b < a))
+    fig.add_annotation(text=f"{below:.0%} below the diagonal, {float(np.mean(b > a)):.0%} above", xref="paper",
+                       yref="paper", x=0.02, y=0.98, showarrow=False, xanchor="left", yanchor="top")
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=60, b=50))
+    fig.update_xaxes(title=a_title)
+    fig.update_yaxes(title=b_title, scaleanchor="x")
     return fig
 
 

@@ -39,3 +39,22 @@ def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportIt
     mode = params.pop("mode", "full")
     (item,) = figure_set(run, [prov.epoch], tokens, targets, mode, params, [prov.figure], prov.input_source)
     return item
+
+
+def python_to_rebuild(prov: Provenance, provenance_file: str) -> str:
+    """Python that rebuilds the figure from its provenance file (saved beside the script), for a
+    notebook or a paper's figure script; None-regenerable figures get a note instead."""
+    if not prov.regenerable:
+        return (f"# {prov.figure!r} is drawn from the page's state, not from a named figure: its provenance "
+                "records what it shows but cannot rebuild it.")
+    return (
+        "import json\n\n"
+        "from damcha.evidence.view import regenerate  # every named figure, the evidence's included\n"
+        "from damcha.views.export import ExportSettings, Provenance, write_item\n\n"
+        f"with open({provenance_file!r}) as f:\n"
+        "    provenance = Provenance.from_dict(json.load(f))\n"
+        "# run_root: the checkpoint folder the app had open (runs are named relative to it)\n"
+        "item = regenerate(provenance, run_root=\"checkpoints\")\n"
+        "item.figure.show()\n"
+        "write_item(item, \"figures\", [\"pdf\", \"svg\", \"csv\"], ExportSettings.column(\"double column\"))\n"
+    )

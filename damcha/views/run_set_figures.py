@@ -1,5 +1,6 @@
-"""Named figures of several runs on one input: the Compare page's rows and panels, contribution maps
-side by side (paper fig. 9) and the paper's metric figures (figs. 8, 10, 11).
+"""Named figures of several runs on one input: the Compare page's rows and panels and its per-input
+loss of one run against another over the validation set, contribution maps side by side (paper
+fig. 9) and the paper's metric figures (figs. 8, 10, 11).
 
 A figure is a name, what it takes from each run at its epoch (`per_run`) and a draw function over
 those. Its provenance names every run (relative to the checkpoint folder the app opened them from)
@@ -112,10 +113,37 @@ def _fig11(taken, params, input_source):
                                           cols=len(taken))
 
 
+def _validation_losses(run, epoch, load, tokens, targets, params):
+    """(N,) each of the first params["inputs"] (256) validation inputs' mean loss in nats (the input
+    shown is not used: this compares the runs over the data set)."""
+    from damcha.analysis.interventions import batch_losses
+    from damcha.inputs.model_inputs import validation_arrays
+
+    x, y, _ = validation_arrays(run)
+    n = int(params.get("inputs", 256))
+    return batch_losses(load(run, epoch), x[:n], y[:n])
+
+
+def _losses_against(taken, params, input_source):
+    from damcha.views.display_units import LossUnit
+
+    if len(taken) != 2:
+        raise ValueError(f"the per-input loss scatter compares two runs, not {len(taken)}")
+    (a, ea, la), (b, eb, lb) = taken
+    if len(la) != len(lb):
+        raise ValueError(f"{a.name} and {b.name} have different validation sets ({len(la)} and {len(lb)} inputs)")
+    unit = LossUnit.of(a.model_config)
+    return figures.paired_scatter_figure(unit.value(la), unit.value(lb), f"{a.name} @{ea} ({unit.label})",
+                                         f"{b.name} @{eb} ({unit.label})",
+                                         f"Loss of each of {len(la)} validation inputs: below the diagonal "
+                                         f"{b.name} does better")
+
+
 RUN_SET_FIGURES = {f.name: f for f in (
     RunSetFigure("comparison", _record, _comparison),
     RunSetFigure("comparison_panel", _record, _comparison_panel),
     RunSetFigure("contribution_side_by_side", _contribution, _contributions_side_by_side),
+    RunSetFigure("losses_against", _validation_losses, _losses_against),
     RunSetFigure("fig8_first_vs_last", _metric_snapshots, _fig8),
     RunSetFigure("fig10_contours", _metric_snapshots, _fig10),
     RunSetFigure("fig11_surfaces", _metric_snapshots, _fig11),

@@ -28,6 +28,20 @@ def require_chromium():
     pytest.skip("no system Chromium (apt-get install chromium); browser tests run in CI")
 
 
+def require_static_export() -> None:
+    """PNG/SVG/PDF export works here (kaleido with a system Chromium); skip with the reason elsewhere,
+    fail in CI."""
+    from damcha.views.export import static_export_status
+
+    ok, message = static_export_status()
+    if ok:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("CI must run the static export tests: install Debian's chromium (.ci/run does)")
+    print(f"skipping static export: {message}")
+    pytest.skip(message)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -53,9 +53,19 @@ def loss_unit(config) -> str:
 def loss_label(config) -> str:
     """The unit the app shows a loss in: squared error for vectors, bits per pixel / char / image
     / ... for likelihoods (the same everywhere: pages, figures, exports)."""
-    return "squared error per patch" if config.input_dim else f"bits per {loss_unit(config)}"
+    return loss_label_for(task_of(config), loss_unit(config))
 
 
 def loss_factor(config) -> float:
     """What a loss computed in nats (or a squared error) is multiplied by to be shown in loss_label's unit."""
-    return 1.0 if config.input_dim else 1.0 / math.log(2)
+    return loss_factor_for(task_of(config))
+
+
+def loss_label_for(task: str, unit: str) -> str:
+    """loss_label of a model with this task whose loss terms are about `unit` (see loss_unit)."""
+    return "squared error per patch" if task == "next_vector" else f"bits per {unit}"
+
+
+def loss_factor_for(task: str) -> float:
+    """loss_factor of a model with this task."""
+    return 1.0 if task == "next_vector" else 1.0 / math.log(2)

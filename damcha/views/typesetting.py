@@ -1,0 +1,170 @@
+"""Figures typeset for a paper: column presets, subplot and figure titles wrapped to the width
+they have, real subscripts, and a PDF that names its figure. Used by export's paper style."""
+
+from __future__ import annotations
+
+import io
+import re
+import textwrap
+
+import plotly.graph_objects as go
+
+# Sizes in CSS pixels at the export's 14 px text (see ExportSettings): a page prints 0.75 pt per px,
+# so 460 px scaled into a 3.3 in column and 940 px into a 7 in double column both print their text
+# at about 7.5 pt, the size journals ask for.
+COLUMN_WIDTHS = {"single column": 460, "double column": 940}
+
+# The width of an average character of the paper font, as a share of its size (Arial: about 0.5 for
+# lower case, more for capitals and digits): what a title is wrapped at.
+CHARACTER_WIDTH = 0.56
+
+LINE = 1.3  # a line of text is about 1.3 times its font size high
+
+# x_i, m_i, M_ij, W_Q, D~_k: one letter, an underscore and a short index read as a subscript (a
+# word before the underscore is a name: val_nll, metric_mode).
+_SUPERSCRIPT = re.compile(r"\^([A-Za-z0-9]{1,3})(?![A-Za-z0-9])")
+_SUBSCRIPT = re.compile(r"(?<![A-Za-z0-9_~])([A-Za-zα-ωΑ-Ω]~?)_([A-Za-z0-9]{1,3})(?![A-Za-z0-9_])")
+
+
+def with_subscripts(text: str | None) -> str | None:
+    """Underscore indices as HTML subscripts and caret indices as superscripts (plotly draws <sub>
+    and <sup>): "m_i" -> "m<sub>i</sub>", "W_K^h" -> "W<sub>K</sub><sup>h</sup>". A name joined by
+    underscores (metric_mode, head_2_x) is left alone."""
+    if not text:
+        return text
+    text = _SUBSCRIPT.sub(lambda m: f"{m.group(1)}<sub>{m.group(2)}</sub>", text)
+    return _SUPERSCRIPT.sub(lambda m: f"<sup>{m.group(1)}</sup>", text)
+
+
+def wrapped(text: str | None, width_px: float, font_size: float) -> str | None:
+    """A title broken into lines that fit `width_px` at `font_size` (existing breaks kept)."""
+    if not text:
+        return text
+    chars = max(8, int(width_px / (CHARACTER_WIDTH * font_size)))
+    lines = []
+    for part in re.split(r"<br\s*/?>", text):
+        lines += textwrap.wrap(part, chars, break_long_words=False, break_on_hyphens=False) or [""]
+    return "<br>".join(lines)
+
+
+def _subplot_width(fig: go.Figure, annotation) -> float:
+    """The share of the plot width a subplot title may use: its subplot's x domain (subplot titles
+    are annotations centred over their subplot at the top of its domain)."""
+    x = float(annotation.x if annotation.x is not None else 0.5)
+    best = 1.0
+    for name in _layout_keys(fig, ("xaxis", "scene")):
+        domain = fig.layout[name].domain.x if name.startswith("scene") else fig.layout[name].domain
+        if domain and domain[0] - 1e-6 <= x <= domain[1] + 1e-6:
+            best = min(best, domain[1] - domain[0])
+    return best
+
+
+def _layout_keys(fig: go.Figure, prefixes: tuple[str, ...]) -> list[str]:
+    """The figure's layout entries named with one of the prefixes (xaxis, xaxis2, scene3, ...)."""
+    return [k for k in fig.layout.to_plotly_json() if k.startswith(prefixes)]
+
+
+def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
+    """In place: every title, axis title, subplot title, colour-bar title and legend entry with real
+    subscripts; the figure's, the subplots' and the axes' titles wrapped to the length they have at
+    `width_px`, and the rows of a grid of subplots moved apart by the lines the wrapping added."""
+    plot_width = width_px * 0.85  # the margins' share, roughly: titles wrap early rather than late
+    height = fig.layout.height or 0.85 * width_px
+    lines_before = {id(a): _lines(a.text) for a in fig.layout.annotations}
+    for annotation in fig.layout.annotations:
+        if annotation.text:
+            annotation.text = wrapped(with_subscripts(annotation.text), plot_width * _subplot_width(fig, annotation),
+                                      annotation.font.size or font_size)
+    added_below = {}  # x axis name -> lines its title gained
+    for name in _layout_keys(fig, ("xaxis", "yaxis")):
+        axis = fig.layout[name]
+        if axis.title.text:  # wrapped to the axis's own length (a y axis's title runs along its height)
+            before = _lines(axis.title.text)
+            length = (plot_width if name.startswith("x") else 0.8 * height) * (axis.domain[1] - axis.domain[0])
+            axis.title.text = wrapped(with_subscripts(axis.title.text), length, axis.title.font.size or font_size)
+            added_below[name] = _lines(axis.title.text) - before
+    _space_rows(fig, added_below, {id(a): _lines(a.text) - lines_before[id(a)] for a in fig.layout.annotations},
+                LINE * font_size)
+    title = fig.layout.title.text
+    if title:
+        title = wrapped(with_subscripts(title), plot_width, font_size + 1)
+        # Room above the plot for the title's lines and the top row's subplot titles, which stand above it.
+        top = [a for a in fig.layout.annotations if a.text and a.yref == "paper" and a.y is not None and a.y >= 0.999]
+        below_title = max((_lines(a.text) for a in top), default=0) * LINE * font_size
+        fig.update_layout(title=dict(text=title, y=1.0, yref="container", yanchor="top", pad=dict(t=font_size + 4)),
+                          margin=dict(t=int(font_size + 16 + _lines(title) * LINE * (font_size + 1) + below_title)))
+    for trace in fig.data:
+        if getattr(trace, "name", None):
+            trace.name = with_subscripts(trace.name)
+        colorbar = getattr(trace, "colorbar", None)
+        if colorbar is not None and colorbar.title.text:
+            colorbar.title.text = with_subscripts(colorbar.title.text)
+    return fig
+
+
+def _lines(text: str | None) -> int:
+    return text.count("<br>") + 1 if text else 0
+
+
+def _space_rows(fig: go.Figure, added_below: dict[str, int], added_above: dict[int, int], line_px: float) -> None:
+    """Move the rows of a subplot grid apart by the lines wrapping added between them (x-axis titles
+    of the row above, subplot titles of the row below), growing the figure by as much: rows keep
+    their height, everything placed in paper coordinates moves with its row."""
+    if not fig.layout.height:
+        return
+    domains = {n: tuple(fig.layout[n].domain) for n in _layout_keys(fig, ("yaxis",))}
+    rows = sorted({(round(d0, 6), round(d1, 6)) for d0, d1 in domains.values()}, key=lambda d: -d[1])
+    if len(rows) < 2:
+        return
+    extras = []
+    for upper, lower in zip(rows, rows[1:]):
+        below = max((k for n, k in added_below.items() if domains.get("y" + n[1:], (None, None))[1] is not None
+                     and round(domains["y" + n[1:]][1], 6) == upper[1]), default=0)
+        above = max((added_above[id(a)] for a in fig.layout.annotations
+                     if a.yref == "paper" and a.y is not None and abs(a.y - lower[1]) < 1e-3), default=0)
+        extras.append(max(0, below) * line_px + max(0, above) * line_px)
+    if not any(extras):
+        return
+    margin = fig.layout.margin
+    plot = fig.layout.height - (margin.t if margin.t is not None else 50) - (margin.b if margin.b is not None else 45)
+    grown = plot + sum(extras)
+    edges = [(1 - lower[1]) * plot for lower in rows[1:]]  # from the top, the upper edge of each lower row
+
+    def moved(y: float) -> float:
+        u = (1 - y) * plot
+        return 1 - (u + sum(e for edge, e in zip(edges, extras) if edge <= u + 0.5)) / grown
+
+    for name, (d0, d1) in domains.items():
+        fig.layout[name].domain = [moved(d0), moved(d1)]
+    for name in _layout_keys(fig, ("scene",)):
+        d0, d1 = fig.layout[name].domain.y
+        fig.layout[name].domain.y = [moved(d0), moved(d1)]
+    for annotation in fig.layout.annotations:
+        if annotation.yref == "paper" and annotation.y is not None:
+            annotation.y = moved(annotation.y)
+    for trace in fig.data:
+        colorbar = getattr(trace, "colorbar", None)
+        if colorbar is not None and colorbar.y is not None:
+            colorbar.y = moved(colorbar.y)
+            if colorbar.len is not None and colorbar.lenmode in (None, "fraction"):
+                colorbar.len = colorbar.len * plot / grown
+    fig.layout.height = fig.layout.height + sum(extras)
+
+
+def plain_title(fig: go.Figure) -> str:
+    """The figure's title without markup, subscripts written back with their underscore: what a PDF
+    names it."""
+    text = re.sub(r"<sub>(.*?)</sub>", r"_\1", fig.layout.title.text or "")
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)).strip()
+
+
+def with_pdf_metadata(pdf: bytes, title: str, subject: str, creator: str) -> bytes:
+    """The PDF with its document information naming the figure (kaleido's Chromium writes its own
+    page title there)."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    writer.add_metadata({"/Title": title, "/Subject": subject, "/Creator": creator, "/Producer": creator})
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()

@@ -1,0 +1,145 @@
+"""Figures typeset for a paper: column presets, titles wrapped to their width with no overlap when
+rendered, real subscripts, a PDF that names its figure, and the Python that rebuilds a figure."""
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from damcha.views.export import ExportSettings, figure_bytes, paper_style
+from damcha.views.typesetting import COLUMN_WIDTHS, with_subscripts, wrapped
+from tests.support.browser import CHROMIUM_ARGS, require_chromium, require_static_export
+
+SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+@pytest.mark.parametrize(("text", "typeset"), [
+    ("Per-head metrics m_i", "Per-head metrics m<sub>i</sub>"),
+    ("Loss change from zeroing M_ij", "Loss change from zeroing M<sub>ij</sub>"),
+    ("W_Q W_Kᵀ per head", "W<sub>Q</sub> W<sub>K</sub>ᵀ per head"),
+    ("W_Q^h W_K^hᵀ", "W<sub>Q</sub><sup>h</sup> W<sub>K</sub><sup>h</sup>ᵀ"),
+    ("val_nll and train_mse", "val_nll and train_mse"),  # names joined by underscores stay as they are
+    ("metric_mode = head_2_x", "metric_mode = head_2_x"),
+])
+def test_underscore_indices_become_subscripts_and_names_stay(text, typeset):
+    assert with_subscripts(text) == typeset
+
+
+def test_a_long_title_wraps_to_the_width_it_has():
+    title = "Contribution of M(x) to the loss (bits per pixel), one colour range for every panel of the figure"
+    lines = wrapped(title, 300, 14).split("<br>")
+    assert len(lines) > 1 and " ".join(lines) == title
+    assert all(len(line) <= 300 / (0.56 * 14) for line in lines)
+    assert wrapped("short", 300, 14) == "short"
+
+
+def _comparison(n_runs: int = 4):
+    from damcha.analysis.inspection import inspect_input
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.comparison import compared_run, comparison_figure
+
+    rows = []
+    for name in ("digits-damcha", "digits-mha", "digits-dcmha", "digits-moa")[:n_runs]:
+        run = load_run(SHIPPED / name)
+        inp = validation_input(run, 0)
+        rows.append(compared_run(inspect_input(load_model(run), inp.tokens, inp.targets), f"{name} @{run.epochs[-1]}"))
+    return comparison_figure(rows, "validation input 0 of the digits set: four runs compared side by side")
+
+
+def test_the_paper_style_wraps_subplot_titles_at_a_single_column_and_less_at_a_double_one():
+    fig = _comparison()
+    single = paper_style(fig, ExportSettings.column("single column"))
+    double = paper_style(fig, ExportSettings.column("double column"))
+    breaks = [sum(a.text.count("<br>") for a in f.layout.annotations) for f in (single, double)]
+    assert breaks[0] > breaks[1] >= 0
+    assert "<br>" in single.layout.title.text
+    assert COLUMN_WIDTHS == {"single column": 460, "double column": 940}
+    with pytest.raises(ValueError, match="unknown column preset"):
+        ExportSettings.column("triple column")
+
+
+def _text_boxes(svg: bytes) -> list[dict]:
+    """The rendered boxes of the figure's title, subplot titles and axis titles, in Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    exe = require_chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_content(f"<html><body style='margin:0'>{svg.decode()}</body></html>")
+        boxes = page.evaluate("""() => {
+            const svg = document.querySelector('svg').getBoundingClientRect();
+            return [...document.querySelectorAll('.gtitle, .annotation-text, .xtitle, .ytitle')].map(t => {
+                const r = t.getBoundingClientRect();
+                return {text: t.textContent, x0: r.left - svg.left, x1: r.right - svg.left, y0: r.top - svg.top,
+                        y1: r.bottom - svg.top, width: svg.width};
+            });
+        }""")
+        browser.close()
+    return boxes
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > 1 and min(a["y1"], b["y1"]) - max(a["y0"], b["y0"]) > 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("column", list(COLUMN_WIDTHS))
+def test_rendered_titles_neither_overlap_nor_leave_the_page_at_either_column_width(column):
+    require_static_export()
+    svg = figure_bytes(_comparison(), "svg", ExportSettings.column(column))
+    boxes = _text_boxes(svg)
+    assert len(boxes) >= 13  # the title and 4 runs x 3 subplot titles
+    for box in boxes:
+        assert -1 <= box["x0"] and box["x1"] <= box["width"] + 1 and box["y0"] >= -1, box
+    clashes = [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
+    assert not clashes
+
+
+def test_the_negative_control_unwrapped_titles_do_overlap_at_a_single_column():
+    """What the rendering test can catch: the same figure without the paper style's wrapping."""
+    require_static_export()
+    svg = figure_bytes(_comparison(), "svg", ExportSettings(width=460, paper_style=False))
+    boxes = _text_boxes(svg)
+    assert any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]) or \
+        any(b["x0"] < -1 or b["x1"] > b["width"] + 1 for b in boxes)
+
+
+def test_a_pdf_names_its_figure_in_its_document_information():
+    from pypdf import PdfReader
+
+    require_static_export()
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Heatmap(z=np.eye(3)), layout=dict(title="Per-head metrics m_i, epoch 40"))
+    info = PdfReader(io.BytesIO(figure_bytes(fig, "pdf", name="digits-damcha_e0040_head_metrics"))).metadata
+    assert info.title == "Per-head metrics m_i, epoch 40" and info.subject == "digits-damcha_e0040_head_metrics"
+
+
+def test_the_python_shown_beside_an_export_rebuilds_the_figure(tmp_path, monkeypatch):
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_run
+    from damcha.views.export import figure_data, item_files
+    from damcha.views.model_figures import figure_set
+    from damcha.views.regeneration import python_to_rebuild
+
+    run = load_run(SHIPPED / "digits-damcha")
+    inp = validation_input(run, 2)
+    (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["metric"])
+    files = item_files(item, ["csv"])
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    code = python_to_rebuild(item.provenance, f"{item.name}.provenance.json")
+    code = "\n".join(line for line in code.splitlines() if not line.startswith(("item.figure.show", "write_item")))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").symlink_to(SHIPPED)
+    scope: dict = {}
+    exec(compile(code, "rebuild.py", "exec"), scope)
+    rebuilt, original = figure_data(scope["item"].figure), figure_data(item.figure)
+    assert rebuilt.keys() == original.keys()
+    for k in original:
+        np.testing.assert_array_equal(rebuilt[k], original[k])
+    assert json.loads(files[f"{item.name}.provenance.json"])["regenerable"]
