@@ -80,7 +80,8 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
         axis = fig.layout[name]
         if axis.title.text:  # wrapped to the axis's own length (a y axis's title runs along its height)
             before = _lines(axis.title.text)
-            length = (plot_width if name.startswith("x") else 0.8 * height) * (axis.domain[1] - axis.domain[0])
+            d0, d1 = axis.domain or (0.0, 1.0)
+            length = (plot_width if name.startswith("x") else 0.8 * height) * (d1 - d0)
             axis.title.text = wrapped(with_subscripts(axis.title.text), length, axis.title.font.size or font_size)
             added_below[name] = _lines(axis.title.text) - before
     _space_rows(fig, added_below, {id(a): _lines(a.text) - lines_before[id(a)] for a in fig.layout.annotations},
@@ -112,7 +113,7 @@ def _space_rows(fig: go.Figure, added_below: dict[str, int], added_above: dict[i
     their height, everything placed in paper coordinates moves with its row."""
     if not fig.layout.height:
         return
-    domains = {n: tuple(fig.layout[n].domain) for n in _layout_keys(fig, ("yaxis",))}
+    domains = {n: tuple(fig.layout[n].domain or (0.0, 1.0)) for n in _layout_keys(fig, ("yaxis",))}
     rows = sorted({(round(d0, 6), round(d1, 6)) for d0, d1 in domains.values()}, key=lambda d: -d[1])
     if len(rows) < 2:
         return
@@ -137,7 +138,7 @@ def _space_rows(fig: go.Figure, added_below: dict[str, int], added_above: dict[i
     for name, (d0, d1) in domains.items():
         fig.layout[name].domain = [moved(d0), moved(d1)]
     for name in _layout_keys(fig, ("scene",)):
-        d0, d1 = fig.layout[name].domain.y
+        d0, d1 = fig.layout[name].domain.y or (0.0, 1.0)
         fig.layout[name].domain.y = [moved(d0), moved(d1)]
     for annotation in fig.layout.annotations:
         if annotation.yref == "paper" and annotation.y is not None:
