@@ -123,13 +123,6 @@ def weight_drift(run: Run):
     return generator_weight_drift([model_for(run, e) for e in run.epochs])
 
 
-@st.cache_data(show_spinner="Gradients of the loss with respect to M(x)…", max_entries=128, hash_funcs=HASH_FUNCS)
-def contributions(run: Run, epoch: int, inp: ModelInput, mode: str, method: str):
-    from damcha.analysis.attribution import metric_contributions
-
-    return metric_contributions(model_for(run, epoch), inp.tokens, inp.targets, mode, method)
-
-
 @st.cache_data(show_spinner="Computing from the model…", max_entries=64, hash_funcs=HASH_FUNCS)
 def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
     """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES),

@@ -19,7 +19,6 @@ from damcha.inputs.model_inputs import (
     validation_input,
 )
 from damcha.inputs.uploads import InputError
-from damcha.model.mechanisms import ForwardOptions
 from damcha.runs.checkpoints import Run
 
 UPLOAD_TYPES = {"image": ["png", "jpg", "jpeg", "gif", "bmp", "webp"], "text": ["txt", "md", "py", "csv", "json", "text"]}
@@ -84,11 +83,6 @@ def option_choices(run: Run, container=None) -> dict[str, str]:
     return {c.name: where.radio(c.label, list(c.values), format_func=lambda v: str(v).replace("_", " "),
                                 **bound(c.url_key), help=c.help)
             for c in run.model_config.mechanism.option_choices}
-
-
-def option_controls(run: Run, container=None) -> ForwardOptions:
-    """The run's mechanism's options from the controls of option_choices."""
-    return run.model_config.mechanism.options_from(option_choices(run, container))
 
 
 def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = URL, **kw) -> int:

@@ -64,12 +64,6 @@ def colour_scale(value_kind: str, *arrays: np.ndarray) -> dict:
     return dict(colorscale=SEQUENTIAL, zmin=0.0, zmax=top if top > 0 else 1.0)
 
 
-def surface_scale(value_kind: str, *arrays: np.ndarray) -> dict:
-    """The same scale for a 3-D surface (cmin/cmax) and the z range it spans."""
-    c = colour_scale(value_kind, *arrays)
-    return dict(colorscale=c["colorscale"], cmin=c["zmin"], cmax=c["zmax"]), [c["zmin"], c["zmax"]]
-
-
 def _labelled_ticks(labels: Sequence[str], n: int, most: int) -> dict:
     """Ticks at integer positions 0..n-1 named by `labels` (index numbers without), thinned to at most `most`."""
     labels = list(labels) if len(labels) == n else [str(i) for i in range(n)]
