@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from damcha.analysis.attribution import metric_contributions
 from damcha.analysis.dynamics import (
     STATISTICS,
     EpochSweep,
@@ -34,7 +33,7 @@ from damcha.analysis.dynamics import (
 from damcha.runs.checkpoints import Run
 from damcha.views import figures
 from damcha.views.figure_sets import panel_titles, per_head, structure_index, structure_style
-from damcha.views.model_figures import contribution_symbol
+from damcha.views.model_figures import contribution_map, contribution_symbol
 from damcha.views.readings import off_diagonal_baseline
 
 Loader = Callable[[Run, int], object]  # (run, epoch) -> the model of that snapshot (cached by the caller)
@@ -84,17 +83,10 @@ def _contribution_maps(run, load, tokens, targets, params, progress):
         raise ValueError("this input has no target: there is no loss to differentiate")
     maps = []
     for k, epoch in enumerate(run.epochs):
-        contribution = metric_contributions(load(run, epoch), tokens, targets, params.get("mode", "full"),
-                                            params.get("method", "gradient_x_metric"))
-        maps.append(contribution.map(params.get("layer", 0), _contribution_position(params)))
+        maps.append(contribution_map(load(run, epoch), tokens, targets, params))
         if progress:
             progress(k + 1, len(run.epochs))
     return np.stack(maps)
-
-
-def _contribution_position(params: Mapping) -> int | None:
-    where = params.get("position")
-    return where if isinstance(where, int) else None
 
 
 def _validation_metrics(run, load, tokens, targets, params, progress):

@@ -224,7 +224,7 @@ def _completion(values, params, where, factor, unit):
 
 
 
-def _metric_contribution_values(model, run, tokens, targets, params, progress=None):
+def contribution_map(model, tokens, targets, params: dict) -> np.ndarray:
     """The contribution of M(x) to the loss in nats, (D, D) at params' layer and query position (an
     int; anything else: summed over positions), by params' method (gradient_x_metric | gradient)
     and metric mode."""
@@ -233,8 +233,11 @@ def _metric_contribution_values(model, run, tokens, targets, params, progress=No
     where = params.get("position")
     contribution = metric_contributions(model, tokens, targets, params.get("mode", "full"),
                                         params.get("method", "gradient_x_metric"))
-    return {"map": contribution.map(int(params.get("layer", 0)), where if isinstance(where, int) else None),
-            "n_head": model.config.n_head}
+    return contribution.map(int(params.get("layer", 0)), where if isinstance(where, int) else None)
+
+
+def _metric_contribution_values(model, run, tokens, targets, params, progress=None):
+    return {"map": contribution_map(model, tokens, targets, params), "n_head": model.config.n_head}
 
 
 def contribution_symbol(params: dict) -> str:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from damcha.analysis.attribution import metric_contributions
 from damcha.analysis.dynamics import spread_epochs
 from damcha.analysis.inspection import inspect_input
 from damcha.runs.checkpoints import Run
 from damcha.views import figures
 from damcha.views.comparison import compared_run, comparison_figure, panel_figure, shared_loss_range
+from damcha.views.model_figures import contribution_map
 
 Loader = Callable[[Run, int], object]  # (run, epoch) -> the model of that snapshot (cached by the caller)
 Taken = tuple[Run, int, object]  # a run, its epoch, what the figure took from it
@@ -65,10 +65,7 @@ def _comparison_panel(taken, params, input_source):
 
 def _contribution(run, epoch, load, tokens, targets, params):
     """(D, D) the contribution of the run's M(x) to the loss at one query position (or summed)."""
-    where = params.get("position")
-    contribution = metric_contributions(load(run, epoch), tokens, targets, params.get("mode", "full"),
-                                        params.get("method", "gradient_x_metric"))
-    return contribution.map(int(params.get("layer", 0)), where if isinstance(where, int) else None)
+    return contribution_map(load(run, epoch), tokens, targets, params)
 
 
 def _contributions_side_by_side(taken, params, input_source):
