@@ -6,7 +6,7 @@ import streamlit as st
 
 from app.cache import HASH_FUNCS, inspection, model_for
 from app.run_picker import each_run
-from damcha.analysis.ablation import MODES
+from damcha.analysis.ablation import ABLATION_KEY, ABLATION_SETTINGS
 from damcha.analysis.inspection import inspect_input
 from damcha.analysis.interventions import MEAN_INPUTS
 from damcha.inputs.model_inputs import ModelInput
@@ -91,10 +91,6 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
                                             progress=lambda k, m: bar.progress(k / m, text=f"Intervention {k}/{m}"))
     bar.empty()
     return LossUnit.of(run.model_config).rows(rows, ("mean loss change", "95% low", "95% high"))
-
-
-ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}
-ABLATION_KEY = {**ABLATION_SETTINGS, "modes": list(MODES)}  # a table kept on disk holds every mode there is now
 
 
 def ablation_cached(run: Run) -> bool:

@@ -29,6 +29,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from damcha.views.token_view import TOKEN_VIEW_TITLE  # noqa: E402
 
 # (name, address, what "first screen" waits for, what "complete" waits for)
 PAGES = [
@@ -39,7 +41,7 @@ PAGES = [
     ("data table (359 digits)", "table?run=digits-damcha", "[data-testid='stProgress'], [data-testid='stDataFrame']",
      "[data-testid='stDataFrame']"),
     ("inspector, attention as text", "inspector?run=text-damcha&source=Validation+sample&tab=Attention+as+text",
-     "iframe[title='st.iframe']", "iframe[title='st.iframe']"),
+     f"iframe[title='{TOKEN_VIEW_TITLE}']", f"iframe[title='{TOKEN_VIEW_TITLE}']"),
 ]
 
 

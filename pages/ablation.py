@@ -11,7 +11,7 @@ from app.controls import computed_on_request, input_picker
 from app.named_figures import show_model_figure
 from app.run_picker import listing, run_page
 from app.sharing import plain_text
-from damcha.analysis.ablation import modes_by_run
+from damcha.analysis.ablation import has_metric_modes, modes_by_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import task_of
@@ -29,11 +29,7 @@ BILINEAR_NOTE = ("**Bilinear runs:** every block M_ij is trained for its own rol
                  "keys), so the diagonal/off-diagonal split is meaningful there.")
 
 
-def has_metric_modes(r) -> bool:
-    return r.model_config.mechanism.choice("metric_mode") is not None
-
-
-if not has_metric_modes(run):
+if not has_metric_modes(cfg):
     offered = available_interventions(cfg)
     st.info(f"{cfg.mechanism.title} has no metric modes to ablate: this page is about DAMCHA-style metrics. "
             + (f"What its mechanism offers instead: {len(offered)} intervention(s) — "
@@ -65,10 +61,11 @@ else:
 
 st.subheader("Validation set, every run on this data set")
 runs = listing().runs
-ablated = [r for r in runs if r.dataset == run.dataset and has_metric_modes(r)]
+ablated = [r for r in runs if r.dataset == run.dataset and has_metric_modes(r.model_config)]
 ready = sum(ablation_cached(r) for r in ablated)
-st.caption(f"{len(ablated)} runs of {plain_text(run.dataset)} have metric modes; {ready} of them were evaluated before (kept on "
-           "disk, keyed by the snapshot's content). Each run takes one pass over the validation set per mode.")
+st.caption(f"{len(ablated)} runs of {plain_text(run.dataset)} have metric modes; {ready} of them are evaluated already (shipped "
+           "with the run or kept on disk, keyed by the snapshot's content). Each other run takes one pass over the "
+           "validation set per mode.")
 table = []
 if ablated and (ready == len(ablated) or st.toggle("Evaluate every run of this data set under each mode",
                                                    value=False, key="table_on")):
@@ -82,13 +79,16 @@ if table:
                   "half (mean, q25, q75: the paper's table 1)" if cfg.input_dim else "") + ".")
     metric = next((m for m in (f"bits_per_{run.data.get('unit', 'token')}", "mse") if m in df), None)
     if metric:
-        st.markdown(f"**Runs × metric modes** ({metric.replace('_', ' ')}; Δ: change from the full metric, > 0 worse), "
-                    "the shape of the paper's table 3:")
+        inputs = next((r["inputs"] for r in table if "inputs" in r), None)
+        st.markdown(f"**Runs × metric modes** ({metric.replace('_', ' ')}; Δ: change from the full metric, > 0 worse"
+                    + (f"; its 95% interval is a Student-t interval over the {inputs} validation inputs, paired by "
+                       "input — it says how surely this snapshot's Δ differs from 0, not how a retrained run would "
+                       "differ" if inputs else "") + "), the shape of the paper's table 3:")
         st.dataframe(pd.DataFrame(modes_by_run(table, metric)), hide_index=True, width="stretch")
     st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv")
     forms = set(df["score_form"]) if "score_form" in df else set()
-    if len(forms) > 1 or (forms and not has_metric_modes(run)):  # the note(s) not shown above
-        shown = {cfg.score_form} if has_metric_modes(run) else set()
+    if len(forms) > 1 or (forms and not has_metric_modes(cfg)):  # the note(s) not shown above
+        shown = {cfg.score_form} if has_metric_modes(cfg) else set()
         st.markdown("\n\n".join(note for form, note in (("row_sum", ROW_SUM_NOTE), ("bilinear", BILINEAR_NOTE))
                                 if form in forms - shown))

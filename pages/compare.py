@@ -7,6 +7,7 @@ from app.controls import bounded_slider, computed_on_request, input_picker
 from app.named_figures import show_run_set_figure, shown_input
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
+from app.url_state import bound
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
 from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.views.comparison import PANELS, compared_run, metric_parts
@@ -22,7 +23,7 @@ inp = input_picker(run)
 if inp is None:
     st.stop()
 names = [r.name for r in siblings]
-chosen = st.multiselect("Runs", names, default=names, key="compare_runs")
+chosen = st.multiselect("Runs", names, default=names, **bound("compare_runs"))  # a link reopens the same runs
 if not chosen:
     st.info("Pick at least one run.")
     st.stop()
@@ -64,7 +65,7 @@ causal = any(rec.causal for _, rec in results)
 position = bounded_slider(c3, "Query position (per-position structures)", T - 1, "compare_position",
                           bind=None) if causal else -1
 parts = metric_parts([rec for _, rec in results])
-part = st.radio("M(x) panels show", list(parts), format_func=parts.get, horizontal=True, key="compare_part",
+part = st.radio("M(x) panels show", list(parts), format_func=parts.get, horizontal=True, **bound("compare_part"),
                 help="Under the row sum only the learned part is trained; the residue is what initialisation left.") \
     if len(parts) > 1 else None
 with st.expander("Structure drawn for each run (default: its main one)"):

@@ -62,10 +62,12 @@ show_epoch_figure("epoch_animation", run, inp, {**params, "view": kind})
 st.subheader("Paper-style grids")
 chosen_epochs = st.multiselect("Epochs shown", epochs, default=spread_epochs(epochs), key="grid_epochs")
 if chosen_epochs:
-    t1, t2, t3 = st.tabs(["First vs last (fig. 8)", "Contours (fig. 10)", "3D surfaces (fig. 11)"])
-    for tab, fig_name in zip((t1, t2, t3), ("first_vs_last", "contours_grid", "surfaces_grid")):
-        with tab:
-            show_epoch_figure(fig_name, run, inp, {**params, "shown": sorted(chosen_epochs)})
+    grids = {"First vs last (fig. 8)": "first_vs_last", "Contours (fig. 10)": "contours_grid",
+             "3D surfaces (fig. 11)": "surfaces_grid"}
+    for tab, fig_name in zip(st.tabs(list(grids), **bound("grid")), grids.values()):
+        if tab.open is not False:  # bound to the URL, the tabs track which is open: hidden ones build nothing
+            with tab:
+                show_epoch_figure(fig_name, run, inp, {**params, "shown": sorted(chosen_epochs)})
 
 if first.has_metric:
     st.subheader("Statistics of M(x) over the epochs")

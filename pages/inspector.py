@@ -1,7 +1,6 @@
 """Inspector: the cross-head structures one input induces in any mechanism, and what the model does with it."""
 
 import streamlit as st
-import streamlit.components.v1 as components
 
 from app.cache import input_familiarity, inspection, sequence_profile
 from app.controls import bounded_slider, input_picker, option_choices, position_in_context
@@ -26,7 +25,7 @@ from damcha.views.figure_sets import (
 )
 from damcha.views.model_figures import named_figure_applies
 from damcha.views.readings import decomposition_readings
-from damcha.views.token_view import token_view_html
+from damcha.views.token_view import TOKEN_VIEW_TITLE, token_view_html
 
 run, epoch = run_page("Inspector")
 
@@ -118,7 +117,7 @@ profile = sequence_profile(run, epoch, inp, options) if record.causal else ()
 
 matrices = grid_matrices(record)
 # Tabs keyed by what they show (a structure's name, or a view), labelled for people.
-tab_labels = {s.name: s.title for s in record.structures}
+tab_labels = {"structures": "Structures"} if record.structures else {}
 if "decomposition" in figures_here:
     tab_labels["decomposition"] = "Decomposition"
 if matrices:
@@ -129,20 +128,31 @@ tab_labels["attention"] = "Attention"
 if not record.modality.grid and record.attention_layers:
     tab_labels["tokens"] = "Attention as text"
 tab_labels["loss"] = "Loss & prediction"
-tabs = dict(zip(tab_labels, st.tabs(list(tab_labels.values()), **bound("tab"))))
+# Decomposition (M(x), its learned part and its residue on one scale) first where it exists: it is the view
+# that says what a reader may take from every other.
+first_tab = tab_labels.get("decomposition", next(iter(tab_labels.values())))
+tabs = dict(zip(tab_labels, st.tabs(list(tab_labels.values()), default=first_tab, **bound("tab"))))
 
-for s in record.structures:
-    with tabs[s.name]:
-        st.caption(f"{s.description} **{s.identifiability.capitalize()}.** Axes: "
-                   f"{', '.join(s.axis_title(a) for a in s.drawn)}.")
-        named(s.name)
-if "decomposition" in tabs:
+
+def opened(name: str) -> bool:
+    """Whether a tab is the one shown: the tabs are bound to the URL, so only the open one builds its figures."""
+    return name in tabs and tabs[name].open is not False
+
+
+if opened("structures"):
+    with tabs["structures"]:
+        titled = {s.title: s for s in record.structures}
+        shown = titled[st.radio("Structure", list(titled), horizontal=True, **bound("shown"))]
+        st.caption(f"{shown.description} **{shown.identifiability.capitalize()}.** Axes: "
+                   f"{', '.join(shown.axis_title(a) for a in shown.drawn)}.")
+        named(shown.name)
+if opened("decomposition"):
     with tabs["decomposition"]:
         st.caption(" + ".join(s.title for s in matrices[1:]) + f" = {matrices[0].title}, side by side on one scale.")
         named("decomposition")
         for line in decomposition_readings(record, layer, pos):
             st.markdown(line)
-if "contour_3d" in tabs:
+if opened("contour_3d"):
     with tabs["contour_3d"]:
         part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",
                         format_func=lambda n: record.structure(n).title)
@@ -151,7 +161,7 @@ if "contour_3d" in tabs:
             named("contour", part=part)
         with b:
             named("surface", part=part)
-if "along_input" in tabs:
+if opened("along_input"):
     with tabs["along_input"]:
         st.caption("Summaries at every query position, computed a chunk of positions at a time (the full "
                    "matrices above are taken at the viewed position only when the input is long).")
@@ -160,41 +170,43 @@ if "along_input" in tabs:
             along = {"structure": s.name, "layer": layer, "position": pos, "options": choices}
             show_model_figure("sequence_profile", run, epoch, inp, along, {"structure": s, "record": record},
                               file_name=s.name)
-with tabs["attention"]:
-    st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
-    a_layer = st.selectbox("Attention layer", list(range(record.n_layer)), key="attn_layer",
-                           format_func=lambda i: f"layer {i + 1}")
-    attention_record = record
-    if a_layer not in record.attention_layers:  # fetched on demand: every layer's maps would not fit
-        with st.spinner(f"Attention of layer {a_layer + 1}…"):
-            attention_record = inspection(run, epoch, inp, options, tuple(record.positions.tolist()), (a_layer,))
-    named("attention", attention_record, attn_layer=a_layer)
-    if "attention_grid" in figures_here:
-        st.caption(f"The same attention of query position {pos}, each key drawn at the patch or pixel it holds.")
-        named("attention_grid", attention_record, attn_layer=a_layer)
-if "tokens" in tabs:
+if opened("attention"):
+    with tabs["attention"]:
+        st.caption("Attention probabilities per head (rows: queries, columns: keys, labelled with the tokens).")
+        a_layer = st.selectbox("Attention layer", list(range(record.n_layer)), key="attn_layer",
+                               format_func=lambda i: f"layer {i + 1}")
+        attention_record = record
+        if a_layer not in record.attention_layers:  # fetched on demand: every layer's maps would not fit
+            with st.spinner(f"Attention of layer {a_layer + 1}…"):
+                attention_record = inspection(run, epoch, inp, options, tuple(record.positions.tolist()), (a_layer,))
+        named("attention", attention_record, attn_layer=a_layer)
+        if "attention_grid" in figures_here:
+            st.caption(f"The same attention of query position {pos}, each key drawn at the patch or pixel it holds.")
+            named("attention_grid", attention_record, attn_layer=a_layer)
+if opened("tokens"):
     with tabs["tokens"]:
         st.caption("Point at a token, or click it to keep it: the stripes under every token show, per head in its "
                    "colour, the attention it receives from that query (or, reversed, gives). Self-contained: the "
                    "download opens offline in any browser, interactive.")
         page = token_view_html(record, f"{run.name}, epoch {epoch}: {inp.source}")
-        components.html(page, height=560, scrolling=True)
+        st.iframe(page, height=560, alt=TOKEN_VIEW_TITLE)
         st.download_button("Download as standalone HTML", page, f"{run.name}_e{epoch}_tokens.html", "text/html",
                            key="dl_token_view", icon=":material/download:")
-with tabs["loss"]:
-    if "token_loss" in figures_here:
-        named("token_loss")
-    if "patch_error" in figures_here:
-        named("patch_error")
-    if "prediction" in figures_here:
-        if prediction_takes_position(record):
-            nxt = bounded_slider(st, "Next-token distribution after position", T - 1, "next_position", bind=None)
-            named("prediction", next_position=nxt)
-        else:
-            st.caption("Teacher-forced prediction: each position predicted from the true ones before it."
-                       if record.task != "classification" else "Predicted class probabilities.")
-            named("prediction")
-    if named_figure_applies("completion", record, run.model_config):
-        st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
-                   "patch fed back as the next input.")
-        show_model_figure("completion", run, epoch, inp, {"mode": record.metric_mode})
+if opened("loss"):
+    with tabs["loss"]:
+        if "token_loss" in figures_here:
+            named("token_loss")
+        if "patch_error" in figures_here:
+            named("patch_error")
+        if "prediction" in figures_here:
+            if prediction_takes_position(record):
+                nxt = bounded_slider(st, "Next-token distribution after position", T - 1, "next_position", bind=None)
+                named("prediction", next_position=nxt)
+            else:
+                st.caption("Teacher-forced prediction: each position predicted from the true ones before it."
+                           if record.task != "classification" else "Predicted class probabilities.")
+                named("prediction")
+        if named_figure_applies("completion", record, run.model_config):
+            st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
+                       "patch fed back as the next input.")
+            show_model_figure("completion", run, epoch, inp, {"mode": record.metric_mode})

@@ -9,7 +9,7 @@ import streamlit as st
 from app.cached_tables import validation_table
 from app.run_picker import run_page
 from app.sharing import plain_text
-from damcha.analysis.data_table import ROWS
+from damcha.analysis.data_table import ROWS, default_rows
 from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count
 
@@ -20,7 +20,7 @@ if not bundled(run.dataset):
     st.stop()
 total = validation_count(run)
 n = int(st.number_input(f"Validation inputs in the table (the first n of {total})", 1, min(ROWS, total),
-                        min(ROWS, total), key="table_rows"))
+                        default_rows(run), key="table_rows"))
 table = validation_table(run, epoch, n)
 df = pd.DataFrame(table["rows"])
 if table["constant"]:

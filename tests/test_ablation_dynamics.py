@@ -9,6 +9,7 @@ import torch
 from damcha import ModelConfig, inspect_input, variant_config
 from damcha.analysis.ablation import MODES, validation_ablation
 from damcha.analysis.dynamics import generator_weight_drift, metric_statistics, symmetric_spectrum
+from damcha.analysis.intervals import mean_interval
 from damcha.model.mechanisms.mha import qk_forms
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.train import TrainConfig, train
@@ -25,11 +26,20 @@ def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tm
     from damcha.inputs.datasets import load_dataset
 
     d = load_dataset("digits")
+    per_input = {}
     for row in rows:
         with torch.no_grad():
             out = model(d.val_inputs, targets=d.val_targets, options=opts(model, row["mode"]), stochastic=False)
         assert row["nll"] == pytest.approx(float(out.loss), rel=1e-6)
         assert row["bits_per_pixel"] == pytest.approx(float(out.loss) / math.log(2), rel=1e-6)
+        per_input[row["mode"]] = out.token_loss.mean(1).double().numpy()  # (N,) each input's mean over its pixels
+    full = rows[0]
+    assert full["mode"] == "full" and "delta_interval" not in full
+    for row in rows[1:]:  # the change from full, paired by input: a t-interval over the validation inputs
+        _, low, high = mean_interval(per_input[row["mode"]] - per_input["full"])
+        assert row["delta_interval"]["nll"] == pytest.approx([low, high], rel=1e-5)
+        assert row["delta_interval"]["bits_per_pixel"] == pytest.approx([low / math.log(2), high / math.log(2)], rel=1e-5)
+        assert low <= row["nll"] - full["nll"] <= high and row["inputs"] == len(d.val_inputs)
     assert len({round(r["nll"], 6) for r in rows}) == len(rows) == len(MODES)  # the modes do differ
 
 
@@ -129,9 +139,12 @@ def test_the_ablation_rows_take_the_papers_table_3_shape():
     rows = [{"run": r, "variant": "damcha", "mode": m, "bits_per_pixel": v}
             for r, base in (("a", 2.0), ("b", 3.0)) for m, v in (("full", base), ("diagonal", base + 0.5),
                                                                  ("off_diagonal", base + 0.25))]
+    rows[1]["delta_interval"] = {"bits_per_pixel": [0.25, 0.75], "nll": [0.17, 0.52]}
     table = {row["run"]: row for row in modes_by_run(rows, "bits_per_pixel")}
     assert table["a"]["full"] == 2.0 and table["a"]["Δ diagonal"] == 0.5 and table["b"]["Δ off_diagonal"] == 0.25
     assert "Δ full" not in table["a"]
+    assert table["a"]["Δ diagonal 95% interval"] == "[+0.25, +0.75]"  # in the table's metric, not the other
+    assert "Δ diagonal 95% interval" not in table["b"]  # rows computed before intervals existed: none invented
 
 
 @pytest.mark.parametrize("run_name", ["digits-damcha", "images-damcha"])

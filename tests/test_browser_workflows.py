@@ -4,6 +4,7 @@ in the Inspector). Screenshots go to test-artifacts/."""
 
 import pytest
 
+from damcha.views.token_view import TOKEN_VIEW_TITLE
 from tests.support.browser import ARTIFACTS, wait_for_figures
 
 pytestmark = pytest.mark.usefixtures("server")
@@ -31,7 +32,8 @@ def test_the_attention_as_text_answers_the_pointer(server, page):  # noqa: F811
     page.goto(f"{server}/inspector?run=text-damcha&source=Validation+sample")
     assert wait_for_figures(page, 2) >= 2
     page.get_by_role("tab", name="Attention as text").click()
-    view = page.frame_locator("iframe[title='st.iframe']").first
+    page.wait_for_url("**tab=Attention+as+text*", timeout=30_000)  # the open tab is part of the link
+    view = page.frame_locator(f"iframe[title='{TOKEN_VIEW_TITLE}']").first
     view.locator(".tok").nth(30).hover()
     assert "(position 30) attends to" in view.locator("#info").inner_text(timeout=30_000)
     stripes = [float(b.get_attribute("data-w")) for b in view.locator(".tok").nth(29).locator(".bars i").all()]

@@ -25,6 +25,7 @@ from damcha.runs.checkpoints import list_runs, load_model, load_run
 from damcha.runs.train import TrainConfig, train
 from damcha.views.export import data_csv, figure_data, read_data_csv
 from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
+from tests.support.app_views import every_view, in_every_view
 from tests.support.toy_mechanism import TOY_VARIANT, Tied
 from tests.support.units import losses_without_unit, shown_texts
 
@@ -146,9 +147,13 @@ def test_every_page_renders_for_every_variant(root, variant, task):
     run = trained(root, task, variant)
     for page in RUN_PAGES:
         at = page_app(root, run.name, page)
-        assert not at.exception, (page, [e.value for e in at.exception])
         assert at.selectbox(key="run").value == run.name
-        assert not losses_without_unit(shown_texts(at)), (page, losses_without_unit(shown_texts(at)))
+        for view in every_view(at):  # each tab (a hidden one builds nothing)
+            assert not view.exception, (page, [e.value for e in view.exception])
+            assert not losses_without_unit(shown_texts(view)), (page, losses_without_unit(shown_texts(view)))
+
+
+MATRIX_TRACES = ("heatmap", "contour", "surface")
 
 
 def _axis_titles(fig: dict) -> tuple[str, str]:
@@ -163,7 +168,7 @@ def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task)
     _, record = record_of(run)
     at = page_app(root, run.name, "inspector")
     assert not at.exception
-    figs = specs(at)
+    figs = in_every_view(at, specs)
     for s in record.structures:
         fig = titled(figs, s.title)
         style = structure_style(s, record)
@@ -188,6 +193,8 @@ def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task)
             assert scale["zmin"] == 0 and "zmid" not in scale, (s.name, "magnitudes are drawn from 0")
         else:
             assert scale["zmin"] == -scale["zmax"], (s.name, "signed values on a scale centred at 0")
+        bars = [t.get("colorbar", {}).get("exponentformat") for t in fig["data"] if t["type"] in MATRIX_TRACES]
+        assert set(bars) == {"power"}, (s.name, "small values as powers of ten, not SI prefixes (100μ)")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

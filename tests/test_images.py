@@ -15,6 +15,7 @@ from damcha.inputs.model_inputs import input_from_photo, validation_input
 from damcha.inputs.uploads import InputError, photo_from_bytes
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.evaluation import complete_patches
+from tests.support.app_views import in_every_view
 from tests.support.images import decompression_bomb_png, encode, handwritten_digit
 from tests.support.units import losses_without_unit, shown_texts
 
@@ -126,9 +127,10 @@ def test_every_page_works_on_a_patch_run(patch_run, page):
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error
     assert len(at.get("plotly_chart")) >= (1 if page == "ablation" else 2)
-    assert not losses_without_unit(shown_texts(at)), losses_without_unit(shown_texts(at))
+    texts = in_every_view(at, shown_texts)
+    assert not losses_without_unit(texts), losses_without_unit(texts)
     if page == "inspector":
-        specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+        specs = " ".join(in_every_view(at, lambda view: [c.proto.spec for c in view.get("plotly_chart")]))
         assert "What the model sees (32x32" in specs and "Completion from the top half" in specs
         assert "over the image" in specs  # attention over the patch grid
         at.radio(key="source").set_value("Upload a colour photo").run()

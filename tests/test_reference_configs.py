@@ -17,6 +17,7 @@ from damcha.inputs.modalities import modality_named
 from damcha.inputs.modalities.image_patches import cifar_patches
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.reference import ReferenceCheckpointError, import_reference
+from tests.support.app_views import open_tab
 from tests.support.reference_fake import (
     D,
     Decoder,
@@ -139,4 +140,5 @@ def test_every_page_opens_a_converted_image_run_and_says_what_it_reads(tmp_path)
         assert not at.exception, (page, [e.value for e in at.exception])
         if page == "inspector":
             assert any("patches read in place" in w.value for w in at.warning)
+            open_tab(at, "Attention")
             assert any("reads patch r7c7" in c.proto.spec for c in at.get("plotly_chart"))

@@ -8,6 +8,7 @@ import torch
 
 from damcha import ModelConfig, build_model, inspect_input, mechanisms, variant_config
 from damcha.views.figure_sets import available_figures, build_figure
+from tests.support.app_views import in_every_view
 from tests.support.toy_mechanism import TOY_VARIANT, Tied, TiedOptions
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -62,7 +63,7 @@ def test_the_toy_trains_saves_and_shows_its_structures_in_the_app(tied, tmp_path
     at.switch_page("../pages/inspector.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    specs = in_every_view(at, lambda view: [c.proto.spec for c in view.get("plotly_chart")])
     assert any("Head mixing" in s for s in specs) and any("Tied forms" in s for s in specs)
     assert any("tied" in c.value for c in at.sidebar.caption)
 

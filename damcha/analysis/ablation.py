@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from damcha.analysis.intervals import mean_interval
 from damcha.inputs.modalities import task_of
 from damcha.inputs.model_inputs import validation_arrays
 from damcha.model.mechanisms.damcha.metric import MetricMode
@@ -26,6 +27,15 @@ from damcha.runs.evaluation import (
 )
 
 MODES = tuple(m.value for m in MetricMode)
+ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}
+# What a run's table is kept under (disk cache, shipped with the run): every mode there is now; version 2
+# added the paired intervals of each mode's change from full.
+ABLATION_KEY = {**ABLATION_SETTINGS, "modes": list(MODES), "version": 2}
+
+
+def has_metric_modes(config) -> bool:
+    """Whether a run's mechanism has metric modes to ablate (DAMCHA-style metrics)."""
+    return config.mechanism.choice("metric_mode") is not None
 
 
 def completed_digit(model: Transformer, tokens: np.ndarray, targets: np.ndarray, mode: str, samples: int = 16,
@@ -52,15 +62,25 @@ def greedy_continuation(model: Transformer, tokens: np.ndarray, n: int = 40, mod
 def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, int], None] | None = None,
                         completion_images: int = 64, completion_samples: int = 4) -> list[dict]:
     """One row per metric mode: NLL (nats), bits per unit, and completion MSE (digits) or accuracy
-    (classifier), on the run's validation set. The same evaluation code as training uses."""
+    (classifier), on the run's validation set. The same evaluation code as training uses. Each mode
+    but full also carries `delta_interval`: the 95% Student-t interval of its change from full, paired
+    by validation input ({metric: [low, high]}, in each metric's own unit), and `inputs`, their count."""
     x, y, _ = validation_arrays(run)
     xt, yt = torch.as_tensor(x), torch.as_tensor(y)
     unit = run.data.get("unit", "token")
     rows = []
+    full_losses = None
     for k, mode in enumerate(MODES):
         options = _options(model, mode)
-        res = evaluate(model, xt, yt, options=options)
-        row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode}
+        res = evaluate(model, xt, yt, options=options, per_input=True)
+        row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode,
+               "inputs": len(res["per_input"])}
+        if mode == MetricMode.FULL.value:
+            full_losses = res["per_input"]
+        elif full_losses is not None:
+            _, low, high = mean_interval(res["per_input"] - full_losses)  # nats (or squared error)
+            scales = {"mse": 1.0} if run.model_config.input_dim else {"nll": 1.0, f"bits_per_{unit}": 1 / math.log(2)}
+            row["delta_interval"] = {metric: [low * s, high * s] for metric, s in scales.items()}
         if run.model_config.input_dim:  # next-patch MSE and the paper's table-1 statistics of completions
             row["mse"] = res["nll"]
             row.update(completion_statistics(patch_completion_errors(model, xt[:completion_images],
@@ -80,7 +100,8 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
 
 def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
     """The paper's Table 3 shape from validation_ablation rows: one row per run, the metric under
-    the full metric, then each other mode as its value and its change from full (Δ)."""
+    the full metric, then each other mode as its value, its change from full (Δ) and that change's
+    95% interval paired over the validation inputs (where the rows carry one)."""
     out: dict[str, dict] = {}
     full = {r["run"]: r.get(metric) for r in rows if r["mode"] == MetricMode.FULL.value}
     for r in rows:
@@ -90,6 +111,9 @@ def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
         row[r["mode"]] = r[metric]
         if r["mode"] != MetricMode.FULL.value and full.get(r["run"]) is not None:
             row[f"Δ {r['mode']}"] = r[metric] - full[r["run"]]
+            interval = r.get("delta_interval", {}).get(metric)
+            if interval is not None:
+                row[f"Δ {r['mode']} 95% interval"] = f"[{interval[0]:+.3g}, {interval[1]:+.3g}]"
     return list(out.values())
 
 

@@ -15,10 +15,29 @@ import numpy as np
 from damcha.analysis import interventions as iv
 from damcha.analysis.inspection import InspectionRecord, inspect_input, matrix_energy_shares, off_diagonal_share
 from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.inputs.model_inputs import validation_arrays, validation_count
 from damcha.model.mechanisms import StructureKind, get_mechanism
 from damcha.model.transformer import IGNORE_INDEX, Transformer
+from damcha.runs.checkpoints import Run
 
 ROWS = 512  # validation inputs in a table (the bundled sets have 359 digits, 256 text windows, 256 crops)
+TABLE_VERSION = 4  # bump when the table's columns change: older entries (cached or shipped) are then not read
+
+
+def table_settings(n: int) -> dict:
+    """What a table of the first n validation inputs is kept under (disk cache, shipped with a run)."""
+    return {"rows": n, "mean_inputs": iv.MEAN_INPUTS, "version": TABLE_VERSION}
+
+
+def default_rows(run: Run) -> int:
+    """How many validation inputs a table holds unless asked otherwise: all of them, up to ROWS."""
+    return min(ROWS, validation_count(run))
+
+
+def run_validation_table(run: Run, model: Transformer, n: int, progress: Callable[[int, int], None] | None = None) -> dict:
+    """The table of a run's first n validation inputs."""
+    x, y, labels = validation_arrays(run)
+    return validation_table(model, x[:n], y[:n], None if labels is None else labels[:n], progress=progress)
 
 
 def _entropy_bits(p: np.ndarray) -> np.ndarray:

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from damcha.analysis.intervals import mean_interval, t_quantile  # noqa: F401 — the evidence's intervals
+
 VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: the mean difference in the "
                 "direction the paper claims, its 95% Student-t interval over seeds (exact quantiles) and its two-sided "
                 "paired t-test p-value; ratios (time, memory, FLOPs, parameters, relative errors) are compared as log "
@@ -21,23 +23,6 @@ VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: t
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 SANITY_FAILED = "not tested: the sanity check failed"
 FAMILY_ALPHA, POWER = 0.05, 0.80
-
-
-def t_quantile(q: float, df: int) -> float:
-    """The q quantile of Student's t with df degrees of freedom (exact, scipy)."""
-    from scipy.stats import t
-
-    return float(t.ppf(q, df))
-
-
-def mean_interval(values) -> tuple[float, float, float]:
-    """(mean, low, high): the mean over seeds and its 95% Student-t interval (NaN width for one value)."""
-    v = np.asarray(values, dtype=float)
-    m = float(v.mean())
-    if len(v) < 2:
-        return m, float("nan"), float("nan")
-    half = t_quantile(0.975, len(v) - 1) * float(v.std(ddof=1)) / math.sqrt(len(v))
-    return m, m - half, m + half
 
 
 def paired_test(gains) -> dict:

@@ -6,7 +6,9 @@ snapshot files; a retrained snapshot has another hash, so nothing stale is ever 
 JSON, written atomically. $DAMCHA_CACHE names the folder (default: the user's cache folder, as
 platformdirs knows it: ~/.cache/damcha-lab on Linux). The folder is kept under
 $DAMCHA_CACHE_MB megabytes (default 512): after a write that passes it, the least recently used
-entries (a read counts as a use) are removed until it holds 90% of it.
+entries (a read counts as a use) are removed until it holds 90% of it. A run may ship entries of its
+own snapshots in its folder (`derived/`, written by `ship` when the demo runs are made): they are
+read first, so the shipped runs' tables open without computing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from damcha.runs.checkpoints import Run, write_text_atomic
 from damcha.runs.files import file_sha256
 
 DEFAULT_CACHE_MB = 512
+SHIPPED_FOLDER = "derived"  # a run's entries computed when it was made, shipped in its folder
+MAX_SHIPPED_BYTES = 64 * 2**20
 
 
 def cache_folder() -> Path:
@@ -45,10 +49,44 @@ def entry_key(kind: str, settings: dict, snapshots: list[tuple[Run, int]]) -> st
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
+def shipped_path(kind: str, key: str, snapshots: list[tuple[Run, int]]) -> Path | None:
+    """Where a run ships an entry computed when it was made (`<run>/derived/<kind>/<key>.json`): for
+    entries of one run's snapshots only."""
+    runs = {r.path for r, _ in snapshots}
+    return next(iter(runs)) / SHIPPED_FOLDER / kind / f"{key}.json" if len(runs) == 1 else None
+
+
+def read_shipped(kind: str, key: str, snapshots: list[tuple[Run, int]]):
+    """The entry the run shipped, or None (absent, too large, or not JSON). Read as the run's own
+    record, like its training log: the key names the snapshot's content, so a retrained snapshot
+    never reads a stale entry."""
+    path = shipped_path(kind, key, snapshots)
+    try:
+        if path is None or path.stat().st_size > MAX_SHIPPED_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def ship(kind: str, settings: dict, snapshots: list[tuple[Run, int]], compute: Callable[[], object]) -> Path:
+    """Compute an entry and write it into the run's folder, to ship with it (the demo runs' tables)."""
+    path = shipped_path(kind, entry_key(kind, settings, snapshots), snapshots)
+    if path is None:
+        raise ValueError("only an entry of one run's snapshots can ship with the run")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(compute()))
+    return path
+
+
 def cached(kind: str, settings: dict, snapshots: list[tuple[Run, int]], compute: Callable[[], object]):
-    """compute()'s JSON-able result, from the disk when an entry of this kind, these settings and
-    these snapshots' contents exists; else computed and stored."""
-    path = cache_folder() / kind / f"{entry_key(kind, settings, snapshots)}.json"
+    """compute()'s JSON-able result: the entry the run ships, else from the disk cache when an entry
+    of this kind, these settings and these snapshots' contents exists, else computed and stored."""
+    key = entry_key(kind, settings, snapshots)
+    shipped = read_shipped(kind, key, snapshots)
+    if shipped is not None:
+        return shipped
+    path = cache_folder() / kind / f"{key}.json"
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
         os.utime(path)  # used now: the last to be pruned
@@ -92,4 +130,7 @@ def prune(folder: Path, limit: int) -> list[Path]:
 
 
 def is_cached(kind: str, settings: dict, snapshots: list[tuple[Run, int]]) -> bool:
-    return (cache_folder() / kind / f"{entry_key(kind, settings, snapshots)}.json").is_file()
+    """Whether the entry is shipped with its run or in the disk cache (nothing to compute)."""
+    key = entry_key(kind, settings, snapshots)
+    shipped = shipped_path(kind, key, snapshots)
+    return (shipped is not None and shipped.is_file()) or (cache_folder() / kind / f"{key}.json").is_file()

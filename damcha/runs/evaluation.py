@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from damcha.inputs.datasets import DataSet, fixed_val_windows
@@ -18,20 +19,26 @@ from damcha.model.transformer import Transformer
 
 @torch.no_grad()
 def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 256,
-             options: ForwardOptions | None = None) -> dict:
+             options: ForwardOptions | None = None, per_input: bool = False) -> dict:
     """Mean loss (nats per token, per sample for a classifier, squared error for vectors) and
-    accuracy for classifiers."""
+    accuracy for classifiers; per_input: also each input's mean loss ("per_input", (N,)), for paired
+    intervals over inputs."""
     device = next(model.parameters()).device
     total, count, correct = 0.0, 0, 0
+    each: list[np.ndarray] = []
     batch_size = bounded_batch(model, inputs.shape[1], batch_size)
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i:i + batch_size].to(device), targets[i:i + batch_size].to(device)
         out = model(x, targets=y, options=options, stochastic=False)
         total += float(out.token_loss.sum())
         count += out.token_loss.numel()
+        if per_input:
+            each.append(out.token_loss.reshape(len(x), -1).mean(1).double().cpu().numpy())  # (b,)
         if model.config.n_classes:
             correct += int((out.logits.argmax(-1) == y).sum())
     result = {"nll": total / max(count, 1)}
+    if per_input:
+        result["per_input"] = np.concatenate(each) if each else np.zeros(0)
     if model.config.n_classes:
         result["accuracy"] = correct / max(count, 1)
     return result

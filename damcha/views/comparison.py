@@ -133,7 +133,7 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
             sub = fig.get_subplot(row, col)
             y0, y1 = sub.yaxis.domain
             trace = figures.matrix_trace(M, style, figures.colour_scale(style.value_kind, M))
-            trace.colorbar = dict(title=style.unit, x=sub.xaxis.domain[1] + 0.005, y=(y0 + y1) / 2, len=y1 - y0,
+            trace.colorbar = figures.colour_bar(style.unit, x=sub.xaxis.domain[1] + 0.005, y=(y0 + y1) / 2, len=y1 - y0,
                                   thickness=10)
             fig.add_trace(trace, row=row, col=col)
             figures.style_axes(fig, style, M.shape, most=16, row=row, col=col)

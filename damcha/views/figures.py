@@ -44,6 +44,11 @@ class MatrixStyle:
         return dataclasses.replace(self, value_kind="signed", unit=f"Δ {self.unit}")
 
 
+def colour_bar(title: str | None = None, **kw) -> dict:
+    """A colour bar whose small numbers read as powers of ten (1×10⁻⁴), not SI prefixes (100μ)."""
+    return dict(title=title, exponentformat="power", **kw)
+
+
 def as_style(style: MatrixStyle | int | None) -> MatrixStyle:
     """A style from an older argument: n_head (a head grid) or None (a plain signed matrix)."""
     if isinstance(style, MatrixStyle):
@@ -105,7 +110,7 @@ def matrix_trace(M: np.ndarray, style: MatrixStyle, scale: dict, kind: str = "he
                  **kw):
     """One 2-D array as a heatmap, filled contour or surface trace in a given colour scale."""
     hover = _hover_labels(style, M.shape) if kind == "heatmap" else None
-    bar = dict(title=style.unit)
+    bar = colour_bar(style.unit)
     if kind == "heatmap":
         if hover is not None:
             kw.update(customdata=hover, hovertemplate=f"%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}} {style.unit}"
@@ -186,7 +191,7 @@ def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str 
     for k, name in enumerate(names, start=1):
         z = shared if shared_scale else symmetric_limit(panels[name])
         show_bar = (k == len(names)) if shared_scale else True
-        bar = dict(x=1.0 + 0.02, len=0.9) if shared_scale else dict(x=(k / len(names)) - 0.02, len=0.6, thickness=10)
+        bar = colour_bar(x=1.0 + 0.02, len=0.9) if shared_scale else colour_bar(x=(k / len(names)) - 0.02, len=0.6, thickness=10)
         fig.add_trace(go.Heatmap(z=panels[name], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, showscale=show_bar,
                                  colorbar=bar, name=name, hovertemplate=f"{name}<br>row %{{y}}, col %{{x}}: %{{z:.4f}}<extra></extra>"),
                       row=1, col=k)
@@ -212,7 +217,7 @@ def head_by_head_figure(values: np.ndarray, title: str = "Block norms ‖M_ij‖
     rows = style.row_labels if len(style.row_labels) == H else tuple(f"head {i + 1}" for i in range(H))
     cols = style.col_labels if len(style.col_labels) == W else tuple(f"head {j + 1}" for j in range(W))
     fig = go.Figure(go.Heatmap(z=values, x=list(cols), y=list(rows), **colour_scale(style.value_kind, values),
-                               colorbar=dict(title=style.unit), texttemplate="%{z:.3g}",
+                               colorbar=colour_bar(style.unit), texttemplate="%{z:.3g}",
                                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title=style.col_title, type="category")
@@ -233,7 +238,7 @@ def head_metrics_figure(m: np.ndarray, title: str = "Per-head metrics m_i", shar
     for i in range(H):
         scale = colour_scale(style.value_kind, m) if shared_scale else colour_scale(style.value_kind, m[i])
         fig.add_trace(go.Heatmap(z=m[i], **scale, showscale=(i == H - 1) if shared_scale else False,
-                                 colorbar=dict(title=style.unit),
+                                 colorbar=colour_bar(style.unit),
                                  hovertemplate=f"{titles[i]}[%{{y}}, %{{x}}] = %{{z:.4f}}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
                          title=style.row_title if i == 0 else None, **_labelled_ticks(style.row_labels, m.shape[1], 16))
@@ -287,7 +292,7 @@ def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None,
     y_ticks = max(6, (height - 140) // 18)  # a query label every 18 px of the panel's height at most
     for i in range(H):
         fig.add_trace(go.Heatmap(z=attn[i], x=labels, y=labels, **scale, showscale=i == H - 1,
-                                 colorbar=dict(title=colorbar_title),
+                                 colorbar=colour_bar(colorbar_title),
                                  hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
                          showticklabels=i == 0, **_category_ticks(labels, y_ticks))
@@ -352,7 +357,7 @@ def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, lev
                  highlight: tuple[int, int] | None = None, highlight_label: str = "") -> go.Figure:
     """An 8x8 digit, ink dark, as in scikit-learn's own plots; optionally one pixel outlined (the
     one a query position reads)."""
-    fig = go.Figure(go.Heatmap(z=levels, zmin=0, zmax=16, colorscale=GREYS, colorbar=dict(title="level"),
+    fig = go.Figure(go.Heatmap(z=levels, zmin=0, zmax=16, colorscale=GREYS, colorbar=colour_bar("level"),
                                text=levels, texttemplate="%{text}", hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=40), width=380, height=380)
     if highlight is not None:
@@ -577,7 +582,7 @@ def projection_figure(points: np.ndarray, labels: Sequence, title: str = "Metric
 def digit_attribution_figure(attr: np.ndarray, levels: np.ndarray, title: str = "Attribution to the pixels") -> go.Figure:
     """(8, 8) signed attributions over the digit, diverging at 0, the grey levels written in each cell."""
     z = symmetric_limit(attr)
-    fig = go.Figure(go.Heatmap(z=attr, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, colorbar=dict(title="attribution"),
+    fig = go.Figure(go.Heatmap(z=attr, zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, colorbar=colour_bar("attribution"),
                                text=levels, texttemplate="%{text}",
                                hovertemplate="row %{y}, col %{x}: %{z:.4g} (level %{text})<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=30, r=20, t=50, b=30), width=420, height=380)
@@ -667,7 +672,7 @@ def grid_maps_figure(maps: np.ndarray, titles: Sequence[str], title: str = "", c
     z = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
     scale = dict(zmin=0, zmax=z, colorscale=SEQUENTIAL) if sequential else dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
     for i in range(n):
-        fig.add_trace(go.Heatmap(z=maps[i], **scale, showscale=i == n - 1, colorbar=dict(title=colorbar_title),
+        fig.add_trace(go.Heatmap(z=maps[i], **scale, showscale=i == n - 1, colorbar=colour_bar(colorbar_title),
                                  hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain",
                          showticklabels=False, row=1, col=i + 1)

@@ -19,6 +19,8 @@ from damcha.analysis.inspection import InspectionRecord
 from damcha.model.mechanisms import StructureKind
 
 # ColorBrewer Dark2 then Set1: distinct on white, one per head (cycled past 16 heads).
+TOKEN_VIEW_TITLE = "Tokens with the attention each head gives them"  # the frame's accessible name
+
 HEAD_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
                 "#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#999999")
 

@@ -70,4 +70,4 @@ def test_several_app_sessions_at_once():
         results = list(pool.map(session, runs))
     for run, (exceptions, charts) in zip(runs, results):
         assert not exceptions, (run, exceptions)
-        assert charts >= 2, run
+        assert charts >= 1, run  # the open tab's figure (and, for a picture, the input)
