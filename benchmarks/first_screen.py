@@ -9,7 +9,8 @@ until the page's title and controls are drawn (what a user first sees), "content
 chart or table (for the data table its progress bar while it computes), "complete" until its main
 content is drawn and no progress bar is left. Home (its training-curve chart) is the floor of a
 chart in a fresh browser context: loading plotly.js alone takes about two seconds here. Printed as
-medians, with the ratio of "content" to the Inspector's (the page users know).
+medians, with the ratio of "content" to the Inspector's (the page users know); then the warm
+median of a tab switch on an open page (click until the tab's content is drawn and the rerun done).
 Run it when nothing else runs: it measures this machine, so it is a benchmark, not a test.
 """
 
@@ -40,6 +41,18 @@ PAGES = [
     ("compare mechanisms (text runs)", "compare?run=text-damcha", "[data-testid='stDataFrame']", ".js-plotly-plot"),
     ("data table (359 digits)", "table?run=digits-damcha", "[data-testid='stProgress'], [data-testid='stDataFrame']",
      "[data-testid='stDataFrame']"),
+    ("inspector (digit, MHA)", "inspector?run=digits-mha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("inspector (digit, DCMHA)", "inspector?run=digits-dcmha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("inspector (digit, MoA)", "inspector?run=digits-moa", ".js-plotly-plot", ".js-plotly-plot"),
+    ("inspector (text, DAMCHA)", "inspector?run=text-damcha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("training dynamics (digit)", "dynamics?run=digits-damcha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("gradient contributions (digit)", "gradients?run=digits-damcha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("interventions (digit, DAMCHA)", "interventions?run=digits-damcha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("interventions (digit, MHA)", "interventions?run=digits-mha", ".js-plotly-plot", ".js-plotly-plot"),
+    ("ablation, Table 3 (digit)", "ablation?run=digits-damcha", "[data-testid='stDataFrame']",
+     "[data-testid='stDataFrame']"),
+    ("evidence", "evidence?run=digits-damcha", "[data-testid='stDataFrame'], .js-plotly-plot",
+     "[data-testid='stDataFrame'], .js-plotly-plot"),
     ("inspector, attention as text", "inspector?run=text-damcha&source=Validation+sample&tab=Attention+as+text",
      f"iframe[title='{TOKEN_VIEW_TITLE}']", f"iframe[title='{TOKEN_VIEW_TITLE}']"),
 ]
@@ -89,6 +102,40 @@ def visit(browser, url: str, first: str, complete: str) -> tuple[float, float, f
     return t_title, t_first, t_done
 
 
+# (name, address, the tab clicked, what the opened tab draws): a change inside a page already open
+SWITCHES = [
+    ("inspector (digit): to Contour & 3D", "inspector?run=digits-damcha", "Contour & 3D", ".js-plotly-plot"),
+    ("inspector (digit): to Structures", "inspector?run=digits-damcha", "Structures", ".js-plotly-plot"),
+    ("inspector (text): to Attention as text", "inspector?run=text-damcha", "Attention as text",
+     f"iframe[title='{TOKEN_VIEW_TITLE}']"),
+]
+
+
+def wait_idle(page) -> None:
+    """Until the script's rerun (if one started) has finished."""
+    try:
+        page.wait_for_selector("[data-test-script-state='running']", timeout=1500)
+    except Exception:  # noqa: BLE001 (a rerun too quick to be seen running)
+        pass
+    page.wait_for_selector("[data-testid='stApp']:not([data-test-script-state='running'])", timeout=300_000)
+
+
+def switch(browser, url: str, tab: str, drawn: str) -> float:
+    """Seconds from clicking `tab` on a loaded page until the tab's content is drawn and the rerun done."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1400})
+    page = context.new_page()
+    page.goto(url)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=300_000)
+    wait_idle(page)
+    t0 = time.perf_counter()
+    page.get_by_role("tab", name=tab, exact=True).click()
+    wait_idle(page)
+    page.locator(f"[role='tabpanel']:not([hidden]) {drawn}").first.wait_for(timeout=300_000)
+    elapsed = time.perf_counter() - t0
+    context.close()
+    return elapsed
+
+
 def main(argv=None) -> int:
     from playwright.sync_api import sync_playwright
 
@@ -114,6 +161,10 @@ def main(argv=None) -> int:
                     row[f"cold_{what}_s"] = cold[i]
                     row[f"warm_{what}_s"] = statistics.median(w[i] for w in warm)
                 rows.append(row)
+            switches = []
+            for name, address, tab, drawn in SWITCHES:
+                times = [switch(browser, f"{server}/{address}", tab, drawn) for _ in range(args.repeats)]
+                switches.append({"change": name, "warm_s": statistics.median(times)})
             browser.close()
     finally:
         proc.terminate()
@@ -126,8 +177,11 @@ def main(argv=None) -> int:
         print(f"{r['page']:38s} {r['cold_title_s']:10.2f}s {r['cold_content_s']:7.2f}s {r['cold_complete_s']:8.2f}s "
               f" {r['warm_title_s']:10.2f}s {r['warm_content_s']:7.2f}s {r['warm_complete_s']:8.2f}s "
               f" {r['warm_content_s'] / base['warm_content_s']:18.2f}x")
+    print(f"\n{'change on an open page (warm)':50s} {'seconds':>8s}")
+    for r in switches:
+        print(f"{r['change']:50s} {r['warm_s']:7.2f}s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows, "switches": switches}, indent=2))
     return 0
 
 
