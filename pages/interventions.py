@@ -13,6 +13,7 @@ from app.url_state import bound
 from damcha.analysis.heads import HEAD_KINDS, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.analysis.interventions import MEAN_INPUTS, alignment_note, available_interventions
+from damcha.analysis.structure_patching import structure_site_note
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
 from damcha.views.display_units import LossUnit, head_metric_ablation_sentence, residue_check_sentence
 from damcha.views.model_figures import intervention_views
@@ -56,6 +57,24 @@ else:
         st.caption("Each head's output through its columns of the output projection, the final LayerNorm at the frozen "
                    "scale of the whole residual, and the right answer's row of the head; the mean over positions with a "
                    "target. Direct effects only: what later layers make of a head is in the ablations above.")
+
+st.subheader("Its own structure, patched from another input (every mechanism that computes one)")
+structure_note = structure_site_note(run.model_config)
+if structure_note:
+    st.info(structure_note)
+elif inp.targets is not None:
+    n = validation_count(run)
+    other = int(st.number_input(f"the structure of validation input (0..{n - 1})", 0, n - 1, 1, key="structure_other"))
+    st.caption(plain_text(validation_input(run, other).source))
+    try:
+        show_model_figure("structure_patching", run, epoch, inp, {"other": other})
+    except ValueError as e:
+        st.warning(f"Not computed: {e}")
+    else:
+        st.caption("This input run with the structure its mechanism computed from the other input (DAMCHA's M(x), "
+                   "DCMHA's composition weights, MoA's router logits), in one layer at a time and in all at once: the "
+                   "loss minus the model's own. Forward hooks on the modules that compute it, alive for one call; "
+                   "for DAMCHA this is the same number as its 'M(x′) of another input' intervention.")
 
 if not choices:
     st.info(f"{run.model_config.mechanism.title} declares no intervention of its own.")

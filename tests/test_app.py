@@ -5,11 +5,12 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from damcha.runs.checkpoints import list_runs
-from tests.support.app_views import in_every_view, open_tab
+from tests.support.app_views import in_every_view, open_tab, z_of
 from tests.support.images import handwritten_digit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,6 +206,29 @@ def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
     at = new_app("text-damcha", "ablation")
     assert_clean(at)
     assert any("continues:" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("run", ["digits-dcmha", "digits-moa", "digits-damcha", "digits-mha"])
+def test_interventions_page_patches_each_mechanisms_own_structure(run):
+    """The loss changes drawn are the library's (validation input 0 with input 1's structure), in bits."""
+    from damcha.analysis.structure_patching import structure_patching
+    from damcha.inputs.model_inputs import validation_arrays
+    from damcha.runs.checkpoints import load_model, load_run
+
+    at = new_app(run, "interventions")
+    assert_clean(at)
+    drawn = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "with the structure of validation" in c.proto.spec]
+    loaded = load_run(SHIPPED / run)
+    model = load_model(loaded)
+    if not model.mechanism.structure_sources(model):
+        assert not drawn and any("nothing to patch" in i.value for i in at.info)
+        return
+    x, y, _ = validation_arrays(loaded)
+    patch = structure_patching(model, x[0], y[0], x[1])
+    (fig,) = drawn
+    assert fig["data"][0]["x"] == [*patch.sites, "all at once"] and "bits per pixel" in json.dumps(fig)
+    np.testing.assert_allclose(z_of(fig)[0], np.append(patch.changes, patch.all_sites) / math.log(2),
+                               rtol=1e-6, atol=1e-9)
 
 
 def test_interventions_page_on_damcha_and_on_a_comparison_run():

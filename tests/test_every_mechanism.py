@@ -25,7 +25,7 @@ from damcha.runs.checkpoints import list_runs, load_model, load_run
 from damcha.runs.train import TrainConfig, train
 from damcha.views.export import data_csv, figure_data, read_data_csv
 from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
-from tests.support.app_views import every_view, in_every_view
+from tests.support.app_views import every_view, in_every_view, z_of
 from tests.support.toy_mechanism import TOY_VARIANT, Tied
 from tests.support.units import losses_without_unit, shown_texts
 
@@ -105,17 +105,6 @@ def titled(figs: list[dict], start: str) -> dict:
     hits = [f for f in figs if f["layout"].get("title", {}).get("text", "").startswith(start)]
     assert hits, f"no figure titled {start!r}: {[f['layout'].get('title', {}).get('text') for f in figs]}"
     return hits[0]
-
-
-def z_of(fig: dict, trace: int = 0) -> np.ndarray:
-    """A trace's z as numbers (plotly's JSON may hold it base64-encoded)."""
-    import base64
-
-    z = fig["data"][trace]["z"]
-    if isinstance(z, dict):  # {"dtype", "bdata", "shape"}
-        shape = tuple(int(n) for n in str(z["shape"]).split(","))
-        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape).astype(float)
-    return np.asarray(z, dtype=float)
 
 
 def record_of(run, epoch=None):

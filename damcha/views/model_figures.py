@@ -62,6 +62,31 @@ def _head_ablation_values(model, run, tokens, targets, params, progress=None):
     return {"changes": effects.changes, "base": effects.base}
 
 
+def _structure_patch_values(model, run, tokens, targets, params, progress=None):
+    """(loss changes per site, at every site, base loss) in nats with the structure taken from the
+    validation input params["other"] (default 1)."""
+    from damcha.analysis.structure_patching import structure_patching
+    from damcha.inputs.model_inputs import validation_arrays
+
+    patch = structure_patching(model, tokens, targets, validation_arrays(run)[0][int(params.get("other", 1))])
+    return {"sites": list(patch.sites), "changes": patch.changes, "all_sites": patch.all_sites, "base": patch.base}
+
+
+def _structure_patch(values, params, where, factor, unit):
+    changes = np.append(np.asarray(values["changes"]), values["all_sites"])[None] * factor  # (1, S + 1)
+    style = figures.MatrixStyle("", "structure patched in", ("Δ loss",), (*values["sites"], "all at once"), "signed",
+                                f"Δ loss ({unit})")
+    title = (f"Loss change with the structure of validation input {int(params.get('other', 1))}; "
+             f"loss {values['base'] * factor:.4f} {unit}")
+    return figures.head_by_head_figure(changes, title, style=style)
+
+
+def _needs_structure_sites(record: InspectionRecord, config) -> str | None:
+    from damcha.analysis.structure_patching import structure_site_note
+
+    return structure_site_note(config)
+
+
 def _head_logit_values(model, run, tokens, targets, params, progress=None):
     from damcha.analysis.heads import direct_logit_attribution
 
@@ -361,6 +386,7 @@ MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
     ModelFigure("input_attribution", lambda record, config: None, _input_attribution_values, _input_attribution),
     ModelFigure("completion_by_mode", _completes, _completion_by_mode_values, _completion_by_mode),
     ModelFigure("head_logit_attribution", _needs_head_sites, _head_logit_values, _head_logit),
+    ModelFigure("structure_patching", _needs_structure_sites, _structure_patch_values, _structure_patch),
     ModelFigure("metric_contribution", _needs_metric, _metric_contribution_values, _metric_contribution),
     ModelFigure("contribution_blocks", _needs_metric, _metric_contribution_values, _contribution_blocks),
     ModelFigure("block_grid", _needs_metric, _block_grid_values, _block_grid),

@@ -4,7 +4,10 @@ A page's tabs are bound to the URL, so only the open tab builds its figures (a h
 nothing); a test of what a page shows opens each tab in turn (and, in the Inspector's Structures tab,
 each structure), one rerun each, and reads what every view rendered."""
 
+import base64
 from collections.abc import Callable, Iterator
+
+import numpy as np
 
 TAB_KEYS = ("tab", "grid")  # the URL keys of the pages' tab groups (the Inspector's, Training dynamics')
 CHOICE_KEYS = ("shown",)  # controls inside a tab that choose one of several figures
@@ -42,3 +45,12 @@ def open_tab(at, label: str, key: str = "tab"):
     """Open one tab of a page (its controls exist only while it is open) and rerun."""
     at.session_state[key] = label
     return at.run()
+
+
+def z_of(fig: dict, trace: int = 0) -> np.ndarray:
+    """A trace's z as numbers (plotly's JSON may hold it base64-encoded)."""
+    z = fig["data"][trace]["z"]
+    if isinstance(z, dict):  # {"dtype", "bdata", "shape"}
+        shape = tuple(int(n) for n in str(z["shape"]).split(","))
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape).astype(float)
+    return np.asarray(z, dtype=float)

@@ -279,6 +279,14 @@ class Mechanism:
         """The interventions this mechanism supports (the interventions page offers only these)."""
         return []
 
+    def structure_sources(self, model: nn.Module) -> dict[str, list[nn.Module]]:
+        """The modules that compute this mechanism's per-input structure from what they are given, by
+        where they act ("layer 1", "the shared metric"), each called once per forward pass: patching
+        the structure from another input replaces their outputs by those they gave that input
+        (damcha.analysis.structure_patching). Empty (the default): the mechanism's structures are
+        learned weights, the same for every input, and there is nothing to patch."""
+        return {}
+
     def head_output_site(self, layer: nn.Module, config: ModelConfig) -> nn.Linear | None:
         """The module whose input is the H head outputs side by side (B, T, H · w), one equal slice per
         head: where head-level interventions (zero- and mean-ablation, patching) act, for every

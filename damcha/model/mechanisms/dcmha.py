@@ -190,6 +190,9 @@ class DCMHA(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return ComposedAttention(config)
 
+    def structure_sources(self, model) -> dict[str, list[nn.Module]]:
+        return {f"layer {i + 1}": [block.attn.dynamic] for i, block in enumerate(model.blocks)}  # w1, w2, dd per token
+
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
         maps = {use: [] for use in USES}
@@ -230,6 +233,9 @@ class DCMHAAuthors(Mechanism):
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return AuthorsComposedAttention(config)
+
+    def structure_sources(self, model) -> dict[str, list[nn.Module]]:
+        return {f"layer {i + 1}": [block.attn.mix, block.attn.gate] for i, block in enumerate(model.blocks)}  # Mix(t), g(t)
 
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:

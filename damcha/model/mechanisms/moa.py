@@ -240,6 +240,9 @@ class _MoABase(Mechanism):
                          make=lambda model, tokens: MoAOptions(fixed_experts=tuple(range(k)))),
         ]
 
+    def structure_sources(self, model) -> dict[str, list[nn.Module]]:
+        return {f"layer {i + 1}": [block.attn.router] for i, block in enumerate(model.blocks)}  # each token's expert logits
+
     def head_site_note(self, config) -> str:
         return ("MoA's units are experts chosen per token and summed with their gates, not heads side by side "
                 "before one projection: its own interventions (uniform gates, fixed experts) act on them instead.")

@@ -143,6 +143,13 @@ class Damcha(Mechanism):
     def interventions(self, config) -> list:
         return metric_interventions(config)
 
+    def structure_sources(self, model) -> dict:
+        if model.config.metric_input == "static":
+            return {}  # one learned M for every input
+        if model.metric_source is not None:
+            return {"the shared metric": [model.metric_source]}
+        return {f"layer {i + 1}": [source] for i, source in enumerate(metric_sources(model))}
+
     def inference_bytes(self, config, T: int) -> int:
         if config.metric_sharing != "shared" or config.metric_input == "static":
             return 0  # per-layer metrics are streamed in chunks at inference; a static one is one matrix
