@@ -49,6 +49,9 @@ DEMO_RUNS: dict[str, tuple[ModelConfig, TrainConfig]] = {
     "images-mha": (variant_config(DIGITS_MODEL, "mha"), IMAGES_TRAIN),
     "text-damcha": (variant_config(TEXT_MODEL, "damcha"), TEXT_TRAIN),
     "text-mha": (variant_config(TEXT_MODEL, "mha"), TEXT_TRAIN),
+    # A comparison system with per-token composition and one with per-token expert choice, on text
+    "text-dcmha": (variant_config(TEXT_MODEL, "dcmha"), TEXT_TRAIN),
+    "text-moa": (variant_config(TEXT_MODEL, "moa"), TEXT_TRAIN),
 }
 
 
