@@ -8,6 +8,7 @@ import streamlit as st
 
 from app.named_figures import show_evidence_figures
 from app.roots import SHIPPED_ROOT
+from app.url_state import bound
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import EvidenceFileError, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
@@ -54,7 +55,16 @@ if sanity:
                          for k, v in sanity.items()))
 BADGE = {HOLDS: ":green-badge[holds]", FAILS: ":red-badge[does not hold]",
          SANITY_FAILED: ":gray-badge[not tested: sanity check failed]"}
-for claim in doc["claims"]:
+KIND_WORDS = {"by construction": "expected by construction", "evidence": "evidence for the mechanism"}
+st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": c["verdict"],
+                            "what the verdict is": KIND_WORDS.get(c.get("verdict_kind", ""), ""),
+                            "seeds": c.get("seeds") or len(doc["seeds"])} for c in doc["claims"]]),
+             hide_index=True)
+EVERY_CLAIM = "every claim, one after another"
+titles = [c["title"] for c in doc["claims"]]
+shown = st.selectbox("Claim shown in full (its statement, verdict, figures and tables)", [*titles, EVERY_CLAIM],
+                     **bound("claim"))  # one claim at a time: the page stays short and builds only its figures
+for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"] if c["title"] == shown]:
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
     kind = {"by construction": " Expected by construction, not evidence for the mechanism: "

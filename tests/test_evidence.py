@@ -238,9 +238,18 @@ def test_the_page_renders_the_shipped_results_without_training():
     at.switch_page("../pages/evidence.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert [h.value for h in at.header] == [c["title"] for c in shipped["claims"]]
-    contrasted = sum(any(c.get("measures") for c in claim["comparisons"]) for claim in shipped["claims"])
-    assert len(at.get("plotly_chart")) == 2 * len(shipped["claims"]) + contrasted  # arms, differences, contrasts
+    titles = [c["title"] for c in shipped["claims"]]
+    summary = at.dataframe[0].value  # every verdict on the first screen, one claim in full below
+    assert list(summary["claim"]) == titles and list(summary["verdict"]) == [c["verdict"] for c in shipped["claims"]]
+    assert [h.value for h in at.header] == titles[:1]
+    for claim in shipped["claims"]:
+        at.selectbox(key="claim").set_value(claim["title"]).run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert [h.value for h in at.header] == [claim["title"]]
+        contrasted = any(c.get("measures") for c in claim["comparisons"])
+        assert len(at.get("plotly_chart")) == 2 + contrasted  # arms, differences, contrasts
+    at.selectbox(key="claim").set_value(at.selectbox(key="claim").options[-1]).run()  # every claim
+    assert [h.value for h in at.header] == titles
 
 
 def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_system_is_only_reported():

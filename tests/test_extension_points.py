@@ -280,7 +280,9 @@ def test_the_documented_claim_example_runs_and_the_evidence_page_shows_it(tmp_pa
         at.switch_page("../pages/evidence.py")
         at.run()
         assert not at.exception, [e.value for e in at.exception]
-        assert "Top-half 1-NN against the training mean (digits completion)" in [h.value for h in at.header]
+        title = "Top-half 1-NN against the training mean (digits completion)"
+        assert list(at.dataframe[0].value["claim"]) == [title]
+        assert title in [h.value for h in at.header]
         assert any("holds" in m.value for m in at.markdown)
     finally:
         catalogue.unregister("nn_beats_mean")

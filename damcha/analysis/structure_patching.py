@@ -28,7 +28,7 @@ def structure_sites(model: Transformer) -> dict[str, list[torch.nn.Module]]:
 
 
 def no_structure_note(config) -> str:
-    return (f"{config.mechanism.title} computes no structure from its input (whatever it has across heads is "
+    return (f"{config.mechanism.title} computes no structure from its input (its heads, and whatever mixes them, are "
             "learned weights, the same for every input): there is nothing to patch from another input.")
 
 
