@@ -27,7 +27,11 @@ def export_settings_widget() -> None:
         s = st.select_slider("PNG scale", [1.0, 2.0, 3.0, 4.0], value=2.0, key="exp_s")
         paper = st.toggle("Paper style", value=True, key="exp_paper",
                           help="White background, one sans-serif font sized for a single column, RdBu centred at 0.")
-    st.session_state["export_settings"] = ExportSettings(int(w), int(h) or None, float(s), bool(paper))
+        vector = st.toggle("Vector heatmaps (SVG, PDF)", value=False, key="exp_vector",
+                           help="One rectangle per cell instead of an embedded image, for figures of up to 128 × 128 "
+                                "cells: sharp at any zoom, larger files.")
+    st.session_state["export_settings"] = ExportSettings(int(w), int(h) or None, float(s), bool(paper),
+                                                         vector_heatmaps=bool(vector))
 
 
 def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: ModelInput | None = None,

@@ -115,6 +115,8 @@ def _figures_parser(sub) -> None:
     p.add_argument("--height", type=int, default=0, help="px; 0: the figure's own (multi-panel) or 0.85 x width")
     p.add_argument("--scale", type=float, default=2.0)
     p.add_argument("--no-paper-style", action="store_true")
+    p.add_argument("--vector-heatmaps", action="store_true",
+                   help="SVG and PDF heatmaps as one vector rectangle per cell (up to 128 x 128 cells a figure), not images")
     p.add_argument("--from-provenance", help="a *.provenance.json written by an earlier export")
     p.add_argument("--run-root", help="with --from-provenance: the checkpoint folder its run is named relative to "
                                       "(the app names runs so; default: the current folder, then checkpoints/)")
@@ -152,10 +154,11 @@ def _figures(args) -> int:
         print(f"warning: {message}; writing only {[f for f in formats if f not in STATIC_FORMATS]}", file=sys.stderr)
         formats = [f for f in formats if f not in STATIC_FORMATS]
     width = 940 if args.paper and args.width == 460 else args.width  # multi-panel paper figures: a double column
-    settings = ExportSettings(width, args.height or None, args.scale, not args.no_paper_style)
+    settings = ExportSettings(width, args.height or None, args.scale, not args.no_paper_style,
+                              vector_heatmaps=args.vector_heatmaps)
     if args.column:
         settings = ExportSettings.column(f"{args.column} column", height=args.height or None, scale=args.scale,
-                                         paper_style=not args.no_paper_style)
+                                         paper_style=not args.no_paper_style, vector_heatmaps=args.vector_heatmaps)
     if args.from_provenance:
         path = Path(args.from_provenance)
         if not path.is_file():

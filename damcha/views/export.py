@@ -42,6 +42,7 @@ class ExportSettings:
     scale: float = 2.0
     paper_style: bool = True
     font_size: int = 14
+    vector_heatmaps: bool = False  # SVG/PDF heatmaps as vector cells (damcha.views.vector_heatmaps)
 
     @classmethod
     def column(cls, preset: str, **others) -> ExportSettings:
@@ -136,6 +137,10 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
         raise RuntimeError(message)
     import plotly.io as pio
 
+    if settings.vector_heatmaps and fmt in ("svg", "pdf"):
+        from damcha.views.vector_heatmaps import vector_heatmaps
+
+        styled = vector_heatmaps(styled)
     _ensure_server()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "kopts ignored when using a server"
