@@ -11,7 +11,7 @@ from app.controls import computed_on_request, input_picker
 from app.named_figures import show_model_figure
 from app.run_picker import listing, run_page
 from app.sharing import plain_text
-from damcha.analysis.ablation import has_metric_modes, modes_by_run
+from damcha.analysis.ablation import has_metric_modes, long_form, modes_by_run
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import task_of
@@ -71,7 +71,7 @@ if ablated and (ready == len(ablated) or st.toggle("Evaluate every run of this d
                                                    value=False, key="table_on")):
     table = ablation_table(ablated)
 if table:
-    df = pd.DataFrame(table)
+    df = pd.DataFrame(long_form(table))
     completes = completes_tokens(cfg.modality, task_of(cfg))
     st.caption("Each run at its last snapshot, the same evaluation code as training uses: NLL in nats and in bits"
                + (" and the completion MSE of bottom halves on 64 validation images, 4 samples each" if completes else "")
@@ -85,7 +85,8 @@ if table:
                        "input — it says how surely this snapshot's Δ differs from 0, not how a retrained run would "
                        "differ" if inputs else "") + "), the shape of the paper's table 3:")
         st.dataframe(pd.DataFrame(modes_by_run(table, metric)), hide_index=True, width="stretch")
-    st.dataframe(df, hide_index=True, width="stretch")
+    with st.expander("Every run × mode and every measure (long form, as in the CSV)", expanded=not metric):
+        st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv")
     forms = set(df["score_form"]) if "score_form" in df else set()
     if len(forms) > 1 or (forms and not has_metric_modes(cfg)):  # the note(s) not shown above

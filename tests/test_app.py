@@ -198,6 +198,9 @@ def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
     assert {"digits-damcha", "digits-damcha-bilinear", "digits-damcha-unshared"} <= set(per_run["run"])
     assert set(per_run["mode"]) == {m.value for m in __import__("damcha").MetricMode}
     assert "completion_mse" in per_run.columns
+    assert "delta_interval" not in per_run.columns and "Δ nll 95% low" in per_run.columns  # flat, as in the CSV
+    ablated = per_run[per_run["mode"] != "full"]  # full has no Δ
+    assert (ablated["Δ nll 95% low"] <= ablated["Δ nll 95% high"]).all() and per_run["Δ nll 95% low"].notna().any()
     assert any("Bilinear runs" in m.value for m in at.markdown)
     again = new_app("digits-damcha", "ablation")  # a new session: read from the disk, no toggle needed
     assert_clean(again)

@@ -117,6 +117,18 @@ def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
     return list(out.values())
 
 
+def long_form(rows: list[dict]) -> list[dict]:
+    """validation_ablation rows as a flat table (the page's long table and its CSV): each Δ interval
+    as two numeric columns, "Δ {metric} 95% low" and "... high", instead of one nested record."""
+    out = []
+    for r in rows:
+        flat = {k: v for k, v in r.items() if k != "delta_interval"}
+        for metric, (low, high) in (r.get("delta_interval") or {}).items():
+            flat[f"Δ {metric} 95% low"], flat[f"Δ {metric} 95% high"] = low, high
+        out.append(flat)
+    return out
+
+
 def _options(model: Transformer, mode: str):
     return model.mechanism.options_from({"metric_mode": mode})
 
