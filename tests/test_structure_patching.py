@@ -88,8 +88,14 @@ def test_patching_damchas_metric_is_its_metric_swap(variant):
     assert patch.base + patch.all_sites == pytest.approx(swap.loss, abs=1e-10)
 
 
-def test_inputs_of_another_length_are_refused():
+def test_a_causal_models_longer_input_gives_its_first_positions_and_other_lengths_are_refused():
     model = trained_like("dcmha")
-    x, y = inputs(0)
+    (x, y), (other, _) = inputs(0), inputs(1)
+    longer = np.concatenate([other, other[:3]])
+    cut, same_length = structure_patching(model, x, y, longer), structure_patching(model, x, y, other)
+    np.testing.assert_allclose([*cut.changes, cut.all_sites], [*same_length.changes, same_length.all_sites], atol=1e-12)
     with pytest.raises(ValueError, match="one length"):
         structure_patching(model, x, y, x[:8])
+    encoder = tiny_model("dcmha", causal=False)
+    with pytest.raises(ValueError, match="not causal"):
+        structure_patching(encoder, x, np.array([1]), longer)

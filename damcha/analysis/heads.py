@@ -74,6 +74,19 @@ def recorded_inputs(sites: list[torch.nn.Module]) -> Iterator[list[torch.Tensor]
             h.remove()
 
 
+def patch_source(other: torch.Tensor, x: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The input a patch is taken from, shaped as this input x (1, T[, P]). A causal model's values at
+    the first T positions see only those positions, so a longer `other` is cut to its first T; any
+    other length mismatch is refused."""
+    other = other.reshape(1, -1, *x.shape[2:])  # (1, T'[, P])
+    if causal and other.shape[1] > x.shape[1]:
+        other = other[:, :x.shape[1]]
+    if other.shape != x.shape:
+        raise ValueError(f"patching needs inputs of one length ({other.shape[1]} and {x.shape[1]} positions"
+                         + ("" if causal else "; this model is not causal, so a longer input cannot be cut") + ")")
+    return other
+
+
 def sequence_loss(model: Transformer, tokens: torch.Tensor, targets: torch.Tensor) -> float:
     """The model's loss on one input (the mean over positions with a target; nats or squared error)."""
     return float(sequence_losses(model(tokens, targets=targets, stochastic=False).token_loss, targets)[0])
@@ -112,9 +125,7 @@ def head_effects(model: Transformer, tokens, targets, kind: str, reference=None)
             raise ValueError(f"'{kind}' needs reference inputs")
         ref = torch.as_tensor(np.asarray(reference), dtype=x.dtype, device=device)
         if kind == "patch":
-            if ref.numel() != x.numel():
-                raise ValueError(f"patching needs inputs of one length ({len(ref)} and {x.shape[1]} positions)")
-            ref = ref.reshape(x.shape)  # (1, T[, P])
+            ref = patch_source(ref, x, cfg.causal)  # (1, T[, P])
         with recorded_inputs(sites) as seen:
             model(ref, stochastic=False)
         replacement = [s if kind == "patch" else s.mean(dim=(0, 1), keepdim=True) for s in seen]  # (B', T', H·w)

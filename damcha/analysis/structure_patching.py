@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from damcha.analysis.heads import patch_source
 from damcha.model.batching import as_model_input
 from damcha.model.transformer import Transformer, sequence_losses
 
@@ -78,8 +79,9 @@ class StructurePatch:
 
 @torch.no_grad()
 def structure_patching(model: Transformer, tokens, targets, other) -> StructurePatch:
-    """The loss on `tokens` with the mechanism's structure computed from `other` (an input of the same
-    length) instead, site by site and everywhere; raises ValueError where there is nothing to patch."""
+    """The loss on `tokens` with the mechanism's structure computed from `other` instead (an input of
+    the same length, or for a causal model its first T positions), site by site and everywhere;
+    raises ValueError where there is nothing to patch."""
     sites = structure_sites(model)
     if not sites:
         raise ValueError(no_structure_note(model.config))
@@ -87,8 +89,7 @@ def structure_patching(model: Transformer, tokens, targets, other) -> StructureP
     weight = next(model.parameters())
     x, y, ref = (as_model_input(v, cfg, weight.device) for v in (tokens, targets, other))  # (1, T[, P]) each
     x, y, ref = ((v.to(weight.dtype) if v.is_floating_point() else v) for v in (x, y, ref))
-    if ref.shape != x.shape:
-        raise ValueError(f"patching needs inputs of one length ({ref.shape[1]} and {x.shape[1]} positions)")
+    ref = patch_source(ref, x, cfg.causal)  # (1, T[, P]): a causal model's longer input cut to T
     y = y[:, 0] if cfg.n_classes else y
 
     def loss() -> float:

@@ -68,16 +68,20 @@ def _structure_patch_values(model, run, tokens, targets, params, progress=None):
     from damcha.analysis.structure_patching import structure_patching
     from damcha.inputs.model_inputs import validation_arrays
 
-    patch = structure_patching(model, tokens, targets, validation_arrays(run)[0][int(params.get("other", 1))])
-    return {"sites": list(patch.sites), "changes": patch.changes, "all_sites": patch.all_sites, "base": patch.base}
+    other = validation_arrays(run)[0][int(params.get("other", 1))]
+    patch = structure_patching(model, tokens, targets, other)
+    cut = len(other) > len(tokens)  # a causal model's longer input, cut to this one's length
+    return {"sites": list(patch.sites), "changes": patch.changes, "all_sites": patch.all_sites, "base": patch.base,
+            "first_positions": len(tokens) if cut else None}
 
 
 def _structure_patch(values, params, where, factor, unit):
     changes = np.append(np.asarray(values["changes"]), values["all_sites"])[None] * factor  # (1, S + 1)
     style = figures.MatrixStyle("", "structure patched in", ("Δ loss",), (*values["sites"], "all at once"), "signed",
                                 f"Δ loss ({unit})")
-    title = (f"Loss change with the structure of validation input {int(params.get('other', 1))}; "
-             f"loss {values['base'] * factor:.4f} {unit}")
+    first = values.get("first_positions")
+    title = (f"Loss change with the structure of validation input {int(params.get('other', 1))}"
+             + (f" (its first {first} positions)" if first else "") + f"; loss {values['base'] * factor:.4f} {unit}")
     return figures.head_by_head_figure(changes, title, style=style)
 
 
