@@ -181,13 +181,14 @@ def test_every_evidence_figure_is_rebuilt_from_its_provenance_and_draws_the_stor
 
 def test_the_arm_table_has_every_arm_with_its_interval_cells_and_the_papers_number():
     from damcha.evidence.results import load_results
-    from damcha.evidence.view import arm_table
+    from damcha.evidence.view import arm_table, metric_label
 
     claim = load_results(SHIPPED / "evidence")["claims"][0]
     rows = arm_table(claim)
     assert [r["arm"] for r in rows] == [s["arm"] for s in claim["summary"]]
     first = claim["summary"][0]
-    assert rows[0][claim["metric"]].startswith(f"{first['mean']:.4g} [")
+    assert rows[0][metric_label(claim["metric"])].startswith(f"{first['mean']:.4g} [")
+    assert "val_nll (nats per token)" in rows[0]  # the first claim's NLL, its unit said
 
 
 @pytest.mark.slow

@@ -34,13 +34,25 @@ def _contrasts(claim: dict) -> list[dict]:
     return [c for c in claim["comparisons"] if c.get("measures")]
 
 
+# The unit of each loss-like metric the evidence stores, said wherever its numbers are drawn (the
+# evidence is computed in the library's units: a model's NLL in nats per token of its data set).
+METRIC_UNITS = {"val_nll": "nats per token", "gap_nats": "nats per token", "val_bits_per_char": "bits per char",
+                "val_mse": "squared error per patch", "val_completion_mse": "squared error per pixel or patch",
+                "relative_mse": "ratio"}
+
+
+def metric_label(metric: str) -> str:
+    """The metric's name with its unit, where it has one."""
+    return f"{metric} ({METRIC_UNITS[metric]})" if metric in METRIC_UNITS else metric
+
+
 def _summary(claim):
     rows = claim["summary"]
     better = "lower" if claim["lower_is_better"] else "higher"
+    label = metric_label(claim["metric"])
     return figures.interval_figure([r["arm"] for r in rows], [r["mean"] for r in rows], [r["low"] for r in rows],
-                                   [r["high"] for r in rows],
-                                   f"{claim['metric']} ({better} is better), mean over seeds with 95% interval",
-                                   claim["metric"], [r.get("paper") for r in rows], log_scale=claim["metric"] in RATIO_METRICS)
+                                   [r["high"] for r in rows], f"{label}, {better} is better: mean over seeds with 95% interval",
+                                   label, [r.get("paper") for r in rows], log_scale=claim["metric"] in RATIO_METRICS)
 
 
 def _differences(claim):
@@ -75,7 +87,7 @@ def evidence_figures(claim: dict) -> list[tuple[str, go.Figure]]:
 
 def arm_table(claim: dict) -> list[dict]:
     """One row per arm: the paper's number, then the claim's metric and each reported column as
-    "mean [low, high]" (see interval_cell)."""
+    "mean [low, high]" (see interval_cell), each headed by its name and unit (metric_label)."""
     arms = [r["arm"] for r in claim["summary"]]
     cells = {(d["arm"], d["metric"]): figures.interval_cell(d["mean"], d["low"], d["high"])
              for d in claim.get("details", [])}
@@ -84,7 +96,7 @@ def arm_table(claim: dict) -> list[dict]:
     paper = {r["arm"]: r.get("paper") for r in claim["summary"]}
     metrics = [claim["metric"], *claim.get("columns", [])]
     return [{"arm": arm, "paper": "—" if paper[arm] is None or paper[arm] != paper[arm] else f"{paper[arm]:.4g}",
-             **{m: cells.get((arm, m), "—") for m in metrics}} for arm in arms]
+             **{metric_label(m): cells.get((arm, m), "—") for m in metrics}} for arm in arms]
 
 
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:

@@ -76,9 +76,11 @@ def _structure_patch_values(model, run, tokens, targets, params, progress=None):
 
 
 def _structure_patch(values, params, where, factor, unit):
-    changes = np.append(np.asarray(values["changes"]), values["all_sites"])[None] * factor  # (1, S + 1)
-    style = figures.MatrixStyle("", "structure patched in", ("Δ loss",), (*values["sites"], "all at once"), "signed",
-                                f"Δ loss ({unit})")
+    sites, changes = list(values["sites"]), np.asarray(values["changes"])
+    if len(sites) > 1:  # one site patched alone is already all of them
+        sites, changes = [*sites, "all at once"], np.append(changes, values["all_sites"])
+    style = figures.MatrixStyle("", "structure patched in", ("Δ loss",), tuple(sites), "signed", f"Δ loss ({unit})")
+    changes = changes[None] * factor  # (1, S or S + 1)
     first = values.get("first_positions")
     title = (f"Loss change with the structure of validation input {int(params.get('other', 1))}"
              + (f" (its first {first} positions)" if first else "") + f"; loss {values['base'] * factor:.4f} {unit}")
