@@ -43,7 +43,7 @@ def test_inspector_with_an_uploaded_digit_photo(server, page, tmp_path):
     photo = tmp_path / "digit-photo.jpg"
     photo.write_bytes(handwritten_digit("0", fmt="JPEG"))
     _upload(page, f"{server}/inspector?run=digits-damcha", "Upload an image", photo)
-    assert wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 2) >= 2  # the input and the open tab's figure (hidden tabs build nothing)
     page.get_by_text("image digit-photo.jpg").wait_for(timeout=60_000)
     page.get_by_role("tab", name="Decomposition").click()
     page.wait_for_timeout(1500)
@@ -57,7 +57,7 @@ def test_inspector_with_an_uploaded_text(server, page, tmp_path):
                     "depend on the input itself, through a metric computed from the context.\n", encoding="utf-8")
     _upload(page, f"{server}/inspector?run=text-damcha", "Upload a text file", text)
     page.get_by_text("file paragraph.txt").wait_for(timeout=60_000)
-    assert wait_for_figures(page, 2) >= 2
+    assert wait_for_figures(page, 1) >= 1  # the open tab's figure (a text is shown as text)
     page.get_by_role("tab", name="Attention", exact=True).click()
     page.wait_for_timeout(1500)
     assert page.locator(".stException").count() == 0
@@ -73,9 +73,9 @@ def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
     Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)
     _upload(page, f"{server}/inspector?run=images-damcha&position=30", "Upload a colour photo", photo)
     page.get_by_text("photo holiday.jpg").wait_for(timeout=60_000)
-    assert wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 2) >= 2
     page.get_by_role("tab", name="Loss & prediction").click()
-    assert wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 2) >= 2
     page.get_by_text("Completion from the top half").first.wait_for(timeout=60_000)
     assert page.locator(".stException").count() == 0
     page.screenshot(path=str(ARTIFACTS / "inspector-colour-photo.png"), full_page=True)
@@ -83,7 +83,7 @@ def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
 
 def test_export_a_pdf_and_the_zip_from_the_app(server, page, tmp_path):
     page.goto(f"{server}/inspector?run=digits-damcha&sample=4")
-    assert wait_for_figures(page, 3) >= 3
+    assert wait_for_figures(page, 2) >= 2
     page.get_by_role("button", name="Export", exact=True).first.click()
     with page.expect_download(timeout=60_000) as dl:
         page.get_by_role("button", name="PDF", exact=True).first.click()
@@ -126,14 +126,14 @@ def test_server_keeps_answering_under_a_bounded_load(server, page):
         runs = ["digits-damcha", "text-damcha", "digits-mha", "digits-cls-damcha", "digits-damcha-unshared", "text-mha"]
         for pg, run in zip(pages, runs):
             pg.goto(f"{server}/inspector?run={run}", wait_until="commit")
-        counts = [wait_for_figures(pg, 2, timeout_s=120) for pg in pages]
+        counts = [wait_for_figures(pg, 1, timeout_s=120) for pg in pages]  # a text run's first screen: one
         errors = [pg.locator(".stException").count() for pg in pages]
         for pg in pages:
             pg.close()
     finally:
         stop.set()
         poller.join()
-    assert all(c >= 2 for c in counts), counts
+    assert all(c >= 1 for c in counts), counts
     assert not any(errors) and not health_failures
 
 

@@ -30,7 +30,7 @@ def test_compare_mechanisms_draws_every_run_of_the_data_set(server, page, run): 
 
 def test_the_attention_as_text_answers_the_pointer(server, page):  # noqa: F811
     page.goto(f"{server}/inspector?run=text-damcha&source=Validation+sample")
-    assert wait_for_figures(page, 2) >= 2
+    assert wait_for_figures(page, 1) >= 1
     page.get_by_role("tab", name="Attention as text").click()
     page.wait_for_url("**tab=Attention+as+text*", timeout=30_000)  # the open tab is part of the link
     view = page.frame_locator(f"iframe[title='{TOKEN_VIEW_TITLE}']").first
