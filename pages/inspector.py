@@ -134,6 +134,9 @@ first_tab = tab_labels.get("decomposition", next(iter(tab_labels.values())))
 tabs = dict(zip(tab_labels, st.tabs(list(tab_labels.values()), default=first_tab, **bound("tab"))))
 
 
+DRAWINGS = {"contours": ("contour",), "3D surface": ("surface",), "both": ("contour", "surface")}
+
+
 def opened(name: str) -> bool:
     """Whether a tab is the one shown: the tabs are bound to the URL, so only the open one builds its figures."""
     return name in tabs and tabs[name].open is not False
@@ -154,13 +157,14 @@ if opened("decomposition"):
             st.markdown(line)
 if opened("contour_3d"):
     with tabs["contour_3d"]:
-        part = st.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",
+        c1, c2 = st.columns([3, 2])
+        part = c1.radio("Matrix", [s.name for s in matrices], horizontal=True, key="part",
                         format_func=lambda n: record.structure(n).title)
-        a, b = st.columns(2)
-        with a:
-            named("contour", part=part)
-        with b:
-            named("surface", part=part)
+        # One drawing by default: a browser without a GPU takes seconds over a WebGL surface.
+        drawn = DRAWINGS[c2.radio("Drawn as", list(DRAWINGS), horizontal=True, **bound("drawn"))]
+        for column, name in zip(st.columns(len(drawn)), drawn):
+            with column:
+                named(name, part=part)
 if opened("along_input"):
     with tabs["along_input"]:
         st.caption("Summaries at every query position, computed a chunk of positions at a time (the full "

@@ -84,10 +84,11 @@ def test_digit_upload_and_controls():
     at.radio(key="mode").set_value("diagonal").run()
     at.toggle(key="shared_scale").set_value(False).run()
     open_tab(at, "Contour & 3D")
-    n = charts(at)
+    assert charts(at) == 2  # the input and the contours (the 3D surface on request)
+    at.radio(key="drawn").set_value("both").run()
     at.radio(key="part").set_value("metric_residue").run()
     assert_clean(at)
-    assert charts(at) == n == 3
+    assert charts(at) == 3 and any('"surface"' in c.proto.spec for c in at.get("plotly_chart"))
     open_tab(at, "Attention")
     at.selectbox(key="attn_layer").set_value(1).run()
     assert_clean(at)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 TAB_KEYS = ("tab", "grid")  # the URL keys of the pages' tab groups (the Inspector's, Training dynamics')
-CHOICE_KEYS = ("shown",)  # controls inside a tab that choose one of several figures
+CHOICE_KEYS = ("shown", "drawn")  # controls inside a tab that choose one of several figures
 
 
 def every_view(at) -> Iterator:
