@@ -184,6 +184,8 @@ def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task)
             assert scale["zmin"] == -scale["zmax"], (s.name, "signed values on a scale centred at 0")
         bars = [t.get("colorbar", {}).get("exponentformat") for t in fig["data"] if t["type"] in MATRIX_TRACES]
         assert set(bars) == {"power"}, (s.name, "small values as powers of ten, not SI prefixes (100μ)")
+        titles = {t.get("colorbar", {}).get("title", {}).get("text") for t in fig["data"] if t["type"] in MATRIX_TRACES}
+        assert titles == {s.colorbar_title} and "value" not in titles, (s.name, titles, "a colour bar says what it counts")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -25,6 +25,7 @@ def test_panels_share_one_scale_and_one_colour_bar():
     fig = figures.metric_panels_figure({"a": a, "b": b}, n_head=2)
     assert [t.zmax for t in fig.data] == [3, 3]
     assert [bool(t.showscale) for t in fig.data] == [False, True]
+    assert fig.data[1].colorbar.title.text == "metric entry", "the one colour bar says what it counts"
     per_panel = figures.metric_panels_figure({"a": a, "b": b}, n_head=2, shared_scale=False)
     assert [t.zmax for t in per_panel.data] == [1, 3]
 

@@ -155,7 +155,7 @@ class NamedFigure:
 def _decomposition(record, params, index, at):
     panels = {s.title: s.at(**index) for s in grid_matrices(record)}
     return figures.metric_panels_figure(panels, record.n_head, f"Decomposition at {record.where(index['position'])}{at}",
-                                        bool(params.get("shared_scale", True)))
+                                        bool(params.get("shared_scale", True)), grid_matrices(record)[0].colorbar_title)
 
 
 def _grid_matrix(record: InspectionRecord, params: dict) -> Structure:

@@ -177,7 +177,8 @@ def metric_heatmap_figure(M: np.ndarray, n_head: int, title: str = "M(x)", zmax:
     return fig
 
 
-def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str = "", shared_scale: bool = True) -> go.Figure:
+def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str = "", shared_scale: bool = True,
+                         colorbar_title: str = "metric entry") -> go.Figure:
     """Several D x D matrices side by side (e.g. M, learned part, residue) with the head grid.
 
     shared_scale: one colour range and one colour bar for all panels, so they compare honestly.
@@ -191,7 +192,8 @@ def metric_panels_figure(panels: dict[str, np.ndarray], n_head: int, title: str 
     for k, name in enumerate(names, start=1):
         z = shared if shared_scale else symmetric_limit(panels[name])
         show_bar = (k == len(names)) if shared_scale else True
-        bar = colour_bar(x=1.0 + 0.02, len=0.9) if shared_scale else colour_bar(x=(k / len(names)) - 0.02, len=0.6, thickness=10)
+        bar = (colour_bar(colorbar_title, x=1.0 + 0.02, len=0.9) if shared_scale
+               else colour_bar(colorbar_title, x=(k / len(names)) - 0.02, len=0.6, thickness=10))
         fig.add_trace(go.Heatmap(z=panels[name], zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING, showscale=show_bar,
                                  colorbar=bar, name=name, hovertemplate=f"{name}<br>row %{{y}}, col %{{x}}: %{{z:.4f}}<extra></extra>"),
                       row=1, col=k)

@@ -73,7 +73,8 @@ def _contributions_side_by_side(taken, params, input_source):
 
     cfg = taken[0][0].model_config
     return figures.metric_panels_figure({f"{run.name} (epoch {epoch})": M * loss_factor(cfg) for run, epoch, M in taken},
-                                        cfg.n_head, f"Contribution of M(x) to the loss ({loss_label(cfg)}), one colour range")
+                                        cfg.n_head, f"Contribution of M(x) to the loss ({loss_label(cfg)}), one colour range",
+                                        colorbar_title=f"contribution ({loss_label(cfg)})")
 
 
 def _metric_snapshots(run, epoch, load, tokens, targets, params):

@@ -175,7 +175,7 @@ class ColMHA(Mechanism):
                       "Head h scores x_tᵀ B_h x_s (plus the content bias): the same for every input. The closest "
                       "static analogue of DAMCHA's per-head metric.", Identifiability.LEARNED,
                       labels={"head": [f"B_{h + 1}" for h in range(len(forms[0]))]},
-                      axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="value"),
+                      axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="form entry"),
             Structure("mixing", "Mixing vectors m_h", np.stack(mixing), ("layer", "head", "coordinate"),
                       StructureKind.MATRIX, "Row h: how head h weights each coordinate of the shared "
                       "query/key space.", Identifiability.LEARNED, unit="weight"),

@@ -50,7 +50,7 @@ class MHA(Mechanism):
             "Head h scores x_tᵀ B_h x_s (biases omitted): the same for every input, rank d_h, reading all of x. "
             "The closest static analogue of DAMCHA's per-head metric.",
             Identifiability.LEARNED, labels={"head": [f"B_{h + 1}" for h in range(forms.shape[1])]},
-            axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="value",
+            axis_titles={"row": "query coordinate of x", "col": "key coordinate of x"}, unit="form entry",
         )]
 
     def notes(self, config) -> list[str]:

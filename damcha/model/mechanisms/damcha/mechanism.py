@@ -96,7 +96,7 @@ class Damcha(Mechanism):
         unchanged = ("" if mode is MetricMode.FULL else
                      f" The '{mode.value}' metric mode does not change M(x) itself, only which of its blocks each head "
                      "sums (see the per-head metrics).")
-        grid = dict(axis_titles=grid_titles, unit="value")
+        grid = dict(axis_titles=grid_titles, unit="metric entry")
         norms = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
         block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
                          "say how the metric happens to be split, not what head i reads of head j."
@@ -130,7 +130,7 @@ class Damcha(Mechanism):
                       mode_part, labels={"head": [f"m_{i + 1}" for i in range(H)]},
                       axis_titles={"d": "query coordinate of head i's slice",
                                    "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
-                      unit="value"),
+                      unit="metric entry"),
         ]
 
     def metric(self, config) -> str:
