@@ -231,6 +231,16 @@ def _evidence(args) -> int:
 
     from damcha.evidence.runner import run_evidence
 
+    if args.restate:
+        from damcha.evidence.runner import restate
+
+        doc = restate(args.out, "python -m damcha " + " ".join(sys.argv[1:]))
+        for claim in doc["claims"]:
+            print(f"{claim['verdict']:>28s}  {claim['title']}")
+        if doc["restated"]["unchanged_claims"]:
+            print("not restated (their arms changed: run them again): " + ", ".join(doc["restated"]["unchanged_claims"]))
+        print(f"restated {args.out}/results.json from its stored values (nothing trained)")
+        return 0
     seeds = args.seeds or (2 if args.quick else 3)
     with tqdm(desc="evidence", unit="unit") as bar:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
@@ -305,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--redo", nargs="*", default=[], metavar="CLAIM_OR_VARIANT",
                     help="with --reuse: claims and variants to recompute anyway (code changed, or timed)")
     ev.add_argument("--work", default=".evidence-work", help="trained runs and finished units (resumable)")
+    ev.add_argument("--restate", action="store_true", help="recompute the statistics and verdicts of --out's results "
+                    "from the per-seed values it stores (after a change to the statistics or the claims' wording; "
+                    "nothing is trained)")
     app = sub.add_parser("app", help="start the app (127.0.0.1 unless --host says otherwise)",
                          description="Start the Streamlit app with its safe settings wherever it is started from. "
                                      "To share it, give --host 0.0.0.0 and --allow-root for each folder visitors "

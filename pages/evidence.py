@@ -12,8 +12,8 @@ from app.url_state import bound
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import EvidenceFileError, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
-from damcha.evidence.statistics import FAILS, HOLDS, SANITY_FAILED
-from damcha.evidence.view import arm_table, detectable_sentence
+from damcha.evidence.statistics import HOLDS, SANITY_FAILED
+from damcha.evidence.view import arm_table, construction_table, detectable_sentence, verdict_tally, verdict_words
 from damcha.views.export import run_name_in
 
 st.title("Evidence")
@@ -39,6 +39,11 @@ st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds_said},
            + (f"; {doc['reused_units']} units taken over from an earlier run's results (`--reuse`)"
               if doc.get("reused_units") else "") + "." + (" **A quick run: its numbers are a smoke test, not evidence.**"
                                                          if doc["quick"] else ""))
+if doc.get("restated"):
+    st.caption(f"Statistics and verdicts recomputed on {doc['restated']['when']} from the stored per-seed values "
+               f"(`{doc['restated']['command'] or 'python -m damcha evidence --restate'}`; nothing retrained)"
+               + (f"; left as they were (their arms changed): {', '.join(doc['restated']['unchanged_claims'])}"
+                  if doc["restated"]["unchanged_claims"] else "") + ".")
 st.markdown(f"**Verdict rule.** {doc['verdict_rule']}")
 if doc.get("not_run") or not doc.get("complete", True):
     st.warning("Claims not in these results yet: " + ", ".join(doc.get("not_run", []) or ["(unknown)"]) +
@@ -53,13 +58,13 @@ if sanity:
                "; ".join(f"{k} = {v:.3g}" + (f" ({'passes' if v < SANITY_BOUNDS[k] else 'FAILS'}: below "
                                              f"{SANITY_BOUNDS[k]:.3g})" if k in SANITY_BOUNDS else "")
                          for k, v in sanity.items()))
-BADGE = {HOLDS: ":green-badge[holds]", FAILS: ":red-badge[does not hold]",
-         SANITY_FAILED: ":gray-badge[not tested: sanity check failed]"}
-KIND_WORDS = {"by construction": "expected by construction", "evidence": "evidence for the mechanism"}
-st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": c["verdict"],
-                            "what the verdict is": KIND_WORDS.get(c.get("verdict_kind", ""), ""),
+KIND_WORDS = {"by construction": "expected by construction (not evidence)", "learned": "learned at this scale"}
+st.caption(verdict_tally(doc["claims"]))
+st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
+                            "what the verdict is": "not tested" if c["verdict"] == SANITY_FAILED
+                            else KIND_WORDS.get(c.get("verdict_kind", ""), ""),
                             "seeds": c.get("seeds") or len(doc["seeds"])} for c in doc["claims"]]),
-             hide_index=True)
+             hide_index=True, column_config={"verdict": st.column_config.TextColumn(width="large")})
 EVERY_CLAIM = "every claim, one after another"
 titles = [c["title"] for c in doc["claims"]]
 shown = st.selectbox("Claim shown in full (its statement, verdict, figures and tables)", [*titles, EVERY_CLAIM],
@@ -68,9 +73,10 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
     kind = {"by construction": " Expected by construction, not evidence for the mechanism: "
-            + claim.get("by_construction", ""), "evidence": " Evidence for the mechanism at this scale."}
+            + claim.get("by_construction", "")}
     seeds = f" {claim['seeds']} seeds." if claim.get("seeds") else ""
-    st.markdown(f"**Verdict:** {BADGE.get(claim['verdict'], ':orange-badge[inconclusive at this scale]')}."
+    colour, words = verdict_words(claim)
+    st.markdown(f"**Verdict:** :{colour}-badge[{words}]."
                 f"{kind.get(claim.get('verdict_kind', ''), '')}{seeds} {claim['scale']}")
     power = detectable_sentence(claim, (HOLDS,)) if claim["verdict"] not in (HOLDS, SANITY_FAILED) else None
     if power:
@@ -83,8 +89,16 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
         st.error("Sanity check failed, so no verdict: where the task is easiest the compared models must learn it "
                  "first. " + "; ".join(claim["sanity_failures"]))
     if claim.get("sanity_caveats"):
-        st.warning("Did not learn the easiest case (their numbers say little at any level): "
+        st.warning("Did not learn the easiest case (a finding about these arms, reported; only the instruments' "
+                   "misses withhold a verdict): "
                    + "; ".join(claim["sanity_caveats"]))
+    checks = construction_table(claim)
+    if checks:
+        st.subheader("Construction checks (fixed in advance, not counted)")
+        st.caption(" ".join(dict.fromkeys(k["why"] for k in claim["construction_checks"])) + " Differences are in the "
+                   "paper's direction (log ratios for ratio metrics); 'ahead'/'behind': the 95% interval wholly on that "
+                   "side of zero; 'tie': two one-sided t-tests within the margin at 5%.")
+        st.dataframe(pd.DataFrame(checks), hide_index=True)
     show_evidence_figures(claim, results_name)
     a, b = st.columns(2)
     a.dataframe(pd.DataFrame(arm_table(claim)), hide_index=True)

@@ -105,8 +105,79 @@ def test_paired_test_p_value_and_detectable_difference():
     t = paired_test(gains)
     assert t["p"] == pytest.approx(stats.ttest_1samp(gains, 0.0).pvalue)
     se = np.std(gains, ddof=1) / 2
-    assert t["mdd"] == pytest.approx((stats.t.ppf(0.975, 3) + stats.t.ppf(0.8, 3)) * se)
+    critical = stats.t.ppf(0.975, 3)  # the detectable difference has 80% power on scipy's noncentral t
+    power = stats.nct.sf(critical, 3, t["mdd"] / se) + stats.nct.cdf(-critical, 3, t["mdd"] / se)
+    assert power == pytest.approx(0.80, abs=1e-9)
+    assert t["mdd"] > (stats.t.ppf(0.975, 3) + stats.t.ppf(0.8, 3)) * se  # the textbook sum falls short of 80%
     assert paired_test([0.2])["p"] != paired_test([0.2])["p"]  # one seed: no test (NaN)
+
+
+def test_exact_detectable_difference_and_the_seeds_a_difference_needs():
+    from scipy import stats
+
+    from damcha.evidence.statistics import detectable_in_standard_errors, power_of_paired_t, seeds_to_detect
+
+    assert detectable_in_standard_errors(3) == pytest.approx(5.653, abs=1e-3)  # not the approximation's 5.36
+    assert power_of_paired_t(stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2), 3) == pytest.approx(0.766, abs=1e-3)
+    for n in (2, 5, 30):
+        assert power_of_paired_t(detectable_in_standard_errors(n), n) == pytest.approx(0.80, abs=1e-9)
+    n = seeds_to_detect(0.5, 1.0)
+    assert detectable_in_standard_errors(n) / np.sqrt(n) <= 0.5 < detectable_in_standard_errors(n - 1) / np.sqrt(n - 1)
+    assert seeds_to_detect(-0.1, 1.0) is None and seeds_to_detect(1e-6, 1.0) is None
+
+
+def test_the_papers_own_difference_is_set_beside_what_the_seeds_could_detect():
+    from damcha.evidence.records import Arm, Claim
+    from damcha.evidence.view import detectable_sentence, undetectable_papers_effect, verdict_words
+
+    claim = Claim("c", "t", "s", "val_accuracy", False, (Arm("damcha"), Arm("mha", variant="mha")), "damcha",
+                  paper={"damcha": 0.71, "mha": 0.69})
+    result = summarise(claim, {"damcha": [{"val_accuracy": v} for v in (0.60, 0.70, 0.65)],
+                               "mha": [{"val_accuracy": v} for v in (0.66, 0.64, 0.67)]})
+    c = next(c for c in result["comparisons"] if c["counted"])
+    assert c["paper_gain"] == pytest.approx(0.02) and c["mdd"] > 0.02
+    assert detectable_in_standard_errors_fits(c["seeds_for_paper_gain"], c["sd"], 0.02)
+    shown = result
+    assert result["verdict"] == INCONCLUSIVE
+    assert undetectable_papers_effect(shown) == f"cannot detect the paper's effect at 3 seeds (needs ≈{c['seeds_for_paper_gain']})"
+    assert verdict_words(shown) == ("orange", "inconclusive: " + undetectable_papers_effect(shown))
+    assert "cannot detect the paper's difference (+0.02) at 3 seeds" in detectable_sentence(shown, (HOLDS,))
+
+
+def detectable_in_standard_errors_fits(n: int, sd: float, effect: float) -> bool:
+    """n is the fewest seeds whose exact detectable difference reaches `effect`."""
+    from damcha.evidence.statistics import detectable_in_standard_errors
+
+    return (detectable_in_standard_errors(n) * sd / np.sqrt(n) <= effect
+            < detectable_in_standard_errors(n - 1) * sd / np.sqrt(n - 1))
+
+
+def test_results_fixed_by_construction_are_counted_apart_in_a_neutral_colour():
+    from damcha.evidence.statistics import FAILS, SANITY_FAILED
+    from damcha.evidence.view import verdict_tally, verdict_words
+
+    built = {"verdict": HOLDS, "verdict_kind": "by construction", "comparisons": []}
+    learned = [{"verdict": v, "verdict_kind": "learned", "comparisons": []} for v in (HOLDS, FAILS, INCONCLUSIVE)]
+    untested = {"verdict": SANITY_FAILED, "verdict_kind": "learned", "comparisons": []}
+    assert verdict_words(built)[0] not in ("green", "red") and "construction" in verdict_words(built)[1]
+    assert [verdict_words(c)[0] for c in learned] == ["green", "red", "orange"]
+    assert verdict_words(untested)[0] == "gray"
+    assert verdict_tally([built, *learned, untested]) == (
+        "Learned results (3 claims): 1 hold, 1 do not hold, 1 inconclusive. Expected by construction, not evidence "
+        "(1): 1 confirmed. Not tested (a sanity check failed): 1.")
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_sanity_gates_sit_on_instruments_never_on_the_arm_under_judgement(quick):
+    from damcha.evidence.catalogue import claims
+
+    gated = [c for c in claims(quick) if c.sanity]
+    assert gated
+    for claim in gated:
+        judged = {next(a for a in claim.arms if a.name == group[0]).variant for group in claim.groups} or \
+            {next(a for a in claim.arms if a.name == claim.reference).variant}
+        gates = {next(a for a in claim.arms if a.name == name).variant for name in claim.sanity.arms}
+        assert not gates & judged, (claim.key, gates & judged)
 
 
 def test_ratios_are_compared_as_log_ratios_with_geometric_means_and_controls_are_not_counted():
@@ -233,6 +304,8 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
 def test_the_page_renders_the_shipped_results_without_training():
     from streamlit.testing.v1 import AppTest
 
+    from damcha.evidence.view import verdict_tally, verdict_words
+
     shipped = json.loads((ROOT / "checkpoints" / "evidence" / "results.json").read_text())
     at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120)
     at.switch_page("../pages/evidence.py")
@@ -240,14 +313,18 @@ def test_the_page_renders_the_shipped_results_without_training():
     assert not at.exception, [e.value for e in at.exception]
     titles = [c["title"] for c in shipped["claims"]]
     summary = at.dataframe[0].value  # every verdict on the first screen, one claim in full below
-    assert list(summary["claim"]) == titles and list(summary["verdict"]) == [c["verdict"] for c in shipped["claims"]]
+    assert list(summary["claim"]) == titles
+    assert list(summary["verdict"]) == [verdict_words(c)[1] for c in shipped["claims"]]
+    assert verdict_tally(shipped["claims"]) in [c.value for c in at.caption]  # learned results counted apart
     assert [h.value for h in at.header] == titles[:1]
     for claim in shipped["claims"]:
         at.selectbox(key="claim").set_value(claim["title"]).run()
         assert not at.exception, [e.value for e in at.exception]
         assert [h.value for h in at.header] == [claim["title"]]
         contrasted = any(c.get("measures") for c in claim["comparisons"])
-        assert len(at.get("plotly_chart")) == 2 + contrasted  # arms, differences, contrasts
+        counted = any(c["counted"] for c in claim["comparisons"])  # none where every one is a construction check
+        assert len(at.get("plotly_chart")) == 1 + counted + contrasted  # arms, differences, contrasts
+        assert len(at.dataframe) == 3 + bool(claim.get("construction_checks"))  # verdicts, arms, comparisons, checks
     at.selectbox(key="claim").set_value(at.selectbox(key="claim").options[-1]).run()  # every claim
     assert [h.value for h in at.header] == titles
 
@@ -264,7 +341,7 @@ def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_sy
     learned = summarise(claim, {"mha e=0.0": rows(0.10, 0.11, 0.12), "damcha e=0.0": rows(0.05, 0.06, 0.05),
                                 "moa e=0.0": rows(0.6, 0.7, 0.6)})
     assert learned["verdict"] == HOLDS and not learned["sanity_failures"]
-    assert learned["sanity_caveats"] == ["moa e=0.0: 0.632 (needs below 0.2)"]  # geometric mean of a ratio
+    assert learned["sanity_caveats"] == ["moa e=0.0: 0.632 (needs below 0.2; 0 of 3 seeds reach it)"]  # geometric mean
     unlearned = summarise(claim, {"mha e=0.0": rows(0.50, 0.51, 0.52), "damcha e=0.0": rows(0.30, 0.31, 0.30),
                                   "moa e=0.0": rows(0.1, 0.1, 0.1)})
     assert unlearned["verdict"] == SANITY_FAILED and len(unlearned["sanity_failures"]) == 2
@@ -361,3 +438,81 @@ def test_the_synthetic_test_set_is_no_training_batch_and_teachers_are_drawn_per_
     a, b = regression_task(0.5, task_seed(0.5, 0)), regression_task(0.5, task_seed(0.5, 1))
     x = inputs(4, 1)
     assert not torch.allclose(a.targets(x), b.targets(x))  # another seed, another teacher
+
+
+def _flat(tree, path="") -> dict:
+    """Every leaf of a JSON tree by its path: numbers as floats (None as NaN), text as it is."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{path}/{key}").items()}
+    if isinstance(tree, list):
+        return {k: v for i, sub in enumerate(tree) for k, v in _flat(sub, f"{path}/{i}").items()}
+    return {path: float("nan") if tree is None else float(tree) if isinstance(tree, int | float) else tree}
+
+
+def test_the_shipped_statistics_are_what_the_current_code_computes_from_the_shipped_values(tmp_path):
+    """`evidence --restate` on a copy of the shipped results changes no statistic, verdict or CSV: the
+    shipped page says what this code computes; a claim whose arms changed is left as it was, and named."""
+    import shutil
+
+    from damcha.evidence.runner import restate
+
+    shipped = ROOT / "checkpoints" / "evidence"
+    copy = tmp_path / "evidence"
+    shutil.copytree(shipped, copy)
+    before = json.loads((shipped / "results.json").read_text())
+    after = restate(copy, "test")
+    assert [c["verdict"] for c in after["claims"]] == [c["verdict"] for c in before["claims"]]
+    new, old = _flat(after["claims"]), _flat(before["claims"])
+    assert new.keys() == old.keys()
+    numbers = [k for k, v in old.items() if isinstance(v, float)]
+    assert [new[k] for k in numbers] == pytest.approx([old[k] for k in numbers], rel=1e-9, nan_ok=True)  # CPU's last bits
+    assert {k: new[k] for k in old if k not in numbers} == {k: v for k, v in old.items() if k not in numbers}
+    assert sorted(p.name for p in copy.glob("*.csv")) == sorted(p.name for p in shipped.glob("*.csv"))
+    doc = json.loads((copy / "results.json").read_text())
+    doc["claims"][0]["arms"][next(iter(doc["claims"][0]["arms"]))][0] = "renamed"
+    (copy / "results.json").write_text(json.dumps(doc))
+    assert restate(copy)["restated"]["unchanged_claims"] == [doc["claims"][0]["key"]]
+
+
+def test_equivalence_is_two_one_sided_t_tests():
+    from scipy import stats
+
+    from damcha.evidence.statistics import equivalence_p
+
+    gains = np.array([0.01, -0.02, 0.015, 0.0, -0.005])
+    expected = max(stats.ttest_1samp(gains, -0.05, alternative="greater").pvalue,
+                   stats.ttest_1samp(gains, 0.05, alternative="less").pvalue)
+    assert equivalence_p(gains.mean(), gains.std(ddof=1), 5, 0.05) == pytest.approx(expected)
+    assert equivalence_p(gains.mean(), gains.std(ddof=1), 5, 0.001) > 0.05  # a margin too tight: no tie shown
+
+
+def test_comparisons_fixed_by_construction_are_checked_apart_and_never_counted():
+    from damcha.evidence.records import Arm, Claim, ConstructionCheck
+    from damcha.evidence.statistics import CONFIRMED
+
+    arms = (Arm("damcha"), Arm("mha", variant="mha"), Arm("mha-slice", variant="mha-slice"))
+    values = {"damcha": [{"loss": v} for v in (1.0, 1.1, 1.05)], "mha": [{"loss": v} for v in (0.2, 0.25, 0.22)],
+              "mha-slice": [{"loss": v} for v in (1.01, 1.09, 1.06)]}
+    behind = ConstructionCheck("damcha", "mha", "behind", "MHA represents it; DAMCHA cannot.")
+    tie = ConstructionCheck("damcha", "mha-slice", "tie", "The same function class.", 0.05)
+    fixed = summarise(Claim("c", "t", "s", "loss", True, arms, "damcha", verdict_against=("mha",),
+                            construction_checks=(behind, tie)), values)
+    assert not any(c["counted"] for c in fixed["comparisons"])
+    assert fixed["verdict"] == CONFIRMED and fixed["verdict_kind"] == "by construction"
+    assert [k["outcome"] for k in fixed["construction_checks"]] == ["confirmed", "tie confirmed"]
+    learned = summarise(Claim("c", "t", "s", "loss", True, arms, "damcha", construction_checks=(behind,)), values)
+    assert learned["verdict_kind"] == "learned" and learned["verdict"] == INCONCLUSIVE  # only the slice MHA counts
+    assert [c["than"] for c in learned["comparisons"] if c["counted"]] == ["mha-slice"]
+    wrong = ConstructionCheck("damcha", "mha", "ahead", "a wrong prediction")
+    assert summarise(Claim("c", "t", "s", "loss", True, arms, "damcha", verdict_against=("mha",),
+                           construction_checks=(wrong,)), values)["construction_checks"][0]["outcome"] == "not confirmed"
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_construction_check_names_a_comparison_the_claim_makes(quick):
+    for claim in claims(quick):
+        names = {a.name for a in claim.arms}
+        for check in claim.construction_checks:
+            assert {check.better, check.than} <= names, (claim.key, check)
+            assert check.predicted in ("ahead", "behind", "tie") and check.why
+            assert check.predicted != "tie" or check.margin > 0, (claim.key, "a tie needs its margin")

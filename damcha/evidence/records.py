@@ -46,18 +46,43 @@ class Arm:
 
 @dataclass(frozen=True)
 class Sanity:
-    """Where a task is easiest, `arms` must reach `bound` (mean below or above it) before the claim's
-    numbers are believed; `also`: arms whose miss is reported beside their numbers but voids nothing
-    (a comparison system that cannot learn the easiest case says something about it, not the task)."""
+    """Where a task is easiest, the instruments `arms` (arms that provably represent that level, never
+    the arm under judgement) must reach `bound` (mean below or above it) before the claim's numbers are
+    believed; `also`: arms whose miss is a reported finding, with how many seeds reached the bound,
+    and voids nothing (a judged arm, or a comparison system, that does not learn the easiest case)."""
 
     arms: tuple[str, ...]
     bound: float
     side: str  # "below" | "above"
     also: tuple[str, ...] = ()
 
-    def misses(self, means: dict[str, float], arms: tuple[str, ...]) -> list[str]:
-        return [f"{a}: {means[a]:.3g} (needs {self.side} {self.bound:.3g})" for a in arms
-                if (means[a] >= self.bound if self.side == "below" else means[a] <= self.bound)]
+    def reached(self, value: float) -> bool:
+        return value < self.bound if self.side == "below" else value > self.bound
+
+    def misses(self, means: dict[str, float], arms: tuple[str, ...],
+               per_seed: dict[str, list[float]] | None = None) -> list[str]:
+        def seeds(arm: str) -> str:
+            if not per_seed:
+                return ""
+            values = per_seed[arm]
+            return f"; {sum(self.reached(v) for v in values)} of {len(values)} seeds reach it"
+        return [f"{a}: {means[a]:.3g} (needs {self.side} {self.bound:.3g}{seeds(a)})" for a in arms
+                if not self.reached(means[a])]
+
+
+@dataclass(frozen=True)
+class ConstructionCheck:
+    """A comparison whose outcome the construction of the task and the mechanism's arithmetic fix in
+    advance: reported as a check of that prediction ("confirmed" / "not confirmed"), never counted as
+    a learned result. predicted: where `better` (the claim's reference, usually) lands against `than`
+    in the paper's direction — "ahead", "behind" or "tie" (equivalence within ±margin on the
+    comparison's scale, by two one-sided t-tests at 5%)."""
+
+    better: str
+    than: str
+    predicted: str
+    why: str
+    margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,7 @@ class Claim:
     controls: tuple[str, ...] = ()  # arms reported beside the others, never counted in the verdict
     by_construction: str = ""  # why "holds" is expected from the mechanism's arithmetic, not from learning
     min_seeds: int = 0  # at least this many seeds in a full run, whatever --seeds says (the main comparisons)
+    construction_checks: tuple[ConstructionCheck, ...] = ()  # comparisons fixed in advance: checked, never counted
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""

@@ -12,7 +12,19 @@ import numpy as np
 from damcha.evidence.efficiency import EFFICIENCY_BESIDE
 from damcha.evidence.records import Claim
 from damcha.evidence.sanity import failed_checks
-from damcha.evidence.statistics import HOLDS, SANITY_FAILED, claim_verdict, holm, mean_interval, paired_test, verdict
+from damcha.evidence.statistics import (
+    CHECK_CONFIRMED,
+    CONFIRMED,
+    NOT_CONFIRMED,
+    SANITY_FAILED,
+    claim_verdict,
+    construction_outcome,
+    holm,
+    mean_interval,
+    paired_test,
+    seeds_to_detect,
+    verdict,
+)
 from damcha.runs.checkpoints import write_text_atomic
 
 
@@ -69,6 +81,37 @@ def _comparison(claim: Claim, metric: str, by_arm: dict[str, list[float]], bette
             "p": test["p"], "sd": test["sd"], "mdd": test["mdd"], "n": test["n"], "verdict": v}
 
 
+def _papers_effect(claim: Claim, comparison: dict) -> dict:
+    """The paper's own difference between the two arms, on the comparison's scale and in the paper's
+    direction, and the seeds our spread would need to find it with 80% power (where the paper gives both)."""
+    better, than = (claim.paper.get(comparison["better"]), claim.paper.get(comparison["than"]))
+    if comparison["metric"] != claim.metric or better is None or than is None:
+        return {}
+    sign = -1.0 if claim.lower_is_better else 1.0
+    gain = float(sign * (_on_scale(claim, claim.metric, [better]) - _on_scale(claim, claim.metric, [than]))[0])
+    return {"paper_gain": gain, "seeds_for_paper_gain": seeds_to_detect(gain, comparison["sd"])}
+
+
+def _construction_checks(claim: Claim, comparisons: list[dict]) -> list[dict]:
+    """Mark the comparisons the claim's construction checks name as checks, never counted, and
+    return each check's prediction, outcome and reason."""
+    checks, seen = [], set()
+    for check in claim.construction_checks:
+        for c in comparisons:
+            if (c["better"], c["than"]) != (check.better, check.than):
+                continue
+            if (c["metric"], c["better"], c["than"]) in seen:  # also a reported pair: checked once
+                c.update(counted=False, construction=check.predicted)
+                continue
+            seen.add((c["metric"], c["better"], c["than"]))
+            outcome, p = construction_outcome(c, check.predicted, check.margin)
+            c.update(counted=False, construction=check.predicted, construction_outcome=outcome)
+            checks.append({"metric": c["metric"], "better": check.better, "than": check.than,
+                           "predicted": check.predicted, "margin": check.margin, "outcome": outcome, "p": p,
+                           "gain": c["gain"], "low": c["low"], "high": c["high"], "why": check.why})
+    return checks
+
+
 def _measured(values: list[float]) -> bool:
     return not np.isnan(np.asarray(values, float)).all()  # a baseline has no NLL
 
@@ -101,18 +144,24 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
         for better, than, measures in claim.pairs:
             comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
                                 "measures": measures})
+    for c in comparisons:
+        c.update(_papers_effect(claim, c))
+    construction = _construction_checks(claim, comparisons)
     counted = [c for c in comparisons if c["counted"]]
     for c, rejected in zip(counted, holm([c["p"] for c in counted])):
         c["holm_rejected"] = rejected
-    verdict_ = claim_verdict(counted)
+    verdict_, kind = claim_verdict(counted), "by construction" if claim.by_construction else "learned"
+    if construction and not counted:  # every comparison the claim would count is fixed in advance
+        verdict_ = CONFIRMED if all(c["outcome"] in CHECK_CONFIRMED for c in construction) else NOT_CONFIRMED
+        kind = "by construction"
     result = {"summary": summary, "details": details, "comparisons": comparisons, "verdict": verdict_,
-              "verdict_kind": ("by construction" if claim.by_construction else "evidence") if verdict_ == HOLDS else "",
+              "verdict_kind": kind, "construction_checks": construction,  # kinds apart in every tally
               "by_construction": claim.by_construction, "trivial_baselines": unbeaten_baselines(claim, values),
               "sanity_failures": [], "sanity_caveats": []}
     if claim.sanity:  # the task must be learnable where it is easiest before its numbers are believed
         means = {r["arm"]: r["mean"] for r in summary}
         result["sanity_failures"] = claim.sanity.misses(means, claim.sanity.arms)
-        result["sanity_caveats"] = claim.sanity.misses(means, claim.sanity.also)
+        result["sanity_caveats"] = claim.sanity.misses(means, claim.sanity.also, primary)
     result["sanity_failures"] += failed_checks(checks or {}, claim.requires)
     if result["sanity_failures"]:
         result["verdict"] = SANITY_FAILED

@@ -13,8 +13,8 @@ import torch
 
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
-from damcha.evidence.records import Arm
-from damcha.evidence.results import read_jsonl, summarise, write_csv
+from damcha.evidence.records import Arm, Claim
+from damcha.evidence.results import load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.statistics import VERDICT_RULE
 from damcha.evidence.units import run_unit
@@ -50,6 +50,43 @@ def reusable_units(previous: dict, quick: bool, redo: tuple[str, ...] = ()) -> d
             for seed, value in enumerate(stored.get("values", {}).get(arm.name, [])):
                 units.setdefault(arm.unit(seed, quick), value)
     return units
+
+
+def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity: dict[str, float]) -> dict:
+    """What results.json keeps of a claim: its definition, every arm's per-seed values and their statistics."""
+    return {"key": claim.key, "title": claim.title, "statement": claim.statement, "metric": claim.metric,
+            "columns": list(claim.columns), "lower_is_better": claim.lower_is_better, "note": claim.note,
+            "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: arm_spec(a) for a in claim.arms},
+            "values": values, **summarise(claim, values, sanity)}
+
+
+def restate(folder: Path, command: str = "") -> dict:
+    """Recompute the statistics and verdicts of a results folder from the per-seed values it stores,
+    with the claims' current definitions and statistics code: nothing is trained or timed. A claim
+    whose arms changed since (or that no longer exists) is left as it was, and named. The document
+    keeps its compute record and says when and by what its statistics were recomputed."""
+    from damcha import __version__
+
+    folder = Path(folder)
+    doc = load_results(folder)
+    if doc is None:
+        raise ValueError(f"{folder}: no results.json to restate")
+    known = {c.key: c for c in claims(bool(doc.get("quick")))}
+    kept = []
+    for i, stored in enumerate(doc["claims"]):
+        claim = known.get(stored.get("key"))
+        specs = stored.get("arms", {})
+        if claim is None or set(specs) != {a.name for a in claim.arms} or \
+                not all(same_arm(a, specs.get(a.name)) for a in claim.arms):
+            kept.append(stored.get("key"))
+            continue
+        doc["claims"][i] = claim_record(claim, stored["values"], stored.get("seeds"), doc.get("sanity", {}))
+        write_csv(folder / f"{claim.key}.csv", doc["claims"][i])
+    doc["verdict_rule"] = VERDICT_RULE
+    doc["restated"] = {"command": command, "damcha": __version__, "unchanged_claims": kept,
+                       "when": time.strftime("%Y-%m-%d")}
+    write_text_atomic(folder / "results.json", json.dumps(doc, indent=2))
+    return doc
 
 
 def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, only: list[str] | None = None,
@@ -117,12 +154,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
             units = claim_units[claim.key]
             if claim.key not in written and all(u in done for us in units.values() for u in us):
                 values = {arm: [done[u] for u in us] for arm, us in units.items()}
-                written[claim.key] = {"key": claim.key, "title": claim.title, "statement": claim.statement,
-                                      "metric": claim.metric, "columns": list(claim.columns),
-                                      "lower_is_better": claim.lower_is_better, "note": claim.note,
-                                      "scale": claim.scale or SCALE, "seeds": claim.seeds(seeds, quick),
-                                      "arms": {a.name: arm_spec(a) for a in claim.arms},
-                                      "values": values, **summarise(claim, values, sanity)}
+                written[claim.key] = claim_record(claim, values, claim.seeds(seeds, quick), sanity)
                 write_csv(out / f"{claim.key}.csv", written[claim.key])
         doc["claims"] = [written[c.key] for c in chosen if c.key in written]
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,

@@ -13,6 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.evidence.statistics import CONFIRMED, FAILS, HOLDS, NOT_CONFIRMED, SANITY_FAILED
 from damcha.views import figures
 
 
@@ -100,15 +101,86 @@ def arm_table(claim: dict) -> list[dict]:
 
 
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:
-    """What the claim's seeds could detect (80% power, 5% two-sided) beside what was seen, for each
-    counted comparison whose verdict is not in `not_counted_verdicts`; None when there is none."""
+    """What the claim's seeds could detect (80% power, 5% two-sided, exact noncentral t) beside what was
+    seen, and the paper's own difference where it gives one, for each counted comparison whose verdict
+    is not in `not_counted_verdicts`; None when there is none."""
     power = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] not in not_counted_verdicts
              and c.get("mdd") is not None and c["mdd"] == c["mdd"]]
     if not power:
         return None
     return "What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(
         f"{c['metric']} {c['better']} vs {c['than']}: {c['gain']:+.3g} observed (sd {c['sd']:.2g}, n = {c['n']}), "
-        f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}" for c in power)
+        f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}{_papers_effect_words(c)}"
+        for c in power)
+
+
+def _papers_effect_words(c: dict) -> str:
+    if "paper_gain" not in c:
+        return ""
+    if c["paper_gain"] <= 0:
+        return f"; the paper's own difference {c['paper_gain']:+.3g} is not in its claimed direction"
+    if c["paper_gain"] >= c["mdd"]:
+        return f"; the paper's difference {c['paper_gain']:+.3g} is detectable at n = {c['n']}"
+    needs = c.get("seeds_for_paper_gain")
+    return (f"; cannot detect the paper's difference ({c['paper_gain']:+.3g}) at {c['n']} seeds (needs "
+            + (f"≈{needs})" if needs else "over 1,000)"))
+
+
+BY_CONSTRUCTION = "by construction"
+
+
+def verdict_words(claim: dict) -> tuple[str, str]:
+    """(badge colour, words) of a claim's verdict as the page shows it: a result fixed by the mechanism's
+    arithmetic is confirmed in a neutral colour, never green or red; learned results hold (green), do
+    not hold (red) or are inconclusive (orange, naming the paper's effect when it is below what the
+    seeds can see); a claim whose sanity check failed is not tested (grey)."""
+    if claim["verdict"] == SANITY_FAILED:
+        return "gray", "not tested: a sanity check failed"
+    if claim.get("verdict_kind") == BY_CONSTRUCTION:
+        confirmed = claim["verdict"] in (HOLDS, CONFIRMED)
+        return "blue", "confirmed, as its construction predicts" if confirmed else "not confirmed, against its construction"
+    if claim["verdict"] == HOLDS:
+        return "green", "holds"
+    if claim["verdict"] == FAILS:
+        return "red", "does not hold"
+    undetectable = undetectable_papers_effect(claim)
+    return "orange", f"inconclusive: {undetectable}" if undetectable else "inconclusive at this scale"
+
+
+def verdict_tally(claims: list[dict]) -> str:
+    """Learned results counted apart from results the construction fixes and from claims not tested."""
+    learned = [c for c in claims if c.get("verdict_kind") != BY_CONSTRUCTION and c["verdict"] != SANITY_FAILED]
+    count = {v: sum(c["verdict"] == v for c in learned) for v in (HOLDS, FAILS)}
+    built = [c for c in claims if c.get("verdict_kind") == BY_CONSTRUCTION]
+    untested = sum(c["verdict"] == SANITY_FAILED for c in claims)
+    checks = [k for c in learned for k in c.get("construction_checks", [])]
+    within = (f" Within the learned claims, {len(checks)} comparisons fixed by construction are checks, not counted "
+              f"({sum(k['outcome'] in ('confirmed', 'tie confirmed') for k in checks)} confirmed)." if checks else "")
+    return (f"Learned results ({len(learned)} claims): {count[HOLDS]} hold, {count[FAILS]} do not hold, "
+            f"{len(learned) - count[HOLDS] - count[FAILS]} inconclusive. Expected by construction, not evidence "
+            f"({len(built)}): {sum(c['verdict'] in (HOLDS, CONFIRMED) for c in built)} confirmed"
+            f"{'' if all(c['verdict'] != NOT_CONFIRMED for c in built) else ', the rest not'}. Not tested (a sanity "
+            f"check failed): {untested}.{within}")
+
+
+def construction_table(claim: dict) -> list[dict]:
+    """One row per construction check of a claim: the prediction, what was seen, and whether it held."""
+    return [{"compared": f"{k['better']} vs {k['than']}", "metric": metric_label(k["metric"]),
+             "predicted": k["predicted"] + (f" (within ±{k['margin']:.3g})" if k["predicted"] == "tie" else ""),
+             "difference": k["gain"], "low": k["low"], "high": k["high"], "p of the check": k["p"],
+             "outcome": k["outcome"]} for k in claim.get("construction_checks", [])]
+
+
+def undetectable_papers_effect(claim: dict) -> str | None:
+    """'cannot detect the paper's effect at N seeds (needs ≈M)' when an inconclusive claim's counted
+    comparisons that the paper quantifies are all below what its seeds could detect; else None."""
+    open_ = [c for c in claim["comparisons"] if c.get("counted") and c["verdict"] != HOLDS]
+    quantified = [c for c in open_ if c.get("paper_gain", 0) > 0]
+    if not quantified or any(c["paper_gain"] >= c["mdd"] for c in quantified):
+        return None
+    needs = [c.get("seeds_for_paper_gain") for c in quantified]
+    most = "over 1,000" if None in needs else f"≈{max(needs)}"
+    return f"cannot detect the paper's effect at {quantified[0]['n']} seeds (needs {most})"
 
 
 def evidence_item(name: str, folder: str | Path, claim_key: str, root=None):

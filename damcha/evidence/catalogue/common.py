@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from damcha.evidence.records import Arm, Claim, Sanity
+from damcha.evidence.records import Arm, Claim, ConstructionCheck, Sanity
 from damcha.evidence.sanity import CLASSIFICATION_CHECKS
 from damcha.model.config import ModelConfig
 
@@ -34,11 +34,14 @@ F_DEPTHS = {1: (64,), 3: (64, 128, 128), 5: (64, 128, 128, 128, 128)}  # hidden 
 def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_better: bool, task: str,
                     label: str, levels: tuple, mechs: tuple[str, ...], note: str, sanity: Sanity,
                     requires: tuple[str, ...] = (), pairs: tuple = (), grids: dict[str, tuple[float, ...]] | None = None,
-                    against: tuple[str, ...] = ("mha",), reference: str = "damcha") -> Claim:
+                    against: tuple[str, ...] = ("mha",), reference: str = "damcha",
+                    construction: tuple = ()) -> Claim:
     """A synthetic task over levels: every model at every level, compared with `reference` (a variant)
     within a level (the verdict counts the comparisons with the variants `against` names); `pairs`
     (better, than, what it measures) are reported at every level, never counted. grids: mechanism ->
-    its learning-rate grid (a mechanism not in it trains at the default rate)."""
+    its learning-rate grid (a mechanism not in it trains at the default rate). construction: (better,
+    than, levels, predicted, why, margin) — comparisons at those levels (None: every level) whose
+    outcome the task's construction fixes: construction checks, not counted (records.ConstructionCheck)."""
     def name(m, level):
         return f"{m} {label}={level}"
     return Claim(key, title, statement, metric, lower_is_better,
@@ -49,7 +52,10 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
                  verdict_against=tuple(against), sanity=sanity, requires=requires,
                  pairs=tuple((name(a, v), name(b, v), what) for v in levels for a, b, what in pairs
                              if a in mechs and b in mechs),
-                 columns=("parameters", "lr"), scale=SYNTHETIC_SCALE)
+                 columns=("parameters", "lr"), scale=SYNTHETIC_SCALE,
+                 construction_checks=tuple(ConstructionCheck(name(a, v), name(b, v), predicted, why, margin)
+                                           for a, b, at, predicted, why, margin in construction
+                                           for v in levels if (at is None or v in at) and a in mechs and b in mechs))
 
 
 def synthetic_steps(quick: bool) -> int:
@@ -76,6 +82,9 @@ def text_arms(quick: bool) -> tuple[str, ...]:
     return ("damcha", "mha") if quick else ("damcha", "mha", "dcmha")
 
 
+ROW_SUM_CANNOT_CROSS = ("Under the row sum head i scores x_{t,i}ᵀ m_i(x) x_{s,i}: its own slice against its own "
+                        "slice, whatever f computes; MHA's heads project the whole token, so a relation across "
+                        "slices that MHA represents exactly is out of DAMCHA's reach by construction.")
 SLICE_ARMS = ("mha", "mha-slice", "damcha", "damcha-static", "damcha-bilinear", "damcha-static-bilinear")
 
 

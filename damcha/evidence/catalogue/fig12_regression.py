@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from damcha.evidence.catalogue.common import SLICE_ARMS, regression_grids, synthetic_claim, synthetic_steps
+import math
+
+from damcha.evidence.catalogue.common import (
+    ROW_SUM_CANNOT_CROSS,
+    SLICE_ARMS,
+    regression_grids,
+    synthetic_claim,
+    synthetic_steps,
+)
 from damcha.evidence.records import Claim, Sanity
 from damcha.evidence.sanity import REGRESSION_CHECKS
 
@@ -31,10 +39,16 @@ def claim(quick: bool) -> Claim:
         "comparisons are the reported pairs — the static bilinear form against the slice-restricted MHA (cross-head "
         "capacity), the row sum against it (predicted tie: a row-sum head scores its own slice only, as "
         "damcha-static is exactly a slice MHA), full MHA against the bilinear form. Sanity: the teacher's batched "
-        "code equals an explicit loop, an oracle model at the teacher's parameters reproduces it, MHA and DAMCHA "
-        "reach relative MSE below 0.1 at e = 0 (other systems that miss it are listed).",
-        Sanity(("mha e=0.0", "damcha e=0.0"), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs if m not in ("mha", "damcha"))),
+        "code equals an explicit loop, an oracle model at the teacher's parameters reproduces it, and MHA (which "
+        "represents every level) reaches relative MSE below 0.1 at e = 0; an arm under judgement that misses it there "
+        "(DAMCHA included) is a reported finding with its seeds, not a reason to withhold the verdict.",
+        Sanity(("mha e=0.0",), 0.1, "below", tuple(f"{m} e=0.0" for m in syn_mechs if m != "mha")),
         requires=REGRESSION_CHECKS, grids=grids,
+        construction=(("damcha", "mha", levels[1:], "behind", ROW_SUM_CANNOT_CROSS + " Here the teacher's heads "
+                       "score across slices for e > 0.", 0.0),
+                      ("damcha", "mha-slice", None, "tie", "A row-sum head and a slice-restricted MHA head score the "
+                       "same slice against itself, and the teacher is static: the same function class on this task, "
+                       "so a tie within 10% of relative MSE (a log ratio of ±0.095) is predicted.", math.log(1.1))),
         pairs=(("damcha-static-bilinear", "mha-slice", "cross-head capacity (static)"),
                ("damcha", "mha-slice", "row sum against the diagonal blocks (predicted tie)"),
                ("mha", "damcha-static-bilinear", "full-token MHA against the bilinear form"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from damcha.evidence.catalogue.common import (
+    ROW_SUM_CANNOT_CROSS,
     classification_arms,
     classification_grid_note,
     fig13_shared,
@@ -23,5 +24,8 @@ def claim(quick: bool) -> Claim:
         f"{classification_grid_note(quick)} The subspace "
         "is random in the whole space (the entanglement knob below moves it into one head's slice). Chance is 1/15 = "
         "0.067. Sanity: MHA must exceed 0.5 at the smallest d_e.", Sanity((f"mha d_e={dims[0]}",), 0.5, "above"),
+        construction=(("damcha", "mha", None, "behind", ROW_SUM_CANNOT_CROSS + " A random subspace spans every "
+                       "slice, so DAMCHA against MHA is a capacity check at every d_e; w/o f(x) against DAMCHA is the "
+                       "learned comparison (reported).", 0.0),),
         **fig13_shared(quick))
     return classification
