@@ -12,7 +12,7 @@ from app.url_state import bound
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import EvidenceFileError, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
-from damcha.evidence.statistics import HOLDS, SANITY_FAILED
+from damcha.evidence.statistics import BY_CONSTRUCTION, HOLDS, LEARNED, SANITY_FAILED
 from damcha.evidence.view import arm_table, construction_table, detectable_sentence, verdict_tally, verdict_words
 from damcha.views.export import run_name_in
 
@@ -58,7 +58,7 @@ if sanity:
                "; ".join(f"{k} = {v:.3g}" + (f" ({'passes' if v < SANITY_BOUNDS[k] else 'FAILS'}: below "
                                              f"{SANITY_BOUNDS[k]:.3g})" if k in SANITY_BOUNDS else "")
                          for k, v in sanity.items()))
-KIND_WORDS = {"by construction": "expected by construction (not evidence)", "learned": "learned at this scale"}
+KIND_WORDS = {BY_CONSTRUCTION: "expected by construction (not evidence)", LEARNED: "learned at this scale"}
 st.caption(verdict_tally(doc["claims"]))
 st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
                             "what the verdict is": "not tested" if c["verdict"] == SANITY_FAILED
@@ -72,7 +72,7 @@ shown = st.selectbox("Claim shown in full (its statement, verdict, figures and t
 for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"] if c["title"] == shown]:
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
-    kind = {"by construction": " Expected by construction, not evidence for the mechanism: "
+    kind = {BY_CONSTRUCTION: " Expected by construction, not evidence for the mechanism: "
             + claim.get("by_construction", "")}
     seeds = f" {claim['seeds']} seeds." if claim.get("seeds") else ""
     colour, words = verdict_words(claim)

@@ -13,8 +13,10 @@ from damcha.evidence.efficiency import EFFICIENCY_BESIDE
 from damcha.evidence.records import Claim
 from damcha.evidence.sanity import failed_checks
 from damcha.evidence.statistics import (
+    BY_CONSTRUCTION,
     CHECK_CONFIRMED,
     CONFIRMED,
+    LEARNED,
     NOT_CONFIRMED,
     SANITY_FAILED,
     claim_verdict,
@@ -150,10 +152,10 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
     counted = [c for c in comparisons if c["counted"]]
     for c, rejected in zip(counted, holm([c["p"] for c in counted])):
         c["holm_rejected"] = rejected
-    verdict_, kind = claim_verdict(counted), "by construction" if claim.by_construction else "learned"
+    verdict_, kind = claim_verdict(counted), BY_CONSTRUCTION if claim.by_construction else LEARNED
     if construction and not counted:  # every comparison the claim would count is fixed in advance
         verdict_ = CONFIRMED if all(c["outcome"] in CHECK_CONFIRMED for c in construction) else NOT_CONFIRMED
-        kind = "by construction"
+        kind = BY_CONSTRUCTION
     result = {"summary": summary, "details": details, "comparisons": comparisons, "verdict": verdict_,
               "verdict_kind": kind, "construction_checks": construction,  # kinds apart in every tally
               "by_construction": claim.by_construction, "trivial_baselines": unbeaten_baselines(claim, values),

@@ -27,6 +27,7 @@ VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: t
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
 SANITY_FAILED = "not tested: the sanity check failed"
 CONFIRMED, NOT_CONFIRMED = "confirmed by construction", "construction not confirmed"  # outcomes fixed in advance
+BY_CONSTRUCTION, LEARNED = "by construction", "learned"  # what a claim's verdict is: kept apart in every tally
 CHECK_CONFIRMED = ("confirmed", "tie confirmed")  # a construction check's outcomes that confirm its prediction
 FAMILY_ALPHA, POWER = 0.05, 0.80
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
-from damcha.evidence.statistics import CONFIRMED, FAILS, HOLDS, NOT_CONFIRMED, SANITY_FAILED
+from damcha.evidence.statistics import BY_CONSTRUCTION, CONFIRMED, FAILS, HOLDS, NOT_CONFIRMED, SANITY_FAILED
 from damcha.views import figures
 
 
@@ -124,9 +124,6 @@ def _papers_effect_words(c: dict) -> str:
     needs = c.get("seeds_for_paper_gain")
     return (f"; cannot detect the paper's difference ({c['paper_gain']:+.3g}) at {c['n']} seeds (needs "
             + (f"≈{needs})" if needs else "over 1,000)"))
-
-
-BY_CONSTRUCTION = "by construction"
 
 
 def verdict_words(claim: dict) -> tuple[str, str]:
