@@ -13,7 +13,15 @@ from damcha.evidence.catalogue import claims
 from damcha.evidence.results import EvidenceFileError, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.statistics import BY_CONSTRUCTION, HOLDS, LEARNED, SANITY_FAILED
-from damcha.evidence.view import arm_table, construction_table, detectable_sentence, verdict_tally, verdict_words
+from damcha.evidence.view import (
+    arm_table,
+    cannot_speak_to,
+    construction_table,
+    detectable_sentence,
+    samples_word,
+    verdict_tally,
+    verdict_words,
+)
 from damcha.views.export import run_name_in
 
 st.title("Evidence")
@@ -63,7 +71,8 @@ st.caption(verdict_tally(doc["claims"]))
 st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
                             "what the verdict is": "not tested" if c["verdict"] == SANITY_FAILED
                             else KIND_WORDS.get(c.get("verdict_kind", ""), ""),
-                            "seeds": c.get("seeds") or len(doc["seeds"])} for c in doc["claims"]]),
+                            "seeds or repeats": f"{c.get('seeds') or len(doc['seeds'])} {samples_word(c)}"}
+                           for c in doc["claims"]]),
              hide_index=True, column_config={"verdict": st.column_config.TextColumn(width="large")})
 EVERY_CLAIM = "every claim, one after another"
 titles = [c["title"] for c in doc["claims"]]
@@ -74,7 +83,7 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     st.markdown(f"> {claim['statement']}")
     kind = {BY_CONSTRUCTION: " Expected by construction, not evidence for the mechanism: "
             + claim.get("by_construction", "")}
-    seeds = f" {claim['seeds']} seeds." if claim.get("seeds") else ""
+    seeds = f" {claim['seeds']} {samples_word(claim)}." if claim.get("seeds") else ""
     colour, words = verdict_words(claim)
     st.markdown(f"**Verdict:** :{colour}-badge[{words}]."
                 f"{kind.get(claim.get('verdict_kind', ''), '')}{seeds} {claim['scale']}")
@@ -108,3 +117,9 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
         a.download_button("Download CSV", csv.read_bytes(), csv.name, "text/csv", key=f"csv_{claim['key']}")
     else:
         a.caption(f"{csv.name} is missing from the results folder.")
+
+st.header("What this evidence cannot speak to")
+st.caption("What the paper reports that these results do not measure, from each claim's own list; a verdict above is "
+           "about what it measured, at this scale, and nothing here.")
+for title, gaps in cannot_speak_to(doc["claims"]):
+    st.markdown(f"**{title}**\n" + "\n".join(f"- {gap}" for gap in gaps))

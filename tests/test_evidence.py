@@ -92,10 +92,15 @@ def test_trivial_completion_baselines_equal_a_direct_computation_and_are_reporte
             "top-half 1-NN": [0.059] * 3}
     result = summarise(claim, {k: [{"val_completion_mse": v} for v in vs] for k, vs in rows.items()})
     assert result["trivial_baselines"] and "top-half 1-NN 0.059" in result["trivial_baselines"][0]
-    assert not any(c["counted"] for c in result["comparisons"] if c["than"] in rows and c["than"] != "mha")
+    assert not any(c["counted"] for c in result["comparisons"])  # no model beats the fill: reported, not counted
     better = summarise(claim, {k: [{"val_completion_mse": v * (0.5 if k == "damcha" else 1)} for v in vs]
                                for k, vs in rows.items()})
-    assert not better["trivial_baselines"]
+    [warning] = better["trivial_baselines"]  # DAMCHA beats the fill, MHA does not: MHA is named, both count
+    assert [c["than"] for c in better["comparisons"] if c["counted"]] == ["mha"]
+    assert warning.startswith("Worse than the trivial baseline") and "mha 0.08867" in warning and "damcha" not in warning
+    every = summarise(claim, {k: [{"val_completion_mse": v * (0.5 if k in ("damcha", "mha") else 1)} for v in vs]
+                              for k, vs in rows.items()})
+    assert not every["trivial_baselines"]
 
 
 def test_paired_test_p_value_and_detectable_difference():
@@ -316,17 +321,17 @@ def test_the_page_renders_the_shipped_results_without_training():
     assert list(summary["claim"]) == titles
     assert list(summary["verdict"]) == [verdict_words(c)[1] for c in shipped["claims"]]
     assert verdict_tally(shipped["claims"]) in [c.value for c in at.caption]  # learned results counted apart
-    assert [h.value for h in at.header] == titles[:1]
+    assert [h.value for h in at.header] == [titles[0], "What this evidence cannot speak to"]
     for claim in shipped["claims"]:
         at.selectbox(key="claim").set_value(claim["title"]).run()
         assert not at.exception, [e.value for e in at.exception]
-        assert [h.value for h in at.header] == [claim["title"]]
+        assert [h.value for h in at.header] == [claim["title"], "What this evidence cannot speak to"]
         contrasted = any(c.get("measures") for c in claim["comparisons"])
         counted = any(c["counted"] for c in claim["comparisons"])  # none where every one is a construction check
         assert len(at.get("plotly_chart")) == 1 + counted + contrasted  # arms, differences, contrasts
         assert len(at.dataframe) == 3 + bool(claim.get("construction_checks"))  # verdicts, arms, comparisons, checks
     at.selectbox(key="claim").set_value(at.selectbox(key="claim").options[-1]).run()  # every claim
-    assert [h.value for h in at.header] == titles
+    assert [h.value for h in at.header] == [*titles, "What this evidence cannot speak to"]
 
 
 def test_a_failed_sanity_check_withholds_the_verdict_and_a_missing_comparison_system_is_only_reported():
@@ -474,6 +479,19 @@ def test_the_shipped_statistics_are_what_the_current_code_computes_from_the_ship
     assert restate(copy)["restated"]["unchanged_claims"] == [doc["claims"][0]["key"]]
 
 
+def test_holm_adjusted_p_values_and_the_words_a_comparison_may_use():
+    from damcha.evidence.statistics import holm, holm_adjusted, reading
+
+    ps = [0.01, 0.04, 0.03, 0.005, float("nan")]
+    assert holm_adjusted(ps)[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(holm_adjusted(ps)[4])
+    assert [a < 0.05 for a in holm_adjusted(ps)[:4]] == holm(ps)[:4]
+    ahead = {"gain": 0.02, "low": 0.001, "high": 0.04, "sd": 0.01}
+    assert reading({**ahead, "holm_p": 0.01}) == "ahead"
+    assert reading({**ahead, "holm_p": 0.29}) == "nominally ahead (Holm-adjusted p 0.29)"
+    assert reading({**ahead, "low": -0.01, "holm_p": 0.5}) == "within noise"
+    assert reading({"gain": -0.3, "low": -0.3, "high": -0.3, "sd": 0.0}) == "behind (exact)"  # parameters: no test
+
+
 def test_equivalence_is_two_one_sided_t_tests():
     from scipy import stats
 
@@ -516,3 +534,20 @@ def test_every_construction_check_names_a_comparison_the_claim_makes(quick):
             assert {check.better, check.than} <= names, (claim.key, check)
             assert check.predicted in ("ahead", "behind", "tie") and check.why
             assert check.predicted != "tie" or check.margin > 0, (claim.key, "a tie needs its margin")
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_claim_on_a_paper_result_says_what_it_cannot_speak_to(quick):
+    """A claim on one of the paper's tables or figures lists what the paper reports there that it does not
+    measure; the page's section is generated from those lists and the paper's results no claim tests."""
+    from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
+    from damcha.evidence.view import cannot_speak_to
+
+    on_paper = [c for c in claims(quick) if c.title.startswith(("Table", "Fig."))]
+    assert on_paper
+    for claim in on_paper:
+        assert claim.cannot_speak_to and all(gap.strip() for gap in claim.cannot_speak_to), claim.key
+    records = [{"title": c.title, "cannot_speak_to": list(c.cannot_speak_to)} for c in claims(quick)]
+    section = cannot_speak_to(records)
+    assert [t for t, _ in section[:-1]] == [c.title for c in claims(quick) if c.cannot_speak_to]
+    assert section[-1][1] == list(PAPER_RESULTS_NOT_CLAIMED)

@@ -108,6 +108,7 @@ class Claim:
     by_construction: str = ""  # why "holds" is expected from the mechanism's arithmetic, not from learning
     min_seeds: int = 0  # at least this many seeds in a full run, whatever --seeds says (the main comparisons)
     construction_checks: tuple[ConstructionCheck, ...] = ()  # comparisons fixed in advance: checked, never counted
+    cannot_speak_to: tuple[str, ...] = ()  # what the paper reports for this claim that it does not measure
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""

@@ -22,8 +22,10 @@ from damcha.evidence.statistics import (
     claim_verdict,
     construction_outcome,
     holm,
+    holm_adjusted,
     mean_interval,
     paired_test,
+    reading,
     seeds_to_detect,
     verdict,
 )
@@ -51,23 +53,46 @@ def _interval(claim: Claim, metric: str, values) -> tuple[float, float, float]:
     return m, lo, hi
 
 
-def unbeaten_baselines(claim: Claim, values: dict[str, list[dict]]) -> list[str]:
-    """One sentence per compared metric on which no model's mean beats the best trivial baseline."""
+def _against_trivial_baselines(claim: Claim, values: dict[str, list[dict]]) -> dict[str, tuple]:
+    """metric -> (best trivial baseline, its mean, the models no better than it, every model's mean) for
+    each compared metric with a trivial baseline."""
     baselines = [a.name for a in claim.arms if a.kind == "baseline"]
     models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
     best_of = min if claim.lower_is_better else max
-    lines = []
+    found = {}
     for metric in claim.compared:
         means = {arm: float(np.mean(vs)) for arm, vs in metric_values(claim, values, metric).items()}
         trivial = [(means[b], b) for b in baselines if not math.isnan(means[b])]  # a baseline has no NLL
-        if not trivial or not models:
-            continue
-        best_value, best = best_of(trivial)
-        top = best_of(models, key=lambda m: means[m])
-        if best_of(means[top], best_value) == best_value:
+        if trivial and models:
+            best_value, best = best_of(trivial)
+            worse = [m for m in models if best_of(means[m], best_value) == best_value]
+            found[metric] = (best, best_value, worse, means)
+    return found
+
+
+def trivial_baseline_warnings(claim: Claim, values: dict[str, list[dict]]) -> list[str]:
+    """One sentence per compared metric on which no model's mean beats the best trivial baseline (its
+    comparisons leave the counted family), or else naming the models that are worse than it."""
+    lines = []
+    models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
+    for metric, (best, best_value, worse, means) in _against_trivial_baselines(claim, values).items():
+        if len(worse) == len(models):
+            top = (min if claim.lower_is_better else max)(models, key=lambda m: means[m])
             lines.append(f"No model beats the trivial baseline on {metric}: {best} {best_value:.4g}, the best model "
-                         f"({top}) {means[top]:.4g}; a verdict on {metric} says little about attention.")
+                         f"({top}) {means[top]:.4g}; a verdict on {metric} says little about attention, so its "
+                         "comparisons are reported, not counted.")
+        elif worse:
+            lines.append(f"Worse than the trivial baseline on {metric} ({best} {best_value:.4g}): "
+                         + ", ".join(f"{m} {means[m]:.4g}" for m in worse)
+                         + "; a comparison with these is one with models that miss a fill that needs no model.")
     return lines
+
+
+def unbeaten_metrics(claim: Claim, values: dict[str, list[dict]]) -> set[str]:
+    """The compared metrics on which no model beats the best trivial baseline."""
+    models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
+    return {metric for metric, (_, _, worse, _) in _against_trivial_baselines(claim, values).items()
+            if len(worse) == len(models)}
 
 
 def _comparison(claim: Claim, metric: str, by_arm: dict[str, list[float]], better: str, than: str) -> dict:
@@ -132,7 +157,7 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
             m, lo, hi = _interval(claim, metric, vs)
             details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
     groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
-    comparisons = []
+    comparisons, unbeaten = [], unbeaten_metrics(claim, values)
     for metric in claim.compared:
         by_arm = metric_values(claim, values, metric)
         for group in groups:
@@ -142,7 +167,7 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
                     continue
                 control = ref in claim.controls or other in claim.controls
                 comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
-                                    "counted": claim.counts(other) and not control})
+                                    "counted": claim.counts(other) and not control and metric not in unbeaten})
         for better, than, measures in claim.pairs:
             comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
                                 "measures": measures})
@@ -150,15 +175,16 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
         c.update(_papers_effect(claim, c))
     construction = _construction_checks(claim, comparisons)
     counted = [c for c in comparisons if c["counted"]]
-    for c, rejected in zip(counted, holm([c["p"] for c in counted])):
-        c["holm_rejected"] = rejected
+    for c, rejected, adjusted in zip(counted, holm([c["p"] for c in counted]), holm_adjusted([c["p"] for c in counted])):
+        c.update(holm_rejected=rejected, holm_p=adjusted)
+        c["reads"] = reading(c)
     verdict_, kind = claim_verdict(counted), BY_CONSTRUCTION if claim.by_construction else LEARNED
     if construction and not counted:  # every comparison the claim would count is fixed in advance
         verdict_ = CONFIRMED if all(c["outcome"] in CHECK_CONFIRMED for c in construction) else NOT_CONFIRMED
         kind = BY_CONSTRUCTION
     result = {"summary": summary, "details": details, "comparisons": comparisons, "verdict": verdict_,
               "verdict_kind": kind, "construction_checks": construction,  # kinds apart in every tally
-              "by_construction": claim.by_construction, "trivial_baselines": unbeaten_baselines(claim, values),
+              "by_construction": claim.by_construction, "trivial_baselines": trivial_baseline_warnings(claim, values),
               "sanity_failures": [], "sanity_caveats": []}
     if claim.sanity:  # the task must be learnable where it is easiest before its numbers are believed
         means = {r["arm"]: r["mean"] for r in summary}

@@ -57,7 +57,7 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
     return {"key": claim.key, "title": claim.title, "statement": claim.statement, "metric": claim.metric,
             "columns": list(claim.columns), "lower_is_better": claim.lower_is_better, "note": claim.note,
             "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: arm_spec(a) for a in claim.arms},
-            "values": values, **summarise(claim, values, sanity)}
+            "cannot_speak_to": list(claim.cannot_speak_to), "values": values, **summarise(claim, values, sanity)}
 
 
 def restate(folder: Path, command: str = "") -> dict:

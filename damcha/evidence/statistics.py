@@ -132,6 +132,30 @@ def construction_outcome(comparison: dict, predicted: str, margin: float) -> tup
     return ("confirmed" if seen else "not confirmed"), comparison["p"]
 
 
+def holm_adjusted(p_values: list[float]) -> list[float]:
+    """Holm's adjusted p-values (the smallest family-wise level at which each is rejected; NaN stays NaN)."""
+    order = sorted((i for i in range(len(p_values)) if not math.isnan(p_values[i])), key=lambda i: p_values[i])
+    adjusted, running = [float("nan")] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def reading(comparison: dict) -> str:
+    """How a counted comparison may be worded: ahead / behind only where the interval excludes zero and
+    Holm's correction over the claim's counted comparisons still rejects; "nominally" where only the
+    unadjusted interval does; "within noise" otherwise. A comparison with no spread over seeds (a
+    deterministic metric: parameters, FLOPs) is compared directly."""
+    if comparison.get("sd") == 0:
+        return "ahead (exact)" if comparison["gain"] > 0 else "behind (exact)" if comparison["gain"] < 0 else "equal (exact)"
+    side = "ahead" if comparison["low"] > 0 else "behind" if comparison["high"] < 0 else None
+    if side is None:
+        return "within noise"
+    adjusted = comparison.get("holm_p", float("nan"))
+    return side if adjusted < FAMILY_ALPHA else f"nominally {side} (Holm-adjusted p {adjusted:.2g})"
+
+
 def claim_verdict(comparisons: list[dict]) -> str:
     """comparisons: the counted ones, each with its verdict, mean gain and p. All hold -> holds; one
     against the paper and rejected under Holm -> does not hold; else inconclusive."""

@@ -160,6 +160,21 @@ def verdict_tally(claims: list[dict]) -> str:
             f"check failed): {untested}.{within}")
 
 
+def samples_word(claim: dict) -> str:
+    """What a claim's repetitions are: seeds of trained models, or repeats of a timing (efficiency arms)."""
+    kinds = {spec[1] for spec in claim.get("arms", {}).values() if isinstance(spec, list) and len(spec) > 1}
+    return "repeats" if kinds and kinds <= {"efficiency", "constant"} else "seeds"
+
+
+def cannot_speak_to(claims: list[dict]) -> list[tuple[str, list[str]]]:
+    """(claim title, what the paper reports there that it does not measure) for each claim with gaps,
+    then the paper's results no claim tests: the page's "What this evidence cannot speak to"."""
+    from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
+
+    gaps = [(c["title"], list(c.get("cannot_speak_to", []))) for c in claims if c.get("cannot_speak_to")]
+    return [*gaps, ("Tested by no claim here", list(PAPER_RESULTS_NOT_CLAIMED))]
+
+
 def construction_table(claim: dict) -> list[dict]:
     """One row per construction check of a claim: the prediction, what was seen, and whether it held."""
     return [{"compared": f"{k['better']} vs {k['than']}", "metric": metric_label(k["metric"]),
