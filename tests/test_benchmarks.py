@@ -53,3 +53,22 @@ def test_the_mechanism_table_states_each_target_from_the_measured_row():
            "mha_peak_mb": 10.0, "declared_mb": 4.0}
     assert bench.targets(row) == [("time", 3.0, 2.5), ("training step", 2.0, 2.5), ("peak MB", 50.0, 28.0)]
     assert bench.targets({**row, "T": 256}) == []  # judged at T = 1024 only
+
+
+def test_the_generator_probe_starts_f_where_it_says_and_runs(tmp_path):
+    """The diagnostic's identity start makes every head's row sum m_i start at I_d (with its read-out
+    zeroed), and the script runs end to end at a toy budget; it asserts no accuracy."""
+    import torch
+    from generator_training_probe import identity_start
+
+    from damcha.inputs.synthetic import OneLayer
+
+    model = OneLayer("damcha", 15)
+    identity_start(model, 0.0)
+    m = model.shared.generator.fused_row_sum(torch.randn(3, model.config.n_embd), "full")  # (3, H, d, d)
+    assert torch.equal(m, torch.eye(m.shape[-1]).expand_as(m))
+    out = tmp_path / "probe.json"
+    result = subprocess.run([sys.executable, "benchmarks/generator_training_probe.py", "--seeds", "1", "--steps", "2",
+                             "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(out.read_text())) == 8 and "above 0.5" in result.stdout
