@@ -56,14 +56,21 @@ def test_the_mechanism_table_states_each_target_from_the_measured_row():
 
 
 def test_the_generator_probe_starts_f_where_it_says_and_runs(tmp_path):
-    """The diagnostic's identity start makes every head's row sum m_i start at I_d (with its read-out
-    zeroed), and the script runs end to end at a toy budget; it asserts no accuracy."""
+    """The diagnostic's identity start is the `generator_start='identity'` setting's (every head's row sum
+    starts at I_d with its read-out zeroed), and the script runs end to end at a toy budget; it asserts
+    no accuracy."""
+    import dataclasses
+
     import torch
     from generator_training_probe import identity_start
 
     from damcha.inputs.synthetic import OneLayer
 
     model = OneLayer("damcha", 15)
+    identity_start(model, 1.0)
+    from damcha.model.mechanisms.damcha.metric import MetricGenerator
+    setting = MetricGenerator(dataclasses.replace(model.config, attention_options={"generator_start": "identity"}))
+    assert torch.equal(model.shared.generator.out.bias, setting.out.bias)
     identity_start(model, 0.0)
     m = model.shared.generator.fused_row_sum(torch.randn(3, model.config.n_embd), "full")  # (3, H, d, d)
     assert torch.equal(m, torch.eye(m.shape[-1]).expand_as(m))

@@ -222,3 +222,24 @@ def test_chunked_inference_equals_unchunked(monkeypatch, mode):
         whole = model(tokens, options=opts(model, mode)).logits
     assert torch.allclose(chunked, reference, atol=1e-10)
     assert torch.allclose(whole, reference, atol=1e-10)
+
+
+def test_the_identity_start_changes_only_fs_last_bias_and_starts_each_head_at_a_dot_product():
+    """generator_start='identity' (an implementation choice, docs/evidence.md): the same random stream as
+    the default start, with f's last bias at vec(I), so with the read-out silenced every m_i is I_d."""
+    import dataclasses
+
+    from damcha.model.transformer import build_model
+
+    cfg = ModelConfig(n_layer=2, n_head=4, n_embd=32)
+    uniform = build_model(cfg, seed=0).state_dict()
+    identity = build_model(dataclasses.replace(cfg, attention_options={"generator_start": "identity"}), seed=0)
+    changed = [k for k, v in identity.state_dict().items() if not torch.equal(v, uniform[k])]
+    assert changed == ["metric_source.generator.out.bias"]
+    generator = identity.metric_source.generator
+    assert torch.equal(generator.out.bias, torch.eye(32).flatten())
+    with torch.no_grad():
+        generator.out.weight.zero_()
+    m = generator.fused_row_sum(torch.randn(3, 32), "full")  # (3, H, d, d)
+    assert torch.equal(m, torch.eye(8).expand_as(m))
+    assert cfg.setting("generator_start") == "uniform"  # every shipped run's start

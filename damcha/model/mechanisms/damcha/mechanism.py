@@ -44,6 +44,10 @@ class Damcha(Mechanism):
                 "(an extension beyond the paper)", SCORE_FORMS, flat=True),
         Setting("generator_widths", tuple, (64, 128), "hidden widths of f (the paper: 256,512)", minimum=1, flat=True),
         Setting("generator_dropout", float, 0.0, "dropout inside f", minimum=0, flat=True),
+        Setting("generator_start", str, "uniform", "how f's last layer starts: nn.Linear's uniform start (every "
+                "shipped run; M(c) and each m_i start as small random numbers) or with its bias at M(c) = I, each head "
+                "a dot product on its slice like w/o f(x) (an implementation choice: the paper's start is not known)",
+                ("uniform", "identity")),
     )
 
     def build_layer(self, config, layer_index: int) -> nn.Module:

@@ -171,6 +171,9 @@ class MetricGenerator(nn.Module):
         widths = (D, *config.generator_widths)
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.out = nn.Linear(widths[-1], D * D)
+        if config.setting("generator_start") == "identity":  # after the default start: the same random stream
+            with torch.no_grad():
+                self.out.bias.copy_(torch.eye(D).flatten())  # (D*D,): M(c) = I + read-out, m_i = I_d + read-out
         self.n_head = config.n_head
         self.head_dim = config.head_dim
         self.dropout = config.generator_dropout
