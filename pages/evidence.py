@@ -82,7 +82,7 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
     kind = {BY_CONSTRUCTION: " Expected by construction, not evidence for the mechanism: "
-            + claim.get("by_construction", "")}
+            + (claim.get("by_construction") or "every comparison it would count is a construction check (below).")}
     seeds = f" {claim['seeds']} {samples_word(claim)}." if claim.get("seeds") else ""
     colour, words = verdict_words(claim)
     st.markdown(f"**Verdict:** :{colour}-badge[{words}]."
