@@ -24,6 +24,7 @@ def test_compare_mechanisms_draws_every_run_of_the_data_set(server, page, run): 
     titles = page.eval_on_selector_all(".js-plotly-plot .annotation-text", "els => els.map(e => e.textContent)")
     for name in siblings:  # a row of panels per run, named by its run
         assert any(t.startswith(f"{name} @") for t in titles), (name, titles[:6])
+    page.locator("[data-testid='stDataFrame']").first.wait_for(timeout=60_000)  # drawn after the panels
     assert page.locator("[data-testid='stDataFrame']").count() == 1  # the losses
     page.screenshot(path=str(ARTIFACTS / f"compare-{dataset}.png"), full_page=True)
 

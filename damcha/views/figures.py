@@ -788,7 +788,8 @@ def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence
         span = (max(known) - min(known)) or abs(max(known)) or 1.0
         fig.update_layout({f"{value}axis2": dict(title="paper (its data set)", overlaying=value,
                                                  side="top" if horizontal else "right", showgrid=False,
-                                                 range=[min(known) - 0.15 * span, max(known) + 0.15 * span])})
+                                                 range=[min(known) - 0.15 * span, max(known) + 0.15 * span],
+                                                 tickmode="auto", nticks=6, tickformat=".4g")})  # its own ticks, not synced to ours
     if zero_line:
         (fig.add_vline if horizontal else fig.add_hline)(0, line_dash="dot", line_color="grey")
     if horizontal:
