@@ -16,12 +16,12 @@ from damcha.evidence.statistics import (
     BY_CONSTRUCTION,
     CHECK_CONFIRMED,
     CONFIRMED,
+    FAMILY_ALPHA,
     LEARNED,
     NOT_CONFIRMED,
     SANITY_FAILED,
     claim_verdict,
     construction_outcome,
-    holm,
     holm_adjusted,
     mean_interval,
     paired_test,
@@ -54,8 +54,8 @@ def _interval(claim: Claim, metric: str, values) -> tuple[float, float, float]:
 
 
 def _against_trivial_baselines(claim: Claim, values: dict[str, list[dict]]) -> dict[str, tuple]:
-    """metric -> (best trivial baseline, its mean, the models no better than it, every model's mean) for
-    each compared metric with a trivial baseline."""
+    """metric -> (best trivial baseline, its mean, the models no better than it, the best model, every
+    arm's mean) for each compared metric with a trivial baseline."""
     baselines = [a.name for a in claim.arms if a.kind == "baseline"]
     models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
     best_of = min if claim.lower_is_better else max
@@ -66,18 +66,16 @@ def _against_trivial_baselines(claim: Claim, values: dict[str, list[dict]]) -> d
         if trivial and models:
             best_value, best = best_of(trivial)
             worse = [m for m in models if best_of(means[m], best_value) == best_value]
-            found[metric] = (best, best_value, worse, means)
+            found[metric] = (best, best_value, worse, best_of(models, key=lambda m: means[m]), means)
     return found
 
 
-def trivial_baseline_warnings(claim: Claim, values: dict[str, list[dict]]) -> list[str]:
+def trivial_baseline_warnings(against: dict[str, tuple]) -> list[str]:
     """One sentence per compared metric on which no model's mean beats the best trivial baseline (its
     comparisons leave the counted family), or else naming the models that are worse than it."""
     lines = []
-    models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
-    for metric, (best, best_value, worse, means) in _against_trivial_baselines(claim, values).items():
-        if len(worse) == len(models):
-            top = (min if claim.lower_is_better else max)(models, key=lambda m: means[m])
+    for metric, (best, best_value, worse, top, means) in against.items():
+        if top in worse:
             lines.append(f"No model beats the trivial baseline on {metric}: {best} {best_value:.4g}, the best model "
                          f"({top}) {means[top]:.4g}; a verdict on {metric} says little about attention, so its "
                          "comparisons are reported, not counted.")
@@ -86,13 +84,6 @@ def trivial_baseline_warnings(claim: Claim, values: dict[str, list[dict]]) -> li
                          + ", ".join(f"{m} {means[m]:.4g}" for m in worse)
                          + "; a comparison with these is one with models that miss a fill that needs no model.")
     return lines
-
-
-def unbeaten_metrics(claim: Claim, values: dict[str, list[dict]]) -> set[str]:
-    """The compared metrics on which no model beats the best trivial baseline."""
-    models = [a.name for a in claim.arms if a.kind not in ("baseline", "constant")]
-    return {metric for metric, (_, _, worse, _) in _against_trivial_baselines(claim, values).items()
-            if len(worse) == len(models)}
 
 
 def _comparison(claim: Claim, metric: str, by_arm: dict[str, list[float]], better: str, than: str) -> dict:
@@ -157,7 +148,9 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
             m, lo, hi = _interval(claim, metric, vs)
             details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
     groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
-    comparisons, unbeaten = [], unbeaten_metrics(claim, values)
+    against = _against_trivial_baselines(claim, values)
+    unbeaten = {metric for metric, (_, _, worse, top, _) in against.items() if top in worse}
+    comparisons = []
     for metric in claim.compared:
         by_arm = metric_values(claim, values, metric)
         for group in groups:
@@ -175,8 +168,8 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
         c.update(_papers_effect(claim, c))
     construction = _construction_checks(claim, comparisons)
     counted = [c for c in comparisons if c["counted"]]
-    for c, rejected, adjusted in zip(counted, holm([c["p"] for c in counted]), holm_adjusted([c["p"] for c in counted])):
-        c.update(holm_rejected=rejected, holm_p=adjusted)
+    for c, adjusted in zip(counted, holm_adjusted([c["p"] for c in counted])):
+        c.update(holm_rejected=adjusted <= FAMILY_ALPHA, holm_p=adjusted)
         c["reads"] = reading(c)
     verdict_, kind = claim_verdict(counted), BY_CONSTRUCTION if claim.by_construction else LEARNED
     if construction and not counted:  # every comparison the claim would count is fixed in advance
@@ -184,7 +177,7 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
         kind = BY_CONSTRUCTION
     result = {"summary": summary, "details": details, "comparisons": comparisons, "verdict": verdict_,
               "verdict_kind": kind, "construction_checks": construction,  # kinds apart in every tally
-              "by_construction": claim.by_construction, "trivial_baselines": trivial_baseline_warnings(claim, values),
+              "by_construction": claim.by_construction, "trivial_baselines": trivial_baseline_warnings(against),
               "sanity_failures": [], "sanity_caveats": []}
     if claim.sanity:  # the task must be learnable where it is easiest before its numbers are believed
         means = {r["arm"]: r["mean"] for r in summary}

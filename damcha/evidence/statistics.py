@@ -99,13 +99,7 @@ def verdict(gains) -> tuple[str, float, float, float]:
 
 def holm(p_values: list[float], alpha: float = FAMILY_ALPHA) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected at family-wise level alpha (NaN: never)."""
-    order = sorted(range(len(p_values)), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
-    rejected = [False] * len(p_values)
-    for rank, i in enumerate(order):
-        if math.isnan(p_values[i]) or p_values[i] > alpha / (len(p_values) - rank):
-            break
-        rejected[i] = True
-    return rejected
+    return [adjusted <= alpha for adjusted in holm_adjusted(p_values)]
 
 
 def equivalence_p(mean: float, sd: float, n: int, margin: float) -> float:
