@@ -7,7 +7,7 @@ from app.named_figures import show_epoch_figure
 from app.run_picker import each_run, listing
 from app.sharing import plain_text, shown_path, skipped_line
 from damcha.inputs.modalities import modality_named
-from damcha.views.display_units import final_validation_loss
+from damcha.views.display_units import final_validation_loss, test_loss
 
 st.title("DAMCHA Lab")
 st.markdown(
@@ -32,6 +32,9 @@ runs, bad, root = opened.runs, opened.skipped, opened.root
 
 def _data_line(run) -> str:
     d = run.data
+    if "split" in d:  # a data set that states its split (the benchmarks' standard splits)
+        standard = {True: "standard files: yes", False: "standard files: no"}.get(d.get("standard_files"), "")
+        return f"{plain_text(run.dataset)}: {plain_text(str(d['split']))}" + (f"; {standard}" if standard else "")
     if "bytes" in d:  # a byte corpus
         return f"{plain_text(run.dataset)}: {d['bytes']:,} bytes, the last {d['val_fraction']:.0%} for validation"
     return f"{plain_text(run.dataset)}: {d.get('n_train', '?')} train / {d.get('n_val', '?')} validation"
@@ -71,6 +74,7 @@ if run is not None:
             f"- **data** {_data_line(run)}; tokens are {modality_named(c.modality).title}\n"
             f"- **sizes** {c.n_layer} layers, {c.n_head} heads, width {c.n_embd}\n"
             f"- **parameters** {c.parameter_estimate():,}\n"
+            + (f"- **test** {test_loss(run)}, evaluated once after training\n" if run.test else "") +
             f"- **training** {run.train_config.get('epochs')} epochs, {run.train_config.get('optimizer')}, lr {run.train_config.get('lr')}\n"
             f"- **snapshots** {list(run.epochs)}"
         )

@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 
 from damcha.inputs.datasets import DataError, load_dataset
-from damcha.inputs.datasets.cifar import load_cifar_patches, read_cifar_batch
+from damcha.inputs.datasets.cifar import read_cifar_batch, read_cifar_folder
 from damcha.inputs.datasets.text import (
     CORPUS_FILE,
     CORPUS_SHA256,
     bundled_corpus,
     decode_bytes,
     encode_text,
-    load_enwik8,
-    load_text8,
     load_text_file,
 )
 from damcha.inputs.modalities.digit_image import DIGIT_START
@@ -57,17 +55,9 @@ def test_a_changed_or_missing_corpus_is_refused_by_its_checksum(tmp_path):
     assert hashlib.sha256(CORPUS_FILE.read_bytes()).hexdigest() == CORPUS_SHA256  # the shipped copy is intact
 
 
-def test_text_file_enwik8_and_text8(tmp_path):
+def test_text_file(tmp_path):
     (tmp_path / "t.txt").write_text("hello world. " * 100)
     assert load_text_file(tmp_path / "t.txt", 16).vocab_size == 256
-    (tmp_path / "enwik8").write_bytes(b"<mediawiki xmlns>" + b"<page>x</page>" * 200)
-    assert load_enwik8(tmp_path / "enwik8", 16).name == "enwik8"
-    (tmp_path / "text8").write_bytes(b" anarchism originated as a term " * 50)
-    assert load_text8(tmp_path / "text8", 16).name == "text8"
-    with pytest.raises(DataError, match="enwik8"):
-        load_enwik8(tmp_path / "text8", 16)
-    with pytest.raises(DataError, match="only a-z"):
-        load_text8(tmp_path / "enwik8", 16)
     with pytest.raises(DataError, match="no such file"):
         load_text_file(tmp_path / "missing.txt", 16)
     (tmp_path / "short.txt").write_text("hi")
@@ -91,19 +81,20 @@ def test_cifar_python_batches(tmp_path):
     images, labels = read_cifar_batch(d10 / "data_batch_1")
     assert images.shape == (6, 32, 32, 3) and labels.tolist() == list(range(6))
     assert images[0, 0, 0, 0] == batch[b"data"][0, 0] and images[0, 0, 0, 1] == batch[b"data"][0, 1024]
-    tr, trl, te, tel = load_cifar_patches(d10, "cifar10")
-    assert tr.shape == (6, 64, 48) and te.shape == (3, 64, 48) and 0 <= tr.min() and tr.max() <= 1
+    folder = read_cifar_folder(d10, "cifar10", nonstandard_ok=True)
+    assert folder.train_images.shape == (6, 32, 32, 3) and folder.test_images.shape == (3, 32, 32, 3)
+    assert not folder.standard and set(folder.md5) == {"data_batch_1", "test_batch"}
     np.testing.assert_allclose(cifar_patches(images)[0, 0, :3], images[0, 0, 0] / 255.0, rtol=1e-6)
     d100 = tmp_path / "cifar-100-python"
     d100.mkdir()
     _write_cifar(d100 / "train", fine=True)
     _write_cifar(d100 / "test", fine=True)
-    assert load_cifar_patches(d100, "cifar100")[0].shape == (6, 64, 48)
+    assert read_cifar_folder(d100, "cifar100", nonstandard_ok=True).train_images.shape == (6, 32, 32, 3)
 
 
 def test_cifar_errors_and_hostile_pickles(tmp_path):
     with pytest.raises(DataError, match="no such directory"):
-        load_cifar_patches(tmp_path / "nope")
+        read_cifar_folder(tmp_path / "nope")
     (tmp_path / "data_batch_1").write_bytes(b"not a pickle at all")
     with pytest.raises(DataError, match="not a CIFAR python batch"):
         read_cifar_batch(tmp_path / "data_batch_1")
@@ -144,14 +135,15 @@ def test_cifar_next_patch_training_end_to_end(tmp_path):
     (d / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=2))
     (d / "test_batch").write_bytes(pickle.dumps({b"data": smooth[:8].reshape(8, 3072), b"labels": list(range(8))}))
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,))
-    result = train(cfg, TrainConfig(dataset="cifar10", data_path=str(d), epochs=3, batch_size=8, lr=1e-2),
+    result = train(cfg, TrainConfig(dataset="cifar10", data_path=str(d), epochs=3, batch_size=8, lr=1e-2,
+                                    nonstandard_data=True),
                    tmp_path / "run", progress=False)
     rows = result.metrics
     assert rows[-1]["val_mse"] < rows[0]["val_mse"] and "val_nll" not in rows[-1]
     run = load_run(tmp_path / "run")
     assert run.model_config.input_dim == 48 and run.model_config.causal
     model = load_model(run)
-    ds = load_dataset("cifar10", str(d))
+    ds = load_dataset("cifar10", str(d), nonstandard_ok=True)
     rec = inspect_input(model, ds.val_inputs[0].numpy(), ds.val_targets[0].numpy())
     assert rec.metric.shape == (1, 64, 16, 16) and rec.token_loss.shape == (64,)
     with torch.no_grad():

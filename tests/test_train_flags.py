@@ -51,7 +51,8 @@ def test_a_saved_run_is_the_starting_point_and_flags_override_it():
     assert replaying
     assert model == dataclasses.replace(run.model_config, dropout=0.25)  # the attention and its settings kept
     saved = {k: tuple(v) if isinstance(v, list) else v for k, v in run.train_config.items()}
-    assert dataclasses.asdict(train) == {**saved, "epochs": 3}
+    added_since = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name not in saved}
+    assert dataclasses.asdict(train) == {**added_since, **saved, "epochs": 3}  # settings added since: their defaults
 
 
 def test_a_run_replays_from_the_command_line(tmp_path):

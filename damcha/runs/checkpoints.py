@@ -40,6 +40,7 @@ FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "training_state.safetensors"
+TEST_FILE = "test.json"  # the test split's metrics, evaluated once after the last epoch (data sets that have one)
 SNAPSHOT_RE = re.compile(r"^epoch_(\d{4,6})\.safetensors$")
 MAX_CONFIG_BYTES = 1_000_000
 MAX_METRICS_BYTES = 20_000_000  # ~100,000 epochs of rows
@@ -138,6 +139,8 @@ class Run:
     bad_snapshots: tuple[tuple[int, str], ...] = ()
     # The folder its files were fenced to when it was listed (symlinks may not leave it); None: unfenced.
     root: Path | None = None
+    # The test split's metrics ("test_…" and the epoch they are of), or None: no test split, or not reached.
+    test: dict | None = None
 
     @property
     def dataset(self) -> str:
@@ -193,6 +196,18 @@ def read_metrics(run_dir: Path, root: Path | None = None) -> list[dict]:
                 raise CheckpointError(f"{path}: line {i}, '{key[:60]}' is a {type(value).__name__}, not a number")
         rows.append(row)
     return rows
+
+
+def read_test(run_dir: Path, root: Path | None = None) -> dict | None:
+    """test.json: an object of numbers with the epoch it was evaluated at, or None when absent."""
+    path = Path(run_dir) / TEST_FILE
+    if not os.path.lexists(path):
+        return None
+    row = read_json(path, MAX_CONFIG_BYTES, root, "test metrics")
+    if not (isinstance(row, dict) and isinstance(row.get("epoch"), int)
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in row.values())):
+        raise CheckpointError(f"{path}: not the test split's metrics (expected an object of numbers with its epoch)")
+    return row
 
 
 # The config entries the app and the CLI read, with their type and range; anything else in the
@@ -268,7 +283,7 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
     if not epochs:
         raise CheckpointError(f"{run_dir}: no readable snapshot ({bad[0][1]})")
     return Run(run_dir, run_dir.name, model_config, cfg.get("train", {}), cfg.get("data", {}),
-               tuple(epochs), tuple(read_metrics(run_dir, root)), cfg, tuple(bad), root)
+               tuple(epochs), tuple(read_metrics(run_dir, root)), cfg, tuple(bad), root, read_test(run_dir, root))
 
 
 @dataclass(frozen=True)
@@ -426,7 +441,8 @@ def load_model(run: Run | str | Path, epoch: int | None = None, device: str | to
     return model.to(device).eval().requires_grad_(False)
 
 
-RUN_FILES = re.compile(rf"^({SNAPSHOT_RE.pattern[1:-1]}|{re.escape(METRICS_FILE)}|{re.escape(STATE_FILE)})$")
+RUN_FILES = re.compile(rf"^({SNAPSHOT_RE.pattern[1:-1]}|{re.escape(METRICS_FILE)}|{re.escape(STATE_FILE)}|"
+                       rf"{re.escape(TEST_FILE)})$")
 
 
 def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:

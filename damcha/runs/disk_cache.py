@@ -19,18 +19,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from platformdirs import user_cache_dir
-
+from damcha.inputs.cache_folder import cache_folder
 from damcha.runs.checkpoints import Run, write_text_atomic
 from damcha.runs.files import file_sha256
 
 DEFAULT_CACHE_MB = 512
 SHIPPED_FOLDER = "derived"  # a run's entries computed when it was made, shipped in its folder
 MAX_SHIPPED_BYTES = 64 * 2**20
-
-
-def cache_folder() -> Path:
-    return Path(os.environ.get("DAMCHA_CACHE") or user_cache_dir("damcha-lab", appauthor=False))
 
 
 def cache_limit_bytes() -> int:

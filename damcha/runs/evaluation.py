@@ -128,6 +128,13 @@ def validation_tensors(data: DataSet, val_windows: int) -> tuple[torch.Tensor, t
     return data.val_inputs, data.val_targets
 
 
+def test_tensors(data: DataSet) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole test split: every non-overlapping window of a corpus's test bytes, every test sample."""
+    if data.test_stream is not None:
+        return fixed_val_windows(data.test_stream, data.block_size, len(data.test_stream))
+    return data.test_inputs, data.test_targets
+
+
 def train_subset(data: DataSet, val_windows: int, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed slice of the training data, evaluated like validation for the train-loss curve."""
     if data.stream:
@@ -135,20 +142,32 @@ def train_subset(data: DataSet, val_windows: int, n: int = 512) -> tuple[torch.T
     return data.train_inputs[:n], data.train_targets[:n]
 
 
-def validation_metrics(model: Transformer, data: DataSet, tcfg, options: ForwardOptions | None = None) -> dict:
-    """Validation loss, bits, accuracy and completion error (mean, q25, q75) under `options`."""
-    vx, vy = validation_tensors(data, tcfg.val_windows)
-    val = evaluate(model, vx, vy, options=options)
+def held_out_metrics(model: Transformer, data: DataSet, tcfg, inputs: torch.Tensor, targets: torch.Tensor,
+                     prefix: str, options: ForwardOptions | None = None) -> dict:
+    """Loss, bits, accuracy and completion error (mean, q25, q75) of held-out inputs, each key
+    prefixed ("val", "test")."""
+    loss = evaluate(model, inputs, targets, options=options)
     if data.task == "next_vector":  # a squared error, not a likelihood: no bits
         n = tcfg.completion_images
-        return {"val_mse": val["nll"], **completion_statistics(patch_completion_errors(model, vx[:n], vy[:n], options))}
-    row = {"val_nll": val["nll"], f"val_bits_per_{data.unit}": val["nll"] / math.log(2)}
-    if "accuracy" in val:
-        row["val_accuracy"] = val["accuracy"]
-    if completes_tokens(data.modality, data.task):
-        row.update(completion_statistics(digit_completion_errors(
-            model, data.val_inputs, data.val_targets, tcfg.completion_images, tcfg.completion_samples, options)))
-    return row
+        row = {"mse": loss["nll"], **completion_statistics(patch_completion_errors(model, inputs[:n], targets[:n], options))}
+    else:
+        row = {"nll": loss["nll"], f"bits_per_{data.unit}": loss["nll"] / math.log(2)}
+        if "accuracy" in loss:
+            row["accuracy"] = loss["accuracy"]
+        if completes_tokens(data.modality, data.task):
+            row.update(completion_statistics(digit_completion_errors(
+                model, inputs, targets, tcfg.completion_images, tcfg.completion_samples, options)))
+    return {f"{prefix}_{k.removeprefix('val_')}": v for k, v in row.items()}  # completion keys come as val_
+
+
+def validation_metrics(model: Transformer, data: DataSet, tcfg, options: ForwardOptions | None = None) -> dict:
+    """Validation loss, bits, accuracy and completion error (mean, q25, q75) under `options`."""
+    return held_out_metrics(model, data, tcfg, *validation_tensors(data, tcfg.val_windows), "val", options)
+
+
+def test_metrics(model: Transformer, data: DataSet, tcfg) -> dict:
+    """The test split's metrics (keys "test_…"), evaluated once, after the last epoch."""
+    return held_out_metrics(model, data, tcfg, *test_tensors(data), "test")
 
 
 def evaluate_epoch(model: Transformer, data: DataSet, tcfg) -> dict:

@@ -31,6 +31,7 @@ from damcha.runs.checkpoints import (
     FORMAT_VERSION,
     METRICS_FILE,
     STATE_FILE,
+    TEST_FILE,
     CheckpointError,
     load_training_state,
     read_metrics,
@@ -39,7 +40,7 @@ from damcha.runs.checkpoints import (
     save_training_state,
     write_text_atomic,
 )
-from damcha.runs.evaluation import evaluate_epoch
+from damcha.runs.evaluation import evaluate_epoch, test_metrics
 
 OPTIMIZERS = ("adam", "adamw")  # adam: the paper's
 SCHEDULES = ("cosine", "constant")
@@ -69,6 +70,7 @@ class TrainConfig:
     completion_images: int = 64  # digits: validation images used for the completion error
     completion_samples: int = 4  # digits: samples per image averaged into the expected completion
     train_limit: int = 0  # > 0: train on the first N training samples only (smoke tests)
+    nonstandard_data: bool = False  # accept a data file whose checksums differ from the published ones
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
@@ -82,6 +84,9 @@ class TrainConfig:
     def snapshots(self) -> tuple[int, ...]:
         chosen = set(self.snapshot_epochs or default_snapshot_epochs(self.epochs))
         return tuple(sorted(e for e in chosen | {0, self.epochs} if 0 <= e <= self.epochs))
+
+
+TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if not isinstance(f.default, tuple)}
 
 
 def default_snapshot_epochs(epochs: int, n: int = 7) -> tuple[int, ...]:
@@ -177,7 +182,7 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     progress = progress and proc.main
     if proc.main:
         remove_stale_temp_files(out)
-    data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed)
+    data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed, tcfg.nonstandard_data)
     if tcfg.train_limit and not data.stream:
         data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
     mcfg = model_config_for(data, model_config)
@@ -194,6 +199,8 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     if config_path.exists():
         existing = json.loads(config_path.read_text())
         fresh = json.loads(json.dumps(config))
+        if isinstance(existing.get("train"), dict):  # a setting added since the run was saved: its default then
+            existing["train"] = {**TRAIN_DEFAULTS, **existing["train"]}
         if any(existing.get(k) != fresh[k] for k in ("model", "train", "data")):
             raise CheckpointError(f"{out}: holds a different run (config differs); choose another output directory")
         done = read_metrics(out)
@@ -255,6 +262,8 @@ def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux
         row["train_aux_loss_running"] = running_aux
     if epoch in snapshots:
         save_snapshot(out, epoch, model)
+    if epoch == tcfg.epochs and data.has_test:  # written before the last row: a complete run has its test
+        write_text_atomic(out / TEST_FILE, json.dumps({"epoch": epoch, **test_metrics(model, data, tcfg)}, indent=2))
     write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
     save_training_state(out, model, opt, epoch, step)
     if progress and data.task == "next_vector":

@@ -39,6 +39,8 @@ HELP = {
     "completion_images": "digits: validation images whose bottom half is completed every epoch",
     "completion_samples": "digits: samples per image averaged into the expected completion",
     "train_limit": "> 0: train on the first N training samples only (smoke tests)",
+    "nonstandard_data": "train on a data file whose checksums differ from the published ones (enwik8, text8, "
+                        "CIFAR); the run records standard_files: false",
 }
 CHOICES = {"dataset": DATA_SETS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "precision": PRECISIONS}
 
@@ -60,6 +62,10 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per field (`--batch-size` for batch_size), its type, choices and default the field's.
     Flags not given are absent from the parsed namespace, so a replayed run's values stay."""
     for _, f in flag_fields():
+        if f.type == "bool":  # --name / --no-name
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=argparse.SUPPRESS, help=f"{HELP[f.name]} (default: {'on' if f.default else 'off'})")
+            continue
         if f.type not in PARSERS:
             raise TypeError(f"the train command has no parser for {f.name}'s type {f.type}")
         shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default

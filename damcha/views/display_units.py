@@ -49,6 +49,15 @@ class LossUnit:
                  for k, v in row.items()} for row in rows]
 
 
+def test_loss(run) -> str:
+    """A run's test-split loss with its unit and the epoch it is of, or "—" (no test split, or not
+    reached): evaluated once, after the last epoch."""
+    test = run.test or {}
+    unit = LossUnit.of(run.model_config)
+    value = test.get("test_mse" if run.model_config.input_dim else "test_nll")
+    return "—" if value is None else f"{unit.text(value)} {unit.label} (epoch {test['epoch']})"
+
+
 def final_validation_loss(run) -> str:
     """A run's validation loss at its last logged epoch with its unit ("—" when none was logged):
     runs of different units share the Home table, so each cell names its own."""

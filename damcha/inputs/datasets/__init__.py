@@ -7,10 +7,10 @@ outside its module asks its name (see docs/extending.md, "Adding a data set").
 
 from __future__ import annotations
 
-from damcha.inputs.datasets import cifar, digits, sample_images, text
+from damcha.inputs.datasets import benchmark_corpora, cifar, digits, sample_images, text
 from damcha.inputs.datasets.base import TASKS, DataError, DataSet, DataSetSpec, fixed_val_windows, windows
 
-DATA_SET_MODULES = (digits, text, cifar, sample_images)
+DATA_SET_MODULES = (digits, text, benchmark_corpora, cifar, sample_images)
 DATA_SETS: dict[str, DataSetSpec] = {s.name: s for module in DATA_SET_MODULES for s in module.SPECS}
 
 __all__ = ["DATA_SETS", "TASKS", "DataError", "DataSet", "DataSetSpec", "bundled", "data_set_spec",
@@ -42,11 +42,17 @@ def modality_of_dataset(name: str) -> str:
     return DATA_SETS[name].modality if name in DATA_SETS else "tokens"
 
 
-def load_dataset(name: str, path: str | None = None, block_size: int = 128, split_seed: int = 0) -> DataSet:
-    """A registered data set, its modality (and so its loss unit) stamped from its declaration."""
+def load_dataset(name: str, path: str | None = None, block_size: int = 128, split_seed: int = 0,
+                 nonstandard_ok: bool = False) -> DataSet:
+    """A registered data set, its modality (and so its loss unit) stamped from its declaration.
+    nonstandard_ok: a data set checked against published files (`spec.published`) accepts a copy
+    that differs (recorded as `standard_files: false`) instead of refusing it."""
     spec = data_set_spec(name)
     if spec.needs_path and not path:
         raise DataError(f"data set {name!r} needs --data-path to {spec.needs_path}")
-    data = spec.load(path, block_size, split_seed)
+    if spec.published:
+        data = spec.load(path, block_size, split_seed, nonstandard_ok=nonstandard_ok)
+    else:
+        data = spec.load(path, block_size, split_seed)
     data.modality = spec.modality
     return data

@@ -2,9 +2,11 @@
 
 A DataSet holds model-ready tensors:
   next_token: inputs (N, T) and targets (N, T) next tokens, or a long byte stream (`train_stream`,
-    `val_stream`) that `windows` cuts into training sequences;
+    `val_stream`, uint8 or int64, possibly memory-mapped) that `windows` cuts into sequences;
   classification: inputs (N, T) and targets (N,) class ids;
   next_vector: inputs (N, T, F) and targets (N, T, F) continuous vectors.
+A data set may also hold a test split (`test_inputs`/`test_targets` or `test_stream`): training
+never looks at it; it is evaluated once, after the last epoch, and recorded apart (test.json).
 Everything loads from the Python install or a local path; nothing downloads.
 """
 
@@ -35,8 +37,11 @@ class DataSet:
     train_targets: torch.Tensor | None = None
     val_inputs: torch.Tensor | None = None
     val_targets: torch.Tensor | None = None
-    train_stream: torch.Tensor | None = None  # a corpus: (N,) uint8 bytes as int64
+    train_stream: torch.Tensor | None = None  # a corpus: (N,) bytes (uint8, or int64)
     val_stream: torch.Tensor | None = None
+    test_inputs: torch.Tensor | None = None  # the held-out test split: evaluated once, after training
+    test_targets: torch.Tensor | None = None
+    test_stream: torch.Tensor | None = None
     n_classes: int = 0
     val_labels: np.ndarray | None = None  # class of each validation sample (for per-class views)
     split: dict = field(default_factory=dict)  # how the split was made: recorded in the run config
@@ -46,6 +51,10 @@ class DataSet:
     def unit(self) -> str:
         """What one loss term is about ("bits per <unit>"), as the modality says for the task."""
         return MODALITIES[self.modality].loss_unit(self.task)
+
+    @property
+    def has_test(self) -> bool:
+        return self.test_stream is not None or self.test_inputs is not None
 
     @property
     def stream(self) -> bool:
@@ -72,6 +81,7 @@ class DataSetSpec:
     bundled: bool = False
     needs_path: str = ""
     demo_train: dict = field(default_factory=dict)
+    published: str = ""
 
     def __post_init__(self):
         if self.modality not in MODALITIES:
@@ -87,7 +97,7 @@ class DataSetSpec:
 def windows(stream: torch.Tensor, block_size: int, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences of block_size tokens and their next tokens, starting at `starts`."""
     offsets = torch.arange(block_size + 1)  # (T+1,)
-    chunk = stream[starts[:, None] + offsets]  # (N, T+1)
+    chunk = stream[starts[:, None] + offsets].long()  # (N, T+1): only these bytes are read from a mapped file
     return chunk[:, :-1], chunk[:, 1:]
 
 

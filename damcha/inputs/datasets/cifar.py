@@ -1,15 +1,18 @@
-"""CIFAR-10/100 from their python batches (read without unpickling code), as next-patch sequences."""
+"""CIFAR-10/100 from their python batches (read without unpickling code, checked against the
+published MD5s), as next-patch sequences on the standard split."""
 
 from __future__ import annotations
 
 import io
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
-from damcha.inputs.modalities.image_patches import cifar_patches, next_patch_sequences
+from damcha.inputs.datasets.checksums import PublishedFile, check_standard, file_digests
+from damcha.inputs.datasets.image_sets import array_store, image_dataset
 
 
 class _ArrayOnlyUnpickler(pickle.Unpickler):
@@ -50,39 +53,68 @@ def read_cifar_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), np.asarray(labels, dtype=np.int64)
 
 
-def load_cifar_patches(directory: str | Path, which: str = "cifar10") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """CIFAR-10/100 folder -> (train patches, train labels, test patches, test labels) for next-patch MSE."""
+# The files of the published python versions and their MD5s, as www.cs.toronto.edu/~kriz/cifar.html
+# publishes them (the same lists torchvision checks).
+KRIZHEVSKY = "www.cs.toronto.edu/~kriz/cifar.html"
+PUBLISHED = {
+    "cifar10": ({f"data_batch_{i}": md5 for i, md5 in enumerate(
+        ("c99cafc152244af753f735de768cd75f", "d4bba439e000b95fd0a9bffe97cbabec", "54ebc095f3ab1f0389bbae665268c751",
+         "634d18415352ddfa80567beed471001a", "482c414d41f54cd18b22e5b47cb7c3cb"), 1)},
+                {"test_batch": "40351d587109b95175f43aff81a1287e"}),
+    "cifar100": ({"train": "16019d7e3df5f24257cddd939b257f8d"}, {"test": "f0ef6b0ae62326f3e7ffdfab6717acfc"}),
+}
+@dataclass
+class CifarFolder:
+    """The images of a CIFAR python-batches folder and whether they are the published files."""
+
+    train_images: np.ndarray  # (N, 32, 32, 3) uint8
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    standard: bool
+    md5: dict
+
+
+def read_cifar_folder(directory: str | Path, which: str = "cifar10", nonstandard_ok: bool = False) -> CifarFolder:
+    """A CIFAR-10/100 folder, every batch file checked against its published MD5: a missing, truncated
+    or altered file is refused in words unless nonstandard_ok (then the folder is not standard)."""
     d = Path(directory)
     if not d.is_dir():
         raise DataError(f"{d}: no such directory (expected the extracted cifar-10-batches-py or cifar-100-python folder)")
-    names = ([f"data_batch_{i}" for i in range(1, 6)], ["test_batch"]) if which == "cifar10" else (["train"], ["test"])
-    out = []
-    for group in names:
-        found = [d / n for n in group if (d / n).is_file()]
-        if not found:
-            raise DataError(f"{d}: missing {', '.join(group)} (expected the {which} python batches)")
-        parts = [read_cifar_batch(f) for f in found]
-        out.append((cifar_patches(np.concatenate([p[0] for p in parts])), np.concatenate([p[1] for p in parts])))
-    return out[0][0], out[0][1], out[1][0], out[1][1]
+    standard, md5, parts = True, {}, []
+    for group in PUBLISHED[which]:
+        found = [n for n in group if (d / n).is_file()]
+        missing = [n for n in group if n not in found]
+        if not found or (missing and not nonstandard_ok):
+            raise DataError(f"{d}: missing {', '.join(missing)} (expected the {which} python batches"
+                            + ("; pass --nonstandard-data to train on the batches present)" if found else ")"))
+        standard &= not missing
+        for name in found:
+            digests = file_digests(d / name)
+            md5[name] = digests["md5"]
+            standard &= check_standard(str(d / name), digests, PublishedFile(f"{which} {name}", KRIZHEVSKY, md5=group[name]),
+                                       nonstandard_ok)
+        images = [read_cifar_batch(d / n) for n in found]
+        parts.append((np.concatenate([i for i, _ in images]), np.concatenate([label for _, label in images])))
+    (train, train_labels), (test, test_labels) = parts
+    return CifarFolder(train, train_labels, test, test_labels, standard, md5)
 
 
-CIFAR_VAL_IMAGES = 2000  # validation: the first images of the test batch (evaluated every epoch)
-
-
-def cifar_dataset(name: str, directory: str | Path) -> DataSet:
+def cifar_dataset(name: str, directory: str | Path, split_seed: int = 0, nonstandard_ok: bool = False) -> DataSet:
     """Next-patch prediction like the paper: 64 patches of 4x4x3 per image in raster order; the
-    model reads a zero start vector then patches 0..62 and predicts patches 0..63 (MSE)."""
-    train, train_labels, test, test_labels = load_cifar_patches(directory, name)
-    test, test_labels = test[:CIFAR_VAL_IMAGES], test_labels[:CIFAR_VAL_IMAGES]
-
-    train_x, train_y = next_patch_sequences(train)
-    val_x, val_y = next_patch_sequences(test)
-    split = {"source": str(directory), "n_train": len(train), "n_val": len(test), "val": f"first {len(test)} test images"}
-    return DataSet(name, "next_vector", 0, 64, train_x, train_y, val_x, val_y, val_labels=test_labels, split=split)
+    model reads a zero start vector then patches 0..62 and predicts patches 0..63 (MSE). The
+    standard split: 5,000 validation images carved from the 50,000 training images with the split
+    seed, the test batch evaluated once, after the last epoch. Images stay uint8 (150 MB for
+    CIFAR-10; its float patches would take 1.2 GB) and become patches batch by batch."""
+    folder = read_cifar_folder(directory, name, nonstandard_ok)
+    return image_dataset(name, array_store(folder.train_images, folder.train_labels), split_seed,
+                         {"source": str(directory), "standard_files": folder.standard, "md5": folder.md5},
+                         test=array_store(folder.test_images, folder.test_labels))
 
 
 SPECS = tuple(
     DataSetSpec(name, name.upper().replace("CIFAR", "CIFAR-"), "image_patches", "next_vector",
-                lambda path, block_size, seed, name=name: cifar_dataset(name, path),
-                needs_path="the extracted python-batches folder")
+                lambda path, block_size, seed, nonstandard_ok=False, name=name: cifar_dataset(name, path, seed, nonstandard_ok),
+                needs_path="the extracted python-batches folder",
+                published=f"the {name} python batches' MD5s ({KRIZHEVSKY})")
     for name in ("cifar10", "cifar100"))

@@ -1,4 +1,4 @@
-"""Text as UTF-8 bytes: the bundled corpus, any text file, enwik8 and text8 (local files)."""
+"""Text as UTF-8 bytes: the bundled corpus and any text file (enwik8 and text8: benchmark_corpora)."""
 
 from __future__ import annotations
 
@@ -52,29 +52,6 @@ def load_text_file(path: str | Path, block_size: int, name: str = "textfile", va
     return corpus_dataset(name, p.read_bytes(), block_size, val_fraction, str(p))
 
 
-def load_enwik8(path: str | Path, block_size: int) -> DataSet:
-    """enwik8: the first 10^8 bytes of Wikipedia XML; standard split 90M / 5M / 5M (we validate on the last 5%)."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such file (expected the enwik8 file: raw bytes of the Wikipedia dump)")
-    data = p.read_bytes()
-    if not data.lstrip().startswith(b"<mediawiki"):
-        raise DataError(f"{p}: does not look like enwik8 (expected it to start with '<mediawiki')")
-    return corpus_dataset("enwik8", data, block_size, 0.05, str(p))
-
-
-def load_text8(path: str | Path, block_size: int) -> DataSet:
-    """text8: lowercase a-z and spaces only; standard split 90M / 5M / 5M."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such file (expected the text8 file: lowercase letters and spaces)")
-    data = p.read_bytes()
-    bad = set(data) - set(b"abcdefghijklmnopqrstuvwxyz ")
-    if bad:
-        raise DataError(f"{p}: not text8 (expected only a-z and spaces, found byte {min(bad)!r})")
-    return corpus_dataset("text8", data, block_size, 0.05, str(p))
-
-
 def encode_text(text: str | bytes) -> np.ndarray:
     """Text -> byte tokens (UTF-8)."""
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -98,8 +75,4 @@ SPECS = (
                 lambda path, block_size, seed: bundled_text(block_size), bundled=True, demo_train=TEXT_DEMO),
     DataSetSpec("textfile", "a text file of yours", "byte_text", "next_token",
                 lambda path, block_size, seed: load_text_file(path, block_size), needs_path="a local text file"),
-    DataSetSpec("enwik8", "enwik8", "byte_text", "next_token",
-                lambda path, block_size, seed: load_enwik8(path, block_size), needs_path="the enwik8 file"),
-    DataSetSpec("text8", "text8", "byte_text", "next_token",
-                lambda path, block_size, seed: load_text8(path, block_size), needs_path="the text8 file"),
 )

@@ -1,0 +1,88 @@
+"""What every image data set shares: a store of images read by index, a validation split carved
+from the training images with the split seed, and next-patch rows made batch by batch.
+
+A store holds images compactly (a uint8 array, an Arrow column of encoded images, image files)
+and decodes only the rows a batch asks for, so memory is bounded by the batch, not the data set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from damcha.inputs.datasets.base import DataError, DataSet
+from damcha.inputs.datasets.lazy_rows import LazyRows
+from damcha.inputs.modalities.image_patches import cifar_patches, next_patch_sequences
+from damcha.inputs.uploads import InputError, photo_from_bytes
+
+SIDE = 32  # the paper's images: 32x32, 64 patches of 4x4x3
+MAX_CARVED_VAL = 5000  # CIFAR's 50,000 training images -> 45,000 train / 5,000 validation
+
+
+@dataclass(frozen=True)
+class ImageStore:
+    """n images; `read(idx)` gives them as (len(idx), 32, 32, 3) uint8; labels (n,) or None."""
+
+    n: int
+    read: Callable[[np.ndarray], np.ndarray]
+    labels: np.ndarray | None = None
+
+    def subset(self, idx: np.ndarray) -> ImageStore:
+        idx = np.asarray(idx, dtype=np.int64)
+        return ImageStore(len(idx), lambda i: self.read(idx[i]),
+                          None if self.labels is None else self.labels[idx])
+
+
+def array_store(images: np.ndarray, labels: np.ndarray | None = None) -> ImageStore:
+    return ImageStore(len(images), lambda idx: images[idx], labels)
+
+
+def encoded_image(data: bytes, where: str) -> np.ndarray:
+    """One encoded image (PNG, JPEG…) as the paper's 32x32 RGB, the way uploads are made."""
+    try:
+        return photo_from_bytes(data, SIDE).image
+    except InputError as e:
+        raise DataError(f"{where}: {e}") from None
+
+
+def carve_validation(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) indices: a tenth of the training images, at most 5,000, drawn with the seed."""
+    n_val = max(1, min(MAX_CARVED_VAL, n // 10))
+    if n - n_val < 1:
+        raise DataError(f"{n} training image(s) leave none to train on after the validation images")
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def next_patch_rows(store: ImageStore) -> tuple[LazyRows, LazyRows]:
+    """Inputs (a zero start vector, patches 0..62) and targets (patches 0..63), made per batch."""
+    def inputs(idx):
+        return next_patch_sequences(cifar_patches(store.read(idx)))[0]
+
+    def targets(idx):
+        return torch.from_numpy(cifar_patches(store.read(idx)))
+
+    return LazyRows(store.n, (64, 48), inputs), LazyRows(store.n, (64, 48), targets)
+
+
+def image_dataset(name: str, train: ImageStore, split_seed: int, split: dict, val: ImageStore | None = None,
+                  test: ImageStore | None = None) -> DataSet:
+    """Next-patch prediction over the stores: validation given, or carved from train with the seed
+    (and made now: it is evaluated every epoch); train and test made batch by batch."""
+    if val is None:
+        train_idx, val_idx = carve_validation(train.n, split_seed)
+        train, val = train.subset(train_idx), train.subset(val_idx)
+        carved = f"{val.n:,} validation images carved from the training images with split seed {split_seed}"
+    else:
+        carved = f"{val.n:,} validation images (the validation split)"
+    val_x, val_y = next_patch_sequences(cifar_patches(val.read(np.arange(val.n))))
+    train_x, train_y = next_patch_rows(train)
+    test_x, test_y = next_patch_rows(test) if test is not None else (None, None)
+    tested = f", {test.n:,} test images (evaluated once, after training)" if test is not None else ", no test split"
+    split = {**split, "seed": split_seed, "n_train": train.n, "n_val": val.n, "n_test": test.n if test else 0,
+             "split": f"{train.n:,} training images, {carved}{tested}"}
+    return DataSet(name, "next_vector", 0, 64, train_x, train_y, val_x, val_y, val_labels=val.labels,
+                   test_inputs=test_x, test_targets=test_y, split=split)
