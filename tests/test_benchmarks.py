@@ -79,3 +79,14 @@ def test_the_generator_probe_starts_f_where_it_says_and_runs(tmp_path):
                              "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert len(json.loads(out.read_text())) == 8 and "above 0.5" in result.stdout
+
+
+def test_the_data_readers_benchmark_reads_every_format(tmp_path):
+    """Only that each reader reads all of its generated file and a figure comes back; no test asserts memory."""
+    out = tmp_path / "readers.json"
+    result = subprocess.run([sys.executable, "benchmarks/data_readers.py", "--mb", "2", "--json", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = {r["case"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"naive", "enwik8", "enwik8.zip", "parquet-text", "parquet-images", "cifar10"}
+    assert rows["enwik8"]["rows"] == rows["enwik8.zip"]["rows"] > 0 and rows["parquet-images"]["rows"] > 0

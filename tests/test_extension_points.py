@@ -3,6 +3,7 @@ own module asks its name, every declaration is complete, and the documented exam
 set registers, trains and is inspected in the app."""
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +110,7 @@ def test_every_data_set_declares_a_registered_modality_and_task(name):
     assert spec.bundled != bool(spec.needs_path), "a data set either ships or needs the user's path"
     assert spec.unit == MODALITIES[spec.modality].loss_unit(spec.task)
     if spec.needs_path:
-        with pytest.raises(DataError, match=f"needs --data-path to {spec.needs_path}"):
+        with pytest.raises(DataError, match=re.escape(f"needs --data-path to {spec.needs_path}")):
             load_dataset(name)
 
 

@@ -7,10 +7,18 @@ outside its module asks its name (see docs/extending.md, "Adding a data set").
 
 from __future__ import annotations
 
-from damcha.inputs.datasets import benchmark_corpora, cifar, digits, sample_images, text
+from damcha.inputs.datasets import (
+    benchmark_corpora,
+    cifar,
+    digits,
+    image_folder,
+    parquet_sets,
+    sample_images,
+    text,
+)
 from damcha.inputs.datasets.base import TASKS, DataError, DataSet, DataSetSpec, fixed_val_windows, windows
 
-DATA_SET_MODULES = (digits, text, benchmark_corpora, cifar, sample_images)
+DATA_SET_MODULES = (digits, text, benchmark_corpora, cifar, sample_images, parquet_sets, image_folder)
 DATA_SETS: dict[str, DataSetSpec] = {s.name: s for module in DATA_SET_MODULES for s in module.SPECS}
 
 __all__ = ["DATA_SETS", "TASKS", "DataError", "DataSet", "DataSetSpec", "bundled", "data_set_spec",

@@ -70,15 +70,15 @@ def next_patch_rows(store: ImageStore) -> tuple[LazyRows, LazyRows]:
 
 def image_dataset(name: str, train: ImageStore, split_seed: int, split: dict, val: ImageStore | None = None,
                   test: ImageStore | None = None) -> DataSet:
-    """Next-patch prediction over the stores: validation given, or carved from train with the seed
-    (and made now: it is evaluated every epoch); train and test made batch by batch."""
+    """Next-patch prediction over the stores: validation given, or carved from train with the seed;
+    every split's rows made batch by batch."""
     if val is None:
         train_idx, val_idx = carve_validation(train.n, split_seed)
         train, val = train.subset(train_idx), train.subset(val_idx)
         carved = f"{val.n:,} validation images carved from the training images with split seed {split_seed}"
     else:
         carved = f"{val.n:,} validation images (the validation split)"
-    val_x, val_y = next_patch_sequences(cifar_patches(val.read(np.arange(val.n))))
+    val_x, val_y = next_patch_rows(val)
     train_x, train_y = next_patch_rows(train)
     test_x, test_y = next_patch_rows(test) if test is not None else (None, None)
     tested = f", {test.n:,} test images (evaluated once, after training)" if test is not None else ", no test split"

@@ -29,6 +29,8 @@ class LazyRows:
         return 1 + len(self._row_shape)
 
     def __getitem__(self, index) -> torch.Tensor:
+        if isinstance(index, tuple):  # rows first, then the rest within them: rows[i, 0]
+            return self[index[0]][(slice(None), *index[1:]) if not isinstance(index[0], int | np.integer) else index[1:]]
         if isinstance(index, int | np.integer):
             return self._make(np.arange(self._n)[[index]])[0]
         if isinstance(index, slice):
@@ -38,3 +40,7 @@ class LazyRows:
     def numpy(self) -> np.ndarray:
         """Every row at once (small splits only: this is what the lazy store avoids)."""
         return self[:].numpy()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        rows = self.numpy()
+        return rows if dtype is None else rows.astype(dtype)
