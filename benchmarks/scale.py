@@ -7,10 +7,13 @@
    viewed position, one layer's attention), the sequence profile at every position, and a forward
    pass; time and peak memory, each model measured in a fresh process (CPU: the peak of malloc's
    bytes in use over the level before; CUDA: torch's peak allocation).
-2. Training throughput with 1 and 2 Gloo processes under torchrun (tokens/s, both models).
+2. Training throughput with 1 and 2 Gloo processes under torchrun (tokens/s, both models), and on
+   2 processes FSDP2 (--strategy fsdp) against DDP.
 3. bf16 autocast against fp32: the training step's time ratio and the largest loss difference
    over a few steps from the same weights.
 4. One training step of the paper-sized model at T=1024 (fp32; on CUDA also bf16 and compiled).
+5. Activation checkpointing at T=1024: the training step's peak memory and time with and without it
+   (on the CPU at width 128, two layers; on CUDA at the paper's size), each in a fresh process.
 --quick shrinks every size (it checks the script runs; its numbers mean nothing).
 """
 
@@ -102,24 +105,92 @@ def inspection_cases(quick: bool, device: str, repeats: int) -> list[dict]:
 
 
 def ddp_cases(quick: bool) -> list[dict]:
-    """tokens/s of training with torchrun (Gloo, CPU) on 1 and 2 processes, same global batch."""
+    """tokens/s of training with torchrun (Gloo, CPU) on 1 and 2 processes, same global batch; and
+    on 2 processes, FSDP2 against DDP."""
     rows = []
     steps, T, batch = (2, 32, 8) if quick else (20, 128, 32)
     for variant in ("damcha", "mha"):
         rates = {}
-        for nproc in (1, 2):
+        for nproc, strategy in ((1, "ddp"), (2, "ddp"), (2, "fsdp")):
             with tempfile.TemporaryDirectory() as out:
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                        "-m", "damcha", "train", "--dataset", "text", "--block-size", str(T), "--variant", variant,
                        "--n-layer", "2", "--n-head", "4", "--n-embd", "64", "--generator-widths", "64,128",
                        "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size", str(batch),
-                       "--val-windows", "8", "--device", "cpu", "--out", out]
+                       "--val-windows", "8", "--device", "cpu", "--strategy", strategy, "--out", out]
                 env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // nproc))}
                 subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
                 last = json.loads(Path(out, "metrics.jsonl").read_text().splitlines()[-1])
-                rates[nproc] = steps * batch * T / last["train_seconds"]
+                rates[nproc, strategy] = steps * batch * T / last["train_seconds"]
         rows.append({"case": f"training tokens/s, {variant}, Gloo 1 process / 2 processes (global batch {batch}, T={T})",
-                     "one": rates[1], "two": rates[2], "ratio": rates[2] / rates[1]})
+                     "one": rates[1, "ddp"], "two": rates[2, "ddp"], "ratio": rates[2, "ddp"] / rates[1, "ddp"]})
+        rows.append({"case": f"training step time, {variant}, 2 Gloo processes, FSDP2 / DDP (global batch {batch}, T={T})",
+                     "ddp_tokens_per_s": rates[2, "ddp"], "fsdp_tokens_per_s": rates[2, "fsdp"],
+                     "ratio": rates[2, "ddp"] / rates[2, "fsdp"]})
+    return rows
+
+
+CHECKPOINTED_STEP = """
+import ctypes, json, statistics, sys, threading, time, torch
+sys.path.insert(0, {root!r})
+from damcha import ModelConfig, build_model, variant_config
+from damcha.runs.sharded import checkpoint_activations
+device = torch.device({device!r})
+model = build_model(variant_config(ModelConfig(**{sizes!r}), {variant!r}), seed=0).to(device)
+if {checkpointed!r}:
+    checkpoint_activations(model)
+opt = torch.optim.AdamW(model.parameters(), 1e-4)
+tokens = torch.randint(0, 256, ({batch}, {T}), generator=torch.Generator().manual_seed(0)).to(device)
+cuda = device.type == "cuda"
+sync = torch.cuda.synchronize if cuda else (lambda: None)
+def step():
+    opt.zero_grad(set_to_none=True); model(tokens, targets=tokens).loss.backward(); opt.step(); sync()
+class MI(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+step()  # warm-up: the optimiser's state exists from here on
+times = []
+for _ in range({repeats}):
+    t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
+if cuda:
+    torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated(); step()
+    peak = torch.cuda.max_memory_allocated() - base
+else:
+    libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
+    host = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
+    base = host(); top = [base]; done = threading.Event()
+    def sample():
+        while not done.is_set():
+            top[0] = max(top[0], host()); done.wait(0.0002)
+    t = threading.Thread(target=sample); t.start(); step(); done.set(); t.join()
+    peak = top[0] - base
+print(json.dumps({{"ms": statistics.median(times) * 1e3, "peak_mb": peak / 2**20}}))
+"""
+
+
+def checkpointing_cases(quick: bool, device: str, repeats: int) -> list[dict]:
+    """A training step at T=1024 with and without activation checkpointing, each in a fresh process:
+    the peak memory above the weights and optimiser state, and the time."""
+    if quick:
+        sizes, batch = QUICK, 2
+    elif device == "cuda":
+        sizes, batch = PAPER, 16
+    else:  # the paper's width is minutes a step on two cores: its length, a smaller width
+        sizes, batch = dict(PAPER, n_layer=2, n_embd=128, generator_widths=(64, 128)), 2
+    T = sizes["block_size"]
+    rows = []
+    for variant in ("damcha", "mha"):
+        got = {}
+        for checkpointed in (False, True):
+            code = CHECKPOINTED_STEP.format(root=str(ROOT), device=device, sizes=sizes, variant=variant,
+                                            checkpointed=checkpointed, batch=batch, T=T, repeats=repeats)
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            got[checkpointed] = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append({"case": f"activation checkpointing / none, {variant} training step (D={sizes['n_embd']}, "
+                             f"L={sizes['n_layer']}, B={batch}, T={T}, {device})",
+                     "peak_mb": got[False]["peak_mb"], "checkpointed_peak_mb": got[True]["peak_mb"],
+                     "memory_ratio": got[True]["peak_mb"] / got[False]["peak_mb"], "ms": got[False]["ms"],
+                     "checkpointed_ms": got[True]["ms"], "ratio": got[True]["ms"] / got[False]["ms"]})
     return rows
 
 
@@ -207,7 +278,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: inspection, bf16, step, ddp")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: inspection, bf16, step, ddp, checkpointing")
     p.add_argument("--json", help="also write the rows as JSON here")
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -216,7 +287,8 @@ def main(argv=None) -> int:
     for name, part in (("inspection", lambda: inspection_cases(args.quick, args.device, args.repeats)),
                        ("bf16", lambda: bf16_cases(args.quick, args.device, args.repeats)),
                        ("step", lambda: paper_step_cases(args.quick, args.device, args.repeats)),
-                       ("ddp", lambda: ddp_cases(args.quick))):
+                       ("ddp", lambda: ddp_cases(args.quick)),
+                       ("checkpointing", lambda: checkpointing_cases(args.quick, args.device, args.repeats))):
         if name not in skip:
             new = part()
             print_rows(new)

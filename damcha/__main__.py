@@ -45,6 +45,12 @@ def _train_parser(sub) -> None:
     add_settings_flags(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training step (20-40 s to compile; pays for long runs of large models)")
+    p.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                   help="under torchrun: ddp (every process holds the model) or fsdp (FSDP2: each holds a shard "
+                        "of the weights and optimiser state); the same steps either way")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each block's and the shared metric's activations in the backward pass: "
+                        "less memory, more compute")
     p.add_argument("--out", required=True, help="run directory (an interrupted run there is resumed)")
     p.add_argument("--log-dir", help="also write TensorBoard event files here while training (losses, learning rate, "
                                      "tokens/s; at snapshots the structures as images and an embedding); "
@@ -64,7 +70,8 @@ def _train(args) -> int:
         from damcha.views.training_log import TensorBoardLog
 
         observer = TensorBoardLog(args.log_dir)
-    result = train(model_config, tcfg, args.out, compile_model=args.compile, observer=observer)
+    result = train(model_config, tcfg, args.out, compile_model=args.compile, observer=observer, strategy=args.strategy,
+                   activation_checkpointing=args.activation_checkpointing)
     print(f"done: {result.run_dir} ({result.seconds:.1f} s)")
     return 0
 

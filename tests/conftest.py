@@ -34,11 +34,12 @@ def _single_thread_determinism():
 # alone. Scheduling only: every test still runs. Measured with --durations (seconds summed over a
 # module's tests on two cores, December 2026).
 LONGEST_FIRST = ("test_browser.py",  # 187 s
+                 "test_distributed.py",  # 142 s: DDP and FSDP2 under torchrun
                  "test_every_mechanism.py",  # 124 s: a tiny run per variant and task, every page
                  "test_evidence.py",  # 92 s
+                 "test_benchmarks.py",  # 91 s
                  "test_app.py",  # 81 s
-                 "test_benchmarks.py",  # 73 s
-                 "test_distributed.py",  # 67 s
+                 "test_compile_fullgraph.py",  # 74 s: every mechanism traced whole, forward and backward
                  "test_url_fuzz.py",  # 60 s
                  "test_browser_workflows.py",  # 42 s
                  "test_interrupted_training.py",  # 41 s

@@ -1,5 +1,5 @@
-"""Training with torchrun and DistributedDataParallel (two CPU processes, Gloo): the same weights as one
-process with the same global batch, and a kill and resume under DDP that loses nothing."""
+"""Training with torchrun under DistributedDataParallel and under FSDP2 (two CPU processes, Gloo): the
+same weights as one process with the same global batch, and a kill and resume that loses nothing."""
 
 import os
 import signal
@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,23 +27,30 @@ def largest_difference(a: Path, b: Path) -> float:
     return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
 
 
-def test_two_gloo_processes_end_with_the_weights_of_one(tmp_path):
+STRATEGIES = pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+
+
+@STRATEGIES
+def test_two_gloo_processes_end_with_the_weights_of_one(tmp_path, strategy):
     args = [*TRAIN, "--epochs", "1", "--snapshot-epochs", "1"]
     one = subprocess.run([sys.executable, "-m", "damcha", *args, "--out", str(tmp_path / "one")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run(torchrun(*args, "--out", str(tmp_path / "two"), "--log-dir", str(tmp_path / "tb")), cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    two = subprocess.run(torchrun(*args, "--strategy", strategy, "--out", str(tmp_path / "two"), "--log-dir",
+                                  str(tmp_path / "tb")), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr
     assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1  # rank 0 alone logs
     diff = largest_difference(tmp_path / "one" / "epoch_0001.safetensors", tmp_path / "two" / "epoch_0001.safetensors")
     assert diff < 1e-5  # float summation order only
     rows = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2  # rank 0 alone wrote the metrics
+    sharded_state = (tmp_path / "two" / "training_state_fsdp").is_dir()
+    assert sharded_state == (strategy == "fsdp") and (tmp_path / "two" / "training_state.safetensors").exists() != sharded_state
 
 
-def test_a_run_killed_under_ddp_resumes_to_the_same_weights(tmp_path):
-    args = [*TRAIN, "--epochs", "3", "--snapshot-epochs", "3"]
+@STRATEGIES
+def test_a_run_killed_under_torchrun_resumes_to_the_same_weights(tmp_path, strategy):
+    args = [*TRAIN, "--epochs", "3", "--snapshot-epochs", "3", "--strategy", strategy]
     straight = subprocess.run(torchrun(*args, "--out", str(tmp_path / "straight")), cwd=ROOT, capture_output=True,
                               text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr
@@ -61,3 +69,56 @@ def test_a_run_killed_under_ddp_resumes_to_the_same_weights(tmp_path):
     resumed = subprocess.run(torchrun(*args, "--out", str(out)), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert largest_difference(tmp_path / "straight" / "epoch_0003.safetensors", out / "epoch_0003.safetensors") < 1e-6
+
+
+def test_a_state_saved_by_the_other_strategy_is_refused_in_words(tmp_path):
+    from damcha import ModelConfig
+    from damcha.runs.checkpoints import CheckpointError
+    from damcha.runs.sharded import STATE_DIR, STATE_META
+    from damcha.runs.train import TrainConfig, train
+
+    cfg, tcfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(8,)), TrainConfig(epochs=2, train_limit=40)
+    train(cfg, tcfg, tmp_path / "run", progress=False, stop_after_epoch=0)
+    (tmp_path / "run" / "training_state.safetensors").unlink()  # as if a sharded run had been killed
+    (tmp_path / "run" / STATE_DIR).mkdir()
+    (tmp_path / "run" / STATE_DIR / STATE_META).write_text('{"epoch": 0, "step": 0, "shards": "shards-0", "world": 2, "optimiser": false}')
+    with pytest.raises(CheckpointError, match="saved by the other strategy; resume it with --strategy fsdp"):
+        train(cfg, tcfg, tmp_path / "run", progress=False)
+
+
+def test_activation_checkpointing_recomputes_the_same_training(tmp_path):
+    """The same weights with and without it, dropout included (the recomputation draws the same masks)."""
+    from damcha import ModelConfig
+    from damcha.runs.train import TrainConfig, train
+
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, generator_widths=(8,), dropout=0.1, generator_dropout=0.1)
+    tcfg = TrainConfig(epochs=1, train_limit=96, completion_images=2, snapshot_epochs=(1,))
+    train(cfg, tcfg, tmp_path / "plain", progress=False)
+    train(cfg, tcfg, tmp_path / "checkpointed", progress=False, activation_checkpointing=True)
+    assert largest_difference(tmp_path / "plain" / "epoch_0001.safetensors",
+                              tmp_path / "checkpointed" / "epoch_0001.safetensors") < 1e-6
+
+
+def test_activation_checkpointing_recomputes_the_blocks_and_the_shared_metric():
+    import torch
+
+    from damcha import ModelConfig
+    from damcha.model.transformer import build_model
+    from damcha.runs.sharded import checkpoint_activations
+
+    def forwards_in_one_step(checkpointed: bool) -> list[str]:
+        model = build_model(ModelConfig(n_layer=2, n_head=2, n_embd=16, generator_widths=(8,), vocab_size=11,
+                                        block_size=12), seed=0)
+        if checkpointed:
+            checkpoint_activations(model)
+        calls = []
+        generator_layer = next(m for m in model.metric_source.modules() if isinstance(m, torch.nn.Linear))
+        generator_layer.register_forward_hook(lambda *a: calls.append("generator"))
+        model.blocks[1].ln_1.register_forward_hook(lambda *a: calls.append("block"))  # its first step (a recompute
+        # stops once the tensors backward needs are made again: a hook at its end may not fire)
+        x = torch.randint(0, 11, (2, 12))
+        model(x, targets=x).loss.backward()
+        return sorted(calls)
+
+    assert forwards_in_one_step(False) == ["block", "generator"]
+    assert forwards_in_one_step(True) == ["block", "block", "generator", "generator"]  # recomputed in backward

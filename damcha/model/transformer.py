@@ -234,7 +234,9 @@ class Transformer(nn.Module):
     def _real_tokens(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
         if real is None and self.config.pad_token is not None and not self.config.input_dim:
             real = tokens != self.config.pad_token  # (B, T)
-        return None if real is None or bool(real.all()) else real  # no padding: the plain path is exact and faster
+        if real is None or torch.compiler.is_compiling():  # a traced graph cannot branch on the data: masks kept
+            return real
+        return None if bool(real.all()) else real  # no padding: the plain path is exact and faster
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

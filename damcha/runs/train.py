@@ -25,7 +25,7 @@ from damcha import __version__
 from damcha.inputs.datasets import DataSet, load_dataset, windows
 from damcha.model.config import ModelConfig
 from damcha.model.transformer import Transformer, build_model
-from damcha.runs import distributed
+from damcha.runs import distributed, sharded
 from damcha.runs.checkpoints import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -165,9 +165,15 @@ class TrainingObserver(Protocol):
 
 def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, progress: bool = True,
           stop_after_epoch: int | None = None, compile_model: bool = False,
-          observer: TrainingObserver | None = None) -> TrainResult:
+          observer: TrainingObserver | None = None, strategy: str = "ddp",
+          activation_checkpointing: bool = False) -> TrainResult:
     """Train (or resume) a run into out_dir. stop_after_epoch simulates an interruption (tests).
     observer: told of every step and epoch (rank 0 only under torchrun); closed at the end.
+
+    strategy: under torchrun, "ddp" (every rank holds the model) or "fsdp" (FSDP2: each rank a
+    shard; damcha.runs.sharded); the same steps to float rounding. activation_checkpointing:
+    recompute each block's and the shared metric's activations in the backward pass. Neither
+    changes the maths, so the run's config records neither; a sharded run resumes under fsdp.
 
     compile_model: run the training steps through torch.compile (evaluation stays eager). It
     pays for large models and long runs only: compiling takes 20-40 s on 2 CPU cores (again for
@@ -189,8 +195,19 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     config = run_config_dict(mcfg, tcfg, data)
     config_path = out / CONFIG_FILE
 
+    if strategy not in sharded.STRATEGIES:
+        raise ValueError(f"strategy must be one of {sharded.STRATEGIES}")
+    fsdp = strategy == "fsdp" and proc.distributed
     model = build_model(mcfg, seed=tcfg.seed).to(device)
-    step_model = torch.nn.parallel.DistributedDataParallel(model) if proc.distributed else model
+    if activation_checkpointing:
+        sharded.checkpoint_activations(model)
+    evaluated = model  # what rank 0 evaluates and snapshots: under fsdp an unsharded copy it gathers into
+    if fsdp:
+        evaluated = build_model(mcfg).to(device) if proc.main else None
+        sharded.shard(model, device)
+        step_model = model
+    else:
+        step_model = torch.nn.parallel.DistributedDataParallel(model) if proc.distributed else model
     step_model = torch.compile(step_model) if compile_model else step_model
     opt = make_optimizer(model, tcfg)
     start_epoch, step = 0, 0
@@ -210,8 +227,13 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
             if observer is not None:
                 observer.close()
             return TrainResult(out, done, 0.0)
-        if (out / STATE_FILE).exists():
-            last, step = load_training_state(out, model, opt)
+        whole_state, sharded_state = (out / STATE_FILE).exists(), sharded.has_state(out)
+        own_state = sharded_state if fsdp else whole_state
+        if not own_state and (whole_state or sharded_state):
+            raise CheckpointError(f"{out}: its training state was saved by the other strategy; resume it with "
+                                  f"--strategy {'ddp' if fsdp else 'fsdp'} (under torchrun for fsdp)")
+        if own_state:
+            last, step = sharded.load_state(out, model, opt) if fsdp else load_training_state(out, model, opt)
             metrics = [m for m in done if m["epoch"] <= last]  # rows past the last saved state are redone
             start_epoch = last + 1
             if progress:
@@ -237,12 +259,16 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
                 running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
                                                               steps_per_epoch, device, progress, proc, observer)
             train_seconds = time.perf_counter() - te
+            if fsdp:  # every rank takes part in gathering the full weights into rank 0's copy
+                sharded.gather_full_weights(model, evaluated)
             if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
-                metrics.append(_record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux,
-                                             te, train_seconds, snapshots, mcfg, progress, metrics))
+                metrics.append(_record_epoch(evaluated, None if fsdp else opt, data, tcfg, out, epoch, step, running,
+                                             running_aux, te, train_seconds, snapshots, mcfg, progress, metrics))
                 if observer is not None:
                     with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
-                        observer.epoch(metrics[-1], model, data, epoch in snapshots)
+                        observer.epoch(metrics[-1], evaluated, data, epoch in snapshots)
+            if fsdp:  # each rank writes its shards of the state (after the row, as one process does)
+                sharded.save_state(out, model, opt, epoch, step, proc)
             distributed.barrier(proc)
             if stop_after_epoch is not None and epoch >= stop_after_epoch:
                 break
@@ -254,8 +280,9 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
 
 def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, train_seconds, snapshots, mcfg,
                   progress, metrics) -> dict:
-    """Evaluate the epoch, write its row, snapshot and training state (rank 0 only); returns the row.
-    epoch_seconds: the whole epoch with its evaluation; train_seconds: its training steps alone."""
+    """Evaluate the epoch, write its row, snapshot and training state (rank 0 only; opt None: the
+    state is sharded and saved by every rank); returns the row. epoch_seconds: the whole epoch with
+    its evaluation; train_seconds: its training steps alone."""
     row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg), "train_loss_running": running,
            "epoch_seconds": round(time.perf_counter() - te, 3), "train_seconds": round(train_seconds, 3)}
     if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
@@ -265,7 +292,8 @@ def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux
     if epoch == tcfg.epochs and data.has_test:  # written before the last row: a complete run has its test
         write_text_atomic(out / TEST_FILE, json.dumps({"epoch": epoch, **test_metrics(model, data, tcfg)}, indent=2))
     write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
-    save_training_state(out, model, opt, epoch, step)
+    if opt is not None:
+        save_training_state(out, model, opt, epoch, step)
     if progress and data.task == "next_vector":
         tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
     elif progress:

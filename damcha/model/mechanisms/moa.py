@@ -135,18 +135,21 @@ class MixtureOfAttentionHeads(nn.Module):
         return AttentionOutput(y=y, weights=weights if need_weights else None, internals=internals, aux_loss=aux)
 
     def _aux_loss(self, logits, gates, real) -> torch.Tensor:
-        """Load balancing and router z-loss over the real tokens of the batch."""
-        keep = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device) if real is None else real
-        lg, g = logits[keep], gates[keep]  # (N, E)
-        chosen = (g > 0).to(lg.dtype)  # (N, E)
+        """Load balancing and router z-loss over the real tokens of the batch. Sums weighted by the
+        real-token mask rather than a boolean selection: the same numbers, and no data-dependent shape
+        (torch.compile captures the layer whole)."""
+        w = (torch.ones(logits.shape[:2], device=logits.device) if real is None else real).to(logits.dtype)[..., None]  # (B, T, 1)
+        n = w.sum().clamp_min(1)  # real tokens
+        chosen = (gates > 0).to(logits.dtype) * w  # (B, T, E): each real token's k choices
+        importance = (gates * w).sum((0, 1))  # (E,)
         if self.aux["balance"] == "switch":
-            f = chosen.sum(0) / chosen.sum()  # f_i: share of the N k choices that went to expert i
-            balance = self.E * (f * lg.softmax(-1).mean(0)).sum()
+            f = chosen.sum((0, 1)) / chosen.sum().clamp_min(1)  # f_i: share of the N k choices that went to expert i
+            balance = self.E * (f * (logits.softmax(-1) * w).sum((0, 1)) / n).sum()
         elif self.aux["balance"] == "cv":
-            balance = cv_squared(g.sum(0), unbiased=True)  # importance
+            balance = cv_squared(importance, unbiased=True)
         else:
-            balance = cv_squared(g.sum(0), unbiased=False) + cv_squared(chosen.sum(0), unbiased=False)
-        z_loss = torch.logsumexp(lg, dim=-1).pow(2).mean()
+            balance = cv_squared(importance, unbiased=False) + cv_squared(chosen.sum((0, 1)), unbiased=False)
+        z_loss = (torch.logsumexp(logits, dim=-1, keepdim=True).pow(2) * w).sum() / n
         return self.aux["balance_weight"] * balance + self.aux["z_weight"] * z_loss
 
 

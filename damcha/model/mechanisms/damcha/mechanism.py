@@ -31,6 +31,7 @@ class Damcha(Mechanism):
     title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
     reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
     options_type = DamchaOptions
+    shared_entry_points = ("intervened",)  # the metric under an intervention (run_source)
     option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
                              "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
                              "Σ_{j≠i} M_ij.", "mode"),)
