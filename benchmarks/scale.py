@@ -7,8 +7,8 @@
    viewed position, one layer's attention), the sequence profile at every position, and a forward
    pass; time and peak memory, each model measured in a fresh process (CPU: the peak of malloc's
    bytes in use over the level before; CUDA: torch's peak allocation).
-2. Training throughput with 1 and 2 Gloo processes under torchrun (tokens/s, both models), and on
-   2 processes FSDP2 (--strategy fsdp) against DDP.
+2. Training throughput with 1 and 2 Gloo processes under torchrun (tokens/s, both models); and on
+   2 processes an FSDP2 step against a DDP step of the same model, timed in turns in one job.
 3. bf16 autocast against fp32: the training step's time ratio and the largest loss difference
    over a few steps from the same weights.
 4. One training step of the paper-sized model at T=1024 (fp32; on CUDA also bf16 and compiled).
@@ -111,22 +111,72 @@ def ddp_cases(quick: bool) -> list[dict]:
     steps, T, batch = (2, 32, 8) if quick else (20, 128, 32)
     for variant in ("damcha", "mha"):
         rates = {}
-        for nproc, strategy in ((1, "ddp"), (2, "ddp"), (2, "fsdp")):
+        for nproc in (1, 2):
             with tempfile.TemporaryDirectory() as out:
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                        "-m", "damcha", "train", "--dataset", "text", "--block-size", str(T), "--variant", variant,
                        "--n-layer", "2", "--n-head", "4", "--n-embd", "64", "--generator-widths", "64,128",
                        "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size", str(batch),
-                       "--val-windows", "8", "--device", "cpu", "--strategy", strategy, "--out", out]
+                       "--val-windows", "8", "--device", "cpu", "--out", out]
                 env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // nproc))}
                 subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
                 last = json.loads(Path(out, "metrics.jsonl").read_text().splitlines()[-1])
-                rates[nproc, strategy] = steps * batch * T / last["train_seconds"]
+                rates[nproc] = steps * batch * T / last["train_seconds"]
         rows.append({"case": f"training tokens/s, {variant}, Gloo 1 process / 2 processes (global batch {batch}, T={T})",
-                     "one": rates[1, "ddp"], "two": rates[2, "ddp"], "ratio": rates[2, "ddp"] / rates[1, "ddp"]})
-        rows.append({"case": f"training step time, {variant}, 2 Gloo processes, FSDP2 / DDP (global batch {batch}, T={T})",
-                     "ddp_tokens_per_s": rates[2, "ddp"], "fsdp_tokens_per_s": rates[2, "fsdp"],
-                     "ratio": rates[2, "ddp"] / rates[2, "fsdp"]})
+                     "one": rates[1], "two": rates[2], "ratio": rates[2] / rates[1]})
+    return rows + fsdp_cases(quick)
+
+
+FSDP_AGAINST_DDP = """
+import json, statistics, sys, time, torch, torch.distributed as dist
+sys.path.insert(0, {root!r})
+from damcha import ModelConfig, build_model, variant_config
+from damcha.runs import sharded
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+cfg = variant_config(ModelConfig(**{sizes!r}), {variant!r})
+models = {{"ddp": torch.nn.parallel.DistributedDataParallel(build_model(cfg, seed=0)), "fsdp": build_model(cfg, seed=0)}}
+sharded.shard(models["fsdp"], torch.device("cpu"))
+opts = {{k: torch.optim.Adam(m.parameters(), 1e-4, fused=True) for k, m in models.items()}}
+tokens = torch.randint(0, 256, ({batch}, {T}), generator=torch.Generator().manual_seed(0))[rank::world]
+def step(k):
+    opts[k].zero_grad(set_to_none=True)
+    models[k](tokens, targets=tokens).loss.backward()
+    torch.nn.utils.clip_grad_norm_(models[k].parameters(), 1.0)
+    opts[k].step()
+times = {{"ddp": [], "fsdp": []}}
+for i in range(2 + {repeats}):
+    for k in (("ddp", "fsdp") if i % 2 else ("fsdp", "ddp")):  # in turns: drift hits both alike
+        dist.barrier(); t0 = time.perf_counter(); step(k); dist.barrier()
+        if i >= 2:
+            times[k].append(time.perf_counter() - t0)
+if rank == 0:
+    print(json.dumps({{k: statistics.median(v) for k, v in times.items()}}))
+dist.destroy_process_group()
+"""
+
+
+def fsdp_cases(quick: bool) -> list[dict]:
+    """An FSDP2 step against a DDP step of the same model on 2 Gloo processes, in turns in one job."""
+    sizes_list = [QUICK] if quick else [dict(QUICK, n_embd=64, generator_widths=(64, 128), block_size=128),
+                                        dict(QUICK, n_layer=4, n_head=8, n_embd=256, generator_widths=(128, 256),
+                                             block_size=256)]
+    batch, repeats = (8, 2) if quick else (16, 12)
+    rows = []
+    for sizes in sizes_list:
+        for variant in ("damcha", "mha"):
+            code = FSDP_AGAINST_DDP.format(root=str(ROOT), sizes=sizes, variant=variant, batch=batch,
+                                           T=sizes["block_size"], repeats=repeats)
+            with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+                f.write(code)
+            env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2))}
+            out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                  f.name], capture_output=True, text=True, env=env, check=True)
+            Path(f.name).unlink()
+            t = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append({"case": f"training step, {variant}, 2 Gloo processes, FSDP2 / DDP (D={sizes['n_embd']}, "
+                                 f"L={sizes['n_layer']}, global batch {batch}, T={sizes['block_size']})",
+                         "ddp_ms": t["ddp"] * 1e3, "fsdp_ms": t["fsdp"] * 1e3, "ratio": t["fsdp"] / t["ddp"]})
     return rows
 
 

@@ -2,8 +2,9 @@
 
     torchrun --nproc_per_node 8 -m damcha train --strategy fsdp [--activation-checkpointing] ...
 
-Each rank holds a shard of every parameter and of its optimiser state; a layer's weights are
-gathered for its forward and backward and freed after. The shared metric generator is sharded
+Each rank holds a shard of every parameter and of its optimiser state; a block's weights are
+gathered for its forward and again for its backward and freed after each; the shared generator's
+stay gathered from its forward to its backward (one gather a step instead of two). The shared metric generator is sharded
 first (at the paper's size its last layer is 134M of the model's 166M parameters), then each block,
 then the root (embeddings, final norm, head). The generator's entry points other than `forward`
 that a mechanism declares (`Mechanism.shared_entry_points`) are registered with
@@ -58,7 +59,10 @@ def shard(model: nn.Module, device: torch.device) -> None:
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     source = getattr(model, "metric_source", None)
     if source is not None:
-        fully_shard(source, mesh=mesh)
+        # Kept gathered from its forward to its backward: gathering it again for the backward made a
+        # DAMCHA step 1.46x DDP's instead of 1.25x (benchmarks/scale.py, width 256, 2 Gloo processes);
+        # its weights still live sharded between steps, its gradients and Adam state always.
+        fully_shard(source, mesh=mesh, reshard_after_forward=False)
         for name in model.mechanism.shared_entry_points:
             register_fsdp_forward_method(source, name)
     for block in model.blocks:
