@@ -44,6 +44,7 @@ def _row(r) -> dict:
     last = r.metrics[-1] if r.metrics else {}
     return {  # what a reader compares first (the run, its loss, its size), then where it comes from
         "run": r.name, "variant": r.variant, "final val loss": final_validation_loss(r),
+        "test loss (once, after training)": test_loss(r),
         "val accuracy": last.get("val_accuracy"), "completion MSE": last.get("val_completion_mse"),
         "parameters": r.model_config.parameter_estimate(), "data set": r.dataset,
         "mechanism": r.model_config.mechanism.title,

@@ -6,6 +6,7 @@ import hashlib
 import json
 import pickle
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def test_training_validates_on_the_validation_split_and_tests_once_at_the_end(tm
                        steps_per_epoch=3, val_windows=8)
     with pytest.raises(DataError, match="--nonstandard-data"):
         train(cfg, tcfg, tmp_path / "refused", progress=False)
-    assert not (tmp_path / "refused" / "config.json").exists()  # refused before anything was written
+    assert not (tmp_path / "refused").exists()  # refused before anything was written
     import dataclasses
 
     result = train(cfg, dataclasses.replace(tcfg, nonstandard_data=True), tmp_path / "run", progress=False)
@@ -140,6 +141,17 @@ def test_training_validates_on_the_validation_split_and_tests_once_at_the_end(tm
     assert len(x) == (len(data.test_stream) - 1) // 32  # every non-overlapping window of the test bytes
     assert saved["test_nll"] == pytest.approx(evaluate(load_model(run), x, y)["nll"], rel=1e-6)
     assert test_loss(run).endswith("(epoch 2)") and "bits" in test_loss(run)
+
+    from streamlit.testing.v1 import AppTest  # the model card says what the run was trained and tested on
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py"), default_timeout=120)
+    at.session_state["checkpoint_root"] = str(tmp_path)
+    at.query_params["run"] = "run"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    card = " ".join(m.value for m in at.markdown)
+    assert "90% / 5% / 5% of a nonstandard copy" in card and "standard files: no" in card
+    assert f"{test_loss(run)}, evaluated once after training" in card
 
 
 def _cifar_batch(path, n, seed, key=b"labels"):

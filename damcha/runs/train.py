@@ -182,13 +182,14 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     bit-for-bit copy. The run's config does not record it: resuming may switch it on or off.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     device = distributed.device_for(pick_device(tcfg.device))
     proc = distributed.start(device)  # one process, or this process's rank in a torchrun job
     progress = progress and proc.main
+    # the data first: a file refused (wrong checksum, missing, damaged) leaves nothing behind
+    data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed, tcfg.nonstandard_data)
+    out.mkdir(parents=True, exist_ok=True)
     if proc.main:
         remove_stale_temp_files(out)
-    data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed, tcfg.nonstandard_data)
     if tcfg.train_limit and not data.stream:
         data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
     mcfg = model_config_for(data, model_config)
