@@ -39,8 +39,30 @@ from damcha import ModelConfig, build_model, variant_config  # noqa: E402
 PAPER = dict(n_layer=10, n_head=8, n_embd=512, generator_widths=(256, 512), block_size=1024, vocab_size=256)
 QUICK = dict(n_layer=2, n_head=4, n_embd=32, generator_widths=(32, 64), block_size=64, vocab_size=256)
 
+PEAK_MEMORY = """
+import ctypes, threading
+class MI(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+def peak_bytes(job, cuda):
+    # bytes in use at job()'s peak above the level before it: torch's allocator on CUDA, malloc's
+    # (glibc mallinfo2, sampled every 0.2 ms) on the CPU
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
+        job(); torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
+    host = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
+    base = host(); top = [base]; done = threading.Event()
+    def sample():
+        while not done.is_set():
+            top[0] = max(top[0], host()); done.wait(0.0002)
+    t = threading.Thread(target=sample); t.start(); job(); done.set(); t.join()
+    return top[0] - base
+"""
+
 MEASURE = """
-import ctypes, json, sys, threading, time, torch
+import json, sys, time, torch
 sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
 from scale import paper_model
 from damcha.analysis.inspection import inspect_input, sequence_profile
@@ -51,11 +73,7 @@ T = {T}
 jobs = {{"inspector record": lambda: inspect_input(model, tokens, tokens, positions=[T - 1]),
         "sequence profile": lambda: sequence_profile(model, tokens),
         "forward pass": lambda: model(tokens[None].to(device))}}
-class MI(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
-host = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
+{peak_memory}
 cuda = device.type == "cuda"
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 out = {{}}
@@ -65,16 +83,7 @@ with torch.no_grad():
         times = []
         for _ in range({repeats}):
             t0 = time.perf_counter(); job(); sync(); times.append(time.perf_counter() - t0)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
-            job(); sync(); peak = torch.cuda.max_memory_allocated() - base
-        else:
-            base = host(); top = [base]; done = threading.Event()
-            def sample():
-                while not done.is_set():
-                    top[0] = max(top[0], host()); done.wait(0.0002)
-            t = threading.Thread(target=sample); t.start(); job(); done.set(); t.join()
-            peak = top[0] - base
+        peak = peak_bytes(job, cuda)
         out[name] = {{"ms": sorted(times)[len(times) // 2] * 1e3, "peak_mb": peak / 2**20}}
 print(json.dumps(out))
 """
@@ -92,7 +101,7 @@ def inspection_cases(quick: bool, device: str, repeats: int) -> list[dict]:
     measured = {}
     for variant in ("damcha", "mha"):
         code = MEASURE.format(root=str(ROOT), bench=str(ROOT / "benchmarks"), device=device, variant=variant,
-                              sizes=sizes, T=T, repeats=repeats)
+                              sizes=sizes, T=T, repeats=repeats, peak_memory=PEAK_MEMORY)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         measured[variant] = json.loads(out.stdout.strip().splitlines()[-1])
     where = f"D={sizes['n_embd']}, H={sizes['n_head']}, L={sizes['n_layer']}, T={T}, {device}"
@@ -181,7 +190,7 @@ def fsdp_cases(quick: bool) -> list[dict]:
 
 
 CHECKPOINTED_STEP = """
-import ctypes, json, statistics, sys, threading, time, torch
+import json, statistics, sys, time, torch
 sys.path.insert(0, {root!r})
 from damcha import ModelConfig, build_model, variant_config
 from damcha.runs.sharded import checkpoint_activations
@@ -195,25 +204,12 @@ cuda = device.type == "cuda"
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 def step():
     opt.zero_grad(set_to_none=True); model(tokens, targets=tokens).loss.backward(); opt.step(); sync()
-class MI(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+{peak_memory}
 step()  # warm-up: the optimiser's state exists from here on
 times = []
 for _ in range({repeats}):
     t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
-if cuda:
-    torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated(); step()
-    peak = torch.cuda.max_memory_allocated() - base
-else:
-    libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
-    host = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
-    base = host(); top = [base]; done = threading.Event()
-    def sample():
-        while not done.is_set():
-            top[0] = max(top[0], host()); done.wait(0.0002)
-    t = threading.Thread(target=sample); t.start(); step(); done.set(); t.join()
-    peak = top[0] - base
+peak = peak_bytes(step, cuda)
 print(json.dumps({{"ms": statistics.median(times) * 1e3, "peak_mb": peak / 2**20}}))
 """
 
@@ -233,7 +229,8 @@ def checkpointing_cases(quick: bool, device: str, repeats: int) -> list[dict]:
         got = {}
         for checkpointed in (False, True):
             code = CHECKPOINTED_STEP.format(root=str(ROOT), device=device, sizes=sizes, variant=variant,
-                                            checkpointed=checkpointed, batch=batch, T=T, repeats=repeats)
+                                            checkpointed=checkpointed, batch=batch, T=T, repeats=repeats,
+                                            peak_memory=PEAK_MEMORY)
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
             got[checkpointed] = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append({"case": f"activation checkpointing / none, {variant} training step (D={sizes['n_embd']}, "
