@@ -40,11 +40,14 @@ def _data_line(run) -> str:
     return f"{plain_text(run.dataset)}: {d.get('n_train', '?')} train / {d.get('n_val', '?')} validation"
 
 
+TEST_COLUMN = "test loss (once, after training)"
+
+
 def _row(r) -> dict:
     last = r.metrics[-1] if r.metrics else {}
     return {  # what a reader compares first (the run, its loss, its size), then where it comes from
         "run": r.name, "variant": r.variant, "final val loss": final_validation_loss(r),
-        "test loss (once, after training)": test_loss(r),
+        TEST_COLUMN: test_loss(r),
         "val accuracy": last.get("val_accuracy"), "completion MSE": last.get("val_completion_mse"),
         "parameters": r.model_config.parameter_estimate(), "data set": r.dataset,
         "mechanism": r.model_config.mechanism.title,
@@ -55,6 +58,8 @@ def _row(r) -> dict:
 
 
 rows = [row for _, row in each_run(runs, _row)]
+if not any(r.test for r in runs):  # no run has a test split: no column of dashes
+    rows = [{k: v for k, v in row.items() if k != TEST_COLUMN} for row in rows]
 st.subheader(f"Runs in {plain_text(shown_path(root, root))}")
 if rows:
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
