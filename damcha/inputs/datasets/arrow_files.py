@@ -13,11 +13,10 @@ streamlit) is imported only when such a file is read.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 
-from damcha.inputs.cache_folder import cache_folder
+from damcha.inputs.cache_folder import extracted_folder, write_atomically
 from damcha.inputs.datasets.base import DataError
 from damcha.inputs.datasets.checksums import CHUNK, file_pieces
 
@@ -85,22 +84,21 @@ def _converted(parquet: Path) -> Path:
     digest = hashlib.sha256()
     for piece in file_pieces(parquet):
         digest.update(piece)
-    target = cache_folder() / "extracted" / f"{parquet.stem}-{digest.hexdigest()[:16]}.arrow"
+    target = extracted_folder() / f"{parquet.stem}-{digest.hexdigest()[:16]}.arrow"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + f".partial-{os.getpid()}")
-    try:
+
+    def write(partial: Path) -> None:
         # pre-buffering would keep the whole file in memory, and reader threads keep arenas of their own
         source = pq.ParquetFile(parquet, pre_buffer=False, buffer_size=CHUNK)
         with pa.OSFile(str(partial), "wb") as sink, ipc.new_stream(sink, source.schema_arrow) as writer:
             for batch in source.iter_batches(batch_size=1024, use_threads=False):
                 writer.write_batch(batch)
-        os.replace(partial, target)
+
+    try:
+        write_atomically(target, write)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{parquet}: not a readable parquet file ({e})") from None
-    finally:
-        partial.unlink(missing_ok=True)
     return target
 
 
@@ -121,17 +119,17 @@ def mapped_table(path: Path):
         raise DataError(f"{path}: not a readable Arrow file ({e})") from None
 
 
-def split_tables(path: str | Path) -> dict:
-    """Each split of a path as one memory-mapped table (its files' tables, concatenated without copying)."""
+def split_tables(splits: dict[str, list[Path]], where: str) -> dict:
+    """Each split's files (split_files) as one memory-mapped table (their tables, concatenated without copying)."""
     import pyarrow as pa
 
     tables = {}
-    for split, files in split_files(path).items():
+    for split, files in splits.items():
         parts = [mapped_table(f) for f in files]
         try:
             tables[split] = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         except pa.ArrowInvalid as e:
-            raise DataError(f"{path}: the {split} files do not share their columns ({e})") from None
+            raise DataError(f"{where}: the {split} files do not share their columns ({e})") from None
     return tables
 
 

@@ -12,7 +12,6 @@ and the run records `standard_files: false`.
 from __future__ import annotations
 
 import json
-import os
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from damcha.inputs.cache_folder import cache_folder
+from damcha.inputs.cache_folder import extracted_folder, write_atomically
 from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
 from damcha.inputs.datasets.checksums import CHUNK, Digests, PublishedFile, check_standard, file_digests
 from damcha.inputs.datasets.text import BYTE_VOCAB
@@ -72,30 +71,22 @@ TEXT8 = Text8(PublishedFile("text8", "text8.zip of mattmahoney.net/dc/textdata.h
               "text8", "the text8 file (lowercase letters and spaces) or text8.zip")
 
 
-def extracted_folder() -> Path:
-    return cache_folder() / "extracted"
-
-
 def _extract(archive: Path, info: zipfile.ZipInfo, zf: zipfile.ZipFile, target: Path) -> dict:
-    """Stream one member into `target` (atomically), hashing it on the way; its digests beside it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + f".partial-{os.getpid()}")
-    digests = Digests()
-    try:
+    """Stream one member into `target`, hashing it on the way; its digests beside it."""
+    def write(partial: Path) -> dict:
+        digests = Digests()
         with zf.open(info) as src, open(partial, "wb") as dst:
             while piece := src.read(CHUNK):
                 digests.update(piece)
                 if digests.size > info.file_size:
                     raise DataError(f"{archive}: member {info.filename} holds more than the {info.file_size:,} bytes it declares")
                 dst.write(piece)
-        found = digests.result()
-        os.replace(partial, target)
+        return digests.result()
+
+    try:
+        found = write_atomically(target, write)
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as e:
-        partial.unlink(missing_ok=True)
         raise DataError(f"{archive}: its member {info.filename} cannot be read ({e}); the zip is damaged") from None
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     target.with_name(target.name + ".digests").write_text(json.dumps(found))
     return found
 

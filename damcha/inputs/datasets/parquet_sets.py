@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from damcha.inputs.cache_folder import cache_folder
+from damcha.inputs.cache_folder import extracted_folder, write_atomically
 from damcha.inputs.datasets.arrow_files import pick_column, split_files, split_tables
 from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.checksums import Digests
 from damcha.inputs.datasets.image_sets import ImageStore, encoded_image, image_dataset
 from damcha.inputs.datasets.text import BYTE_VOCAB
 
@@ -64,7 +64,7 @@ def arrow_image_store(table, where: str) -> ImageStore:
 
 
 def parquet_images(path: str | Path, split_seed: int) -> DataSet:
-    tables = split_tables(path)
+    tables = split_tables(split_files(path), str(path))
     stores = {split: arrow_image_store(t, f"{path} ({split})") for split, t in tables.items()}
     return image_dataset("parquet-images", stores["train"], split_seed, {"source": str(path), "format": "parquet/Arrow"},
                          val=stores.get("validation"), test=stores.get("test"))
@@ -86,27 +86,27 @@ def _text_rows(table, where: str):
 
 def _corpus_file(table, where: str, key: str) -> tuple[np.memmap, str]:
     """The split's rows joined into one byte file in the cache folder, written once, memory-mapped."""
-    target = cache_folder() / "extracted" / f"text-{key}.bytes"
+    target = extracted_folder() / f"text-{key}.bytes"
+    digests_file = target.with_name(target.name + ".digests")
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + f".partial-{os.getpid()}")
-        digest = hashlib.sha256()
-        with open(partial, "wb") as f:
-            for row in _text_rows(table, where):
-                digest.update(row)
-                f.write(row)
-        os.replace(partial, target)
-        target.with_name(target.name + ".digests").write_text(json.dumps({"sha256": digest.hexdigest()}))
+        def write(partial: Path) -> dict:
+            digests = Digests()
+            with open(partial, "wb") as f:
+                for row in _text_rows(table, where):
+                    digests.update(row)
+                    f.write(row)
+            return digests.result()
+
+        digests_file.write_text(json.dumps(write_atomically(target, write)))
     if target.stat().st_size == 0:
         raise DataError(f"{where}: the text column holds no text")
-    sha = json.loads(target.with_name(target.name + ".digests").read_text())["sha256"]
-    return np.memmap(target, dtype=np.uint8, mode="c"), sha
+    return np.memmap(target, dtype=np.uint8, mode="c"), json.loads(digests_file.read_text())["sha256"]
 
 
 def parquet_text(path: str | Path, block_size: int) -> DataSet:
-    tables = split_tables(path)
-    stamps = sorted((s, str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
-                    for s, files in split_files(path).items() for f in files)
+    files = split_files(path)
+    tables = split_tables(files, str(path))
+    stamps = sorted((s, str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for s, fs in files.items() for f in fs)
     key = hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:16]  # a file edited since: written again
     streams, sha = {}, {}
     for split, table in tables.items():
