@@ -277,6 +277,17 @@ def app_command(host: str, port: int, allow_roots: list[str]) -> tuple[list[str]
     return command, env
 
 
+def _export_hf(args) -> int:
+    try:
+        from damcha.hf import export_run
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    done = export_run(args.run, args.out, args.epoch)
+    print(f"wrote {done.folder} (epoch {done.epoch}); its logits match the run's to {done.max_difference:.1e}")
+    return 0
+
+
 def _app(args) -> int:
     import subprocess
 
@@ -325,6 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--restate", action="store_true", help="recompute the statistics and verdicts of --out's results "
                     "from the per-seed values it stores (after a change to the statistics or the claims' wording; "
                     "nothing is trained)")
+    hf = sub.add_parser("export-hf", help="write a run as a Hugging Face folder (damcha.hf's classes)",
+                        description="Convert a token run (digits, text, classifier) into a folder that "
+                                    "AutoModelForCausalLM / AutoModelForSequenceClassification load after "
+                                    "`import damcha.hf`; the folder is loaded back and its logits compared with the "
+                                    "run's. Needs pip install 'damcha[hf]'.")
+    hf.add_argument("run", help="run directory")
+    hf.add_argument("--out", required=True, help="folder to write (config.json, model.safetensors)")
+    hf.add_argument("--epoch", type=int, help="the snapshot to export (default: the last)")
     app = sub.add_parser("app", help="start the app (127.0.0.1 unless --host says otherwise)",
                          description="Start the Streamlit app with its safe settings wherever it is started from. "
                                      "To share it, give --host 0.0.0.0 and --allow-root for each folder visitors "
@@ -360,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
             return _evidence(args)
         if args.command == "app":
             return _app(args)
+        if args.command == "export-hf":
+            return _export_hf(args)
     except (DataError, CheckpointError, InputError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

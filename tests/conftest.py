@@ -45,11 +45,13 @@ LONGEST_FIRST = ("test_browser.py",  # 187 s
                  "test_interrupted_training.py",  # 41 s
                  "test_broken_runs.py",  # 30 s
                  "test_export.py",  # 26 s
+                 "test_hf.py",  # 25 s: every variant as Hugging Face classes, every token run exported
                  "test_resource_bombs.py",  # 17 s
                  "test_fence_browser.py",  # 14 s
                  "test_reference_configs.py",  # 12 s
                  "test_worker_death.py",  # 11 s
                  "test_corrupted_files.py",  # 10 s
+                 "test_interop_docs.py",  # 7 s: docs/interop.md's examples
                  "test_package_install.py")  # 46 s in CI (a fresh environment); skipped elsewhere
 # The slow tier: every module above. `pytest -m "not slow"` (the inner loop: the mechanisms, their
 # recomputations and fast paths, training, inspection, figures, data) leaves them out; CI and the

@@ -46,7 +46,9 @@ class ModelOutput:
     """logits: (B, T, V) for a decoder, (B, C) for a classifier, (B, T, input_dim) for vectors.
     loss: what training minimises, the task loss plus the mechanism's auxiliary losses (if any);
     task_loss: mean loss over real targets; token_loss: (B, T) per-token task loss (0 where
-    ignored), (B,) for a classifier; aux_loss: the sum of the layers' auxiliary losses, or None."""
+    ignored), (B,) for a classifier; aux_loss: the sum of the layers' auxiliary losses, or None.
+    hidden_states: when asked for, the stack input and every block's output, (B, T, D) each, the last
+    after the final norm (as Hugging Face models return them)."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
@@ -54,6 +56,7 @@ class ModelOutput:
     layers: list[LayerIntermediates] | None = None
     task_loss: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
 # ----------------------------------------------------------------------------- task heads
@@ -199,11 +202,12 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 options: ForwardOptions | None = None, need_intermediates: bool = False,
-                stochastic: bool | None = None) -> ModelOutput:
+                stochastic: bool | None = None, need_hidden_states: bool = False) -> ModelOutput:
         """tokens: (B, T) ids, or (B, T, input_dim) vectors. targets: (B, T) next tokens (IGNORE_INDEX to
         skip), (B,) class ids, or (B, T, input_dim) next vectors. real: (B, T) bool, True for real tokens
         (default: tokens not equal to config.pad_token). options: the mechanism's per-call options
-        (None: its defaults). stochastic: dropout on; None follows self.training."""
+        (None: its defaults). stochastic: dropout on; None follows self.training. need_hidden_states:
+        return the stack input and every block's output (references to tensors the pass makes anyway)."""
         cfg = self.config
         B, T = tokens.shape[:2]
         if T > cfg.block_size:
@@ -220,16 +224,19 @@ class Transformer(nn.Module):
         if self.metric_source is not None:  # computed once from the stack input, used by every layer
             shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
         call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared)
-        layers = []
+        layers, hidden = [], [x]
         for block in self.blocks:
             x, inter = block(x, call)  # (B, T, D)
             layers.append(inter)
+            hidden.append(x)
         x = self.ln_f(x)  # (B, T, D)
+        hidden[-1] = x
         logits, task_loss, token_loss = self.head(x, real, targets)
         aux = [inter.aux_loss for inter in layers if inter.aux_loss is not None]
         aux_loss = torch.stack(aux).sum() if aux else None
         loss = task_loss if aux_loss is None or task_loss is None else task_loss + aux_loss
-        return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None, task_loss, aux_loss)
+        return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None, task_loss, aux_loss,
+                           tuple(hidden) if need_hidden_states else None)
 
     def _real_tokens(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
         if real is None and self.config.pad_token is not None and not self.config.input_dim:

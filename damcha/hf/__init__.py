@@ -1,0 +1,24 @@
+"""Every registered mechanism as Hugging Face classes (extra damcha[hf]; nothing else imports this layer):
+`import damcha.hf` registers model_type "damcha" (DamchaConfig, DamchaModel, DamchaForCausalLM,
+DamchaForSequenceClassification) with AutoConfig and AutoModel*; export_run writes a run as such a folder."""
+
+from __future__ import annotations
+
+try:
+    import transformers  # noqa: F401
+except ImportError as e:  # pragma: no cover - the message is the point
+    raise ImportError("damcha.hf needs the Hugging Face extra: pip install 'damcha[hf]'") from e
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from damcha.hf.config import DamchaConfig
+from damcha.hf.export import export_run
+from damcha.hf.models import DamchaForCausalLM, DamchaForSequenceClassification, DamchaModel, DamchaPreTrainedModel
+
+AutoConfig.register(DamchaConfig.model_type, DamchaConfig, exist_ok=True)
+AutoModel.register(DamchaConfig, DamchaModel, exist_ok=True)
+AutoModelForCausalLM.register(DamchaConfig, DamchaForCausalLM, exist_ok=True)
+AutoModelForSequenceClassification.register(DamchaConfig, DamchaForSequenceClassification, exist_ok=True)
+
+__all__ = ["DamchaConfig", "DamchaForCausalLM", "DamchaForSequenceClassification", "DamchaModel",
+           "DamchaPreTrainedModel", "export_run"]

@@ -1,0 +1,92 @@
+"""`DamchaConfig`: a Hugging Face configuration that is this project's ModelConfig, field for field.
+
+transformers v5 turns every `PreTrainedConfig` subclass into a keyword-only dataclass, so each
+setting is an annotated class field here; the defaults are ModelConfig's own (one source), and
+`model_config()` builds (and so validates) the ModelConfig the project's code runs. A mechanism's
+settings are `attention` plus `attention_options` (DAMCHA's are flat fields, as in ModelConfig):
+a mechanism registered tomorrow is configured without a new field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from transformers import PreTrainedConfig
+
+from damcha.model.config import ModelConfig
+
+_DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+
+LAYOUTS = ("gpt2",)  # the project's own block: pre-LN, learned positions, exact GELU, untied head
+
+
+class DamchaConfig(PreTrainedConfig):
+    """Any registered attention mechanism in the project's transformer, as a Hugging Face config.
+
+    layout: how the blocks around the attention are built ("gpt2": this project's block).
+    The other fields are damcha.model.config.ModelConfig's, with its meanings and defaults."""
+
+    model_type = "damcha"
+    attribute_map = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
+                     "max_position_embeddings": "block_size"}
+
+    layout: str = "gpt2"
+    vocab_size: int = _DEFAULT["vocab_size"]
+    block_size: int = _DEFAULT["block_size"]
+    n_layer: int = _DEFAULT["n_layer"]
+    n_head: int = _DEFAULT["n_head"]
+    n_embd: int = _DEFAULT["n_embd"]
+    mlp_ratio: int = _DEFAULT["mlp_ratio"]
+    dropout: float = _DEFAULT["dropout"]
+    causal: bool = _DEFAULT["causal"]
+    n_classes: int = _DEFAULT["n_classes"]
+    attention: str = _DEFAULT["attention"]
+    metric_sharing: str = _DEFAULT["metric_sharing"]
+    metric_input: str = _DEFAULT["metric_input"]
+    score_form: str = _DEFAULT["score_form"]
+    generator_widths: list[int] | tuple[int, ...] = _DEFAULT["generator_widths"]
+    generator_dropout: float = _DEFAULT["generator_dropout"]
+    pad_token: int | None = _DEFAULT["pad_token"]
+    input_dim: int = _DEFAULT["input_dim"]
+    modality: str = _DEFAULT["modality"]
+    norm_placement: str = _DEFAULT["norm_placement"]
+    position_encoding: str = _DEFAULT["position_encoding"]
+    final_norm: bool = _DEFAULT["final_norm"]
+    head_bias: bool = _DEFAULT["head_bias"]
+    mlp_width: int = _DEFAULT["mlp_width"]
+    head_hidden: int = _DEFAULT["head_hidden"]
+    attention_options: dict[str, Any] | None = None
+    # No layer keeps keys and values between calls: generation recomputes the prefix (see DamchaForCausalLM).
+    use_cache: bool = False
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"DamchaConfig: layout must be one of {LAYOUTS}, got {self.layout!r}")
+        self.generator_widths = list(self.generator_widths)
+        self.attention_options = dict(self.attention_options or {})
+        if self.n_classes:
+            self.num_labels = self.n_classes
+        self.model_config()  # refuses, in words, a config the project cannot build
+
+    def model_config(self) -> ModelConfig:
+        """The project's ModelConfig these fields describe (validated: a bad value raises ValueError)."""
+        names = {f.name for f in dataclasses.fields(ModelConfig)}
+        return ModelConfig(**{name: getattr(self, name) for name in names})
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> DamchaConfig:
+        found = config_dict.get("model_type", cls.model_type)
+        if found != cls.model_type:
+            raise ValueError(f"a config of model_type {found!r} is not a DAMCHA Lab model (model_type "
+                             f"{cls.model_type!r}); to put a mechanism into that model, build it with its own class "
+                             "and use damcha.hf.swap_attention")
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_model_config(cls, config: ModelConfig, **kwargs) -> DamchaConfig:
+        fields = dataclasses.asdict(config)
+        fields["attention_options"] = dict(config.attention_options)
+        fields["generator_widths"] = list(config.generator_widths)
+        return cls(**fields, **kwargs)

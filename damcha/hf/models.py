@@ -1,0 +1,146 @@
+"""Hugging Face model classes around the project's transformer, for every registered mechanism.
+
+Each class holds one `damcha.model.transformer.Transformer` under the name `transformer`, built from
+`DamchaConfig.model_config()`: the mechanism comes from the registry, so a mechanism registered
+tomorrow has these classes without new code, and a run's snapshot is these classes' weights once
+its tensor names carry the `transformer.` prefix (damcha.hf.export).
+
+`attn_implementation` chooses the attend step every mechanism shares (damcha.model.mechanisms.
+operations.attend): "sdpa" is its fused scaled_dot_product_attention path, "eager" the explicit
+softmax whose (B, H, T, T) weights `output_attentions` returns. The mechanisms' own arithmetic
+(DAMCHA's metric, THA's mixing, ...) cannot be handed to an attention function, which would only
+receive q and k after projections DAMCHA does not have; flash and flex attention are refused.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, SequenceClassifierOutput
+
+from damcha.hf.config import DamchaConfig
+from damcha.model.mechanisms import ForwardOptions
+from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer
+
+NO_CACHE = ("{cls} keeps no key/value cache: DAMCHA's keys are the layer inputs themselves and its metric is a "
+            "function of the mean of the whole context, which a cache of keys and values does not hold (the other "
+            "mechanisms share these classes). Call it without past_key_values and with use_cache=False (the "
+            "config's default); generate() then recomputes the prefix at every step.")
+
+
+class DamchaPreTrainedModel(PreTrainedModel):
+    config_class = DamchaConfig
+    base_model_prefix = "transformer"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    _no_split_modules = ["Block"]
+
+    def __init__(self, config: DamchaConfig):
+        super().__init__(config)
+        self.transformer = Transformer(config.model_config())
+        self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Hugging Face's loader, refusing a checkpoint that lacks a tensor or holds a foreign one (it would
+        leave that weight uninitialised, not re-initialised: the project's modules initialise themselves)."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        wrong = {kind: sorted(info[kind])[:3] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
+                 if info.get(kind)}
+        if wrong:
+            detail = "; ".join(f"{kind.replace('_keys', '')} {names}" for kind, names in wrong.items())
+            raise ValueError(f"{args[0] if args else ''}: its weights do not match its config ({detail}): a damaged "
+                             "or foreign checkpoint")
+        return (model, info) if want_info else model
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # The project's modules initialise themselves (Transformer.__init__): Hugging Face's N(0, 0.02) for
+        # every Linear would replace the metric generator's PyTorch-default initialisation, whose residue is
+        # what the diagonal/off-diagonal split of M(x) shows (docs/design.md).
+        return
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.transformer.tok_emb
+
+    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor | None,
+             kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None) -> ModelOutput:
+        """The project's forward pass with Hugging Face's arguments, refused in words where it has no meaning."""
+        if kwargs.pop("past_key_values", None) is not None or kwargs.pop("use_cache", None):
+            raise ValueError(NO_CACHE.format(cls=type(self).__name__))
+        if kwargs.pop("inputs_embeds", None) is not None:
+            raise ValueError(f"{type(self).__name__} embeds its own input_ids: inputs_embeds is not supported")
+        options = kwargs.pop("options", None)
+        if options is not None and not isinstance(options, ForwardOptions):
+            raise TypeError("options must be the mechanism's ForwardOptions (e.g. DamchaOptions)")
+        implementation = self.config._attn_implementation or "sdpa"
+        if implementation not in ("sdpa", "eager"):
+            raise ValueError(f"attn_implementation={implementation!r}: these models attend with 'sdpa' (fused) or "
+                             "'eager' (explicit weights) only")
+        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
+        if output_attentions and implementation != "eager":
+            raise ValueError("output_attentions needs attn_implementation='eager' (the fused path never builds the "
+                             "weights); load with attn_implementation='eager' or call set_attn_implementation('eager')")
+        real = None if attention_mask is None else attention_mask.bool()  # (B, T)
+        return self.transformer(input_ids, targets=targets, real=real, options=options,
+                                need_intermediates=implementation == "eager",
+                                need_hidden_states=bool(output_hidden_states))
+
+    @staticmethod
+    def _attentions(out: ModelOutput, output_attentions: bool | None) -> tuple[torch.Tensor, ...] | None:
+        if not output_attentions or out.layers is None:
+            return None
+        return tuple(layer.weights for layer in out.layers)  # (B, H, T, T) each
+
+
+class DamchaModel(DamchaPreTrainedModel):
+    """The stack alone: last_hidden_state (B, T, D) after the final norm (the task head is kept in the
+    weights so every class reads the same checkpoint, but not run)."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                return_dict: bool | None = None, **kwargs) -> BaseModelOutput:
+        out = self._run(input_ids, attention_mask, None, kwargs, output_attentions, True)
+        return BaseModelOutput(last_hidden_state=out.hidden_states[-1],
+                               hidden_states=out.hidden_states if output_hidden_states else None,
+                               attentions=self._attentions(out, output_attentions))
+
+
+class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
+    """A causal decoder with its next-token head. labels are the input ids themselves (Hugging Face's
+    convention, shifted here); IGNORE_INDEX (-100) skips a position. Pad on the right: positions are
+    absolute, counted from the first token."""
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.transformer.head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                logits_to_keep: int = 0, **kwargs) -> CausalLMOutput:
+        targets = None
+        if labels is not None:
+            targets = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)  # (B, T)
+        out = self._run(input_ids, attention_mask, targets, kwargs, output_attentions, output_hidden_states)
+        logits = out.logits if not logits_to_keep else out.logits[:, -logits_to_keep:]  # (B, T', V)
+        return CausalLMOutput(loss=out.loss, logits=logits, hidden_states=out.hidden_states,
+                              attentions=self._attentions(out, output_attentions))
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                                      **kwargs) -> dict:
+        # Every step sees the whole prefix (no cache): only the last position's logits are needed.
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": 1}
+
+
+class DamchaForSequenceClassification(DamchaPreTrainedModel):
+    """A non-causal encoder whose head classifies the mean of the real tokens' features (the project's
+    classification head); labels: (B,) class ids."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                **kwargs) -> SequenceClassifierOutput:
+        out = self._run(input_ids, attention_mask, labels, kwargs, output_attentions, output_hidden_states)
+        return SequenceClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,
+                                        attentions=self._attentions(out, output_attentions))

@@ -1,0 +1,150 @@
+"""The Hugging Face door (damcha.hf, extra damcha[hf]): every registered variant as Hugging Face classes
+that round-trip through save_pretrained/from_pretrained exactly, attend alike under sdpa and eager, give
+their attention under eager; every shipped token run exports with the run's logits; what has no meaning
+(a cache, a foreign or damaged folder) is refused in words. Configs are built in code, at tiny sizes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the Hugging Face extra is not installed "
+                                   "(pip install 'damcha[hf]'); CI installs it")
+
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+from damcha import ModelConfig, variant_config, variant_names  # noqa: E402
+from damcha.__main__ import main  # noqa: E402
+from damcha.runs.checkpoints import list_runs, load_model  # noqa: E402
+
+hf = pytest.importorskip("damcha.hf")
+transformers.logging.set_verbosity_error()
+PAD = 10
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+def _config(variant: str, classifier: bool = False) -> "hf.DamchaConfig":
+    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), block_size=12, vocab_size=11,
+                       causal=not classifier, n_classes=3 if classifier else 0)
+    return hf.DamchaConfig.from_model_config(variant_config(base, variant))
+
+
+def _tokens(batch: int = 3, length: int = 12) -> torch.Tensor:
+    return torch.randint(0, PAD, (batch, length), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_every_variant_round_trips_and_attends_alike_under_sdpa_and_eager(variant, tmp_path):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(_config(variant)).eval()
+    assert type(model) is hf.DamchaForCausalLM and model.config._attn_implementation == "sdpa"
+    x = _tokens()
+    mask = torch.ones_like(x)
+    mask[0, -4:] = 0  # a right-padded row: the 2-D mask is the project's `real`
+    with torch.no_grad():
+        fused = model(x, attention_mask=mask).logits  # (B, T, V)
+        own = model.transformer(x, real=mask.bool()).logits
+        torch.testing.assert_close(fused, own, rtol=0, atol=0)
+        with pytest.raises(ValueError, match="needs attn_implementation='eager'"):
+            model(x, output_attentions=True)
+
+        model.save_pretrained(tmp_path)
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(loaded.state_dict()[name], tensor), name
+        assert loaded.config.model_config() == model.config.model_config()
+        explicit = loaded(x, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+    torch.testing.assert_close(explicit.logits, fused, rtol=1e-5, atol=1e-5)
+    assert len(explicit.attentions) == 2  # (B, heads, T, T): MoA attends with its experts, not n_head
+    assert all(a.shape[0] == 3 and a.shape[-2:] == (12, 12) for a in explicit.attentions)
+    assert len(explicit.hidden_states) == 3 and explicit.hidden_states[-1].shape == (3, 12, 16)
+
+
+def test_a_classifier_takes_labels_and_trains_every_parameter():
+    model = transformers.AutoModelForSequenceClassification.from_config(_config("damcha", classifier=True))
+    assert type(model) is hf.DamchaForSequenceClassification and model.config.num_labels == 3
+    out = model(_tokens(), labels=torch.tensor([0, 1, 2]))
+    assert out.logits.shape == (3, 3)
+    out.loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_the_causal_loss_shifts_the_labels_as_hugging_face_models_do():
+    model = hf.DamchaForCausalLM(_config("damcha")).eval()
+    x = _tokens()
+    out = model(x, labels=x)
+    manual = torch.nn.functional.cross_entropy(out.logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+    torch.testing.assert_close(out.loss, manual)
+
+
+def test_greedy_generation_recomputes_the_prefix_and_a_cache_is_refused():
+    model = hf.DamchaForCausalLM(_config("damcha")).eval()
+    prompt = _tokens(1, 4)
+    generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    sequence = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            sequence = torch.cat([sequence, model(sequence).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(generated, sequence)
+    with pytest.raises(ValueError, match="keeps no key/value cache"):
+        model(prompt, use_cache=True)
+    with pytest.raises(ValueError, match="keeps no key/value cache"):
+        model(prompt, past_key_values=transformers.DynamicCache())
+
+
+def _token_runs():
+    runs, _ = list_runs(CHECKPOINTS)
+    return [run for run in runs if not run.model_config.input_dim]
+
+
+def test_every_shipped_token_run_exports_with_the_runs_logits(tmp_path):
+    runs = _token_runs()
+    assert len(runs) >= 15
+    for run in runs:
+        done = hf.export_run(run, tmp_path / run.name)
+        assert done.max_difference <= hf.export.PARITY_TOLERANCE, run.name
+        auto = (transformers.AutoModelForSequenceClassification if run.model_config.n_classes
+                else transformers.AutoModelForCausalLM)
+        exported = auto.from_pretrained(tmp_path / run.name).eval()
+        x = torch.randint(0, run.model_config.vocab_size, (2, run.model_config.block_size),
+                          generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            torch.testing.assert_close(exported(x).logits, load_model(run)(x).logits, rtol=0,
+                                       atol=hf.export.PARITY_TOLERANCE)
+
+
+def test_the_export_command_writes_a_folder_auto_classes_load(tmp_path, capsys):
+    assert main(["export-hf", str(CHECKPOINTS / "text-dcmha"), "--out", str(tmp_path / "hf"), "--epoch", "0"]) == 0
+    assert "epoch 0" in capsys.readouterr().out
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["model_type"] == "damcha" and config["attention"] == "dcmha"
+    assert not list((tmp_path / "hf").glob("*.bin"))  # safetensors only
+    assert main(["export-hf", str(CHECKPOINTS / "images-mha"), "--out", str(tmp_path / "img")]) == 2
+    assert "image patches" in capsys.readouterr().err
+
+
+def test_a_damaged_or_foreign_folder_is_refused_in_words(tmp_path):
+    model = hf.DamchaForCausalLM(_config("damcha"))
+    model.save_pretrained(tmp_path / "damaged")
+    weights = load_file(tmp_path / "damaged" / "model.safetensors")
+    del weights["transformer.head.weight"]
+    save_file(weights, tmp_path / "damaged" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"do not match its config \(missing \['transformer.head.weight'\]\)"):
+        hf.DamchaForCausalLM.from_pretrained(tmp_path / "damaged")
+    transformers.GPT2Config(n_layer=1, n_embd=16, n_head=4, vocab_size=11).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="model_type 'gpt2' is not a DAMCHA Lab model"):
+        hf.DamchaForCausalLM.from_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="divisible by n_head"):
+        hf.DamchaConfig(n_embd=18, n_head=4)
+    with pytest.raises(ValueError, match="'sdpa' \\(fused\\) or 'eager'"):
+        model.config._attn_implementation = "flex_attention"
+        model(_tokens())
+
+
+def test_importing_damcha_loads_no_hugging_face_code():
+    code = "import sys, damcha, damcha.model.config, damcha.runs.checkpoints; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"

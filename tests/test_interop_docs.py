@@ -1,0 +1,40 @@
+"""docs/interop.md's examples run as written (in a scratch folder) and give what the page says."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="the Hugging Face extra is not installed (pip install 'damcha[hf]'); "
+                    "CI installs it")
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "docs" / "interop.md").read_text(encoding="utf-8")
+
+
+def _run_block(heading: str, folder: Path) -> dict:
+    start = PAGE.index("```python", PAGE.index(heading)) + len("```python")
+    code = re.sub(r'"checkpoints/', f'"{ROOT}/checkpoints/', PAGE[start:PAGE.index("```", start)])
+    scope: dict = {}
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        exec(compile(code, "docs/interop.md", "exec"), scope)
+    finally:
+        os.chdir(cwd)
+    return scope
+
+
+def test_the_hugging_face_example_trains_saves_and_gives_attention(tmp_path):
+    scope = _run_block("## Hugging Face classes for every mechanism", tmp_path)
+    assert type(scope["model"]).__name__ == "DamchaForCausalLM"
+    assert (tmp_path / "my-damcha" / "model.safetensors").is_file()
+    attentions = scope["out"].attentions
+    assert len(attentions) == 2 and attentions[0].shape == (1, 4, 16, 16)
+
+
+def test_the_export_example_gives_the_runs_logits(tmp_path):
+    scope = _run_block("## Export a trained run", tmp_path)
+    assert scope["done"].max_difference == 0.0 and scope["done"].epoch == 40
+    assert scope["model"].config.attention == "damcha"
