@@ -9,6 +9,7 @@ from app.run_picker import each_run
 from damcha.analysis.ablation import ABLATION_KEY, ABLATION_SETTINGS
 from damcha.analysis.inspection import inspect_input
 from damcha.analysis.interventions import MEAN_INPUTS
+from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
 from damcha.views.display_units import LossUnit
@@ -66,12 +67,14 @@ def block_grid(run: Run, epoch: int, inp: ModelInput | None, keep: bool, n: int 
 
 @st.cache_data(show_spinner="Loss along the curve…", max_entries=64, hash_funcs=HASH_FUNCS)
 def metric_curves(run: Run, epoch: int, inp: ModelInput):
-    """Interpolation from M-bar to M(x) (and beyond), off-diagonal scaling, head ablation, residue check."""
+    """Interpolation from M-bar to M(x) (and beyond; None where the app holds no validation inputs to take
+    M-bar over), off-diagonal scaling, head ablation, residue check."""
     from damcha.analysis import interventions
 
     model = model_for(run, epoch)
     return {
-        "interpolation": interventions.interpolation_curve(model, inp.tokens, inp.targets, mean_metric(run, epoch)),
+        "interpolation": interventions.interpolation_curve(model, inp.tokens, inp.targets, mean_metric(run, epoch))
+        if bundled(run.dataset) else None,
         "off_diagonal": interventions.off_diagonal_curve(model, inp.tokens, inp.targets),
         "heads": interventions.head_ablation(model, inp.tokens, inp.targets),
         "residue": interventions.residue_check(model, inp.tokens, inp.targets),

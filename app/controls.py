@@ -117,6 +117,21 @@ def computed_on_request(run: Run, label: str, key: str) -> bool:
     return on
 
 
+def holds_validation_inputs(run: Run) -> bool:
+    """Whether the app holds the run's validation inputs (the data sets it bundles); for any other (read
+    from the user's files, or none recorded, as in a Hugging Face folder) a caption says so."""
+    if not bundled(run.dataset):
+        st.caption(f"Needs the validation inputs of data set {plain_text(run.dataset)!r}, which the app does not "
+                   "hold (read from local files, or not recorded with the run): not computed.")
+        return False
+    return True
+
+
+def over_validation_inputs(run: Run, label: str, key: str) -> bool:
+    """computed_on_request for a section over the run's validation inputs (see holds_validation_inputs)."""
+    return holds_validation_inputs(run) and computed_on_request(run, label, key)
+
+
 def position_in_context(labels, position: int, width: int = 40) -> str:
     """Markdown of the tokens around `position`, the one at it highlighted: where a query sits in a
     long input, readable where a slider alone is not."""

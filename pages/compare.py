@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app.cache import inspection, validation_losses
-from app.controls import bounded_slider, computed_on_request, input_picker
+from app.controls import bounded_slider, input_picker, over_validation_inputs
 from app.named_figures import show_run_set_figure, shown_input
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
@@ -112,7 +112,7 @@ if len(results) > 1:
     first = a.selectbox("Across", [r for r, _ in results], format_func=lambda r: r.name, key="compare_scatter_a")
     second = b.selectbox("Up", [r for r, _ in results if r.name != first.name], format_func=lambda r: r.name,
                          key="compare_scatter_b")
-    if computed_on_request(first, "Compute the loss of 256 validation inputs under both runs", "compare_scatter_on"):
+    if over_validation_inputs(first, "Compute the loss of 256 validation inputs under both runs", "compare_scatter_on"):
         losses = [(r, epochs[r.name], validation_losses(r, epochs[r.name], 256)) for r in (first, second)]
         show_run_set_figure("losses_against", losses, inp, {"inputs": 256})
 else:

@@ -3,7 +3,14 @@
 import streamlit as st
 
 from app.cache import class_separations, inspection, source_of, weight_drift
-from app.controls import bounded_slider, computed_on_request, input_picker, is_large, option_choices
+from app.controls import (
+    bounded_slider,
+    holds_validation_inputs,
+    input_picker,
+    is_large,
+    option_choices,
+    over_validation_inputs,
+)
 from app.named_figures import show_epoch_figure, show_model_figure, show_record_figure
 from app.run_picker import listed_root, listing, run_page
 from app.sharing import failure_text, plain_text
@@ -71,7 +78,8 @@ if chosen_epochs:
 
 if first.has_metric:
     st.subheader("Statistics of M(x) over the epochs")
-    with_band = st.toggle("Band over validation inputs (64 samples)", value=not is_large(run), key="band")
+    with_band = holds_validation_inputs(run) and \
+        st.toggle("Band over validation inputs (64 samples)", value=not is_large(run), key="band")
     show_epoch_figure("statistics_with_band" if with_band else "statistics", run, inp, {**params, "inputs": 64},
                       "statistics")
     st.caption(statistics_caption(first))
@@ -123,10 +131,10 @@ st.caption("Each structure averaged over the first validation inputs at this epo
 m1, m2 = st.columns(2)
 n_mean = m1.select_slider("Inputs", [16, 64, 128], value=64, key="mean_n")
 mean_epoch = m2.select_slider("Epoch", epochs, value=epoch if epoch in epochs else epochs[-1], key="mean_epoch")
-if computed_on_request(run, "Average over validation inputs", "mean_on"):
+if over_validation_inputs(run, "Average over validation inputs", "mean_on"):
     show_model_figure("structure_mean", run, mean_epoch, inp, {**params, "n": n_mean}, where=f"epoch {mean_epoch}")
 
-if first.has_metric and computed_on_request(run, "Project the metrics of validation inputs", "geometry_on"):
+if first.has_metric and over_validation_inputs(run, "Project the metrics of validation inputs", "geometry_on"):
     st.subheader("Data-set geometry")
     st.caption("M(x) of validation inputs (last position for causal models), projected to 2D. Does the metric "
                "adapt to the input, and from which epoch?")

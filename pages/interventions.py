@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app.cached_interventions import block_grid, intervened, metric_curves, validation_effects
-from app.controls import computed_on_request, input_picker
+from app.controls import computed_on_request, holds_validation_inputs, input_picker, over_validation_inputs
 from app.named_figures import show_epoch_figure, show_model_figure
 from app.run_picker import run_page
 from app.sharing import plain_text
@@ -14,6 +14,7 @@ from damcha.analysis.heads import HEAD_KINDS, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
 from damcha.analysis.interventions import MEAN_INPUTS, alignment_note, available_interventions
 from damcha.analysis.structure_patching import structure_site_note
+from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
 from damcha.views.display_units import LossUnit, head_metric_ablation_sentence, residue_check_sentence
 from damcha.views.model_figures import intervention_views
@@ -22,6 +23,8 @@ run, epoch = run_page("Interventions", "Each intervention is a forward option of
                                        "exactly; the shared model is never changed.")
 choices = available_interventions(run.model_config)
 inp = input_picker(run)
+# Another input or the mean over inputs come from the validation set, which the app holds for its bundled data sets.
+validation_held = bundled(run.dataset)
 if inp is None:
     st.stop()
 unit = LossUnit.of(run.model_config)
@@ -34,7 +37,8 @@ elif inp.targets is None:
     st.info("This input has no target (an upload for a classifier): there is no loss to change.")
 else:
     h1, h2 = st.columns([2, 3])
-    kind = h1.radio("Replace each head's output by", list(HEAD_KINDS), format_func=HEAD_KINDS.get, horizontal=True,
+    kinds = [k for k in HEAD_KINDS if validation_held or k != "patch"]  # patching takes a validation input's value
+    kind = h1.radio("Replace each head's output by", kinds, format_func=HEAD_KINDS.get, horizontal=True,
                     **bound("head_kind"))
     params = {"kind": kind}
     if kind == "patch":
@@ -62,7 +66,7 @@ st.subheader("Its own structure, patched from another input (every mechanism tha
 structure_note = structure_site_note(run.model_config)
 if structure_note:
     st.info(structure_note)
-elif inp.targets is not None:
+elif inp.targets is not None and holds_validation_inputs(run):
     n = validation_count(run)
     other = int(st.number_input(f"the structure of validation input (0..{n - 1})", 0, n - 1, 1, key="structure_other"))
     st.caption(plain_text(validation_input(run, other).source))
@@ -81,6 +85,9 @@ if not choices:
     st.stop()
 st.subheader(f"{run.model_config.mechanism.title}'s own interventions")
 
+if not validation_held:  # another validation input, or their mean, is what these take
+    choices = [iv for iv in choices if not any(p.kind in ("input", "mean") for p in iv.params)]
+    holds_validation_inputs(run)
 by_name = {iv.name: iv for iv in choices}
 name = st.selectbox("Intervention", list(by_name), format_func=lambda n: by_name[n].title, **bound("intervention"))
 iv = by_name[name]
@@ -130,7 +137,7 @@ for column, applied in ((left, "without"), (right, "with")):
 st.subheader("Over the validation set")
 st.caption("Mean loss change over 128 validation inputs for each intervention that needs no second input "
            "(parameters at their defaults), with a 95% bootstrap interval.")
-rows = validation_effects(run, epoch) if computed_on_request(run, "Compute over the validation set", "effects_on") else []
+rows = validation_effects(run, epoch) if over_validation_inputs(run, "Compute over the validation set", "effects_on") else []
 if rows:
     df = pd.DataFrame(rows)
     st.dataframe(df, hide_index=True, width="stretch")
@@ -148,15 +155,17 @@ if after.has_metric:
         show_model_figure("block_grid", run, epoch, inp, {"keep": keep}, block_grid(run, epoch, inp, keep),
                           file_name="block_grid_input")
     with grid_cols[1]:
-        show_model_figure("block_grid_validation", run, epoch, inp, {"keep": keep, "n": 64},
-                          block_grid(run, epoch, None, keep, 64))
+        if holds_validation_inputs(run):
+            show_model_figure("block_grid_validation", run, epoch, inp, {"keep": keep, "n": 64},
+                              block_grid(run, epoch, None, keep, 64))
     curves = metric_curves(run, epoch, inp)
     if not residue_learned(after):
         st.caption(residue_caveat("in the block grids above and the scaling curves below (zeroing or scaling "
                                   "M_ij changes m_i by a block that is part learned, part residue)"))
     a, b = st.columns(2)
     with a:
-        show_model_figure("interpolation", run, epoch, inp, values=curves["interpolation"])
+        if holds_validation_inputs(run):
+            show_model_figure("interpolation", run, epoch, inp, values=curves["interpolation"])
     with b:
         show_model_figure("off_diagonal", run, epoch, inp, values=curves["off_diagonal"])
     heads = curves["heads"]
@@ -166,4 +175,5 @@ if after.has_metric:
     st.subheader("Does the input dependence matter, and from which epoch?")
     st.caption("Adaptivity gap = loss with M-bar − loss with M(x), over 256 validation inputs, at every snapshot "
                "(mean and 95% bootstrap interval; > 0: the input-dependent metric helps).")
-    show_epoch_figure("adaptivity_gap", run, None, {"inputs": MEAN_INPUTS})
+    if holds_validation_inputs(run):
+        show_epoch_figure("adaptivity_gap", run, None, {"inputs": MEAN_INPUTS})

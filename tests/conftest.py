@@ -45,6 +45,8 @@ LONGEST_FIRST = ("test_browser.py",  # 187 s
                  "test_interrupted_training.py",  # 41 s
                  "test_broken_runs.py",  # 30 s
                  "test_export.py",  # 26 s
+                 "test_hf_runs.py",  # 75 s: exported and Trainer folders on every page
+                 "test_hf_swap.py",  # 56 s: every variant swapped into GPT-2, Llama and ViT, trained
                  "test_hf.py",  # 25 s: every variant as Hugging Face classes, every token run exported
                  "test_resource_bombs.py",  # 17 s
                  "test_fence_browser.py",  # 14 s

@@ -38,3 +38,16 @@ def test_the_export_example_gives_the_runs_logits(tmp_path):
     scope = _run_block("## Export a trained run", tmp_path)
     assert scope["done"].max_difference == 0.0 and scope["done"].epoch == 40
     assert scope["model"].config.attention == "damcha"
+
+
+def test_the_trainer_example_gives_a_run_with_its_checkpoints_as_epochs(tmp_path):
+    scope = _run_block("## Open a Hugging Face folder in the app", tmp_path)
+    run = scope["run"]
+    assert run.epochs == (1, 2) and run.variant == "mha" and len(run.metrics) == 2
+
+
+def test_the_swap_example_carries_v_and_o_and_trains(tmp_path):
+    scope = _run_block("## Swap a mechanism into GPT-2, Llama or ViT", tmp_path)
+    swap = scope["swap"]
+    assert {name.rsplit(".", 2)[-2] for name in swap.carried} == {"value", "proj"}
+    assert swap.fresh and all(name.startswith("damcha_shared.") for name in swap.fresh)

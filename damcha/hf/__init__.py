@@ -1,6 +1,6 @@
 """Every registered mechanism as Hugging Face classes (extra damcha[hf]; nothing else imports this layer):
-`import damcha.hf` registers model_type "damcha" (DamchaConfig, DamchaModel, DamchaForCausalLM,
-DamchaForSequenceClassification) with AutoConfig and AutoModel*; export_run writes a run as such a folder."""
+`import damcha.hf` registers model_type "damcha" with AutoConfig and AutoModel*; export_run writes a run
+as such a folder; swap_attention puts a mechanism into a GPT-2, Llama or ViT model."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelF
 from damcha.hf.config import DamchaConfig
 from damcha.hf.export import export_run
 from damcha.hf.models import DamchaForCausalLM, DamchaForSequenceClassification, DamchaModel, DamchaPreTrainedModel
+from damcha.hf.swap import Swap, swap_attention
 
 AutoConfig.register(DamchaConfig.model_type, DamchaConfig, exist_ok=True)
 AutoModel.register(DamchaConfig, DamchaModel, exist_ok=True)
@@ -21,4 +22,4 @@ AutoModelForCausalLM.register(DamchaConfig, DamchaForCausalLM, exist_ok=True)
 AutoModelForSequenceClassification.register(DamchaConfig, DamchaForSequenceClassification, exist_ok=True)
 
 __all__ = ["DamchaConfig", "DamchaForCausalLM", "DamchaForSequenceClassification", "DamchaModel",
-           "DamchaPreTrainedModel", "export_run"]
+           "DamchaPreTrainedModel", "Swap", "export_run", "swap_attention"]

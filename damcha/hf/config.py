@@ -57,6 +57,9 @@ class DamchaConfig(PreTrainedConfig):
     mlp_width: int = _DEFAULT["mlp_width"]
     head_hidden: int = _DEFAULT["head_hidden"]
     attention_options: dict[str, Any] | None = None
+    # Where the weights came from when export-hf wrote them: the run's name, epoch, data and training
+    # sections (the app shows an exported folder with its data set's inputs).
+    damcha_run: dict[str, Any] | None = None
     # No layer keeps keys and values between calls: generation recomputes the prefix (see DamchaForCausalLM).
     use_cache: bool = False
 

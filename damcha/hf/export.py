@@ -1,15 +1,17 @@
-"""A trained run as a Hugging Face folder (config.json + model.safetensors) that damcha.hf's classes load,
-checked by loading it back and comparing its logits with the run's."""
+"""A trained run as a Hugging Face folder (config.json + model.safetensors, and the run's metrics.jsonl up to
+the exported epoch for the app) that damcha.hf's classes load, checked by loading it back and comparing
+its logits with the run's."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from damcha.hf.config import DamchaConfig
-from damcha.runs.checkpoints import CheckpointError, Run, load_model, load_run
+from damcha.runs.checkpoints import METRICS_FILE, CheckpointError, Run, load_model, load_run, write_text_atomic
 
 # float32. The two hold the same tensors and run the same code: 0 is measured for every shipped run but THA's
 # (2.9e-6), whose head-mixing product is folded differently by torch.matmul when the weights require grad
@@ -43,12 +45,15 @@ def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None)
     run = run if isinstance(run, Run) else load_run(run)
     epoch = run.epochs[-1] if epoch is None else epoch
     source = load_model(run, epoch)
-    config = DamchaConfig.from_model_config(run.model_config)
+    config = DamchaConfig.from_model_config(run.model_config, damcha_run={
+        "run": run.name, "epoch": epoch, "train": run.train_config, "data": run.data})
     model_class = task_class(config)
     model = model_class(config).eval()
     model.transformer.load_state_dict(source.state_dict())
     out = Path(out)
     model.save_pretrained(out)
+    rows = [row for row in run.metrics if row.get("epoch", 0) <= epoch]  # the curves up to this snapshot, for the app
+    write_text_atomic(out / METRICS_FILE, "".join(json.dumps(row) + "\n" for row in rows))
     difference = _max_logit_difference(source, model_class.from_pretrained(out).eval())
     if difference > PARITY_TOLERANCE:
         raise CheckpointError(f"{out}: the exported model's logits differ from the run's by {difference:.2e}")

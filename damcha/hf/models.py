@@ -24,9 +24,9 @@ from damcha.model.mechanisms import ForwardOptions
 from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer
 
 NO_CACHE = ("{cls} keeps no key/value cache: DAMCHA's keys are the layer inputs themselves and its metric is a "
-            "function of the mean of the whole context, which a cache of keys and values does not hold (the other "
-            "mechanisms share these classes). Call it without past_key_values and with use_cache=False (the "
-            "config's default); generate() then recomputes the prefix at every step.")
+            "function of the mean of the whole context, which a cache of keys and values does not hold (every "
+            "registered mechanism goes the same way). Call it without past_key_values and with use_cache=False "
+            "(the default here); generate() then recomputes the prefix at every step.")
 
 
 class DamchaPreTrainedModel(PreTrainedModel):
@@ -74,6 +74,12 @@ class DamchaPreTrainedModel(PreTrainedModel):
         options = kwargs.pop("options", None)
         if options is not None and not isinstance(options, ForwardOptions):
             raise TypeError("options must be the mechanism's ForwardOptions (e.g. DamchaOptions)")
+        # Trainer's count of targets across accumulated batches: the loss here is the batch's mean, as the
+        # project's training computes it.
+        kwargs.pop("num_items_in_batch", None)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} got arguments it does not use: {sorted(kwargs)} (positions "
+                            "are absolute from the first token; no position_ids)")
         implementation = self.config._attn_implementation or "sdpa"
         if implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation={implementation!r}: these models attend with 'sdpa' (fused) or "

@@ -5,6 +5,9 @@ A run is a directory:
   metrics.jsonl             one JSON row per evaluated epoch
   epoch_0000.safetensors    one weights file per snapshot epoch (epoch 0 = the initialisation)
   training_state.safetensors  weights and optimiser state for resuming (not shipped)
+
+A folder of damcha.hf's Hugging Face classes (export-hf, save_pretrained, Trainer's checkpoint-N
+folders) is read as a run too (damcha.runs.hf_folders).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from safetensors.torch import save_file
 from damcha.inputs.datasets import modality_of_dataset
 from damcha.model.config import ModelConfig, with_saved_defaults
 from damcha.model.transformer import Snapshot, Transformer, build_model
+from damcha.runs import hf_folders
 from damcha.runs.files import (
     CheckpointError,
     file_sha256,
@@ -141,6 +145,9 @@ class Run:
     root: Path | None = None
     # The test split's metrics ("test_…" and the epoch they are of), or None: no test split, or not reached.
     test: dict | None = None
+    # Where each epoch's weights are, relative to path, when they are not epoch_NNNN.safetensors (a Hugging
+    # Face folder: model.safetensors, checkpoint-N/model.safetensors).
+    snapshot_files: tuple[tuple[int, str], ...] = ()
 
     @property
     def dataset(self) -> str:
@@ -156,7 +163,7 @@ class Run:
             raise CheckpointError(why)
         if epoch not in self.epochs:
             raise CheckpointError(f"{self.path}: no snapshot for epoch {epoch}; available: {list(self.epochs)}")
-        return self.path / snapshot_name(epoch)
+        return self.path / dict(self.snapshot_files).get(epoch, snapshot_name(epoch))
 
     def metrics_at(self, epoch: int) -> dict | None:
         return next((m for m in self.metrics if m.get("epoch") == epoch), None)
@@ -167,6 +174,8 @@ def read_config(run_dir: Path, root: Path | None = None) -> dict:
     if not os.path.lexists(path):
         raise CheckpointError(f"{run_dir}: no {CONFIG_FILE} (not a DAMCHA run directory)")
     cfg = read_json(path, MAX_CONFIG_BYTES, root, "run config")
+    if hf_folders.is_hf_config(cfg):
+        return cfg
     if not isinstance(cfg, dict) or "format_version" not in cfg or "model" not in cfg:
         raise CheckpointError(f"{path}: not a DAMCHA run config (expected format_version and model)")
     if cfg["format_version"] != FORMAT_VERSION:
@@ -256,7 +265,17 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
     root = None if root is None else Path(root)
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run directory")
-    cfg = read_config(run_dir, root)
+    folder = None
+    if _has(run_dir, CONFIG_FILE):
+        cfg = read_config(run_dir, root)
+        if hf_folders.is_hf_config(cfg):
+            folder = hf_folders.read_folder(run_dir, cfg, root)
+    elif hf_folders.holds_trainer_checkpoints(run_dir):
+        folder = hf_folders.read_folder(run_dir, None, root)
+    else:
+        raise CheckpointError(f"{run_dir}: no {CONFIG_FILE} (not a DAMCHA run directory)")
+    if folder is not None:
+        cfg = folder.config
     check_config_shape(cfg, run_dir / CONFIG_FILE)
     try:
         fields = dict(cfg["model"])
@@ -265,25 +284,31 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
         model_config = ModelConfig.from_dict(with_saved_defaults(fields))
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{run_dir / CONFIG_FILE}: {e}") from None
-    try:
-        found = sorted(int(m.group(1)) for f in os.scandir(run_dir) if (m := SNAPSHOT_RE.match(f.name)))
-    except OSError as e:
-        raise CheckpointError(f"{run_dir}: cannot list this folder ({e.strerror})") from None
-    if not found:
+    files = folder.snapshots if folder is not None else _snapshot_files(run_dir)
+    if not files:
         raise CheckpointError(f"{run_dir}: no snapshot files (epoch_NNNN.safetensors)")
     epochs, bad = [], []
-    for epoch in found:
+    for epoch, name in sorted(files.items()):
         try:
-            read_snapshot_header(run_dir / snapshot_name(epoch), root)
+            read_snapshot_header(run_dir / name, root)
             epochs.append(epoch)
         except CheckpointError as e:
             bad.append((epoch, str(e)))
         except Exception as e:  # noqa: BLE001 — whatever one snapshot holds, only its epoch is lost
-            bad.append((epoch, f"{run_dir / snapshot_name(epoch)}: unreadable ({type(e).__name__})"))
+            bad.append((epoch, f"{run_dir / name}: unreadable ({type(e).__name__})"))
     if not epochs:
         raise CheckpointError(f"{run_dir}: no readable snapshot ({bad[0][1]})")
+    metrics = folder.metrics if folder is not None and folder.metrics is not None else read_metrics(run_dir, root)
+    own_files = tuple(files.items()) if folder is not None else ()
     return Run(run_dir, run_dir.name, model_config, cfg.get("train", {}), cfg.get("data", {}),
-               tuple(epochs), tuple(read_metrics(run_dir, root)), cfg, tuple(bad), root, read_test(run_dir, root))
+               tuple(epochs), tuple(metrics), cfg, tuple(bad), root, read_test(run_dir, root), own_files)
+
+
+def _snapshot_files(run_dir: Path) -> dict[int, str]:
+    try:
+        return {int(m.group(1)): f.name for f in os.scandir(run_dir) if (m := SNAPSHOT_RE.match(f.name))}
+    except OSError as e:
+        raise CheckpointError(f"{run_dir}: cannot list this folder ({e.strerror})") from None
 
 
 @dataclass(frozen=True)
@@ -326,12 +351,13 @@ def read_snapshot_header(path: Path, root: Path | None = None) -> SnapshotHeader
     return SnapshotHeader(metadata, tensors)
 
 
-WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "transformer.")  # DistributedDataParallel, torch.compile, damcha.hf
 
 
 def unwrapped_name(name: str) -> str:
     """A parameter's name with the prefixes that wrapping a model adds taken off (`module.` from
-    DistributedDataParallel, `_orig_mod.` from torch.compile, in any order and number)."""
+    DistributedDataParallel, `_orig_mod.` from torch.compile, `transformer.` from damcha.hf's classes,
+    in any order and number)."""
     while name.startswith(WRAPPER_PREFIXES):
         name = name.split(".", 1)[1]
     return name
@@ -471,7 +497,7 @@ def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
     candidates = []
     for child in subdirs(root):
         candidates.append(child)
-        if not _has(child, CONFIG_FILE):
+        if not _has(child, CONFIG_FILE) and not hf_folders.holds_trainer_checkpoints(child):
             candidates.extend(subdirs(child))
     for path in candidates:
         try:
@@ -480,7 +506,7 @@ def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
             continue
         if not inside:
             continue
-        if not _has(path, CONFIG_FILE):
+        if not _has(path, CONFIG_FILE) and not hf_folders.holds_trainer_checkpoints(path):
             if _holds_run_files(path):
                 bad.append((path, f"{path}: no {CONFIG_FILE} (its snapshots cannot be read without the config)"))
             continue

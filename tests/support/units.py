@@ -19,8 +19,9 @@ def shown_texts(at) -> list[str]:
     texts += [m.label for m in at.metric]
     for df in at.dataframe:  # a column of text cells names its unit in each cell (runs of several units)
         for column in df.value.columns:
-            cells = [v for v in df.value[column] if isinstance(v, str) and v != "—"]
-            texts.append(f"{column}: {cells[0]}" if cells and len(cells) == df.value[column].notna().sum() else str(column))
+            shown = [v for v in df.value[column] if v is not None and v == v and v != "—"]  # "—": no number
+            cells = [v for v in shown if isinstance(v, str)]
+            texts.append(f"{column}: {cells[0]}" if cells and len(cells) == len(shown) else str(column))
     return [t for t in texts if t]
 
 

@@ -1,0 +1,212 @@
+"""`swap_attention`: a registered mechanism in place of the attention of a Hugging Face GPT-2, Llama or ViT
+model, its embeddings, MLPs and norms kept.
+
+Each attention module becomes an instance of a subclass of the model's own attention class (v5 records
+`output_attentions` with hooks keyed on that class), holding the mechanism's layer, built from the
+registry with a ModelConfig read off the model's config: a mechanism registered tomorrow swaps in
+without new code. The projections the mechanism shares with the model's attention carry over — V and
+O always where the mechanism has them (`value`, `proj`), Q and K for mechanisms that have them too —
+and everything else starts fresh (DAMCHA's metric generator). A mechanism with a module computed once
+per stack (DAMCHA's shared metric) gets it as a new submodule of the model, run on the first block's
+input by a forward pre-hook; the 2-D attention mask, read by a pre-hook on the base model, gives the
+real tokens. Those hooks hold one call's values, so a swapped model serves one call at a time.
+
+Deviations, declared: the attend step is the project's (sdpa when the model's attn_implementation is
+"sdpa", the explicit softmax under "eager"), not `ALL_ATTENTION_FUNCTIONS`, since an attention function
+receives q and k after projections DAMCHA does not have; no key/value cache; Llama's rotary position
+embeddings are not applied (setting rope="none", the only value: the paper does not say where RoPE
+would go in q = x_iᵀm_i, k = x_i) so a swapped Llama sees positions through the causal mask alone;
+grouped-query attention is refused (every registered mechanism has one key and value per head, and
+DAMCHA's keys are the inputs x_i themselves).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from damcha.hf.models import NO_CACHE
+from damcha.model.config import MAX_BLOCK_SIZE, ModelConfig, variant_config
+from damcha.model.mechanisms import LayerCall, attention_mask, get_variant
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one family of Hugging Face models holds its attention: the attention class, whether it is
+    causal, and where its Q, K, V, O weights are (as nn.Linear-shaped (out, in) weights and biases)."""
+
+    name: str
+    attention_class: Callable[[], type]
+    causal: bool
+    projections: Callable[[nn.Module, int], dict[str, tuple[torch.Tensor, torch.Tensor | None]]]
+
+
+def _gpt2_projections(attn: nn.Module, D: int) -> dict:
+    w, b = attn.c_attn.weight.T, attn.c_attn.bias  # Conv1D keeps (in, out): (3D, D) as a Linear would
+    return {"query": (w[:D], b[:D]), "key": (w[D:2 * D], b[D:2 * D]), "value": (w[2 * D:], b[2 * D:]),
+            "proj": (attn.c_proj.weight.T, attn.c_proj.bias)}
+
+
+def _named_projections(attn: nn.Module, D: int) -> dict:
+    return {ours: (getattr(attn, theirs).weight, getattr(attn, theirs).bias)
+            for ours, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj"), ("proj", "o_proj"))}
+
+
+def _class(module: str, name: str) -> Callable[[], type]:
+    def load() -> type:
+        import importlib
+
+        return getattr(importlib.import_module(f"transformers.models.{module}"), name)
+    return load
+
+
+LAYOUTS = {
+    "gpt2": Layout("gpt2", _class("gpt2.modeling_gpt2", "GPT2Attention"), True, _gpt2_projections),
+    "llama": Layout("llama", _class("llama.modeling_llama", "LlamaAttention"), True, _named_projections),
+    "vit": Layout("vit", _class("vit.modeling_vit", "ViTAttention"), False, _named_projections),
+}
+
+
+@dataclass(frozen=True)
+class Swap:
+    """What swap_attention did: the layers replaced (their module names), the mechanism's config, and
+    which of the new parameters came from the model (carried) and which start fresh."""
+
+    replaced: tuple[str, ...]
+    config: ModelConfig
+    carried: tuple[str, ...]
+    fresh: tuple[str, ...]
+
+
+class _CallState:
+    """One call's real tokens and shared value, set by the swap's pre-hooks at the start of each forward."""
+
+    def __init__(self):
+        self.real: torch.Tensor | None = None
+        self.shared: Any = None
+
+
+def swap_attention(model: nn.Module, variant: str, seed: int | None = None, **settings) -> Swap:
+    """Replace every attention module of `model` (a GPT-2, Llama or ViT model of transformers, built from
+    a config or loaded from a local folder) with the registered `variant`'s layers, in place. settings: the
+    mechanism's own settings (as `--option` takes them) and DAMCHA's flat fields (generator_widths, ...).
+    seed: makes the fresh parameters reproducible. Returns what was replaced and carried."""
+    config = getattr(model, "config", None)
+    layout = LAYOUTS.get(getattr(config, "model_type", None))
+    if layout is None:
+        raise ValueError(f"swap_attention knows GPT-2, Llama and ViT models ({', '.join(LAYOUTS)}), not "
+                         f"{getattr(config, 'model_type', type(model).__name__)!r}")
+    original = layout.attention_class()
+    found = [(name, module) for name, module in model.named_modules() if type(module) is original]
+    if not found:
+        raise ValueError(f"{type(model).__name__} holds no {original.__name__} to replace (already swapped?)")
+    mechanism_config = _mechanism_config(config, layout, len(found), variant, settings)
+    mechanism = mechanism_config.mechanism
+    implementation = config._attn_implementation or "sdpa"
+    if implementation not in ("sdpa", "eager"):
+        raise ValueError(f"attn_implementation={implementation!r}: a swapped model attends with 'sdpa' or 'eager'")
+    swapped_class = type(f"Swapped{original.__name__}", (original,), {"forward": _swapped_forward})
+    state = _CallState()
+    carried, fresh = [], []
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        shared = mechanism.build_shared(mechanism_config)
+        for index, (name, old) in enumerate(found):
+            layer = mechanism.build_layer(mechanism_config, index)
+            new = swapped_class.__new__(swapped_class)
+            nn.Module.__init__(new)
+            new.config, new.layer_idx, new.layer, new.swap_state = config, index, layer, state
+            new.mechanism, new.causal = mechanism, layout.causal
+            ours = _carry(layout.projections(old, mechanism_config.n_embd), layer)
+            carried += [f"{name}.layer.{p}" for p in ours]
+            fresh += [f"{name}.layer.{p}" for p, _ in layer.named_parameters() if p not in ours]
+            parent, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(parent), attribute, new.to(next(old.parameters()).device))
+    if shared is not None:
+        model.add_module("damcha_shared", shared)
+        fresh += [f"damcha_shared.{p}" for p, _ in shared.named_parameters()]
+        first_block = model.get_submodule(found[0][0].rpartition(".")[0])
+        first_block.register_forward_pre_hook(_shared_hook(model, mechanism, state), with_kwargs=True)
+    model.base_model.register_forward_pre_hook(_mask_hook(state), with_kwargs=True)
+    config.use_cache = False
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.use_cache = False
+    return Swap(tuple(name for name, _ in found), mechanism_config, tuple(carried), tuple(fresh))
+
+
+def _mechanism_config(config, layout: Layout, n_layer: int, variant: str, settings: dict) -> ModelConfig:
+    heads = config.num_attention_heads
+    if getattr(config, "num_key_value_heads", heads) not in (None, heads):
+        raise ValueError(f"grouped-query attention ({config.num_key_value_heads} key/value heads for {heads} query "
+                         f"heads) cannot be swapped: every registered mechanism has one key and value per head, and "
+                         f"DAMCHA's keys are the inputs x_i themselves (no key projection to share)")
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if positions is None and hasattr(config, "image_size"):
+        positions = (config.image_size // config.patch_size) ** 2 + 1  # the patches and the CLS token
+    dropout = next((getattr(config, n) for n in ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
+                    if hasattr(config, n)), 0.0)
+    own = {f.name for f in dataclasses.fields(ModelConfig)}
+    base = ModelConfig(vocab_size=2, block_size=min(int(positions or 1024), MAX_BLOCK_SIZE), n_layer=n_layer,
+                       n_head=heads, n_embd=config.hidden_size, dropout=float(dropout), causal=layout.causal,
+                       n_classes=0 if layout.causal else 2)
+    get_variant(variant)  # refuses an unknown variant by name
+    cfg = variant_config(base, variant)
+    flat = {k: v for k, v in settings.items() if k in own}
+    options = {**dict(cfg.attention_options), **{k: v for k, v in settings.items() if k not in own}}
+    return dataclasses.replace(cfg, attention_options=options, **flat)
+
+
+def _carry(theirs: dict, layer: nn.Module) -> list[str]:
+    """Copy the model's projections into the layer's modules of the same role and shape; the names carried."""
+    carried = []
+    with torch.no_grad():
+        for role, (weight, bias) in theirs.items():
+            target = getattr(layer, role, None)
+            if not isinstance(target, nn.Linear) or tuple(target.weight.shape) != tuple(weight.shape):
+                continue
+            target.weight.copy_(weight)
+            carried.append(f"{role}.weight")
+            if target.bias is not None:
+                target.bias.copy_(bias if bias is not None else torch.zeros_like(target.bias))
+                carried.append(f"{role}.bias")
+    return carried
+
+
+def _mask_hook(state: _CallState):
+    def read_mask(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        state.real = None if mask is None or mask.dim() != 2 or bool(mask.all()) else mask.bool()  # (B, T)
+        state.shared = None
+    return read_mask
+
+
+def _shared_hook(model: nn.Module, mechanism, state: _CallState):
+    def run_shared(block, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]  # (B, T, D): the stack input
+        state.shared = mechanism.run_shared(model.damcha_shared, x, state.real, mechanism.options(None),
+                                            model.training)
+    return run_shared
+
+
+def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+    """The mechanism's layer on the block's normed input; returns (output, weights) as the model's own
+    attention does (weights only under attn_implementation="eager")."""
+    if kwargs.get("past_key_values") is not None or kwargs.get("use_cache"):
+        raise ValueError(NO_CACHE.format(cls=f"A model with {self.mechanism.title} swapped in"))
+    B, T, _ = hidden_states.shape
+    state = self.swap_state
+    implementation = self.config._attn_implementation or "sdpa"
+    if implementation not in ("sdpa", "eager"):
+        raise ValueError(f"attn_implementation={implementation!r}: a swapped model attends with 'sdpa' or 'eager'")
+    real = state.real if state.real is not None and state.real.shape == (B, T) else None
+    mask = attention_mask(real, self.causal, T, hidden_states.device)  # (B, 1, T, T) or None
+    call = LayerCall(real, mask, self.causal, self.mechanism.options(None), implementation == "eager",
+                     self.training, state.shared)
+    out = self.layer(hidden_states, call)
+    return out.y, out.weights  # (B, T, D), (B, H, T, T) or None

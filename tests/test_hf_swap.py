@@ -1,0 +1,126 @@
+"""damcha.hf.swap_attention: every registered variant in place of the attention of a GPT-2, a Llama and a ViT
+model built from configs in code. MHA swapped in with the model's own weights gives the model's logits
+(the plumbing is exact); every variant trains a few steps with every new parameter moving; padding,
+attention under eager, generation and the refusals hold."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the Hugging Face extra is not installed "
+                                   "(pip install 'damcha[hf]'); CI installs it")
+
+from damcha import variant_names  # noqa: E402
+
+hf = pytest.importorskip("damcha.hf")
+transformers.logging.set_verbosity_error()
+TOKENS = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
+PIXELS = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+
+
+def gpt2():
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=32,
+                                     attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    return transformers.GPT2LMHeadModel(config), lambda m: m(TOKENS, labels=TOKENS)
+
+
+def llama(kv_heads: int = 4):
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                                      num_key_value_heads=kv_heads, vocab_size=50, max_position_embeddings=32)
+    return transformers.LlamaForCausalLM(config), lambda m: m(TOKENS, labels=TOKENS)
+
+
+def vit():
+    config = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=64, num_labels=3)
+    return transformers.ViTForImageClassification(config), lambda m: m(pixel_values=PIXELS, labels=torch.tensor([0, 2]))
+
+
+LAYOUTS = {"gpt2": gpt2, "llama": llama, "vit": vit}
+
+
+@pytest.mark.parametrize("layout", ["gpt2", "vit"])
+def test_mha_swapped_in_with_the_models_weights_gives_the_models_logits(layout):
+    torch.manual_seed(0)
+    model, loss_of = LAYOUTS[layout]()
+    model.eval()
+    with torch.no_grad():
+        before = loss_of(model).logits
+        swap = hf.swap_attention(model, "mha")
+        assert not swap.fresh and len(swap.carried) == 2 * 8  # Q, K, V, O weights and biases per layer
+        torch.testing.assert_close(loss_of(model).logits, before, rtol=0, atol=1e-6)
+        model.set_attn_implementation("eager")
+        out = model(TOKENS, output_attentions=True) if layout == "gpt2" else model(pixel_values=PIXELS,
+                                                                                   output_attentions=True)
+    torch.testing.assert_close(out.logits, before, rtol=1e-5, atol=1e-5)
+    length = 12 if layout == "gpt2" else 17  # tokens, or 16 patches and the CLS token
+    assert len(out.attentions) == 2 and out.attentions[0].shape == (2, 4, length, length)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("variant", variant_names())
+def test_every_variant_swaps_into_every_layout_and_trains_every_new_parameter(layout, variant):
+    torch.manual_seed(0)
+    model, loss_of = LAYOUTS[layout]()
+    swap = hf.swap_attention(model, variant, seed=0)
+    assert len(swap.replaced) == 2 and swap.config.variant == variant
+    if variant.startswith("damcha") and swap.config.metric_sharing == "shared":
+        assert any(name.startswith("damcha_shared.") for name in swap.fresh)  # one generator for the stack
+    new = {name: p for name, p in model.named_parameters() if ".layer." in name or name.startswith("damcha_shared.")}
+    assert set(new) == {*swap.carried, *swap.fresh}
+    start = {name: p.detach().clone() for name, p in new.items()}
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        loss = loss_of(model).loss
+        assert torch.isfinite(loss)
+        loss.backward()
+        assert all(p.grad is not None for p in new.values())
+        optimizer.step()
+        optimizer.zero_grad()
+    unmoved = [name for name, p in new.items() if torch.equal(p, start[name])]
+    assert not unmoved, unmoved
+
+
+def test_a_swapped_decoder_ignores_right_padding_and_generates_without_a_cache():
+    torch.manual_seed(0)
+    model, _ = llama()
+    hf.swap_attention(model, "damcha")
+    model.eval()
+    mask = torch.ones_like(TOKENS)
+    mask[0, -3:] = 0
+    with torch.no_grad():
+        padded = model(TOKENS, attention_mask=mask).logits[0, :9]
+        alone = model(TOKENS[:1, :9]).logits[0]
+        torch.testing.assert_close(padded, alone, rtol=1e-5, atol=1e-5)
+        prompt, sequence = TOKENS[:1, :4], TOKENS[:1, :4]
+        generated = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        for _ in range(4):
+            sequence = torch.cat([sequence, model(sequence).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(generated, sequence)
+    with pytest.raises(ValueError, match="keeps no key/value cache"):
+        model(TOKENS, use_cache=True)
+
+
+def test_the_shared_metric_runs_once_per_call_from_the_stack_input():
+    model, _ = gpt2()
+    hf.swap_attention(model, "damcha")
+    calls = []
+    model.damcha_shared.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    model(TOKENS)
+    assert calls == [(2, 12, 32)]
+
+
+def test_what_cannot_be_swapped_is_refused_in_words():
+    with pytest.raises(ValueError, match="grouped-query attention .* DAMCHA's keys are the inputs"):
+        hf.swap_attention(llama(kv_heads=2)[0], "damcha")
+    bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                                          intermediate_size=64, vocab_size=50))
+    with pytest.raises(ValueError, match="knows GPT-2, Llama and ViT models .* not 'bert'"):
+        hf.swap_attention(bert, "damcha")
+    model, _ = gpt2()
+    with pytest.raises(ValueError, match="unknown variant 'nope'"):
+        hf.swap_attention(model, "nope")
+    with pytest.raises(ValueError, match="damcha has no settings"):
+        hf.swap_attention(model, "damcha", moa_experts=3)
+    hf.swap_attention(model, "mha")
+    with pytest.raises(ValueError, match="holds no GPT2Attention to replace"):
+        hf.swap_attention(model, "mha")
