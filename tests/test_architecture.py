@@ -1,4 +1,4 @@
-"""The package's layers import one way: model < inputs < runs < analysis < views < evidence < hf, and
+"""The package's layers import one way: model < inputs < runs < analysis < views < evidence < hf < interop, and
 nothing in damcha/ imports the UI. Every import counts, module-level or inside a function, except
 those under `if TYPE_CHECKING:` (annotations only)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "damcha"
-LAYERS = ("model", "inputs", "runs", "analysis", "views", "evidence", "hf")
+LAYERS = ("model", "inputs", "runs", "analysis", "views", "evidence", "hf", "interop")
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:
@@ -84,7 +84,7 @@ def test_importing_a_layer_through_the_package_face_loads_no_layer_above_it(laye
     """`import damcha.<layer>...` goes through damcha/__init__.py: the face must not pull the house in."""
     module = {"model": "damcha.model.config", "inputs": "damcha.inputs.model_inputs", "runs": "damcha.runs.train",
               "analysis": "damcha.analysis.inspection", "views": "damcha.views.figure_sets",
-              "evidence": "damcha.evidence.runner", "hf": "damcha.hf.config"}[layer]
+              "evidence": "damcha.evidence.runner", "hf": "damcha.hf.config", "interop": "damcha.interop"}[layer]
     above = [m for m in _loaded_by(f"import {module}") if m not in FACE and layer_of(m) is not None
              and LAYERS.index(layer_of(m)) > LAYERS.index(layer)]
     assert not above, f"import {module} loads {above}"

@@ -90,3 +90,14 @@ def test_the_data_readers_benchmark_reads_every_format(tmp_path):
     rows = {r["case"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"naive", "enwik8", "enwik8.zip", "parquet-text", "parquet-images", "cifar10"}
     assert rows["enwik8"]["rows"] == rows["enwik8.zip"]["rows"] > 0 and rows["parquet-images"]["rows"] > 0
+
+
+def test_hugging_face_benchmark_runs_quick(tmp_path):
+    """Only that it runs and reports the three implementations (no time is asserted)."""
+    pytest.importorskip("transformers", reason="the Hugging Face extra is not installed (pip install 'damcha[hf]')")
+    out = tmp_path / "hf.json"
+    result = subprocess.run([sys.executable, "benchmarks/hf_classes.py", "--quick", "--json", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 4 and all(r["hf_over_project"] > 0 and r["hf_over_gpt2_mha"] > 0 for r in rows)

@@ -1,5 +1,6 @@
 """docs/interop.md's examples run as written (in a scratch folder) and give what the page says."""
 
+import linecache
 import os
 import re
 from pathlib import Path
@@ -17,10 +18,12 @@ def _run_block(heading: str, folder: Path) -> dict:
     start = PAGE.index("```python", PAGE.index(heading)) + len("```python")
     code = re.sub(r'"checkpoints/', f'"{ROOT}/checkpoints/', PAGE[start:PAGE.index("```", start)])
     scope: dict = {}
+    name = f"<docs/interop.md: {heading}>"
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # nnsight reads a trace's own source
     cwd = os.getcwd()
     os.chdir(folder)
     try:
-        exec(compile(code, "docs/interop.md", "exec"), scope)
+        exec(compile(code, name, "exec"), scope)
     finally:
         os.chdir(cwd)
     return scope
@@ -51,3 +54,16 @@ def test_the_swap_example_carries_v_and_o_and_trains(tmp_path):
     swap = scope["swap"]
     assert {name.rsplit(".", 2)[-2] for name in swap.carried} == {"value", "proj"}
     assert swap.fresh and all(name.startswith("damcha_shared.") for name in swap.fresh)
+
+
+def test_the_nnsight_example_reads_and_edits_the_shared_metric(tmp_path):
+    pytest.importorskip("nnsight", reason="nnsight is not installed (pip install 'damcha[lens]'); CI installs it")
+    import torch
+
+    scope = _run_block("## nnsight: read and edit the shared metric", tmp_path)
+    assert scope["metric"].shape == (2, 64, 4, 8, 8) and scope["attended"].shape == (2, 4, 64, 8)
+    assert not torch.isclose(scope["edited"], scope["loss"])
+    model, tokens, targets = scope["model"]._module, scope["tokens"], scope["targets"]
+    own = model(tokens, targets=targets).token_loss  # the model as trained, untouched by the traces
+    torch.testing.assert_close(scope["second"], own[1:], rtol=0, atol=1e-6)
+    assert not torch.allclose(scope["first"], own[:1])
