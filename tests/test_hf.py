@@ -63,6 +63,39 @@ def test_every_variant_round_trips_and_attends_alike_under_sdpa_and_eager(varian
     assert len(explicit.hidden_states) == 3 and explicit.hidden_states[-1].shape == (3, 12, 16)
 
 
+@pytest.mark.parametrize("variant", variant_names())
+def test_every_variant_in_the_vit_layout_classifies_images_round_trips_and_trains(variant, tmp_path):
+    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), n_classes=3, causal=False)
+    config = hf.DamchaConfig.for_images(variant_config(base, variant), image_size=16, patch_size=4)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageClassification.from_config(config)
+    assert type(model) is hf.DamchaForImageClassification
+    assert config.model_config().parameter_estimate() == sum(p.numel() for p in model.parameters())
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    out = model(pixel_values=pixels, labels=torch.tensor([0, 2]))
+    out.loss.backward()
+    assert out.logits.shape == (2, 3) and all(p.grad is not None for p in model.parameters())
+    model.eval().save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForImageClassification.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        explicit = loaded(pixel_values=pixels, output_attentions=True)
+        torch.testing.assert_close(explicit.logits, model(pixel_values=pixels).logits, rtol=1e-5, atol=1e-5)
+    assert explicit.attentions[0].shape[-2:] == (16, 16)  # 16 patches
+
+
+def test_patches_are_embedded_as_vits_patch_convolution_embeds_them():
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    conv = torch.nn.Conv2d(3, 8, kernel_size=4, stride=4)
+    linear = torch.nn.Linear(48, 8)
+    with torch.no_grad():
+        linear.weight.copy_(conv.weight.reshape(8, 48))
+        linear.bias.copy_(conv.bias)
+        by_conv = conv(pixels).flatten(2).transpose(1, 2)  # (B, 16, 8): ViT's patch embedding
+        torch.testing.assert_close(linear(hf.models.patches_of(pixels, 4)), by_conv, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="layout 'vit' needs image_size divisible by patch_size"):
+        hf.DamchaConfig(layout="vit", image_size=15, patch_size=4)
+
+
 def test_a_classifier_takes_labels_and_trains_every_parameter():
     model = transformers.AutoModelForSequenceClassification.from_config(_config("damcha", classifier=True))
     assert type(model) is hf.DamchaForSequenceClassification and model.config.num_labels == 3

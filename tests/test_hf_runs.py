@@ -113,3 +113,45 @@ def test_remote_code_pickles_and_foreign_folders_are_refused_in_words(folders, t
         load_model(load_run(wrong))
     runs, bad = list_runs(tmp_path / "remote")
     assert not runs and "remote code" in bad[0][1]
+
+
+def test_the_app_opens_an_exported_folder_in_chromium(folders, tmp_path):
+    """The server as a user starts it, pointed at a folder of Hugging Face folders: the Inspector draws an
+    exported run's structures with no exception."""
+    import os
+    import subprocess
+    import sys
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import (
+        ARTIFACTS,
+        CHROMIUM_ARGS,
+        ROOT,
+        free_port,
+        require_chromium,
+        wait_for_figures,
+        wait_until_healthy,
+    )
+
+    exe = require_chromium()
+    port = free_port()
+    env = {**os.environ, "DAMCHA_CHECKPOINTS": str(folders)}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app"), "--server.port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(url)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            page.goto(f"{url}/inspector?run=text-damcha-hf")
+            assert wait_for_figures(page, 1) >= 1
+            assert page.locator(".stException").count() == 0
+            assert page.get_by_text("Exported from the run text-damcha at epoch 40.").count() >= 1
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "inspector-hf-folder.png"), full_page=True)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -9,17 +9,31 @@ try:
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("damcha.hf needs the Hugging Face extra: pip install 'damcha[hf]'") from e
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForImageClassification,
+    AutoModelForSequenceClassification,
+)
 
 from damcha.hf.config import DamchaConfig
 from damcha.hf.export import export_run
-from damcha.hf.models import DamchaForCausalLM, DamchaForSequenceClassification, DamchaModel, DamchaPreTrainedModel
+from damcha.hf.models import (
+    DamchaForCausalLM,
+    DamchaForImageClassification,
+    DamchaForSequenceClassification,
+    DamchaModel,
+    DamchaPreTrainedModel,
+)
 from damcha.hf.swap import Swap, swap_attention
 
 AutoConfig.register(DamchaConfig.model_type, DamchaConfig, exist_ok=True)
 AutoModel.register(DamchaConfig, DamchaModel, exist_ok=True)
 AutoModelForCausalLM.register(DamchaConfig, DamchaForCausalLM, exist_ok=True)
 AutoModelForSequenceClassification.register(DamchaConfig, DamchaForSequenceClassification, exist_ok=True)
+AutoModelForImageClassification.register(DamchaConfig, DamchaForImageClassification, exist_ok=True)
 
-__all__ = ["DamchaConfig", "DamchaForCausalLM", "DamchaForSequenceClassification", "DamchaModel",
+__all__ = ["DamchaConfig", "DamchaForCausalLM", "DamchaForImageClassification", "DamchaForSequenceClassification",
+           "DamchaModel",
            "DamchaPreTrainedModel", "Swap", "export_run", "swap_attention"]

@@ -18,7 +18,11 @@ from damcha.model.config import ModelConfig
 
 _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 
-LAYOUTS = ("gpt2",)  # the project's own block: pre-LN, learned positions, exact GELU, untied head
+# "gpt2": the project's own block (pre-LN, learned positions, exact GELU, untied head) over token ids;
+# "vit": the same block as an encoder over image patches (pixel_values cut into patch_size squares, each
+# flattened channel-first, embedded by a linear map as ViT's patch convolution does) with a classification
+# head on the mean of the patches' features (the project's classifier; ViT reads a CLS token instead).
+LAYOUTS = ("gpt2", "vit")
 
 
 class DamchaConfig(PreTrainedConfig):
@@ -32,6 +36,9 @@ class DamchaConfig(PreTrainedConfig):
                      "max_position_embeddings": "block_size"}
 
     layout: str = "gpt2"
+    image_size: int = 0  # layout "vit": the side of the square images, in pixels
+    patch_size: int = 0  # layout "vit": the side of a patch (input_dim = num_channels * patch_size**2)
+    num_channels: int = 3  # layout "vit"
     vocab_size: int = _DEFAULT["vocab_size"]
     block_size: int = _DEFAULT["block_size"]
     n_layer: int = _DEFAULT["n_layer"]
@@ -71,7 +78,20 @@ class DamchaConfig(PreTrainedConfig):
         self.attention_options = dict(self.attention_options or {})
         if self.n_classes:
             self.num_labels = self.n_classes
+        if self.layout == "vit":
+            self._check_image_layout()
         self.model_config()  # refuses, in words, a config the project cannot build
+
+    def _check_image_layout(self) -> None:
+        size, patch, channels = self.image_size, self.patch_size, self.num_channels
+        if not (patch > 0 and size > 0 and size % patch == 0):
+            raise ValueError(f"DamchaConfig: layout 'vit' needs image_size divisible by patch_size (got {size}, {patch})")
+        if self.input_dim != channels * patch * patch or self.block_size < (size // patch) ** 2:
+            raise ValueError(f"DamchaConfig: layout 'vit' needs input_dim = num_channels * patch_size**2 = "
+                             f"{channels * patch * patch} and block_size >= {(size // patch) ** 2} patches "
+                             f"(got {self.input_dim}, {self.block_size}); DamchaConfig.for_images sets both")
+        if self.causal or not self.n_classes:
+            raise ValueError("DamchaConfig: layout 'vit' is a non-causal encoder with n_classes > 0")
 
     def model_config(self) -> ModelConfig:
         """The project's ModelConfig these fields describe (validated: a bad value raises ValueError)."""
@@ -86,6 +106,17 @@ class DamchaConfig(PreTrainedConfig):
                              f"{cls.model_type!r}); to put a mechanism into that model, build it with its own class "
                              "and use damcha.hf.swap_attention")
         return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def for_images(cls, config: ModelConfig, image_size: int, patch_size: int, num_channels: int = 3,
+                   **kwargs) -> DamchaConfig:
+        """The ViT layout of `config` (its mechanism, sizes, n_classes) for square images of image_size
+        pixels cut into patch_size patches: input_dim, block_size and the encoder's settings follow."""
+        patches = (image_size // max(patch_size, 1)) ** 2
+        config = dataclasses.replace(config, input_dim=num_channels * patch_size * patch_size, block_size=patches,
+                                     causal=False, pad_token=None, vocab_size=1, head_hidden=0)
+        return cls.from_model_config(config, layout="vit", image_size=image_size, patch_size=patch_size,
+                                     num_channels=num_channels, **kwargs)
 
     @classmethod
     def from_model_config(cls, config: ModelConfig, **kwargs) -> DamchaConfig:

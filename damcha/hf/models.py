@@ -17,7 +17,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    CausalLMOutput,
+    ImageClassifierOutput,
+    SequenceClassifierOutput,
+)
 
 from damcha.hf.config import DamchaConfig
 from damcha.model.mechanisms import ForwardOptions
@@ -64,7 +69,7 @@ class DamchaPreTrainedModel(PreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.transformer.tok_emb
 
-    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor | None,
+    def _run(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor | None,
              kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None) -> ModelOutput:
         """The project's forward pass with Hugging Face's arguments, refused in words where it has no meaning."""
         if kwargs.pop("past_key_values", None) is not None or kwargs.pop("use_cache", None):
@@ -89,7 +94,7 @@ class DamchaPreTrainedModel(PreTrainedModel):
             raise ValueError("output_attentions needs attn_implementation='eager' (the fused path never builds the "
                              "weights); load with attn_implementation='eager' or call set_attn_implementation('eager')")
         real = None if attention_mask is None else attention_mask.bool()  # (B, T)
-        return self.transformer(input_ids, targets=targets, real=real, options=options,
+        return self.transformer(inputs, targets=targets, real=real, options=options,
                                 need_intermediates=implementation == "eager",
                                 need_hidden_states=bool(output_hidden_states))
 
@@ -150,3 +155,30 @@ class DamchaForSequenceClassification(DamchaPreTrainedModel):
         out = self._run(input_ids, attention_mask, labels, kwargs, output_attentions, output_hidden_states)
         return SequenceClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,
                                         attentions=self._attentions(out, output_attentions))
+
+
+class DamchaForImageClassification(DamchaPreTrainedModel):
+    """The ViT layout (DamchaConfig.for_images): pixel_values (B, C, H, W) cut into patches, each flattened
+    channel-first, a non-causal encoder over them and the project's classifier on their mean; labels: (B,)."""
+
+    main_input_name = "pixel_values"
+
+    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None,
+                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                return_dict: bool | None = None, **kwargs) -> ImageClassifierOutput:
+        if self.config.layout != "vit":
+            raise ValueError("DamchaForImageClassification needs a config of layout 'vit' (DamchaConfig.for_images)")
+        out = self._run(patches_of(pixel_values, self.config.patch_size), None, labels, kwargs, output_attentions,
+                        output_hidden_states)
+        return ImageClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,
+                                     attentions=self._attentions(out, output_attentions))
+
+
+def patches_of(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:
+    """(B, C, H, W) images -> (B, N, C * patch * patch) patches, row by row, each flattened channel-first
+    (the order of ViT's patch convolution's weights)."""
+    B, C, H, W = pixel_values.shape
+    if H % patch or W % patch:
+        raise ValueError(f"images of {H}x{W} pixels do not divide into {patch}x{patch} patches")
+    grid = pixel_values.reshape(B, C, H // patch, patch, W // patch, patch)  # (B, C, h, p, w, p)
+    return grid.permute(0, 2, 4, 1, 3, 5).reshape(B, (H // patch) * (W // patch), C * patch * patch)  # (B, N, C·p·p)

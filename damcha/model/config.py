@@ -147,8 +147,8 @@ class ModelConfig:
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name} must be an integer >= 0, got {v!r}")
         need(not self.head_hidden or self.input_dim, "head_hidden applies to the vector head (input_dim > 0)")
-        need(not (self.input_dim and (self.n_classes or not self.causal or self.pad_token is not None)),
-             "continuous inputs (input_dim > 0) are for causal next-vector prediction, without classes or padding")
+        need(not (self.input_dim and self.pad_token is not None), "continuous inputs (input_dim > 0) have no padding token")
+        need(not (self.input_dim and self.head_hidden and self.n_classes), "head_hidden applies to the vector head")
         # Refuse configs that would allocate absurd memory before any tensor exists: parameters and
         # every buffer the config implies (a sinusoidal table of block_size x n_embd). The part a
         # formula gives comes first, so the mechanism's count is only taken for a plausible size.
@@ -174,11 +174,13 @@ class ModelConfig:
     def _parameters_outside_attention(self) -> int:
         D, V, L = self.n_embd, self.vocab_size, self.n_layer
         n = (self.block_size * D if self.position_encoding == "learned" else 0) + (2 * D if self.final_norm else 0)
-        if self.input_dim:
-            n += 2 * self.input_dim * D + D + self.input_dim  # linear embedding and regression head, with biases
+        n += self.input_dim * D + D if self.input_dim else V * D  # linear embedding (with bias) or token table
+        if self.n_classes:
+            n += self.n_classes * D + self.n_classes  # classification head
+        elif self.input_dim:
+            n += self.input_dim * D + self.input_dim  # regression head
         else:
-            n += V * D  # token embedding
-            n += self.n_classes * D + self.n_classes if self.n_classes else V * D + V * self.head_bias  # head (untied)
+            n += V * D + V * self.head_bias  # next-token head (untied)
         F = self.feed_forward_width
         n += L * (4 * D + D * F * 2 + F + D)  # 2 norms + MLP per block
         if self.input_dim and self.head_hidden:

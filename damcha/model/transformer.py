@@ -114,9 +114,9 @@ class NextVectorHead(nn.Linear):
 
 
 def task_head(config: ModelConfig) -> nn.Linear:
-    if config.input_dim:
-        return NextVectorHead(config)
-    return ClassificationHead(config) if config.n_classes else NextTokenHead(config)
+    if config.n_classes:
+        return ClassificationHead(config)  # over token ids, or over vectors (image patches: the ViT layout)
+    return NextVectorHead(config) if config.input_dim else NextTokenHead(config)
 
 
 # ----------------------------------------------------------------------------- the transformer

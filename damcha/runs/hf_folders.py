@@ -98,6 +98,9 @@ def _refuse_foreign(folder: Path, cfg: dict) -> None:
         raise CheckpointError(f"{folder}: a Hugging Face folder of model_type {str(cfg.get('model_type'))[:40]!r}, "
                               f"not of DAMCHA Lab's classes ({MODEL_TYPE!r}); to try a mechanism in that model, "
                               "use damcha.hf.swap_attention")
+    if cfg.get("layout") == "vit":
+        raise CheckpointError(f"{folder}: an image classifier of the ViT layout, which the app's pages do not read yet "
+                              "(they read patches as next-patch predictors); open it in Python with damcha.hf")
     if "auto_map" in cfg:
         raise CheckpointError(f"{folder}: its config asks for remote code (auto_map); DAMCHA Lab runs no code "
                               "from a checkpoint folder")

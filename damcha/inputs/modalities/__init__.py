@@ -40,9 +40,9 @@ def modality_named(name: str) -> Modality:
 
 def task_of(config) -> str:
     """'next_token', 'classification' or 'next_vector': what the model's head predicts."""
-    if config.input_dim:
-        return "next_vector"
-    return "classification" if config.n_classes else "next_token"
+    if config.n_classes:
+        return "classification"
+    return "next_vector" if config.input_dim else "next_token"
 
 
 def loss_unit(config) -> str:
