@@ -32,7 +32,7 @@ def _models(variant: str, T: int, D: int, H: int, L: int, V: int):
     wrapped.transformer.load_state_dict(own.state_dict())
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=L, n_embd=D, n_head=H, vocab_size=V, n_positions=T, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-        tie_word_embeddings=False, attn_implementation="sdpa"))
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, attn_implementation="sdpa"))
     return {"project": own, "hf": wrapped, "gpt2": gpt2}
 
 
