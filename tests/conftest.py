@@ -55,6 +55,7 @@ LONGEST_FIRST = ("test_browser.py",  # 187 s
                  "test_corrupted_files.py",  # 10 s
                  "test_interop_docs.py",  # 21 s: docs/interop.md's examples
                  "test_nnsight.py",  # 5 s
+                 "test_lens.py",  # 9 s: TransformerLens's hooks on every variant
                  "test_package_install.py")  # 46 s in CI (a fresh environment); skipped elsewhere
 # The slow tier: every module above. `pytest -m "not slow"` (the inner loop: the mechanisms, their
 # recomputations and fast paths, training, inspection, figures, data) leaves them out; CI and the

@@ -67,3 +67,12 @@ def test_the_nnsight_example_reads_and_edits_the_shared_metric(tmp_path):
     own = model(tokens, targets=targets).token_loss  # the model as trained, untouched by the traces
     torch.testing.assert_close(scope["second"], own[1:], rtol=0, atol=1e-6)
     assert not torch.allclose(scope["first"], own[:1])
+
+
+def test_the_transformer_lens_example_caches_and_edits(tmp_path):
+    pytest.importorskip("transformer_lens", reason="TransformerLens is not installed (pip install 'damcha[lens]')")
+    import torch
+
+    scope = _run_block("## TransformerLens: the canonical hooks on any mechanism", tmp_path)
+    assert scope["pattern"].shape == (2, 4, 64, 64) and scope["metrics"].shape == (2, 64, 4, 8, 8)
+    assert not torch.allclose(scope["edited"], scope["logits"])

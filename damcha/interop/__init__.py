@@ -1,2 +1,2 @@
-"""Doors to interpretability tools (extra damcha[lens]; nothing else imports this layer): nnsight.py, the
-project's Transformer under nnsight with several invokes batched into one forward pass."""
+"""Doors to interpretability tools (extra damcha[lens]; nothing else imports this layer): lens.py, TransformerLens's
+canonical hooks on any mechanism; nnsight.py, nnsight traces with several invokes over the project's records."""

@@ -7,7 +7,8 @@ attention itself lives in `damcha.model.mechanisms`; this file only calls its sh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -202,12 +203,15 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 options: ForwardOptions | None = None, need_intermediates: bool = False,
-                stochastic: bool | None = None, need_hidden_states: bool = False) -> ModelOutput:
+                stochastic: bool | None = None, need_hidden_states: bool = False,
+                layer_sites: Sequence[Callable] | None = None) -> ModelOutput:
         """tokens: (B, T) ids, or (B, T, input_dim) vectors. targets: (B, T) next tokens (IGNORE_INDEX to
         skip), (B,) class ids, or (B, T, input_dim) next vectors. real: (B, T) bool, True for real tokens
         (default: tokens not equal to config.pad_token). options: the mechanism's per-call options
         (None: its defaults). stochastic: dropout on; None follows self.training. need_hidden_states:
-        return the stack input and every block's output (references to tensors the pass makes anyway)."""
+        return the stack input and every block's output (references to tensors the pass makes anyway).
+        layer_sites: one LayerCall.site per layer (with need_intermediates), where hooks read or replace
+        each layer's scores and weights (damcha.interop.lens)."""
         cfg = self.config
         B, T = tokens.shape[:2]
         if T > cfg.block_size:
@@ -225,8 +229,8 @@ class Transformer(nn.Module):
             shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
         call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared)
         layers, hidden = [], [x]
-        for block in self.blocks:
-            x, inter = block(x, call)  # (B, T, D)
+        for i, block in enumerate(self.blocks):
+            x, inter = block(x, call if layer_sites is None else replace(call, site=layer_sites[i]))  # (B, T, D)
             layers.append(inter)
             hidden.append(x)
         x = self.ln_f(x)  # (B, T, D)

@@ -50,7 +50,10 @@ class LayerCall:
     options: the mechanism's ForwardOptions (never stored on the module: one cached model serves
     every caller). need_weights: return the attention weights and internals. stochastic: dropout
     and other sampling apply (training), independent of module.train(). shared: what `run_shared`
-    computed once for the stack (DAMCHA's shared metric), or None."""
+    computed once for the stack (DAMCHA's shared metric), or None. site: with need_weights, called
+    as site(name, tensor) -> tensor on the pre-softmax scores ("attn_scores") and the weights
+    ("pattern") of the layer's attend step, so hooks can read or replace them (damcha.interop.lens);
+    None: no hooks."""
 
     real: torch.Tensor | None
     mask: torch.Tensor | None
@@ -59,6 +62,7 @@ class LayerCall:
     need_weights: bool = False
     stochastic: bool = False
     shared: Any = None
+    site: Any = None
 
 
 @dataclass
@@ -291,6 +295,12 @@ class Mechanism:
         the structure from another input replaces their outputs by those they gave that input
         (damcha.analysis.structure_patching). Empty (the default): the mechanism's structures are
         learned weights, the same for every input, and there is nothing to patch."""
+        return {}
+
+    def hook_sites(self, model: nn.Module) -> dict[str, tuple[nn.Module, str]]:
+        """This mechanism's own tensors for interpretability hooks (damcha.interop.lens), beyond the
+        canonical ones every layer has: "prefix.hook_name" -> (module, field), the field of the record
+        the module returns (DAMCHA: the shared metric's context and per-head metrics). Default: none."""
         return {}
 
     def head_output_site(self, layer: nn.Module, config: ModelConfig) -> nn.Linear | None:

@@ -20,7 +20,7 @@ class MultiHeadAttention(ProjectedAttention):
         mask, causal, need_weights, stochastic = call.mask, call.causal, call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
-                              need_weights)  # (B, H, T, d)
+                              need_weights, call.site)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights)  # y: (B, T, D)
 
 

@@ -4,6 +4,7 @@ and the projections most mechanisms have in common with MHA."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,11 +35,14 @@ def attention_mask(real: torch.Tensor | None, causal: bool, T: int, device: torc
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-           scale: float, dropout: float, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+           scale: float, dropout: float, need_weights: bool,
+           site: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q k^T * scale) v with the masks. q, k: (B, H, T, e); v: (B, H, T, d).
 
     Without need_weights this is one fused scaled_dot_product_attention call that never
-    builds the (B, H, T, T) scores; with it, the scores are explicit and returned.
+    builds the (B, H, T, T) scores; with it, the scores are explicit and returned, and `site`
+    (LayerCall.site) may read or replace them: site("attn_scores", masked scores before the
+    softmax) and site("pattern", weights), as interpretability hooks do.
     """
     if not need_weights:
         out = F.scaled_dot_product_attention(
@@ -46,7 +50,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         )  # (B, H, T, d)
         return out, None
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
-    weights = masked_softmax(scores, mask, causal)  # (B, H, T, T)
+    if site is None:
+        weights = masked_softmax(scores, mask, causal)  # (B, H, T, T)
+    else:
+        allowed = allowed_keys(mask, causal, scores.shape[-1], scores.device)
+        masked = scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))  # (B, H, T, T)
+        weights = site("pattern", site("attn_scores", masked).softmax(dim=-1))  # (B, H, T, T)
     out = F.dropout(weights, dropout) @ v if dropout > 0 else weights @ v  # (B, H, T, d)
     return out, weights
 

@@ -54,6 +54,14 @@ class Damcha(Mechanism):
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return MetricAttention(config, own_metric=config.metric_sharing == "per_layer", index=layer_index)
 
+    def hook_sites(self, model) -> dict[str, tuple[nn.Module, str]]:
+        sources = metric_sources(model)
+        prefixes = ["metric"] if model.metric_source is not None else [f"metric_{i}" for i in range(len(sources))]
+        # context: the mean the metric is generated from (a record: editing it changes nothing downstream);
+        # head: the per-head metrics m_i every layer scores with (editing them changes the output).
+        return {f"{prefix}.{hook}": (source, field) for prefix, source in zip(prefixes, sources)
+                for hook, field in (("hook_context", "context"), ("hook_head_metric", "head"))}
+
     def build_shared(self, config) -> nn.Module | None:
         return MetricSource(config) if config.metric_sharing == "shared" else None
 
