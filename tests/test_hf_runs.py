@@ -155,3 +155,18 @@ def test_the_app_opens_an_exported_folder_in_chromium(folders, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_hostile_config_of_the_classes_is_refused_without_breaking_the_listing(folders, tmp_path):
+    for name, changes in {"odd-sections": {"damcha_run": {"train": "x", "data": [1, 2], "epoch": -3}},
+                          "bad-width": {"n_embd": "wide"}, "not-an-object": None}.items():
+        folder = _copy(folders, tmp_path, "text-damcha-hf")
+        if changes is None:
+            (folder / "config.json").write_text("[1, 2, 3]")
+        else:
+            _edit_config(folder, **changes)
+        folder.rename(tmp_path / name)
+    runs, bad = list_runs(tmp_path)
+    assert [r.name for r in runs] == ["odd-sections"] and runs[0].epochs == (0,) and runs[0].dataset == "?"
+    assert {Path(p).name for p, _ in bad} == {"bad-width", "not-an-object"}
+    assert all(isinstance(why, str) and why for _, why in bad)

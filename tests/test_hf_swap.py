@@ -10,6 +10,7 @@ transformers = pytest.importorskip("transformers", reason="the Hugging Face extr
                                    "(pip install 'damcha[hf]'); CI installs it")
 
 from damcha import variant_names  # noqa: E402
+from damcha.model.mechanisms import get_mechanism, get_variant  # noqa: E402
 
 hf = pytest.importorskip("damcha.hf")
 transformers.logging.set_verbosity_error()
@@ -38,7 +39,7 @@ def vit():
 LAYOUTS = {"gpt2": gpt2, "llama": llama, "vit": vit}
 
 
-@pytest.mark.parametrize("layout", ["gpt2", "vit"])
+@pytest.mark.parametrize("layout", ["gpt2", "vit", "llama"])
 def test_mha_swapped_in_with_the_models_weights_gives_the_models_logits(layout):
     torch.manual_seed(0)
     model, loss_of = LAYOUTS[layout]()
@@ -47,12 +48,13 @@ def test_mha_swapped_in_with_the_models_weights_gives_the_models_logits(layout):
         before = loss_of(model).logits
         swap = hf.swap_attention(model, "mha")
         assert not swap.fresh and len(swap.carried) == 2 * 8  # Q, K, V, O weights and biases per layer
+        assert swap.rotary == (layout == "llama")  # a Llama's RoPE on the attend step's q and k
         torch.testing.assert_close(loss_of(model).logits, before, rtol=0, atol=1e-6)
         model.set_attn_implementation("eager")
-        out = model(TOKENS, output_attentions=True) if layout == "gpt2" else model(pixel_values=PIXELS,
-                                                                                   output_attentions=True)
+        out = model(pixel_values=PIXELS, output_attentions=True) if layout == "vit" else model(TOKENS,
+                                                                                               output_attentions=True)
     torch.testing.assert_close(out.logits, before, rtol=1e-5, atol=1e-5)
-    length = 12 if layout == "gpt2" else 17  # tokens, or 16 patches and the CLS token
+    length = 17 if layout == "vit" else 12  # 16 patches and the CLS token, or tokens
     assert len(out.attentions) == 2 and out.attentions[0].shape == (2, 4, length, length)
 
 
@@ -61,7 +63,9 @@ def test_mha_swapped_in_with_the_models_weights_gives_the_models_logits(layout):
 def test_every_variant_swaps_into_every_layout_and_trains_every_new_parameter(layout, variant):
     torch.manual_seed(0)
     model, loss_of = LAYOUTS[layout]()
-    swap = hf.swap_attention(model, variant, seed=0)
+    rotary = layout == "llama" and get_mechanism(get_variant(variant).mechanism).rotary_positions
+    swap = hf.swap_attention(model, variant, seed=0, rope="q_and_k" if rotary else None if layout != "llama" else "none")
+    assert swap.rotary == rotary
     assert len(swap.replaced) == 2 and swap.config.variant == variant
     if variant.startswith("damcha") and swap.config.metric_sharing == "shared":
         assert any(name.startswith("damcha_shared.") for name in swap.fresh)  # one generator for the stack
@@ -121,6 +125,12 @@ def test_what_cannot_be_swapped_is_refused_in_words():
         hf.swap_attention(model, "nope")
     with pytest.raises(ValueError, match="damcha has no settings"):
         hf.swap_attention(model, "damcha", moa_experts=3)
+    with pytest.raises(ValueError, match="rope='yarn': choose one of"):
+        hf.swap_attention(llama()[0], "damcha", rope="yarn")
+    with pytest.raises(ValueError, match="a gpt2 model has no rotary positions"):
+        hf.swap_attention(gpt2()[0], "damcha", rope="q_and_k")
+    with pytest.raises(ValueError, match="scores in steps of its own.*rope='none'"):
+        hf.swap_attention(llama()[0], "tha")
     hf.swap_attention(model, "mha")
     with pytest.raises(ValueError, match="holds no GPT2Attention to replace"):
         hf.swap_attention(model, "mha")

@@ -21,8 +21,11 @@ _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 # "gpt2": the project's own block (pre-LN, learned positions, exact GELU, untied head) over token ids;
 # "vit": the same block as an encoder over image patches (pixel_values cut into patch_size squares, each
 # flattened channel-first, embedded by a linear map as ViT's patch convolution does) with a classification
-# head on the mean of the patches' features (the project's classifier; ViT reads a CLS token instead).
-LAYOUTS = ("gpt2", "vit")
+# head on the mean of the patches' features (the project's classifier; ViT reads a CLS token instead);
+# "llama": a decoder of RMSNorm, SwiGLU and rotary positions (RoPE on the q and k of every layer's attend
+# step: for DAMCHA, q = x_i·m_i and k = x_i), for the mechanisms that score through that step.
+LAYOUTS = ("gpt2", "vit", "llama")
+LLAMA = {"norm": "rms", "feed_forward": "swiglu", "position_encoding": "rotary", "head_bias": False}
 
 
 class DamchaConfig(PreTrainedConfig):
@@ -59,6 +62,8 @@ class DamchaConfig(PreTrainedConfig):
     modality: str = _DEFAULT["modality"]
     norm_placement: str = _DEFAULT["norm_placement"]
     position_encoding: str = _DEFAULT["position_encoding"]
+    norm: str = _DEFAULT["norm"]
+    feed_forward: str = _DEFAULT["feed_forward"]
     final_norm: bool = _DEFAULT["final_norm"]
     head_bias: bool = _DEFAULT["head_bias"]
     mlp_width: int = _DEFAULT["mlp_width"]
@@ -80,6 +85,9 @@ class DamchaConfig(PreTrainedConfig):
             self.num_labels = self.n_classes
         if self.layout == "vit":
             self._check_image_layout()
+        wrong = {k: getattr(self, k) for k, v in LLAMA.items() if getattr(self, k) != v}
+        if self.layout == "llama" and wrong:
+            raise ValueError(f"DamchaConfig: layout 'llama' is {LLAMA}, got {wrong}; DamchaConfig.for_llama sets them")
         self.model_config()  # refuses, in words, a config the project cannot build
 
     def _check_image_layout(self) -> None:
@@ -117,6 +125,12 @@ class DamchaConfig(PreTrainedConfig):
                                      causal=False, pad_token=None, vocab_size=1, head_hidden=0)
         return cls.from_model_config(config, layout="vit", image_size=image_size, patch_size=patch_size,
                                      num_channels=num_channels, **kwargs)
+
+    @classmethod
+    def for_llama(cls, config: ModelConfig, **kwargs) -> DamchaConfig:
+        """The Llama layout of `config` (its mechanism, sizes, task): RMSNorm, SwiGLU, rotary positions.
+        A mechanism that scores outside the shared attend step is refused in words (no RoPE there)."""
+        return cls.from_model_config(dataclasses.replace(config, **LLAMA), layout="llama", **kwargs)
 
     @classmethod
     def from_model_config(cls, config: ModelConfig, **kwargs) -> DamchaConfig:

@@ -13,10 +13,10 @@ real tokens. Those hooks hold one call's values, so a swapped model serves one c
 
 Deviations, declared: the attend step is the project's (sdpa when the model's attn_implementation is
 "sdpa", the explicit softmax under "eager"), not `ALL_ATTENTION_FUNCTIONS`, since an attention function
-receives q and k after projections DAMCHA does not have; no key/value cache; Llama's rotary position
-embeddings are not applied (setting rope="none", the only value: the paper does not say where RoPE
-would go in q = x_iᵀm_i, k = x_i) so a swapped Llama sees positions through the causal mask alone;
-grouped-query attention is refused (every registered mechanism has one key and value per head, and
+receives q and k after projections DAMCHA does not have; no key/value cache; a Llama's rotary positions
+act on the q and k of the mechanism's attend step (the labelled setting rope="q_and_k", for DAMCHA
+q = x_i·m_i and k = x_i, where the paper does not say; rope="none" drops them; default RoPE only, and
+mechanisms that score in steps of their own need rope="none"); grouped-query attention is refused (every registered mechanism has one key and value per head, and
 DAMCHA's keys are the inputs x_i themselves).
 """
 
@@ -81,6 +81,7 @@ class Swap:
     config: ModelConfig
     carried: tuple[str, ...]
     fresh: tuple[str, ...]
+    rotary: bool = False  # the attend step rotates q and k (a Llama's RoPE, rope="q_and_k")
 
 
 class _CallState:
@@ -91,11 +92,20 @@ class _CallState:
         self.shared: Any = None
 
 
-def swap_attention(model: nn.Module, variant: str, seed: int | None = None, **settings) -> Swap:
+# What becomes of a Llama's rotary positions: "q_and_k" rotates the q and k of the mechanism's attend step
+# (for DAMCHA q = x_i·m_i and k = x_i: the paper does not say where RoPE would act), "none" drops them.
+ROPE_CHOICES = ("q_and_k", "none")
+
+
+def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope: str | None = None,
+                   **settings) -> Swap:
     """Replace every attention module of `model` (a GPT-2, Llama or ViT model of transformers, built from
     a config or loaded from a local folder) with the registered `variant`'s layers, in place. settings: the
     mechanism's own settings (as `--option` takes them) and DAMCHA's flat fields (generator_widths, ...).
-    seed: makes the fresh parameters reproducible. Returns what was replaced and carried."""
+    seed: makes the fresh parameters reproducible. rope: for a Llama, "q_and_k" (the default: its rotary
+    positions on the q and k of the mechanism's attend step) or "none" (dropped: positions then reach the
+    model through the causal mask alone); a model without RoPE takes none. Returns what was replaced
+    and carried."""
     config = getattr(model, "config", None)
     layout = LAYOUTS.get(getattr(config, "model_type", None))
     if layout is None:
@@ -107,6 +117,7 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, **se
         raise ValueError(f"{type(model).__name__} holds no {original.__name__} to replace (already swapped?)")
     mechanism_config = _mechanism_config(config, layout, len(found), variant, settings)
     mechanism = mechanism_config.mechanism
+    rotary = _rotary(config, layout, mechanism, rope)
     implementation = config._attn_implementation or "sdpa"
     if implementation not in ("sdpa", "eager"):
         raise ValueError(f"attn_implementation={implementation!r}: a swapped model attends with 'sdpa' or 'eager'")
@@ -122,7 +133,7 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, **se
             new = swapped_class.__new__(swapped_class)
             nn.Module.__init__(new)
             new.config, new.layer_idx, new.layer, new.swap_state = config, index, layer, state
-            new.mechanism, new.causal = mechanism, layout.causal
+            new.mechanism, new.causal, new.rotary = mechanism, layout.causal, rotary
             ours = _carry(layout.projections(old, mechanism_config.n_embd), layer)
             carried += [f"{name}.layer.{p}" for p in ours]
             fresh += [f"{name}.layer.{p}" for p, _ in layer.named_parameters() if p not in ours]
@@ -137,7 +148,28 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, **se
     config.use_cache = False
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.use_cache = False
-    return Swap(tuple(name for name, _ in found), mechanism_config, tuple(carried), tuple(fresh))
+    return Swap(tuple(name for name, _ in found), mechanism_config, tuple(carried), tuple(fresh), rotary)
+
+
+def _rotary(config, layout: Layout, mechanism, rope: str | None) -> bool:
+    """Whether the swapped layers rotate q and k as the model's own attention did."""
+    theirs = getattr(config, "rope_parameters", None) if layout.name == "llama" else None
+    if theirs is None:
+        if rope not in (None, "none"):
+            raise ValueError(f"rope={rope!r}: a {layout.name} model has no rotary positions to keep")
+        return False
+    rope = rope or "q_and_k"
+    if rope not in ROPE_CHOICES:
+        raise ValueError(f"rope={rope!r}: choose one of {ROPE_CHOICES}")
+    if rope == "none":
+        return False
+    if not mechanism.rotary_positions:
+        raise ValueError(f"{mechanism.title} scores in steps of its own, not through the shared attend step: its q and "
+                         "k cannot be rotated; swap it in with rope='none' (positions through the causal mask alone)")
+    if theirs.get("rope_type", "default") != "default" or float(theirs.get("rope_theta", 10000.0)) != 10000.0:
+        raise ValueError(f"rope_parameters {theirs}: the attend step rotates with the default RoPE (theta 10000, no "
+                         "scaling); swap in with rope='none', or use a model of the default RoPE")
+    return True
 
 
 def _mechanism_config(config, layout: Layout, n_layer: int, variant: str, settings: dict) -> ModelConfig:
@@ -207,6 +239,6 @@ def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
     real = state.real if state.real is not None and state.real.shape == (B, T) else None
     mask = attention_mask(real, self.causal, T, hidden_states.device)  # (B, 1, T, T) or None
     call = LayerCall(real, mask, self.causal, self.mechanism.options(None), implementation == "eager",
-                     self.training, state.shared)
+                     self.training, state.shared, rotary=self.rotary)
     out = self.layer(hidden_states, call)
     return out.y, out.weights  # (B, T, D), (B, H, T, T) or None

@@ -52,7 +52,11 @@ class ModelConfig:
     # the authors' reference code (damcha.runs.reference imports it) is post-LN with fixed sinusoidal
     # positions, no final norm and a feed-forward width of 2D.
     norm_placement: str = "pre"  # "pre": x + f(LN(x)) | "post": LN(x + f(x))
-    position_encoding: str = "learned"  # "learned": a table of block_size vectors | "sinusoidal": fixed
+    # "learned": a table of block_size vectors | "sinusoidal": fixed | "rotary": RoPE on the q and k of every
+    # layer's attend step (no table; the Llama layout: for DAMCHA q = x_i·m_i and k = x_i are rotated)
+    position_encoding: str = "learned"
+    norm: str = "layer"  # "layer": LayerNorm | "rms": RMSNorm (the Llama layout)
+    feed_forward: str = "gelu"  # "gelu": Linear-GELU-Linear with biases | "swiglu": down(silu(gate x) * up x), no biases
     final_norm: bool = True
     head_bias: bool = False  # the next-token head with a bias (the reference's LM head has one)
     mlp_width: int = 0  # the feed-forward width; 0: mlp_ratio * n_embd (the reference's d_ff may be any width)
@@ -136,8 +140,13 @@ class ModelConfig:
         need(isinstance(self.dropout, int | float) and isinstance(self.generator_dropout, int | float)
              and 0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
         need(self.norm_placement in ("pre", "post"), f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
-        need(self.position_encoding in ("learned", "sinusoidal"),
-             f"position_encoding must be 'learned' or 'sinusoidal', got {self.position_encoding!r}")
+        need(self.position_encoding in ("learned", "sinusoidal", "rotary"),
+             f"position_encoding must be 'learned', 'sinusoidal' or 'rotary', got {self.position_encoding!r}")
+        need(self.position_encoding != "rotary" or self.mechanism.rotary_positions,
+             f"{self.attention} scores in its own steps, not through the shared attend step: rotary positions "
+             "(RoPE on q and k there) do not apply to it")
+        need(self.norm in ("layer", "rms"), f"norm must be 'layer' or 'rms', got {self.norm!r}")
+        need(self.feed_forward in ("gelu", "swiglu"), f"feed_forward must be 'gelu' or 'swiglu', got {self.feed_forward!r}")
         need(self.n_classes >= 0, "n_classes must be >= 0")
         need(not (self.n_classes and self.causal), "a classification head needs a non-causal encoder (causal=False)")
         need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
@@ -173,7 +182,8 @@ class ModelConfig:
 
     def _parameters_outside_attention(self) -> int:
         D, V, L = self.n_embd, self.vocab_size, self.n_layer
-        n = (self.block_size * D if self.position_encoding == "learned" else 0) + (2 * D if self.final_norm else 0)
+        norm = 2 * D if self.norm == "layer" else D  # LayerNorm: weight and bias; RMSNorm: weight
+        n = (self.block_size * D if self.position_encoding == "learned" else 0) + (norm if self.final_norm else 0)
         n += self.input_dim * D + D if self.input_dim else V * D  # linear embedding (with bias) or token table
         if self.n_classes:
             n += self.n_classes * D + self.n_classes  # classification head
@@ -182,7 +192,8 @@ class ModelConfig:
         else:
             n += V * D + V * self.head_bias  # next-token head (untied)
         F = self.feed_forward_width
-        n += L * (4 * D + D * F * 2 + F + D)  # 2 norms + MLP per block
+        mlp = 3 * D * F if self.feed_forward == "swiglu" else D * F * 2 + F + D
+        n += L * (2 * norm + mlp)  # 2 norms + MLP per block
         if self.input_dim and self.head_hidden:
             n += D * self.head_hidden + self.head_hidden + (self.head_hidden - D) * self.input_dim  # the head's hidden layer
         return n
@@ -198,6 +209,9 @@ class ModelConfig:
             del d["attention_options"]  # configs without them read as before
         for name in ("mlp_width", "head_hidden"):  # fields of imported runs only: others' configs stay as they were
             if not d[name]:
+                del d[name]
+        for name, default in (("norm", "layer"), ("feed_forward", "gelu")):  # the Llama layout's only
+            if d[name] == default:
                 del d[name]
         return d
 

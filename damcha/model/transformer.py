@@ -122,6 +122,24 @@ def task_head(config: ModelConfig) -> nn.Linear:
 
 # ----------------------------------------------------------------------------- the transformer
 
+class SwiGLU(nn.Module):
+    """The Llama layout's feed-forward: proj(silu(gate(x)) * up(x)), no biases."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(config.n_embd, config.feed_forward_width, bias=False)
+        self.up = nn.Linear(config.n_embd, config.feed_forward_width, bias=False)
+        self.proj = nn.Linear(config.feed_forward_width, config.n_embd, bias=False)
+        self.dropout = config.dropout
+
+    def forward(self, x: torch.Tensor, stochastic: bool) -> torch.Tensor:
+        return F.dropout(self.proj(F.silu(self.gate(x)) * self.up(x)), self.dropout, training=stochastic)  # (B, T, D)
+
+
+def norm_layer(config: ModelConfig) -> nn.Module:
+    return nn.RMSNorm(config.n_embd, eps=1e-6) if config.norm == "rms" else nn.LayerNorm(config.n_embd)
+
+
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -139,10 +157,10 @@ class Block(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd)
-        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.ln_1 = norm_layer(config)
+        self.ln_2 = norm_layer(config)
         self.attn = config.mechanism.build_layer(config, layer_index)
-        self.mlp = MLP(config)
+        self.mlp = SwiGLU(config) if config.feed_forward == "swiglu" else MLP(config)
         self.dropout = config.dropout
         self.post_norm = config.norm_placement == "post"
 
@@ -190,10 +208,12 @@ class Transformer(nn.Module):
         self.mechanism = config.mechanism
         # Tokens are embedded by a table; continuous inputs (image patches) by a linear map.
         self.tok_emb = nn.Linear(config.input_dim, config.n_embd) if config.input_dim else nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = nn.Embedding(config.block_size, config.n_embd) if config.position_encoding == "learned" \
-            else SinusoidalPositions(config)
+        # Rotary positions act inside every layer's attend step (LayerCall.rotary): no table here.
+        self.pos_emb = {"learned": lambda: nn.Embedding(config.block_size, config.n_embd),
+                        "sinusoidal": lambda: SinusoidalPositions(config),
+                        "rotary": lambda: None}[config.position_encoding]()
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd) if config.final_norm else nn.Identity()
+        self.ln_f = norm_layer(config) if config.final_norm else nn.Identity()
         # A module the mechanism runs once per stack (DAMCHA's shared metric); the name is kept
         # from the first checkpoint format, whose files name their tensors after it.
         self.metric_source = self.mechanism.build_shared(config)
@@ -221,13 +241,15 @@ class Transformer(nn.Module):
         real = self._real_tokens(tokens, real)  # (B, T) or None: no padding
         mask = attention_mask(real, cfg.causal, T, tokens.device)  # (B, 1, T, T) or None
 
-        pos = torch.arange(T, device=tokens.device)  # (T,)
-        x = self.tok_emb(tokens) + self.pos_emb(pos)  # (B, T, D)
+        x = self.tok_emb(tokens)  # (B, T, D)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(T, device=tokens.device))  # (B, T, D)
         x = F.dropout(x, cfg.dropout, training=stochastic)  # (B, T, D)
         shared = None
         if self.metric_source is not None:  # computed once from the stack input, used by every layer
             shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
-        call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared)
+        call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared,
+                         rotary=cfg.position_encoding == "rotary")
         layers, hidden = [], [x]
         for i, block in enumerate(self.blocks):
             x, inter = block(x, call if layer_sites is None else replace(call, site=layer_sites[i]))  # (B, T, D)

@@ -72,7 +72,7 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
     _refuse_foreign(folder, cfg)
     source = cfg.get("damcha_run") if isinstance(cfg.get("damcha_run"), dict) else {}
     config = {"format_version": 1, "model": {k: v for k, v in cfg.items() if k in _MODEL_FIELDS},
-              "train": dict(source.get("train", {})), "data": dict(source.get("data", {})),
+              "train": _section(source, "train"), "data": _section(source, "data"),
               "notes": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
     if source.get("run"):
         config["notes"].append(f"Exported from the run {str(source['run'])[:100]} at epoch {source.get('epoch')}.")
@@ -91,6 +91,11 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
     snapshots = {n: f"{checkpoints[s].name}/{WEIGHTS_FILE}" for n, s in zip(numbers, steps)}
     metrics = _metrics(_trainer_log(checkpoints[steps[-1]], root), by_epoch)
     return FolderRun(config, snapshots, metrics)
+
+
+def _section(source: dict, name: str) -> dict:
+    section = source.get(name)
+    return dict(section) if isinstance(section, dict) else {}  # a run's own check reads what it holds
 
 
 def _refuse_foreign(folder: Path, cfg: dict) -> None:

@@ -53,7 +53,8 @@ class LayerCall:
     computed once for the stack (DAMCHA's shared metric), or None. site: with need_weights, called
     as site(name, tensor) -> tensor on the pre-softmax scores ("attn_scores") and the weights
     ("pattern") of the layer's attend step, so hooks can read or replace them (damcha.interop.lens);
-    None: no hooks."""
+    None: no hooks. rotary: the attend step rotates q and k by their positions (RoPE; the config's
+    position_encoding "rotary")."""
 
     real: torch.Tensor | None
     mask: torch.Tensor | None
@@ -63,6 +64,7 @@ class LayerCall:
     stochastic: bool = False
     shared: Any = None
     site: Any = None
+    rotary: bool = False
 
 
 @dataclass
@@ -194,6 +196,10 @@ class Mechanism:
     # Methods of the shared module (build_shared) called other than through forward: FSDP registers
     # them so they gather the module's sharded weights too.
     shared_entry_points: ClassVar[tuple[str, ...]] = ()
+    # Whether every score goes through the shared attend step with call.rotary (operations.attend), where
+    # rotary position embeddings act on q and k: declared by a mechanism that passes it on (a layer that
+    # does not would silently drop the positions of the Llama layout, so the default is no).
+    rotary_positions: ClassVar[bool] = False
 
     @property
     def config_options(self) -> tuple[str, ...]:

@@ -88,7 +88,7 @@ class CollaborativeAttention(nn.Module):
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         dropout = self.dropout if stochastic else 0.0
         if need_weights:
-            out, weights = attend(q, k, v, mask, causal, scale, dropout, need_weights, call.site)  # (B, H, T, d)
+            out, weights = attend(q, k, v, mask, causal, scale, dropout, need_weights, call.site, call.rotary)  # (B, H, T, d)
         else:  # no fused kernel takes values narrower than the keys: the scores a block of queries at a time
             unmixed = lambda scores, rows: scores  # noqa: E731
             out, weights = blocked_attention(q, k, v, allowed_keys(mask, causal, T, x.device), causal, scale, unmixed,
@@ -121,7 +121,7 @@ class AuthorsCollaborativeAttention(nn.Module):
         k = torch.einsum("hj,btjd->bhtd", self.key_mixing, chunks_k)  # (B, H, T, d)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
-                              need_weights, call.site)  # (B, H, T, d)
+                              need_weights, call.site, call.rotary)  # (B, H, T, d)
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return AttentionOutput(y=y, weights=weights)
 
@@ -134,6 +134,7 @@ class ColMHA(Mechanism):
     name = "colmha"
     title = "Collaborative multi-head attention (ColMHA)"
     reference = "Cordonnier, Loukas, Jaggi 2020, arXiv 2006.16362"
+    rotary_positions = False  # its fused path scores blocks of queries with a bias column, outside the attend step
     declared_settings = (
         Setting("colmha_init", str, "concatenate", "how the mixing vectors start (the original's choices)", MIXING_INITS),
         Setting("colmha_dk", int, None, "the shared query/key dimension D~_k (default: n_embd)", minimum=1),
@@ -190,6 +191,7 @@ class ColMHA(Mechanism):
 
 
 class ColMHAAuthors(Mechanism):
+    rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
     name = "colmha-authors"
     title = "ColMHA as written in the DAMCHA authors' code"
     reference = "DAMCHA authors' models/baselines.py, CollaborativeAttention (after Cordonnier et al. 2020)"

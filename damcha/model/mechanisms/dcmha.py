@@ -179,6 +179,7 @@ class DCMHA(Mechanism):
     name = "dcmha"
     title = "Dynamically composable multi-head attention (DCMHA)"
     reference = "Xiao et al., ICML 2024, arXiv 2405.08553"
+    rotary_positions = False  # it composes the heads' scores in steps of its own
     options_type = ComposeOptions
     signed_attention = True  # composed again after the softmax
 
@@ -230,6 +231,7 @@ class DCMHAAuthors(Mechanism):
     name = "dcmha-authors"
     title = "DCMHA as simplified in the DAMCHA authors' code"
     reference = "DAMCHA authors' models/baselines.py, DCMHAAttention (a simplification of Xiao et al. 2024)"
+    rotary_positions = False  # it composes the heads' scores in steps of its own
 
     def build_layer(self, config, layer_index: int) -> nn.Module:
         return AuthorsComposedAttention(config)

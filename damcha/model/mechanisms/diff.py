@@ -91,7 +91,7 @@ class DifferentialAttention(nn.Module):
         # the values' width (dot products unchanged); explicit weights need no padding.
         q2, k2 = (q, k) if need_weights else (F.pad(t, (0, e)) for t in (q, k))  # (B, 2H, T, 2d' | d')
         both, maps = attend(q2, k2, v.repeat_interleave(2, dim=1), mask, causal, head_scale(e), drop,
-                            need_weights, call.site)  # (B, 2H, T, 2d'), (B, 2H, T, T) or None
+                            need_weights, call.site, call.rotary)  # (B, 2H, T, 2d'), (B, 2H, T, T) or None
         out = self.norm(both[:, 0::2] - lam_h * both[:, 1::2]) * (1 - self.lambda_init)  # (B, H, T, 2d')
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         if not need_weights:
@@ -115,6 +115,7 @@ class Differential(Mechanism):
     name = "diff"
     title = "Differential attention (Diff Transformer)"
     reference = "Ye et al., ICLR 2025, arXiv 2410.05258"
+    rotary_positions = False  # its fused path pads q and k to the values' width, which would re-pair RoPE's halves
     declared_settings = (
         Setting("diff_lambda", str, "layer", "one λ per layer (the paper) or one per head", LAMBDA_SHARING),
         Setting("diff_heads", str, "same", "same (n_head differential heads, each map at half MHA's head width) or "

@@ -111,7 +111,7 @@ class InterleavedHeadAttention(ProjectedAttention):
                       for m, a in zip(mixes, (q, k, v)))  # (B, H, T P, d) each
         allowed, flag = pseudo_mask(real, mask, causal, T, P, self.flat, x.device)  # (B|1, 1, T P, T P) or None
         out, weights = attend(pq, pk, pv, allowed, flag, head_scale(d), self.dropout if stochastic else 0.0,
-                              need_weights, call.site)  # (B, H, T P, d)
+                              need_weights, call.site, call.rotary)  # (B, H, T P, d)
         out = torch.einsum("hp,bhtpd->bhtd", collapse, out.view(B, H, T, P, d))  # (B, H, T, d)
         y = self.merge(out)  # (B, T, D)
         if not need_weights:
@@ -129,6 +129,7 @@ class InterleavedHeads(Mechanism):
     name = "iha"
     title = "Interleaved head attention (IHA)"
     reference = "Duvvuri et al., Feb 2026, arXiv 2602.21371"
+    rotary_positions = False  # its pseudo-heads interleave positions, which RoPE's row positions would misread
     declared_settings = (
         Setting("iha_pseudo", int, None, "pseudo-heads per head P (default: n_head)", minimum=1),
         Setting("iha_mask", str, "flat", "causal mask over the interleaved sequence: flat (the paper's: place t P + p "

@@ -81,11 +81,12 @@ class KnockingHeadsAttention(ProjectedAttention):
                 knocked["v"] = self.value_mlp(knocked["v"])  # (B, H, T, d): the same MLP for every head
             q, k, v = knocked["q"], knocked["k"], knocked["v"]
         out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
-                              need_weights, call.site)  # (B, H, T, d)
+                              need_weights, call.site, call.rotary)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights)
 
 
 class KnockingHeads(Mechanism):
+    rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
     name = "knocking"
     title = "Knocking-heads attention (shared per-head matrices)"
     reference = "Zhou et al., arXiv 2510.23052"

@@ -20,7 +20,7 @@ class MultiHeadAttention(ProjectedAttention):
         mask, causal, need_weights, stochastic = call.mask, call.causal, call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
         out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
-                              need_weights, call.site)  # (B, H, T, d)
+                              need_weights, call.site, call.rotary)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights)  # y: (B, T, D)
 
 
@@ -34,6 +34,7 @@ def qk_forms(attn: MultiHeadAttention) -> torch.Tensor:
 
 
 class MHA(Mechanism):
+    rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
     name = "mha"
     title = "Multi-head attention (MHA)"
     reference = "Vaswani et al. 2017, arXiv 1706.03762"

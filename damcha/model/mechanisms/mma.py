@@ -86,7 +86,7 @@ class MixedAttention(ProjectedAttention):
             return AttentionOutput(y=self.merge(self._by_type(q, k, v, causal, options, stochastic)))
         masks = head_masks(real, causal, x.shape[1], self.window, self.n_head, x.device, options.as_global)  # (B|1, H, T, T)
         out, weights = attend(q, k, v, masks, False, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
-                              need_weights, call.site)  # (B, H, T, d)
+                              need_weights, call.site, call.rotary)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights, internals=masks if need_weights else None)
 
     def _by_type(self, q, k, v, causal: bool, options: MixedOptions, stochastic: bool) -> torch.Tensor:
@@ -137,6 +137,7 @@ class MMA(Mechanism):
     name = "mma"
     title = "Mixed multi-head self-attention (MMA)"
     reference = "Cui et al., WNGT 2019, ACL Anthology D19-5622"
+    rotary_positions = False  # its fused path attends over windows with a kernel of its own
     declared_settings = (Setting("mma_window", int, 5, "keys on each side a local head sees", minimum=1),)
     options_type = MixedOptions
 

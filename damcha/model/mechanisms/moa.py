@@ -88,12 +88,12 @@ def intervened_gates(gates: torch.Tensor, logits: torch.Tensor, options: MoAOpti
     return gates
 
 
-def experts_attention(q, k, v, mask, causal, d, dropout, need_weights, site=None):
+def experts_attention(q, k, v, mask, causal, d, dropout, need_weights, site=None, rotary=False):
     """softmax(q_e K_e^T / sqrt(d)) V_e for every expert: q (B, E, T, d), k, v (B, E|1, T, d) -> (B, E, T, d),
     one fused attention call unless the weights (B, E, T, T) are wanted."""
     E = q.shape[1]
     k, v = k.expand(-1, E, -1, -1), v.expand(-1, E, -1, -1)  # (B, E, T, d): shared keys are a view
-    return attend(q, k, v, mask, causal, head_scale(d), dropout, need_weights, site)
+    return attend(q, k, v, mask, causal, head_scale(d), dropout, need_weights, site, rotary)
 
 
 class MixtureOfAttentionHeads(nn.Module):
@@ -127,7 +127,7 @@ class MixtureOfAttentionHeads(nn.Module):
         k = self.key(x)[:, None]  # (B, 1, T, d)
         v = self.value(x)[:, None]  # (B, 1, T, d)
         heads, weights = experts_attention(q, k, v, mask, causal, d, self.dropout if stochastic else 0.0,
-                                            need_weights, call.site)  # (B, E, T, d)
+                                            need_weights, call.site, call.rotary)  # (B, E, T, d)
         per_expert = torch.einsum("betd,edf->btef", heads, self.out)  # (B, T, E, D): W_o^i O_i
         y = torch.einsum("bte,btef->btf", gates, per_expert) + self.out_bias  # (B, T, D)
         aux = self._aux_loss(logits, gates, real) if self.aux and torch.is_grad_enabled() else None
@@ -188,7 +188,7 @@ class AuthorsMixtureOfAttention(nn.Module):
         chosen, gates = self.slots(self.router(x), options)  # (B, T, k) each
         q, kk, v = (torch.einsum("btf,efd->betd", x, w) for w in (self.query, self.key, self.value))  # (B, E, T, d)
         heads, weights = experts_attention(q, kk, v, mask, causal, d, self.dropout if stochastic else 0.0,
-                                            need_weights, call.site)  # (B, E, T, d)
+                                            need_weights, call.site, call.rotary)  # (B, E, T, d)
         ranked = heads.transpose(1, 2).gather(2, chosen[..., None].expand(B, T, k, d))  # (B, T, k, d)
         y = self.out((ranked * gates[..., None]).reshape(B, T, k * d))  # (B, T, D)
         internals = None
@@ -230,6 +230,7 @@ def _aux(config) -> dict:
 
 
 class _MoABase(Mechanism):
+    rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
     authors = False
     options_type = MoAOptions
 

@@ -78,6 +78,7 @@ class TalkingHeads(Mechanism):
     name = "tha"
     title = "Talking-heads attention (THA)"
     reference = "Shazeer et al. 2020, arXiv 2003.02436"
+    rotary_positions = False  # it mixes the heads' scores in steps of its own
     declared_settings = (Setting("tha_init", str, "random", "how P_l and P_w start: drawn at random (the original) "
                                  "or the identity (the DAMCHA authors' code)", INITS),)
     options_type = TalkingHeadsOptions

@@ -108,7 +108,7 @@ class MetricAttention(nn.Module):
             q, k = self.queries_and_keys(x, metric)  # (B, H, T, d|D) each
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
         out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
-                              need_weights, call.site)  # (B, H, T, d)
+                              need_weights, call.site, call.rotary)  # (B, H, T, d)
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return AttentionOutput(y=y, weights=weights, internals=metric)
 

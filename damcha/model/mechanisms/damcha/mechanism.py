@@ -27,6 +27,7 @@ from damcha.model.mechanisms.structures import Identifiability, Structure, Struc
 
 
 class Damcha(Mechanism):
+    rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
     name = "damcha"
     title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
     reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
