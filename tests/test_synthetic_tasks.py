@@ -70,7 +70,7 @@ def test_the_permutation_task_draws_its_relations_per_sequence_and_the_code_from
     nearest = torch.cdist(means, task.offsets).argmin(-1)
     assert (nearest == codes).float().mean() > 0.99  # the code is readable from the sequence's mean
     assert torch.equal(task.sample(4, 3)[1], task.targets(*task.draw(4, 3)))
-    one = syn.PermutationTask(task.metrics[:1], task.offsets[:1], task.W, task.beta)
+    one = syn.CodedRelationTask(task.metrics[:1], task.offsets[:1], task.W, task.beta)
     xs, cs = one.draw(3, 1)
     permuted = syn.RegressionTask(syn.permutation_metric(syn.slice_permutations(24)[0]), task.W, task.beta, 1.0)
     torch.testing.assert_close(one.targets(xs, cs), permuted.targets(xs))
@@ -102,7 +102,7 @@ def test_the_learning_rate_grid_chooses_on_validation_and_reports_its_choice():
 
 def test_every_task_and_synthetic_model_builds_and_trains_a_step():
     for task in syn.TASKS:
-        level = {"permutation": 4, "classification": 4}.get(task, 0.5)
+        level = {"permutation": 4, "within-slice": 4, "classification": 4}.get(task, 0.5)
         teacher = syn.make_task(task, level, 0)
         for name in syn.SYNTHETIC_MODELS:
             model = syn.fit(name, teacher, 0, steps=1, lr=1e-3, batch=4)
@@ -141,7 +141,8 @@ def test_reported_pairs_never_count_for_the_verdict():
 
 def test_the_new_synthetic_claims_name_their_pairs_sanity_and_grid():
     full = {c.key: c for c in claims(quick=False)}
-    for key in ("fig12_regression", "permutation_relations", "fig13_classification", "fig13_entanglement"):
+    for key in ("fig12_regression", "permutation_relations", "within_slice_codes", "fig13_classification",
+                "fig13_entanglement"):
         claim = full[key]
         names = {a.name for a in claim.arms}
         assert claim.requires and claim.pairs and all(b in names and t in names for b, t, _ in claim.pairs)
@@ -151,6 +152,33 @@ def test_the_new_synthetic_claims_name_their_pairs_sanity_and_grid():
     tuned = {a.variant for a in full["fig12_regression"].arms if a.lrs}
     assert {"mha", "damcha", "mha-slice", "damcha-static-bilinear"} <= tuned and "tha" not in tuned
     assert {a.level for a in full["permutation_relations"].arms} == {1, 4, 24}
+    assert {a.level for a in full["within_slice_codes"].arms} == set(syn.WITHIN_SLICE_CODES) == {1, 4, 16}
+
+
+def test_the_within_slice_task_chooses_block_diagonal_relations_per_input_which_a_row_sum_metric_represents():
+    task = syn.within_slice_task(16, 3)
+    d = syn.D_SYN // syn.H_SYN
+    blocks = torch.block_diag(*[torch.ones(d, d)] * syn.H_SYN)
+    assert task.metrics.shape == (16, syn.D_SYN, syn.D_SYN) and (task.metrics * (1 - blocks)).abs().max() == 0
+    assert len({tuple(m.flatten().tolist()) for m in task.metrics}) == 16  # one relation per code
+    assert syn.loop_reference_error(task) < 1e-4
+    for K in syn.WITHIN_SLICE_CODES:  # each code's blocks as a row-sum metric: the teacher to rounding
+        assert syn.coded_oracle_error(syn.within_slice_task(K, 5)) < 1e-10
+    assert syn.coded_oracle_error(syn.permutation_task(4, 5)) > 0.1  # the row sum cannot cross slices
+    x, codes = task.draw(256, syn.TEST_INPUT_SEED)
+    y = task.targets(x, codes)
+    with torch.no_grad():  # one static relation for every input (what MHA or w/o f(x) hold) misses K > 1
+        static = syn.oracle_model(task.metrics[0], task.beta, task.W, "damcha-static")(x)[0]
+    assert float(torch.nn.functional.mse_loss(static, y) / y.var()) > 0.05
+
+
+def test_the_within_slice_claim_counts_damcha_against_mha_and_its_static_case_only_where_the_relation_changes():
+    claim = next(c for c in claims(quick=False) if c.key == "within_slice_codes")
+    values = {a.name: [{"relative_mse": (0.01 if a.variant == "damcha" else 0.3) + 0.001 * s} for s in range(3)]
+              for a in claim.arms}
+    counted = [(c["better"], c["than"]) for c in summarise(claim, values, sanity_checks())["comparisons"]
+               if c["counted"]]
+    assert sorted(counted) == sorted((f"damcha K={k}", f"{m} K={k}") for k in (4, 16) for m in ("mha", "damcha-static"))
 
 
 def test_reuse_takes_over_only_arms_defined_alike():

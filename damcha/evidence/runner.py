@@ -57,7 +57,17 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
     return {"key": claim.key, "title": claim.title, "statement": claim.statement, "metric": claim.metric,
             "columns": list(claim.columns), "lower_is_better": claim.lower_is_better, "note": claim.note,
             "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: arm_spec(a) for a in claim.arms},
-            "cannot_speak_to": list(claim.cannot_speak_to), "values": values, **summarise(claim, values, sanity)}
+            "cannot_speak_to": list(claim.cannot_speak_to), "values": values, "parameters": arm_parameters(claim),
+            **summarise(claim, values, sanity)}
+
+
+def arm_parameters(claim: Claim) -> dict[str, int]:
+    """The parameter count of every arm that trains a model on a data set (synthetic arms report theirs
+    per unit; efficiency arms as a ratio)."""
+    from damcha.evidence.units import model_parameters
+
+    return {a.name: model_parameters(a.variant, a.dataset, a.overrides) for a in claim.arms
+            if a.kind in ("train", "adaptivity")}
 
 
 def restate(folder: Path, command: str = "") -> dict:

@@ -66,15 +66,36 @@ def _trained(arm: Arm, seed: int, quick: bool, work: Path):
                         quick, Path(work))
 
 
+def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
+    """The model config an evidence run of `variant` trains (before the data fill in their fields)."""
+    from damcha.model.config import variant_config
+
+    return dataclasses.replace(variant_config(ModelConfig(), variant), **dict(overrides))
+
+
+def model_parameters(variant: str, dataset: str, overrides: tuple = ()) -> int:
+    """Parameters of the model an evidence arm of `variant` trains on `dataset` (from its config: exact)."""
+    from damcha.runs.train import model_config_for
+
+    cfg = base_config(variant, overrides)
+    return model_config_for(_data(dataset, cfg.block_size), cfg).parameter_estimate()
+
+
+@functools.lru_cache(maxsize=4)
+def _data(dataset: str, block_size: int):
+    from damcha.inputs.datasets import load_dataset
+
+    return load_dataset(dataset, block_size=block_size)
+
+
 @functools.lru_cache(maxsize=1)  # a task's units share one run (tasks group them): train and load it once
 def _trained_run(variant: str, dataset: str, overrides: tuple, seed: int, quick: bool, work: Path):
     from damcha.inputs.datasets import load_dataset
-    from damcha.model.config import variant_config
     from damcha.runs.checkpoints import load_model
     from damcha.runs.train import TrainConfig, train
 
     out = work / "runs" / Arm("", variant=variant, dataset=dataset, overrides=overrides).run_name(seed, quick)
-    cfg = dataclasses.replace(variant_config(ModelConfig(), variant), **dict(overrides))
+    cfg = base_config(variant, overrides)
     tcfg = TrainConfig(dataset=dataset, seed=seed, device="cpu", **train_settings(dataset, quick))
     train(cfg, tcfg, out, progress=False)
     model = load_model(out)

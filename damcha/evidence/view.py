@@ -87,8 +87,9 @@ def evidence_figures(claim: dict) -> list[tuple[str, go.Figure]]:
 
 
 def arm_table(claim: dict) -> list[dict]:
-    """One row per arm: the paper's number, then the claim's metric and each reported column as
-    "mean [low, high]" (see interval_cell), each headed by its name and unit (metric_label)."""
+    """One row per arm: the paper's number, its parameter count where it trains a model on a data set,
+    then the claim's metric and each reported column as "mean [low, high]" (see interval_cell), each
+    headed by its name and unit (metric_label)."""
     arms = [r["arm"] for r in claim["summary"]]
     cells = {(d["arm"], d["metric"]): figures.interval_cell(d["mean"], d["low"], d["high"])
              for d in claim.get("details", [])}
@@ -96,7 +97,9 @@ def arm_table(claim: dict) -> list[dict]:
         cells = {(r["arm"], claim["metric"]): figures.interval_cell(r["mean"], r["low"], r["high"]) for r in claim["summary"]}
     paper = {r["arm"]: r.get("paper") for r in claim["summary"]}
     metrics = [claim["metric"], *claim.get("columns", [])]
+    parameters = claim.get("parameters", {})
     return [{"arm": arm, "paper": "—" if paper[arm] is None or paper[arm] != paper[arm] else f"{paper[arm]:.4g}",
+             **({"parameters": f"{parameters[arm]:,}" if arm in parameters else "—"} if parameters else {}),
              **{metric_label(m): cells.get((arm, m), "—") for m in metrics}} for arm in arms]
 
 

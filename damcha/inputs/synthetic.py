@@ -22,6 +22,13 @@ y = concat(heads) W as above. K = 1: the cyclic shift i -> i + 1; K = 4: the fou
 (identity included); K = 24: every permutation of the 4 slices. A static model has one relation for
 every input, so it cannot cover K > 1; an input-dependent cross-head metric can.
 
+Within-slice codes (the input dependence a row-sum DAMCHA can represent), K codes: as the
+permutation task, but code k's teacher metric is block-diagonal, A_k = blockdiag(B_k1 .. B_kH)
+(Gaussian d x d blocks, unit Frobenius norm, drawn per code): head i scores beta x_{t,i}^T B_ki x_{s,i},
+its own slice against its own slice under a relation the code chooses. Under the row sum, m_i(x) =
+B_ki is a per-head metric an adaptive DAMCHA can produce (f reads the code from the context mean);
+MHA and a static row-sum model hold one relation per head for every input, which covers K = 1 only.
+
 Classification (Fig. 13), subspace dimension d_e: U a random D x d_e orthonormal matrix; the label
 is the position s >= 1 whose token best matches the first inside the subspace,
 argmax_s (U^T x_0) . (U^T x_s), read out at position 0 (T - 1 classes). Its entanglement knob
@@ -193,8 +200,11 @@ def permutation_metric(pi: tuple[int, ...], D: int = D_SYN) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class PermutationTask:
-    metrics: torch.Tensor  # (K, D, D) one block permutation per code
+class CodedRelationTask:
+    """K relations between heads, one per code; each sequence draws a code and carries its offset.
+    The permutation task (block permutations) and the within-slice task (block-diagonal metrics)."""
+
+    metrics: torch.Tensor  # (K, D, D) the teacher metric of each code
     offsets: torch.Tensor  # (K, D) the code's offset, carried by every token of the sequence
     W: torch.Tensor  # (D, D) orthogonal read-out
     beta: float
@@ -229,15 +239,34 @@ class PermutationTask:
         return self.metrics[0]
 
 
-def permutation_task(K: int, seed: int, D: int = D_SYN, H: int = H_SYN, T: int = T_SYN) -> PermutationTask:
-    metrics = torch.stack([permutation_metric(pi, D) for pi in slice_permutations(K, H)])  # (K, D, D)
+def coded_task(metrics: torch.Tensor, seed: int, H: int = H_SYN, T: int = T_SYN) -> CodedRelationTask:
+    """A task with one teacher metric per code (K, D, D): its offsets and read-out drawn from `seed`,
+    beta calibrated over the codes as they are drawn."""
+    K, D, _ = metrics.shape
     g = torch.Generator().manual_seed(seed)
     offsets = OFFSET_SCALE * torch.randn(K, D, generator=g)  # (K, D)
     W = torch.linalg.qr(torch.randn(D, D, generator=g))[0]
-    task = PermutationTask(metrics, offsets, W, 1.0, H)
+    task = CodedRelationTask(metrics, offsets, W, 1.0, H)
     x, codes = task.draw(512, seed + 1)
     beta = calibrated_beta(lambda p, b: cross_head_attention(p, metrics[codes], b, H), x, T)
-    return PermutationTask(metrics, offsets, W, beta, H)
+    return CodedRelationTask(metrics, offsets, W, beta, H)
+
+
+def permutation_task(K: int, seed: int, D: int = D_SYN, H: int = H_SYN, T: int = T_SYN) -> CodedRelationTask:
+    metrics = torch.stack([permutation_metric(pi, D) for pi in slice_permutations(K, H)])  # (K, D, D)
+    return coded_task(metrics, seed, H, T)
+
+
+WITHIN_SLICE_CODES = (1, 4, 16)  # the within-slice task's levels
+
+
+def within_slice_task(K: int, seed: int, D: int = D_SYN, H: int = H_SYN, T: int = T_SYN) -> CodedRelationTask:
+    """K block-diagonal teacher metrics (teacher_metric at e = 0, each from its own generator seed)."""
+    if K < 1:
+        raise ValueError(f"K must be a positive number of codes, not {K}")
+    seeds = torch.randint(2**31 - 1, (K,), generator=torch.Generator().manual_seed(seed)).tolist()
+    metrics = torch.stack([teacher_metric(0.0, s, D, H) for s in seeds])  # (K, D, D) block-diagonal
+    return coded_task(metrics, seed, H, T)
 
 
 def classification_labels(x: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
@@ -282,7 +311,7 @@ def task_seed(level: float, seed: int) -> int:
     return 1000 + int(level * 100) + 10_000 * seed
 
 
-TASKS = ("regression", "permutation", "classification", "subspace-spread")
+TASKS = ("regression", "permutation", "within-slice", "classification", "subspace-spread")
 
 
 def make_task(task: str, level: float, seed: int):
@@ -292,6 +321,8 @@ def make_task(task: str, level: float, seed: int):
         return regression_task(level, s)
     if task == "permutation":
         return permutation_task(int(level), s)
+    if task == "within-slice":
+        return within_slice_task(int(level), s)
     if task == "classification":
         return ClassificationTask(subspace(int(level), s))
     if task == "subspace-spread":
@@ -377,12 +408,13 @@ def token_channels(D: int = D_SYN, H: int = H_SYN) -> torch.Tensor:
     return torch.tensor([2 * d * i + p for i in range(H) for p in range(d)])
 
 
-def oracle_model(A: torch.Tensor, beta: float, W: torch.Tensor) -> OneLayer:
-    """A static bilinear OneLayer set to the teacher's parameters: metric beta * sqrt(head width) * A on
-    the token channels, values copying each head's token slice, the output projection writing head
-    outputs into the (zeroed) position channels, the read-out applying W there. It must reproduce the
-    teacher to rounding: the check that the model's scores and the teacher's have one orientation."""
-    model = OneLayer("damcha-static-bilinear", W.shape[1])
+def oracle_model(A: torch.Tensor, beta: float, W: torch.Tensor, model_name: str = "damcha-static-bilinear") -> OneLayer:
+    """A static OneLayer (bilinear, or the row sum for a block-diagonal A) set to the teacher's
+    parameters: metric beta * sqrt(head width) * A on the token channels, values copying each head's
+    token slice, the output projection writing head outputs into the (zeroed) position channels, the
+    read-out applying W there. It must reproduce the teacher to rounding: the check that the model's
+    scores and the teacher's have one orientation."""
+    model = OneLayer(model_name, W.shape[1])
     token = token_channels(A.shape[0], model.heads)  # (D,)
     place = token + A.shape[0] // model.heads  # (D,) the position channel beside each token channel
     width = 2 * A.shape[0]
@@ -461,6 +493,20 @@ def oracle_error(task) -> float:
     teacher agree on how a head scores."""
     x, y = task.sample(256, TEST_INPUT_SEED)
     return evaluate(oracle_model(task.A, task.beta, task.W), task, x, y)
+
+
+def coded_oracle_error(task: CodedRelationTask, model_name: str = "damcha-static", n: int = 256) -> float:
+    """Relative test MSE of the per-code oracle: each sequence scored by a static oracle at its own
+    code's teacher metric (`model_name`'s form), which is what an input-dependent metric that reads
+    the code exactly computes; ~0 when that form represents every code's relation."""
+    x, codes = task.draw(n, TEST_INPUT_SEED)
+    y = task.targets(x, codes)  # (n, T, D)
+    out = torch.zeros_like(y)
+    for k, A in enumerate(task.metrics):
+        chosen = codes == k
+        with torch.no_grad():
+            out[chosen] = oracle_model(A, task.beta, task.W, model_name)(x[chosen])[0]
+    return float(F.mse_loss(out, y) / y.var())
 
 
 def loop_reference_error(task, n: int = 2) -> float:

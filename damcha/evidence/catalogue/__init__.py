@@ -21,12 +21,13 @@ from damcha.evidence.catalogue import (
     table4_ablations,
     table5_text,
     table6_classification,
+    within_slice_codes,
 )
 from damcha.evidence.records import Claim
 
 CLAIM_MODULES = (table1_digits, table1_images, table2_efficiency, table3_depth, table4_ablations, table3_modes,
                  table5_text, table6_classification, adaptivity, fig12_regression, permutation_relations,
-                 fig13_classification, fig13_entanglement, newer_head_interaction)
+                 within_slice_codes, fig13_classification, fig13_entanglement, newer_head_interaction)
 CLAIM_BUILDERS: list[Callable[[bool], Claim]] = [m.claim for m in CLAIM_MODULES]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from damcha.evidence.records import Arm, Claim, ConstructionCheck, Sanity
 from damcha.evidence.sanity import CLASSIFICATION_CHECKS
 from damcha.model.config import ModelConfig
@@ -57,6 +59,20 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
                  construction_checks=tuple(ConstructionCheck(name(a, v), name(b, v), predicted, why, margin)
                                            for a, b, at, predicted, why, margin in construction
                                            for v in levels if (at is None or v in at) and a in mechs and b in mechs))
+
+
+@functools.cache
+def capacity_matched_mha(dataset: str = "digits", reference: str = "damcha") -> Arm:
+    """MHA widened (heads kept, MLP at the same ratio) to the parameter count nearest `reference`'s on
+    `dataset`: the arm that tells a gain of the mechanism from a gain of capacity."""
+    from damcha.evidence.units import model_parameters
+
+    target = model_parameters(reference, dataset)
+    heads, width = ModelConfig().n_head, ModelConfig().n_embd
+    matched = min(range(width, 8 * width + 1, heads),
+                  key=lambda w: abs(model_parameters("mha", dataset, (("n_embd", w),)) - target))
+    return Arm(f"MHA at {reference.upper()}'s parameters", variant="mha", dataset=dataset,
+               overrides=(("n_embd", matched),))
 
 
 def synthetic_steps(quick: bool) -> int:
