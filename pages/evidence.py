@@ -18,6 +18,7 @@ from damcha.evidence.view import (
     cannot_speak_to,
     construction_table,
     detectable_sentence,
+    family_table,
     samples_word,
     verdict_tally,
     verdict_words,
@@ -108,6 +109,13 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
                    "paper's direction (log ratios for ratio metrics); 'ahead'/'behind': the 95% interval wholly on that "
                    "side of zero; 'tie': two one-sided t-tests within the margin at 5%.")
         st.dataframe(pd.DataFrame(checks), hide_index=True)
+    families = family_table(claim)
+    if families:
+        st.subheader("Beside the verdict: families of comparisons (reported, not counted)")
+        st.caption("The reference against each family's arms, metric by metric, worded under Holm's correction over "
+                   "the family: 'ahead'/'behind' where it still rejects, 'nominally' where only the unadjusted "
+                   "interval excludes zero, 'exact' for metrics with no spread over repeats.")
+        st.dataframe(pd.DataFrame(families), hide_index=True)
     show_evidence_figures(claim, results_name)
     a, b = st.columns(2)
     a.dataframe(pd.DataFrame(arm_table(claim)), hide_index=True)

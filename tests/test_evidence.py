@@ -20,6 +20,7 @@ from damcha.evidence.statistics import (
     SANITY_FAILED,
     claim_verdict,
     holm,
+    holm_adjusted,
     mean_interval,
     paired_test,
     t_quantile,
@@ -329,7 +330,7 @@ def test_the_page_renders_the_shipped_results_without_training():
         contrasted = any(c.get("measures") for c in claim["comparisons"])
         counted = any(c["counted"] for c in claim["comparisons"])  # none where every one is a construction check
         assert len(at.get("plotly_chart")) == 1 + counted + contrasted  # arms, differences, contrasts
-        assert len(at.dataframe) == 3 + bool(claim.get("construction_checks"))  # verdicts, arms, comparisons, checks
+        assert len(at.dataframe) == 3 + bool(claim.get("construction_checks")) + bool(claim.get("families"))
     at.selectbox(key="claim").set_value(at.selectbox(key="claim").options[-1]).run()  # every claim
     assert [h.value for h in at.header] == [*titles, "What this evidence cannot speak to"]
 
@@ -506,6 +507,34 @@ def test_the_shipped_statistics_are_what_the_current_code_computes_from_the_ship
     doc["claims"][0]["arms"][next(iter(doc["claims"][0]["arms"]))][0] = "renamed"
     (copy / "results.json").write_text(json.dumps(doc))
     assert restate(copy)["restated"]["unchanged_claims"] == [doc["claims"][0]["key"]]
+
+
+def test_a_family_of_comparisons_is_worded_under_its_own_holm_correction_beside_the_verdict():
+    """Table 2's form: the verdict against a threshold; the paper's comparison set read as a family."""
+    from damcha.evidence.records import Arm, Claim
+
+    claim = Claim("c", "t", "s", "time_ratio", True,
+                  (Arm("damcha", kind="efficiency"), Arm("tha", kind="efficiency", variant="tha"),
+                   Arm("mma", kind="efficiency", variant="mma"), Arm("iha", kind="efficiency", variant="iha"),
+                   Arm("comparable", kind="constant", level=1.2)), "damcha",
+                  verdict_metrics=("time_ratio", "params_ratio"), verdict_against=("constant",),
+                  families=(("the paper's set", ("tha", "mma")),))
+    values = {"damcha": [{"time_ratio": t, "params_ratio": 130.0} for t in (2.0, 2.1, 1.9, 2.05, 1.95)],
+              "tha": [{"time_ratio": t, "params_ratio": 1.0} for t in (4.0, 4.2, 3.9, 4.1, 4.0)],  # damcha ahead
+              "mma": [{"time_ratio": t, "params_ratio": 1.0} for t in (2.0, 2.3, 1.8, 2.0, 2.1)],  # within noise
+              "iha": [{"time_ratio": t, "params_ratio": 200.0} for t in (9.0, 9.1, 9.2, 9.0, 9.3)],  # not in the family
+              "comparable": [{"constant": 1.2}] * 5}
+    result = summarise(claim, values)
+    assert result["verdict"] == FAILS  # the threshold decides: 2x is over 1.2x
+    family = [c for c in result["comparisons"] if c.get("family")]
+    assert {c["than"] for c in family} == {"tha", "mma"} and not any(c["counted"] for c in family)
+    assert [c["family_holm_p"] for c in family] == pytest.approx(holm_adjusted([c["p"] for c in family]), nan_ok=True)
+    rows = {r["metric"]: r for r in result["families"]}
+    assert rows["time_ratio"]["ahead"] == "tha" and rows["time_ratio"]["within noise"] == "mma"
+    assert rows["params_ratio"]["behind"] == "tha, mma"  # exact: no spread over repeats
+    assert all(r["against"] == "the paper's set" for r in result["families"])
+    table2 = next(c for c in claims(quick=False) if c.key == "table2_efficiency")
+    assert dict(table2.families)["the paper's comparison set"] == ("tha", "dcmha", "colmha", "mma", "moa")
 
 
 def test_holm_adjusted_p_values_and_the_words_a_comparison_may_use():

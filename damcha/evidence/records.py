@@ -109,6 +109,9 @@ class Claim:
     min_seeds: int = 0  # at least this many seeds in a full run, whatever --seeds says (the main comparisons)
     construction_checks: tuple[ConstructionCheck, ...] = ()  # comparisons fixed in advance: checked, never counted
     cannot_speak_to: tuple[str, ...] = ()  # what the paper reports for this claim that it does not measure
+    # (label, variants): the reference against these variants' arms read as a family of their own (Holm over
+    # it, each comparison worded), beside the verdict and never part of it
+    families: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""

@@ -175,7 +175,8 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
     if construction and not counted:  # every comparison the claim would count is fixed in advance
         verdict_ = CONFIRMED if all(c["outcome"] in CHECK_CONFIRMED for c in construction) else NOT_CONFIRMED
         kind = BY_CONSTRUCTION
-    result = {"summary": summary, "details": details, "comparisons": comparisons, "verdict": verdict_,
+    result = {"summary": summary, "details": details, "comparisons": comparisons, "families": _families(claim, comparisons),
+              "verdict": verdict_,
               "verdict_kind": kind, "construction_checks": construction,  # kinds apart in every tally
               "by_construction": claim.by_construction, "trivial_baselines": trivial_baseline_warnings(against),
               "sanity_failures": [], "sanity_caveats": []}
@@ -187,6 +188,27 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
     if result["sanity_failures"]:
         result["verdict"] = SANITY_FAILED
     return result
+
+
+def _families(claim: Claim, comparisons: list[dict]) -> list[dict]:
+    """Each of the claim's families: its comparisons of the reference (not counted, not contrasts) worded
+    under Holm over the family, and one row per metric naming the arms the reference is ahead of, behind
+    and within noise of."""
+    variant = {a.name: a.variant for a in claim.arms}
+    rows = []
+    for label, variants in claim.families:
+        members = [c for c in comparisons if not c["counted"] and not c.get("measures") and
+                   c["better"] == claim.reference and variant.get(c["than"]) in variants]
+        for c, adjusted in zip(members, holm_adjusted([c["p"] for c in members])):
+            c.update(family=label, family_holm_p=adjusted, reads=reading({**c, "holm_p": adjusted}))
+        for metric in claim.compared:
+            said = [(c["than"], c["reads"]) for c in members if c["metric"] == metric]
+            rows.append({"against": label, "metric": metric,
+                         **{side: ", ".join(arm for arm, reads in said if reads.split(" (")[0] == side) or "—"
+                            for side in ("ahead", "behind", "within noise")},
+                         "nominally": ", ".join(f"{arm}: {reads}" for arm, reads in said
+                                                if reads.startswith("nominally")) or "—"})
+    return rows
 
 
 def write_csv(path: Path, result: dict) -> None:

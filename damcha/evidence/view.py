@@ -178,6 +178,12 @@ def cannot_speak_to(claims: list[dict]) -> list[tuple[str, list[str]]]:
     return [*gaps, ("Tested by no claim here", list(PAPER_RESULTS_NOT_CLAIMED))]
 
 
+def family_table(claim: dict) -> list[dict]:
+    """Per family and metric, the arms the reference is ahead of, behind and within noise of (results
+    written before families: none)."""
+    return claim.get("families", [])
+
+
 def construction_table(claim: dict) -> list[dict]:
     """One row per construction check of a claim: the prediction, what was seen, and whether it held."""
     return [{"compared": f"{k['better']} vs {k['than']}", "metric": metric_label(k["metric"]),

@@ -30,6 +30,7 @@ def claim(quick: bool) -> Claim:
                        columns=("params_ratio", "flops_ratio", "memory_ratio", *EFFICIENCY_BESIDE),
                        verdict_metrics=("params_ratio", "flops_ratio", "time_ratio", "memory_ratio", TRAIN_STEP_RATIO),
                        verdict_against=("constant",), scale=EFFICIENCY_SCALE,
+                       families=(("the paper's comparison set", mechs[1:]), ("the newer mechanisms", newer(quick))),
                        note=f"One causal layer, D = 128, H = 8, T = {EFFICIENCY_CASE['T']}, batch "
                             f"{EFFICIENCY_CASE['batch']}, DAMCHA's f with widths (256, 512), against one MHA layer "
                             "in the same process (as benchmarks/bench.py): parameters, FLOPs counted by torch, median "
@@ -37,5 +38,8 @@ def claim(quick: bool) -> Claim:
                             "written out (explicit softmax, not torch's fused kernel: a second denominator), the "
                             f"non-causal layer's time, and one training step (forward, backward, Adam) of a "
                             f"{TRAINING_LAYERS}-layer model (f shared over the stack), which counts for the verdict. A "
-                            f"seed is a repeat of the measurement. \"Comparable\" is read as at most {COMPARABLE}x MHA.", cannot_speak_to=CANNOT_SPEAK_TO)
+                            f"seed is a repeat of the measurement. \"Comparable\" is read as at most {COMPARABLE}x MHA. The "
+                            "paper's Table 2 sets DAMCHA beside THA, DCMHA, ColMHA, MMA and MoA: those comparisons are "
+                            "read as a family of their own (Holm over it), beside the verdict.",
+                       cannot_speak_to=CANNOT_SPEAK_TO)
     return efficiency
