@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import builtins
 import dataclasses
 import os
 import sys
@@ -237,7 +238,11 @@ def _evidence(args) -> int:
     from tqdm import tqdm
 
     from damcha.evidence.runner import run_evidence
+    from damcha.evidence.scales import scale_named
 
+    demo = args.scale == "demo"
+    args.out = args.out or ("checkpoints/evidence" if demo else f"checkpoints/evidence-{args.scale}")
+    args.work = args.work or (".evidence-work" if demo else str(Path(args.out) / "work"))
     if args.restate:
         from damcha.evidence.runner import restate
 
@@ -248,17 +253,51 @@ def _evidence(args) -> int:
             print("not restated (their arms changed: run them again): " + ", ".join(doc["restated"]["unchanged_claims"]))
         print(f"restated {args.out}/results.json from its stored values (nothing trained)")
         return 0
-    seeds = args.seeds or (2 if args.quick else 3)
+    smoke = args.quick or (not demo and scale_named(args.scale).smoke)
+    seeds = args.seeds or (2 if smoke else 3)
+    setting, recorded = _evidence_setting(args, seeds)
     with tqdm(desc="evidence", unit="unit") as bar:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
                            progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),
                                                          bar.update(1)),
                            command="python -m damcha " + " ".join(sys.argv[1:]), workers=args.workers,
-                           reuse=args.reuse, redo=tuple(args.redo))
+                           reuse=args.reuse, redo=tuple(args.redo), setting=setting, recorded=recorded)
+    if doc.get("rank"):  # another rank of a torchrun job: rank 0 reports
+        return 0
     for claim in doc["claims"]:
         print(f"{claim['verdict']:>28s}  {claim['title']}")
     print(f"wrote {args.out}/results.json ({doc['wall_seconds']} s)")
     return 0
+
+
+def _evidence_setting(args, seeds: int):
+    """The scale's setting, its data read and checked and its budget printed (and held to --budget),
+    all before anything trains; the demo's when no --scale is given."""
+    from damcha.evidence.scales import DEMO, Setting, budget, check_data, locate_data, scale_claims, scale_named
+
+    if args.scale == "demo":
+        return DEMO, None
+    scale = scale_named(args.scale)
+    os.environ.setdefault("DAMCHA_CACHE", str(Path(args.out) / "cache"))  # a zip's member: written under --out
+    setting = Setting(scale, locate_data(scale, args.data_dir, args.only), args.device or scale.default_device)
+    data = check_data(setting)
+    chosen = [c for c in scale_claims(scale, setting)
+              if not args.only or c.key in args.only or c.key.split("@")[0] in args.only]
+    rows = budget(setting, chosen, seeds)
+    hours = sum(r["hours"] for r in rows)
+    print = builtins.print if os.environ.get("RANK", "0") == "0" else (lambda *a, **k: None)  # rank 0 speaks
+    print(f"budget at --scale {scale.name} (training only, at {scale.throughput_source}):")
+    for r in rows:
+        guess = f"; {', '.join(r['unmeasured'])} at the slowest measured rate" if r["unmeasured"] else ""
+        print(f"  {r['claim']:<28s} {r['runs']:>3d} runs  {r['hours']:10.3g} device-hours{guess}")
+    print(f"  {'total':<28s}           {hours:10.3g} device-hours")
+    for dataset, record in data.items():
+        print(f"  {dataset}: {record.get('source')} (standard files: {'yes' if record.get('standard_files') else 'no'})")
+    if args.budget is not None and hours > args.budget:
+        raise ValueError(f"the claims need about {hours:.2f} device-hours, more than --budget {args.budget:g}: "
+                         "narrow them with --only or --seeds, or raise --budget")
+    return setting, {"data": data, "files": dict(setting.files), "budget": {"hours": round(hours, 4), "claims": rows,
+                                              "measured_at": scale.throughput_source}}
 
 
 APP_DIR = Path(__file__).resolve().parent.parent / "app"
@@ -327,12 +366,20 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--only", nargs="*", help="claim keys to run (default: all)")
     ev.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                     help="processes of one thread each that train and evaluate units side by side (default 2)")
-    ev.add_argument("--out", default="checkpoints/evidence", help="where results.json and the CSVs go")
+    ev.add_argument("--out", help="where results.json and the CSVs go (default checkpoints/evidence; with --scale "
+                    "S: checkpoints/evidence-S)")
+    ev.add_argument("--scale", default="demo", help="demo (the shipped sizes), paper (the paper's model sizes on your "
+                    "standard files under --data-dir, on GPUs) or tiny (the paper path at a tiny size: a rehearsal)")
+    ev.add_argument("--data-dir", help="with --scale: the folder holding cifar-10-batches-py, enwik8(.zip), text8(.zip)")
+    ev.add_argument("--device", help="with --scale: cpu, cuda (default: the scale's; under torchrun each rank its GPU)")
+    ev.add_argument("--budget", type=float, help="with --scale: refuse to start when the claims' estimated "
+                    "device-hours exceed this")
     ev.add_argument("--reuse", metavar="RESULTS_JSON", help="take over the units of an earlier results.json for the "
                     "arms the claims still define (recorded in the document)")
     ev.add_argument("--redo", nargs="*", default=[], metavar="CLAIM_OR_VARIANT",
                     help="with --reuse: claims and variants to recompute anyway (code changed, or timed)")
-    ev.add_argument("--work", default=".evidence-work", help="trained runs and finished units (resumable)")
+    ev.add_argument("--work", help="trained runs and finished units (resumable; default .evidence-work, with --scale "
+                    "OUT/work)")
     ev.add_argument("--restate", action="store_true", help="recompute the statistics and verdicts of --out's results "
                     "from the per-seed values it stores (after a change to the statistics or the claims' wording; "
                     "nothing is trained)")

@@ -16,10 +16,14 @@ from damcha.evidence.statistics import BY_CONSTRUCTION, HOLDS, LEARNED, SANITY_F
 from damcha.evidence.view import (
     arm_table,
     cannot_speak_to,
+    claims_at_scale,
     construction_table,
     detectable_sentence,
     family_table,
+    results_at_other_scales,
     samples_word,
+    scale_verdict_words,
+    scale_words,
     verdict_tally,
     verdict_words,
 )
@@ -68,8 +72,20 @@ if sanity:
                                              f"{SANITY_BOUNDS[k]:.3g})" if k in SANITY_BOUNDS else "")
                          for k, v in sanity.items()))
 KIND_WORDS = {BY_CONSTRUCTION: "expected by construction (not evidence)", LEARNED: "learned at this scale"}
+scaled = results_at_other_scales(folder)  # `damcha evidence --scale S` results beside these
+for name, scale_doc, problem in scaled:
+    if problem:
+        st.warning(f"The results {scale_words(name)} cannot be shown: {problem}")
+    else:
+        st.info(f"Beside these demo-scale results: results {scale_words(name)} "
+                f"(`{scale_doc.get('command') or 'python -m damcha evidence --scale ' + name}`), in a column of the "
+                "table and under each claim they cover.")
+scaled = [(name, scale_doc) for name, scale_doc, problem in scaled if not problem]
 st.caption(verdict_tally(doc["claims"]))
 st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
+                            **{f"{name} scale": "; ".join(f"{s['key'].split('@')[1]}: {scale_verdict_words(name, s)[1]}"
+                                                          for s in claims_at_scale(scale_doc, c["key"])) or "not run"
+                               for name, scale_doc in scaled},
                             "what the verdict is": "not tested" if c["verdict"] == SANITY_FAILED
                             else KIND_WORDS.get(c.get("verdict_kind", ""), ""),
                             "seeds or repeats": f"{c.get('seeds') or len(doc['seeds'])} {samples_word(c)}"}
@@ -125,6 +141,14 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
         a.download_button("Download CSV", csv.read_bytes(), csv.name, "text/csv", key=f"csv_{claim['key']}")
     else:
         a.caption(f"{csv.name} is missing from the results folder.")
+    for name, scale_doc in scaled:
+        for at in claims_at_scale(scale_doc, claim["key"]):
+            st.subheader(f"{at['title']}, {scale_words(name)}")
+            colour, words = scale_verdict_words(name, at)
+            st.markdown(f"**Verdict:** :{colour}-badge[{words}]. {at.get('seeds', '')} {samples_word(at)}. {at['scale']}")
+            a, b = st.columns(2)
+            a.dataframe(pd.DataFrame(arm_table(at)), hide_index=True)
+            b.dataframe(pd.DataFrame(at["comparisons"]), hide_index=True)
 
 st.header("What this evidence cannot speak to")
 st.caption("What the paper reports that these results do not measure, from each claim's own list; a verdict above is "

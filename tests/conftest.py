@@ -37,6 +37,7 @@ LONGEST_FIRST = ("test_browser.py",  # 187 s
                  "test_distributed.py",  # 142 s: DDP and FSDP2 under torchrun
                  "test_every_mechanism.py",  # 124 s: a tiny run per variant and task, every page
                  "test_evidence.py",  # 92 s
+                 "test_evidence_at_scale.py",  # 125 s: --scale tiny end to end, and under torchrun
                  "test_benchmarks.py",  # 91 s
                  "test_app.py",  # 81 s
                  "test_compile_fullgraph.py",  # 74 s: every mechanism traced whole, forward and backward

@@ -4,7 +4,6 @@ in the real formats stand in for the published ones."""
 
 import hashlib
 import json
-import pickle
 import zipfile
 from pathlib import Path
 
@@ -14,12 +13,7 @@ import pytest
 from damcha.inputs.datasets import DataError, load_dataset
 from damcha.inputs.datasets import benchmark_corpora as corpora
 from damcha.inputs.datasets.checksums import PublishedFile, file_digests
-
-
-def _enwik8_like(n: int, seed: int = 0) -> bytes:
-    rng = np.random.default_rng(seed)
-    body = rng.choice(np.frombuffer(b"<page> abcdefghij</ref>\n", np.uint8), n).tobytes()
-    return (b"<mediawiki xmlns>" + body)[:n]
+from damcha.inputs.datasets.generated import cifar_batch, enwik8_like
 
 
 def _zip(path, member: str, data: bytes, compression=zipfile.ZIP_DEFLATED):
@@ -29,14 +23,14 @@ def _zip(path, member: str, data: bytes, compression=zipfile.ZIP_DEFLATED):
 
 
 def test_a_copy_that_differs_from_the_published_file_is_refused_in_words(tmp_path):
-    (tmp_path / "enwik8").write_bytes(_enwik8_like(30_000))
+    (tmp_path / "enwik8").write_bytes(enwik8_like(30_000))
     with pytest.raises(DataError, match=r"not the published enwik8 — it is 30,000 bytes.*100,000,000 bytes, "
                                         r"MD5 a1fa5ffddb56f4953e226637dabbb36a.*--nonstandard-data"):
         load_dataset("enwik8", str(tmp_path / "enwik8"), 16)
 
 
 def test_a_nonstandard_copy_is_split_90_5_5_memory_mapped_and_says_so(tmp_path):
-    data = _enwik8_like(40_000)
+    data = enwik8_like(40_000)
     (tmp_path / "enwik8").write_bytes(data)
     d = load_dataset("enwik8", str(tmp_path / "enwik8"), 16, nonstandard_ok=True)
     assert d.split["standard_files"] is False and "nonstandard" in d.split["split"]
@@ -54,7 +48,7 @@ def test_a_nonstandard_copy_is_split_90_5_5_memory_mapped_and_says_so(tmp_path):
 
 def test_the_zip_is_read_directly_and_extracted_once(tmp_path, monkeypatch):
     monkeypatch.setenv("DAMCHA_CACHE", str(tmp_path / "cache"))
-    data = _enwik8_like(30_000, seed=1)
+    data = enwik8_like(30_000, seed=1)
     (tmp_path / "enwik8").write_bytes(data)
     archive = _zip(tmp_path / "enwik8.zip", "enwik8", data)
     raw = load_dataset("enwik8", str(tmp_path / "enwik8"), 16, nonstandard_ok=True)
@@ -73,7 +67,7 @@ def test_bad_zips_and_wrong_files_are_refused_before_anything_trains(tmp_path, m
     other = _zip(tmp_path / "other.zip", "readme.txt", b"hello")
     with pytest.raises(DataError, match="a zip without the member 'enwik8' .*readme.txt"):
         load_dataset("enwik8", str(other), 16, nonstandard_ok=True)
-    data = _enwik8_like(50_000, seed=2)
+    data = enwik8_like(50_000, seed=2)
     damaged = bytearray(_zip(tmp_path / "enwik8.zip", "enwik8", data).read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF  # inside the deflated member: its CRC no longer matches
     (tmp_path / "damaged.zip").write_bytes(bytes(damaged))
@@ -97,7 +91,7 @@ def test_bad_zips_and_wrong_files_are_refused_before_anything_trains(tmp_path, m
 def test_a_file_with_the_published_checksums_gets_the_standard_split(tmp_path):
     """A generated 100,000,000-byte file stands in for enwik8: with its digests as the published ones,
     it is split at exactly 90,000,000 and 95,000,000 bytes and recorded as the standard file."""
-    data = _enwik8_like(100_000_000, seed=3)
+    data = enwik8_like(100_000_000, seed=3)
     path = tmp_path / "enwik8"
     path.write_bytes(data)
     found = file_digests(path)
@@ -118,7 +112,7 @@ def test_training_validates_on_the_validation_split_and_tests_once_at_the_end(tm
     from damcha.runs.train import TrainConfig, train
     from damcha.views.display_units import test_loss
 
-    (tmp_path / "enwik8").write_bytes(_enwik8_like(60_000, seed=4))
+    (tmp_path / "enwik8").write_bytes(enwik8_like(60_000, seed=4))
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(8,), block_size=32)
     tcfg = TrainConfig(dataset="enwik8", data_path=str(tmp_path / "enwik8"), epochs=2, batch_size=8,
                        steps_per_epoch=3, val_windows=8)
@@ -154,18 +148,12 @@ def test_training_validates_on_the_validation_split_and_tests_once_at_the_end(tm
     assert f"{test_loss(run)}, evaluated once after training" in card
 
 
-def _cifar_batch(path, n, seed, key=b"labels"):
-    rng = np.random.default_rng(seed)
-    path.write_bytes(pickle.dumps({b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                                   key: list(rng.integers(0, 10, n))}, protocol=2))
-
-
 def test_cifar_batches_are_checked_against_their_published_md5s(tmp_path):
     d = tmp_path / "cifar-10-batches-py"
     d.mkdir()
     for i in range(1, 6):
-        _cifar_batch(d / f"data_batch_{i}", 8, i)
-    _cifar_batch(d / "test_batch", 6, 0)
+        cifar_batch(d / f"data_batch_{i}", 8, i)
+    cifar_batch(d / "test_batch", 6, 0)
     with pytest.raises(DataError, match=r"not the published cifar10 data_batch_1 .*MD5 c99cafc152244af753f735de768cd75f"):
         load_dataset("cifar10", str(d))
     (d / "data_batch_5").unlink()
@@ -194,8 +182,8 @@ def test_a_published_cifar_folder_reads_as_standard(tmp_path, monkeypatch):
 
     d = tmp_path / "cifar-100-python"
     d.mkdir()
-    _cifar_batch(d / "train", 20, 1, key=b"fine_labels")
-    _cifar_batch(d / "test", 5, 2, key=b"fine_labels")
+    cifar_batch(d / "train", 20, 1, key=b"fine_labels")
+    cifar_batch(d / "test", 5, 2, key=b"fine_labels")
     monkeypatch.setitem(cifar.PUBLISHED, "cifar100", ({"train": file_digests(d / "train")["md5"]},
                                                       {"test": file_digests(d / "test")["md5"]}))
     data = load_dataset("cifar100", str(d))

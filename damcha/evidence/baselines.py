@@ -7,9 +7,11 @@ beats one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from damcha.inputs.datasets import load_dataset
+from damcha.inputs.datasets import DataSet, load_dataset
 from damcha.inputs.modalities.digit_image import DIGIT_LEVELS
 
 
@@ -18,11 +20,11 @@ def digit_pixels(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]
 
 
-def digit_completion_errors(task: str, dataset: str, n_images: int) -> torch.Tensor:
+def digit_completion_errors(task: str, dataset: str, n_images: int, load: Callable[[str], DataSet] = load_dataset) -> torch.Tensor:
     """Per-image MSE of a trivial bottom half for the first n validation digits. (N,)
     train_mean: each bottom pixel's mean over the training set; top_half_1nn: the bottom half of the
     training digit whose top half is nearest (Euclidean)."""
-    data = load_dataset(dataset)
+    data = load(dataset)
     train = digit_pixels(data.train_inputs, data.train_targets).float()  # (Ntr, 64)
     val = digit_pixels(data.val_inputs[:n_images], data.val_targets[:n_images]).float()  # (N, 64)
     if task == "train_mean":
@@ -35,11 +37,12 @@ def digit_completion_errors(task: str, dataset: str, n_images: int) -> torch.Ten
     return ((pred - val[:, 32:]) / (DIGIT_LEVELS - 1)).pow(2).mean(1)  # (N,)
 
 
-def patch_completion_errors(task: str, dataset: str, n_images: int, given: int = 32) -> torch.Tensor:
+def patch_completion_errors(task: str, dataset: str, n_images: int, load: Callable[[str], DataSet] = load_dataset,
+                            given: int = 32) -> torch.Tensor:
     """Per-image MSE of every bottom patch filled with the mean colour of the image's true top half. (N,)"""
     if task != "top_mean_colour":
         raise ValueError(f"no image baseline {task!r}")
-    data = load_dataset(dataset)
+    data = load(dataset)
     truth = data.val_targets[:n_images]  # (N, 64, 48): 4 x 4 x 3 patches, channels last
     N, P, F = truth.shape
     colour = truth[:, :given].reshape(N, given * F // 3, 3).mean(1)  # (N, 3)
@@ -47,13 +50,15 @@ def patch_completion_errors(task: str, dataset: str, n_images: int, given: int =
     return (pred - truth[:, given:]).pow(2).mean(dim=(1, 2))  # (N,)
 
 
-def completion_baseline(task: str, dataset: str, n_images: int) -> dict[str, float]:
-    """The completion statistics of one trivial baseline, keyed as the models' evaluation keys them."""
+def completion_baseline(task: str, dataset: str, n_images: int,
+                        load: Callable[[str], DataSet] = load_dataset) -> dict[str, float]:
+    """The completion statistics of one trivial baseline, keyed as the models' evaluation keys them
+    (`load` reads the data set: where a scale's files are)."""
     from damcha.runs.evaluation import completion_statistics
 
     if task not in BASELINES:
         raise ValueError(f"no completion baseline {task!r}; expected one of {', '.join(BASELINES)}")
-    return completion_statistics(BASELINES[task](task, dataset, n_images))
+    return completion_statistics(BASELINES[task](task, dataset, n_images, load))
 
 
 # Each baseline by name, with the completion it stands in for (digit bottom halves, or image patches).

@@ -10,6 +10,7 @@ import torch
 
 from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps
 from damcha.evidence.records import Arm
+from damcha.evidence.scales import DEMO, Setting
 from damcha.inputs.datasets import data_set_spec
 from damcha.model.config import ModelConfig
 
@@ -25,15 +26,19 @@ def train_settings(dataset: str, quick: bool) -> dict:
 EVALUATION = dict(completion_images=64, completion_samples=2)  # completions scored per evidence unit (full runs)
 
 
-def run_unit(arm: Arm, seed: int, quick: bool, work: Path) -> dict[str, float]:
-    """The metrics of one arm at one seed (training what it needs, resuming where a run stopped)."""
+def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DEMO) -> dict[str, float]:
+    """The metrics of one arm at one seed (training what it needs, resuming where a run stopped), at the
+    setting's scale and on its files."""
     if arm.kind == "constant":
         return {"constant": arm.level}
     if arm.kind == "baseline":
         from damcha.evidence.baselines import completion_baseline
 
-        n = train_settings(arm.dataset, quick).get("completion_images") if quick else EVALUATION["completion_images"]
-        return completion_baseline(arm.task, arm.dataset, n)
+        if setting.scale:
+            n = setting.train_fields(arm.dataset)["completion_images"]
+        else:
+            n = train_settings(arm.dataset, quick).get("completion_images") if quick else EVALUATION["completion_images"]
+        return completion_baseline(arm.task, arm.dataset, n, setting.load)
     if arm.kind == "synthetic":
         from damcha.inputs.synthetic import train_synthetic
 
@@ -45,9 +50,13 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path) -> dict[str, float]:
         from damcha.evidence.efficiency import efficiency_ratios
 
         torch.manual_seed(seed)
-        case = dict(T=64, batch=2) if quick else EFFICIENCY_CASE
-        return efficiency_ratios(EFFICIENCY_CONFIG, arm.variant, case["T"], case["batch"], repeats=3 if quick else 10)
-    model, data, tcfg = _trained(arm, seed, quick, work)
+        if setting.scale:
+            config, case = ModelConfig(**setting.scale.efficiency_model), setting.scale.efficiency_case
+        else:
+            config, case = EFFICIENCY_CONFIG, dict(T=64, batch=2) if quick else EFFICIENCY_CASE
+        return efficiency_ratios(config, arm.variant, case["T"], case["batch"], repeats=3 if quick else 10)
+    model, data, tcfg = _trained_run("damcha" if arm.kind == "adaptivity" else arm.variant, arm.dataset, arm.overrides,
+                                     seed, quick, Path(work), setting)
     if arm.kind == "adaptivity":
         from damcha.analysis.interventions import adaptivity_gap, mean_metric
 
@@ -57,13 +66,8 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path) -> dict[str, float]:
     from damcha.runs.evaluation import validation_metrics
 
     options = model.mechanism.options_from({"metric_mode": arm.mode})
-    tcfg = tcfg if quick else dataclasses.replace(tcfg, **EVALUATION)
+    tcfg = tcfg if quick or setting.scale else dataclasses.replace(tcfg, **EVALUATION)
     return {k: float(v) for k, v in validation_metrics(model, data, tcfg, options).items()}
-
-
-def _trained(arm: Arm, seed: int, quick: bool, work: Path):
-    return _trained_run("damcha" if arm.kind == "adaptivity" else arm.variant, arm.dataset, arm.overrides, seed,
-                        quick, Path(work))
 
 
 def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
@@ -73,30 +77,43 @@ def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
     return dataclasses.replace(variant_config(ModelConfig(), variant), **dict(overrides))
 
 
-def model_parameters(variant: str, dataset: str, overrides: tuple = ()) -> int:
+def model_parameters(variant: str, dataset: str, overrides: tuple = (), setting: Setting = DEMO) -> int:
     """Parameters of the model an evidence arm of `variant` trains on `dataset` (from its config: exact)."""
     from damcha.runs.train import model_config_for
 
     cfg = base_config(variant, overrides)
-    return model_config_for(_data(dataset, cfg.block_size), cfg).parameter_estimate()
+    return model_config_for(_data(dataset, cfg.block_size, setting), cfg).parameter_estimate()
+
+
+def matched_width(variant: str, reference: str, dataset: str, base: tuple = (), setting: Setting = DEMO) -> int:
+    """The width of `variant` (heads kept, MLP at the same ratio) whose parameter count on `dataset` is
+    nearest `reference`'s, both on the config `base` overrides."""
+    cfg = base_config(variant, base)
+    target = model_parameters(reference, dataset, base, setting)
+    best = (cfg.n_embd, model_parameters(variant, dataset, base, setting))
+    for width in range(cfg.n_embd + cfg.n_head, 8 * cfg.n_embd + 1, cfg.n_head):  # the count grows with the width
+        count = model_parameters(variant, dataset, (*base, ("n_embd", width)), setting)
+        best = min(best, (width, count), key=lambda b: abs(b[1] - target))
+        if count >= target:
+            break
+    return best[0]
 
 
 @functools.lru_cache(maxsize=4)
-def _data(dataset: str, block_size: int):
-    from damcha.inputs.datasets import load_dataset
-
-    return load_dataset(dataset, block_size=block_size)
+def _data(dataset: str, block_size: int, setting: Setting):
+    return setting.load(dataset, block_size)
 
 
 @functools.lru_cache(maxsize=1)  # a task's units share one run (tasks group them): train and load it once
-def _trained_run(variant: str, dataset: str, overrides: tuple, seed: int, quick: bool, work: Path):
-    from damcha.inputs.datasets import load_dataset
+def _trained_run(variant: str, dataset: str, overrides: tuple, seed: int, quick: bool, work: Path, setting: Setting):
+    from damcha.runs import distributed
     from damcha.runs.checkpoints import load_model
-    from damcha.runs.train import TrainConfig, train
+    from damcha.runs.train import TrainConfig, pick_device, train
 
     out = work / "runs" / Arm("", variant=variant, dataset=dataset, overrides=overrides).run_name(seed, quick)
     cfg = base_config(variant, overrides)
-    tcfg = TrainConfig(dataset=dataset, seed=seed, device="cpu", **train_settings(dataset, quick))
-    train(cfg, tcfg, out, progress=False)
-    model = load_model(out)
-    return model, load_dataset(dataset, block_size=model.config.block_size), tcfg
+    fields = setting.train_fields(dataset) if setting.scale else dict(device="cpu", **train_settings(dataset, quick))
+    tcfg = TrainConfig(dataset=dataset, seed=seed, **fields)
+    train(cfg, tcfg, out, progress=False, compile_model=bool(setting.scale and setting.scale.compile))
+    model = load_model(out).to(distributed.device_for(pick_device(tcfg.device)))  # (under torchrun: this rank's GPU)
+    return model, setting.load(dataset, model.config.block_size), tcfg

@@ -234,3 +234,43 @@ def regenerate(prov, run_root=None):
         return regenerate_named(prov, run_root)
     params = library_params(prov.params)
     return evidence_item(prov.figure, resolved(params["results"], run_root), params["claim"], run_root)
+
+
+def results_at_other_scales(folder: str | Path) -> list[tuple[str, dict, str]]:
+    """(scale, results, a problem or "") for each scale whose results sit beside the demo's folder, as
+    `damcha evidence --scale S` writes them by default (`<folder>-S`): the page shows them beside the demo's.
+    A folder that cannot be read is named with its problem instead of hiding the rest."""
+    from damcha.evidence.scales import SCALES
+
+    folder, found = Path(folder), []
+    for name in SCALES:
+        try:
+            doc = load_results(folder.with_name(f"{folder.name}-{name}"))
+        except EvidenceFileError as e:
+            found.append((name, {}, str(e)))
+            continue
+        if doc is not None:
+            found.append((name, doc, ""))
+    return found
+
+
+def claims_at_scale(doc: dict, key: str) -> list[dict]:
+    """The claims of a scale's results that are the demo claim `key` (on each data set it stands for)."""
+    return [c for c in doc.get("claims", []) if c.get("key", "").split("@")[0] == key]
+
+
+def _rehearsal(name: str) -> bool:
+    from damcha.evidence.scales import SCALES
+
+    return name in SCALES and SCALES[name].smoke
+
+
+def scale_words(name: str) -> str:
+    """How the page names a scale's results: a smoke scale's (tiny) are a rehearsal, never evidence."""
+    return f"at the {name} scale" + (" (a rehearsal of the code path: not evidence)" if _rehearsal(name) else "")
+
+
+def scale_verdict_words(name: str, claim: dict) -> tuple[str, str]:
+    """verdict_words of a claim at a scale; a rehearsal's verdict in grey, never green or red."""
+    colour, words = verdict_words(claim)
+    return ("gray", f"{words} (rehearsal)") if _rehearsal(name) else (colour, words)

@@ -65,12 +65,9 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
 def capacity_matched_mha(dataset: str = "digits", reference: str = "damcha") -> Arm:
     """MHA widened (heads kept, MLP at the same ratio) to the parameter count nearest `reference`'s on
     `dataset`: the arm that tells a gain of the mechanism from a gain of capacity."""
-    from damcha.evidence.units import model_parameters
+    from damcha.evidence.units import matched_width
 
-    target = model_parameters(reference, dataset)
-    heads, width = ModelConfig().n_head, ModelConfig().n_embd
-    matched = min(range(width, 8 * width + 1, heads),
-                  key=lambda w: abs(model_parameters("mha", dataset, (("n_embd", w),)) - target))
+    matched = matched_width("mha", reference, dataset)
     return Arm(f"MHA at {reference.upper()}'s parameters", variant="mha", dataset=dataset,
                overrides=(("n_embd", matched),))
 

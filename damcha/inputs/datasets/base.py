@@ -66,12 +66,27 @@ Loader = Callable[[str | None, int, int], DataSet]  # (path, block_size, split_s
 
 
 @dataclass(frozen=True)
+class AtScale:
+    """What a data set is in the evidence at a scale (damcha/evidence/scales.py): the demo data sets it
+    stands in for there, the names looked for under --data-dir, the sequence length (None: the data's
+    own), the TrainConfig fields of its runs, and its training samples a run's epoch walks (images;
+    corpora walk `steps_per_epoch`), for the budget."""
+
+    replaces: tuple[str, ...]
+    files: tuple[str, ...]
+    train: dict
+    block_size: int | None = None
+    train_samples: int = 0
+
+
+@dataclass(frozen=True)
 class DataSetSpec:
     """name: what `--dataset` takes. modality: the registered modality its tokens are. task: what
     a model of it predicts. load: (path or None, block_size, split_seed) -> DataSet. bundled: it
     ships with the install (Python, scikit-learn or this repository), so the app can offer its
     validation samples. needs_path: what --data-path must point to ('' when none is needed).
-    demo_train: TrainConfig fields of a demo-size run (the evidence's runs)."""
+    demo_train: TrainConfig fields of a demo-size run (the evidence's runs). scales: its place in the
+    evidence at the scales that run on it (`AtScale`)."""
 
     name: str
     title: str
@@ -82,6 +97,7 @@ class DataSetSpec:
     needs_path: str = ""
     demo_train: dict = field(default_factory=dict)
     published: str = ""
+    scales: dict[str, AtScale] = field(default_factory=dict)  # scale name -> its place in the evidence there
 
     def __post_init__(self):
         if self.modality not in MODALITIES:

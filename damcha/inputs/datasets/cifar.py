@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec
 from damcha.inputs.datasets.checksums import PublishedFile, check_standard, file_digests
 from damcha.inputs.datasets.image_sets import array_store, image_dataset
 
@@ -112,9 +112,20 @@ def cifar_dataset(name: str, directory: str | Path, split_seed: int = 0, nonstan
                          test=array_store(folder.test_images, folder.test_labels))
 
 
+# CIFAR-10 in the evidence at the paper's size (Table 1's images and Table 4 on it: 50 epochs, as the
+# paper's Table 8) and in its tiny rehearsal on generated batches.
+CIFAR10_AT_SCALE = {
+    "paper": AtScale(("sample-images", "digits"), ("cifar-10-batches-py",), train_samples=45_000,
+                     train=dict(epochs=50, batch_size=64, lr=3e-4, warmup_steps=1000, precision="bf16",
+                                completion_images=1000, completion_samples=2)),
+    "tiny": AtScale(("sample-images", "digits"), ("cifar-10-batches-py",), train_samples=100,
+                    train=dict(epochs=1, batch_size=16, lr=3e-3, completion_images=4, completion_samples=1)),
+}
+
 SPECS = tuple(
     DataSetSpec(name, name.upper().replace("CIFAR", "CIFAR-"), "image_patches", "next_vector",
                 lambda path, block_size, seed, nonstandard_ok=False, name=name: cifar_dataset(name, path, seed, nonstandard_ok),
                 needs_path="the extracted python-batches folder",
-                published=f"the {name} python batches' MD5s ({KRIZHEVSKY})")
+                published=f"the {name} python batches' MD5s ({KRIZHEVSKY})",
+                scales=CIFAR10_AT_SCALE if name == "cifar10" else {})
     for name in ("cifar10", "cifar100"))

@@ -1,0 +1,274 @@
+"""The sizes the evidence runs at besides the demo's: the paper's (`--scale paper`, on the user's standard
+files and GPUs) and a tiny rehearsal of the same code path (`--scale tiny`, on generated files in the
+standard formats, on a CPU: CI runs it).
+
+A scale is one `Scale` in SCALES: the catalogue's claims it runs (they keep their arms, seeds,
+intervals, Holm and verdict rule) and the model size every model arm takes there. The data sets it runs
+on declare their own place in it (`DataSetSpec.scales`: the demo data sets they stand in for, the files
+looked for, their training settings). Nothing outside this module and those declarations asks a
+scale's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from damcha.evidence.records import Arm, Claim
+from damcha.inputs.datasets import DATA_SETS, DataError, data_set_spec, load_dataset
+from damcha.inputs.datasets.base import AtScale
+
+
+@dataclass(frozen=True, eq=False)  # compared (and cached) by identity: one object per scale
+class Scale:
+    """name: what --scale takes. claims: catalogue keys run at this scale. model: ModelConfig fields of
+    every model arm. The data sets a scale runs on declare their place in it themselves
+    (`DataSetSpec.scales[name]`: the demo data sets they stand in for, the files, the training settings).
+    smoke: claims are built as --quick builds them (fewer arms). tokens_per_second: measured training
+    throughput of a variant at this size (`throughput_source`); a variant not measured, or a model of
+    another size, is costed at the slowest measured rate, and says so."""
+
+    name: str
+    description: str
+    claims: tuple[str, ...]
+    model: dict
+    efficiency_model: dict
+    efficiency_case: dict
+    smoke: bool
+    nonstandard_ok: bool
+    tokens_per_second: dict[str, float]
+    throughput_source: str
+    compile: bool = False
+    default_device: str = "cpu"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def place(self, dataset: str) -> AtScale:
+        return data_set_spec(dataset).scales[self.name]
+
+    def stands_for(self, demo: str) -> tuple[str, ...]:
+        """The data sets the claims on the demo data set `demo` run on at this scale (one claim each)."""
+        return tuple(n for n, spec in DATA_SETS.items() if self.name in spec.scales and demo in spec.scales[self.name].replaces)
+
+    def model_overrides(self, dataset: str) -> tuple:
+        block = self.place(dataset).block_size
+        return tuple({**self.model, **({"block_size": block} if block else {})}.items())
+
+    def run_hours(self, variant: str, dataset: str) -> tuple[float, bool]:
+        """Device-hours of one training run (its training tokens at the measured rate), and whether the
+        variant's own rate was measured ("": a model of another size, costed at the slowest rate)."""
+        place = self.place(dataset)
+        t = place.train
+        steps = t["steps_per_epoch"] if "steps_per_epoch" in t else math.ceil(place.train_samples / t["batch_size"])
+        length = place.block_size or 64  # (images: 64 patches)
+        tokens = t["epochs"] * steps * t["batch_size"] * length
+        rate = self.tokens_per_second.get(variant)
+        return tokens / (rate or min(self.tokens_per_second.values())) / 3600, rate is not None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How a unit runs: at which scale (None: the demo's), on which files (data set -> path) and device."""
+
+    scale: Scale | None = None
+    files: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"
+
+    def path(self, dataset: str) -> str | None:
+        return dict(self.files).get(dataset)
+
+    def load(self, dataset: str, block_size: int = 128):
+        return load_dataset(dataset, self.path(dataset), block_size,
+                            nonstandard_ok=bool(self.scale and self.scale.nonstandard_ok))
+
+    def train_fields(self, dataset: str) -> dict:
+        return {**self.scale.place(dataset).train, "data_path": self.path(dataset),
+                "nonstandard_data": self.scale.nonstandard_ok, "device": self.device}
+
+
+DEMO = Setting()
+PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table4_ablations", "table5_text")
+
+# Measured on one H200 (benchmarks/results/scale-h200.json, "paper-size training step (bf16, compiled;
+# B=16, T=1024)"): the rate a paper-size run trains at.
+H200_TOKENS_PER_SECOND = {"damcha": 473_884.1, "mha": 1_079_883.9}
+
+PAPER = Scale(
+    "paper", "The paper's model size: 10 layers, width 512, 8 heads, f of widths (256, 512); CIFAR-10 for 50 "
+    "epochs, enwik8 and text8 for 100K steps of 16 x 1024 bytes (the paper's Table 8 budget), on the standard "
+    "files and splits, in bf16.",
+    PAPER_CLAIMS, model=dict(n_layer=10, n_head=8, n_embd=512, generator_widths=(256, 512)),
+    efficiency_model=dict(vocab_size=256, block_size=1024, n_layer=1, n_head=8, n_embd=512, generator_widths=(256, 512)),
+    efficiency_case=dict(T=1024, batch=4), smoke=False, nonstandard_ok=False,
+    tokens_per_second=H200_TOKENS_PER_SECOND, throughput_source="one H200, bf16, compiled (benchmarks/scale.py)",
+    compile=True, default_device="cuda",
+    notes=("Table 2 is timed on the host's CPU (the efficiency code times CPU layers); benchmarks/scale.py times "
+           "the GPU.",))
+
+TINY = Scale(
+    "tiny", "The paper-scale code path at a tiny size (2 layers, width 32; 1 epoch) on generated files in the "
+    "standard formats (nonstandard copies, split 90/5/5): a rehearsal, its numbers are not evidence.",
+    PAPER_CLAIMS, model=dict(n_layer=2, n_head=4, n_embd=32, generator_widths=(64, 128)),
+    efficiency_model=dict(vocab_size=256, block_size=64, n_layer=1, n_head=4, n_embd=32, generator_widths=(64, 128)),
+    efficiency_case=dict(T=32, batch=2), smoke=True, nonstandard_ok=True,
+    tokens_per_second={"damcha": 20_000.0, "mha": 28_000.0},
+    throughput_source="2 CPU cores: the slower text8 epoch of two seeds in a tiny run, 2,048 tokens in 0.095 s "
+                      "(DAMCHA) and 0.071 s (MHA), rounded down")
+
+SCALES: dict[str, Scale] = {s.name: s for s in (TINY, PAPER)}
+
+
+def register(scale: Scale) -> None:
+    SCALES[scale.name] = scale
+
+
+def scale_named(name: str) -> Scale:
+    if name not in SCALES:
+        raise ValueError(f"unknown scale {name!r}; expected demo or one of {', '.join(SCALES)}")
+    return SCALES[name]
+
+
+# ----------------------------------------------------------------------------- the claims at a scale
+
+def scale_claims(scale: Scale, setting: Setting) -> list[Claim]:
+    """The catalogue's claims this scale runs, each once per data set its demo data set stands for."""
+    from damcha.evidence.catalogue import claims
+
+    out = []
+    for claim in claims(scale.smoke):
+        if claim.key in scale.claims:
+            out.extend(_at_scale(claim, scale, setting))
+    return out
+
+
+def _at_scale(claim: Claim, scale: Scale, setting: Setting) -> list[Claim]:
+    modelled = {a.dataset for a in claim.arms if a.kind in ("train", "adaptivity", "baseline")}
+    if not modelled:  # no data: a cost measured at the scale's size
+        m, case = scale.efficiency_model, scale.efficiency_case
+        return [dataclasses.replace(claim, key=f"{claim.key}@{scale.name}", scale=f"{scale.description} "
+                                    f"{' '.join(scale.notes)}",
+                                    note=f"Measured here at width {m['n_embd']}, {m['n_head']} heads, f of widths "
+                                         f"{m['generator_widths']}, T = {case['T']}, batch {case['batch']} (the demo's "
+                                         f"sizes follow). {claim.note}")]
+    (demo,) = modelled
+    return [_on(claim, scale, setting, demo, target) for target in scale.stands_for(demo)
+            if setting.path(target)]  # (a data set not located: the claim is not asked for, see needed_data)
+
+
+def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) -> Claim:
+    from damcha.evidence.units import matched_width  # (units imports this module)
+
+    renamed = _metric_names(demo, target)
+    reference = next(a for a in claim.arms if a.name == claim.reference)
+
+    def moved(arm: Arm) -> Arm:
+        if arm.kind not in ("train", "adaptivity", "baseline"):
+            return arm
+        if arm.kind == "baseline":
+            return dataclasses.replace(arm, dataset=target)
+        own = dict(arm.overrides)
+        if "n_embd" in own:  # a width chosen to match the reference's parameters at the demo size: chosen again
+            own["n_embd"] = matched_width(arm.variant, reference.variant, target, scale.model_overrides(target), setting)
+        return dataclasses.replace(arm, dataset=target, overrides=tuple({**dict(scale.model_overrides(target)),
+                                                                          **own}.items()))
+
+    spec = data_set_spec(target)
+    return dataclasses.replace(
+        claim, key=f"{claim.key}@{target}", title=f"{claim.title} — on {spec.title}",
+        metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms),
+        columns=tuple(dict.fromkeys(renamed(c) for c in claim.columns if renamed(c) != renamed(claim.metric))),
+        verdict_metrics=tuple(renamed(m) for m in claim.verdict_metrics), scale=scale.description,
+        note=f"The demo's {demo} data are {spec.title} here. {claim.note}")
+
+
+def _metric_names(demo: str, target: str):
+    """How a metric of the demo data set is named on the target (a likelihood becomes a squared error when
+    tokens become vectors)."""
+    losses = {"next_vector": "mse"}
+    old, new = (losses.get(data_set_spec(d).task, "nll") for d in (demo, target))
+    return lambda metric: metric.replace(f"_{old}", f"_{new}") if old != new else metric
+
+
+# ----------------------------------------------------------------------------- before anything trains
+
+def needed_data(scale: Scale, only: list[str] | None = None) -> list[str]:
+    """The data sets the scale's claims (those `only` names, by key or key@data set) read."""
+    from damcha.evidence.catalogue import claims
+
+    needed = set()
+    for claim in claims(scale.smoke):
+        demo = {a.dataset for a in claim.arms if a.kind in ("train", "adaptivity", "baseline")}
+        for target in (t for d in demo for t in scale.stands_for(d)):
+            if claim.key in scale.claims and (not only or claim.key in only or f"{claim.key}@{target}" in only):
+                needed.add(target)
+    return sorted(needed)
+
+
+def locate_data(scale: Scale, data_dir: str | Path | None, only: list[str] | None = None) -> tuple[tuple[str, str], ...]:
+    """data set -> the file under data_dir each needed data set is read from; every file missing is named
+    at once, with what is looked for."""
+    needed = needed_data(scale, only)
+    if data_dir is None:
+        raise DataError(f"--scale {scale.name} needs --data-dir: a folder holding "
+                        + "; ".join(f"{d}: {' or '.join(scale.place(d).files)}" for d in needed))
+    folder = Path(data_dir).expanduser()
+    if not folder.is_dir():
+        raise DataError(f"--data-dir {folder} is not a folder")
+    found, missing = {}, []
+    for d in needed:
+        hit = next((folder / n for n in scale.place(d).files if (folder / n).exists()), None)
+        if hit is None:
+            missing.append(f"{d} ({' or '.join(scale.place(d).files)})")
+        else:
+            found[d] = str(hit)
+    if missing:
+        raise DataError(f"{folder} lacks what --scale {scale.name} reads: {', '.join(missing)}. "
+                        "docs/reproduce.md lists the files and where they are published.")
+    return tuple(found.items())
+
+
+def check_data(setting: Setting) -> dict[str, dict]:
+    """Every data file of the setting read and checked (checksums, split sizes, enough data for a batch)
+    before anything trains: data set -> its split record. Every problem is named at once."""
+    scale = setting.scale
+    records, problems = {}, []
+    for dataset, _ in setting.files:
+        try:
+            data = setting.load(dataset, scale.place(dataset).block_size or 64)
+        except DataError as e:
+            problems.append(str(e))
+            continue
+        batch = scale.place(dataset).train["batch_size"]
+        n_train = len(data.train_stream) // data.block_size if data.stream else len(data.train_inputs)
+        if n_train < batch:
+            problems.append(f"{dataset}: {n_train} training {'windows' if data.stream else 'samples'} are fewer than "
+                            f"one batch of {batch} at --scale {scale.name}")
+        records[dataset] = dict(data.split)
+    if problems:
+        raise DataError("the data cannot run this scale (nothing was trained): " + " | ".join(problems))
+    return records
+
+
+def budget(setting: Setting, claims: list[Claim], seeds: int) -> list[dict]:
+    """Device-hours of every claim's training runs at the measured rates (a run shared by claims counted
+    at its first), evaluation and Table 2's CPU timings not counted."""
+    scale, seen, rows = setting.scale, set(), []
+    for claim in claims:
+        hours, runs, unmeasured = 0.0, 0, set()
+        for arm in claim.arms:
+            if arm.kind not in ("train", "adaptivity"):
+                continue
+            for seed in range(claim.seeds(seeds, scale.smoke)):
+                run = arm.run_name(seed, scale.smoke)
+                if run in seen:
+                    continue
+                seen.add(run)
+                runs += 1
+                at_size = dict(arm.overrides) == dict(scale.model_overrides(arm.dataset))  # (a widened arm: not)
+                h, measured = scale.run_hours(arm.variant if at_size else "", arm.dataset)
+                hours += h
+                if not measured:
+                    unmeasured.add(arm.variant if at_size else arm.name)
+        rows.append({"claim": claim.key, "hours": hours, "runs": runs, "unmeasured": sorted(unmeasured)})
+    return rows
