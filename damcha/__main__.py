@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import builtins
 import dataclasses
 import os
 import sys
@@ -273,7 +272,16 @@ def _evidence(args) -> int:
 def _evidence_setting(args, seeds: int):
     """The scale's setting, its data read and checked and its budget printed (and held to --budget),
     all before anything trains; the demo's when no --scale is given."""
-    from damcha.evidence.scales import DEMO, Setting, budget, check_data, locate_data, scale_claims, scale_named
+    from damcha.evidence.scales import (
+        DEMO,
+        Setting,
+        budget,
+        check_data,
+        chosen_by,
+        locate_data,
+        scale_claims,
+        scale_named,
+    )
 
     if args.scale == "demo":
         return DEMO, None
@@ -281,18 +289,17 @@ def _evidence_setting(args, seeds: int):
     os.environ.setdefault("DAMCHA_CACHE", str(Path(args.out) / "cache"))  # a zip's member: written under --out
     setting = Setting(scale, locate_data(scale, args.data_dir, args.only), args.device or scale.default_device)
     data = check_data(setting)
-    chosen = [c for c in scale_claims(scale, setting)
-              if not args.only or c.key in args.only or c.key.split("@")[0] in args.only]
-    rows = budget(setting, chosen, seeds)
+    rows = budget(setting, [c for c in scale_claims(scale, setting) if chosen_by(c.key, args.only)], seeds)
     hours = sum(r["hours"] for r in rows)
-    print = builtins.print if os.environ.get("RANK", "0") == "0" else (lambda *a, **k: None)  # rank 0 speaks
-    print(f"budget at --scale {scale.name} (training only, at {scale.throughput_source}):")
+    lines = [f"budget at --scale {scale.name} (training only, at {scale.throughput_source}):"]
     for r in rows:
         guess = f"; {', '.join(r['unmeasured'])} at the slowest measured rate" if r["unmeasured"] else ""
-        print(f"  {r['claim']:<28s} {r['runs']:>3d} runs  {r['hours']:10.3g} device-hours{guess}")
-    print(f"  {'total':<28s}           {hours:10.3g} device-hours")
-    for dataset, record in data.items():
-        print(f"  {dataset}: {record.get('source')} (standard files: {'yes' if record.get('standard_files') else 'no'})")
+        lines.append(f"  {r['claim']:<28s} {r['runs']:>3d} runs  {r['hours']:10.3g} device-hours{guess}")
+    lines.append(f"  {'total':<28s}           {hours:10.3g} device-hours")
+    lines += [f"  {dataset}: {record.get('source')} (standard files: {'yes' if record.get('standard_files') else 'no'})"
+              for dataset, record in data.items()]
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
+        print("\n".join(lines))
     if args.budget is not None and hours > args.budget:
         raise ValueError(f"the claims need about {hours:.2f} device-hours, more than --budget {args.budget:g}: "
                          "narrow them with --only or --seeds, or raise --budget")

@@ -17,7 +17,7 @@ from damcha.evidence.catalogue.common import SCALE
 from damcha.evidence.records import Arm, Claim
 from damcha.evidence.results import load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
-from damcha.evidence.scales import DEMO, Setting, scale_claims, scale_named
+from damcha.evidence.scales import DEMO, Setting, chosen_by, scale_claims, scale_named
 from damcha.evidence.statistics import VERDICT_RULE
 from damcha.evidence.units import run_unit
 from damcha.runs.checkpoints import write_text_atomic
@@ -165,7 +165,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     earlier_calls = [c for c in read_jsonl(calls_path) if isinstance(c, dict)]
     t0 = time.perf_counter()
     known = evidence_claims(quick, setting)
-    chosen = [c for c in known if not only or c.key in only or c.key.split("@")[0] in only]
+    chosen = [c for c in known if chosen_by(c.key, only)]
     unknown = sorted(set(only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
     if unknown or not chosen:
         raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")

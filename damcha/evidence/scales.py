@@ -129,6 +129,11 @@ def scale_named(name: str) -> Scale:
     return SCALES[name]
 
 
+def chosen_by(key: str, only: list[str] | None) -> bool:
+    """Whether --only names a claim: by its key, or by its catalogue key (every data set it runs on)."""
+    return not only or key in only or key.split("@")[0] in only
+
+
 # ----------------------------------------------------------------------------- the claims at a scale
 
 def scale_claims(scale: Scale, setting: Setting) -> list[Claim]:
@@ -200,7 +205,7 @@ def needed_data(scale: Scale, only: list[str] | None = None) -> list[str]:
     for claim in claims(scale.smoke):
         demo = {a.dataset for a in claim.arms if a.kind in ("train", "adaptivity", "baseline")}
         for target in (t for d in demo for t in scale.stands_for(d)):
-            if claim.key in scale.claims and (not only or claim.key in only or f"{claim.key}@{target}" in only):
+            if claim.key in scale.claims and chosen_by(f"{claim.key}@{target}", only):
                 needed.add(target)
     return sorted(needed)
 
