@@ -24,9 +24,11 @@ from damcha.evidence.view import (
     samples_word,
     scale_verdict_words,
     scale_words,
+    tuning_rows,
     verdict_tally,
     verdict_words,
 )
+from damcha.runs.train import TrainConfig
 from damcha.views.export import run_name_in
 
 st.title("Evidence")
@@ -38,7 +40,7 @@ except EvidenceFileError as e:
     st.stop()
 results_name = run_name_in(folder, SHIPPED_ROOT)  # as a provenance names it: never the server's absolute path
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 95 minutes on two cores; "
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 3 hours on two cores from scratch, docs/evidence.md; "
             "`--quick` for a smoke run).")
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
@@ -91,6 +93,14 @@ st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
                             "seeds or repeats": f"{c.get('seeds') or len(doc['seeds'])} {samples_word(c)}"}
                            for c in doc["claims"]]),
              hide_index=True, column_config={"verdict": st.column_config.TextColumn(width="large")})
+if doc.get("tuning_rule"):
+    st.markdown(f"**Learning rates.** {doc['tuning_rule']}")
+    with st.expander(f"The rates chosen for the {len(doc.get('tuning', []))} run configurations (hold-out loss, "
+                     "mean and per tuning seed)"):
+        st.dataframe(pd.DataFrame(tuning_rows(doc)), hide_index=True)
+elif not doc.get("quick"):
+    st.caption(f"**Learning rates.** These results predate the tuning: every arm that trains on a data set trained at "
+               f"one rate, {TrainConfig.lr:g}.")
 EVERY_CLAIM = "every claim, one after another"
 titles = [c["title"] for c in doc["claims"]]
 shown = st.selectbox("Claim shown in full (its statement, verdict, figures and tables)", [*titles, EVERY_CLAIM],

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from damcha.evidence import tuning
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import summarise
-from damcha.evidence.runner import reusable_units
+from damcha.evidence.runner import evidence_claims
 from damcha.evidence.statistics import (
     FAILS,
     HOLDS,
@@ -278,6 +279,16 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
     for rows in digits["values"].values():
         for row in rows:
             assert 0 <= row["val_completion_mse_q25"] <= row["val_completion_mse_q75"] and row["val_completion_mse"] > 0
+    # the rates: chosen per run configuration on tuning fits of their own seeds, before the reported seeds
+    chosen = {row["run"]: row["chosen"] for row in doc["tuning"]}
+    assert doc["tuning"] and all(set(row["seeds"]).isdisjoint(doc["seeds"]) for row in doc["tuning"])
+    tuned = {c.key: c for c in tuning.tuned(evidence_claims(True), doc["tuning"])}
+    for claim in doc["claims"]:
+        for arm in tuned[claim["key"]].arms:
+            if arm.trains:
+                assert claim["learning_rates"][arm.name] == arm.lr == chosen[tuning.describe(tuning.configuration(arm))]
+    fit = json.loads(next((work / "runs").glob("*-tuning-quick-seed1000")).joinpath("config.json").read_text())
+    assert fit["train"]["tuning_holdout"] == tuning.HOLDOUT and fit["data"]["tuning_holdout"] == tuning.HOLDOUT
     units = (work / "units.jsonl").read_text().splitlines()
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and (work / "units.jsonl").read_text().splitlines() == units  # nothing redone
@@ -292,12 +303,15 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     redone = json.loads((tmp_path / "again" / "results.json").read_text())
-    known = {c.key: c for c in claims(quick=True) if c.key in ("table6_classification", "table5_text")}
-    units = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)}
+    known = {c.key: c for c in tuning.tuned(evidence_claims(True), redone["tuning"])
+             if c.key in ("table6_classification", "table5_text")}
+    fits = tuning.tuning_units(list(known.values()), True)
+    units = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)} | set(fits)
     expected = {a.unit(s, True) for c in known.values() for a in c.arms for s in range(2)
                 if c.key == "table6_classification" or (a.variant == "mha" and a.kind != "constant")}
+    expected |= {u for u, (arm, _) in fits.items() if arm.variant == "mha" or arm.dataset == "digits-cls"}
     assert redone["units_computed_in_this_call"] == len(expected) and redone["units"] == len(units)
-    assert redone["reused_units"] == len(reusable_units(doc, True, ("table6_classification", "mha")))
+    assert redone["reused_units"] == len(units) - len(expected)
     assert [c["key"] for c in redone["claims"]] == ["table5_text", "table6_classification"]  # in page order
     first_claims = {c["key"]: c for c in doc["claims"]}
     for claim in redone["claims"]:  # arms not redone carry the very same values
@@ -330,7 +344,8 @@ def test_the_page_renders_the_shipped_results_without_training():
         contrasted = any(c.get("measures") for c in claim["comparisons"])
         counted = any(c["counted"] for c in claim["comparisons"])  # none where every one is a construction check
         assert len(at.get("plotly_chart")) == 1 + counted + contrasted  # arms, differences, contrasts
-        assert len(at.dataframe) == 3 + bool(claim.get("construction_checks")) + bool(claim.get("families"))
+        assert len(at.dataframe) == 3 + bool(claim.get("construction_checks")) + bool(claim.get("families")) \
+            + bool(shipped.get("tuning"))  # (the rates' table, in an expander under the summary)
     at.selectbox(key="claim").set_value(at.selectbox(key="claim").options[-1]).run()  # every claim
     assert [h.value for h in at.header] == [*titles, "What this evidence cannot speak to"]
 

@@ -11,7 +11,7 @@ import torch
 from damcha.evidence.catalogue import claims
 from damcha.evidence.records import Arm, Claim
 from damcha.evidence.results import summarise
-from damcha.evidence.runner import arm_spec, reusable_units
+from damcha.evidence.runner import reusable_units
 from damcha.evidence.sanity import SANITY_BOUNDS, sanity_checks
 from damcha.evidence.statistics import FAILS, HOLDS, SANITY_FAILED
 from damcha.inputs import synthetic as syn
@@ -187,11 +187,11 @@ def test_reuse_takes_over_only_arms_defined_alike():
         Arm("tha e=0.0", kind="synthetic", variant="tha", task="regression")
     from damcha.evidence.runner import same_arm
     assert same_arm(plain, None) and not same_arm(grid, None)
-    assert same_arm(grid, json.loads(json.dumps(arm_spec(grid)))) and not same_arm(grid, arm_spec(plain))
+    assert same_arm(grid, json.loads(json.dumps(grid.spec()))) and not same_arm(grid, plain.spec())
     regression = next(c for c in claims(quick=True) if c.key == "fig12_regression")
     legacy = {"quick": True, "claims": [{"key": regression.key,
                                          "values": {a.name: [{"relative_mse": 0.5}] * 2 for a in regression.arms}}]}
     taken = {json.loads(u)[0][0] for u in reusable_units(legacy, True)}
     assert taken == {a.name for a in regression.arms if not a.lrs}
-    stored = {"quick": True, "claims": [{**legacy["claims"][0], "arms": {a.name: arm_spec(a) for a in regression.arms}}]}
+    stored = {"quick": True, "claims": [{**legacy["claims"][0], "arms": {a.name: a.spec() for a in regression.arms}}]}
     assert {json.loads(u)[0][0] for u in reusable_units(stored, True)} == {a.name for a in regression.arms}

@@ -24,7 +24,15 @@ class Arm:
     mode: str = "full"
     task: str = ""
     level: float = 0.0
-    lrs: tuple[float, ...] = ()  # synthetic: a learning-rate grid, the best on a validation set kept (() = 3e-3)
+    # synthetic: a learning-rate grid, the best on a validation set kept per unit (() = 3e-3); train and
+    # adaptivity: the grid the runner tunes `lr` over before the reported seeds train (damcha/evidence/tuning.py)
+    lrs: tuple[float, ...] = ()
+    lr: float = 0.0  # train, adaptivity: the rate the run trains at (0: TrainConfig's default)
+    tuning: bool = False  # train: a tuning fit (trained without its hold-out, scored on it; tuning.py)
+
+    def spec(self) -> list:
+        """The arm as JSON keeps it (a document's `arms`): its fields in order."""
+        return json.loads(json.dumps(dataclasses.astuple(self)))
 
     def unit(self, seed: int, quick: bool) -> str:
         return json.dumps([dataclasses.astuple(self), seed, quick])
@@ -35,13 +43,25 @@ class Arm:
         without a model (a constant threshold, a trivial baseline)."""
         return self.kind if self.kind in ("constant", "baseline") else self.variant
 
+    @property
+    def trains(self) -> bool:
+        """Whether the arm evaluates a model trained on a data set (a run, shared by the arms it decides alike)."""
+        return self.kind in ("train", "adaptivity")
+
+    @property
+    def run_arm(self) -> Arm:
+        """What decides the run a training arm evaluates: its variant, data set, config, rate and whether it
+        is a tuning fit (an adaptivity arm measures DAMCHA's run)."""
+        return Arm("", variant="damcha" if self.kind == "adaptivity" else self.variant, dataset=self.dataset,
+                   overrides=self.overrides, lr=self.lr, tuning=self.tuning)
+
     def run_name(self, seed: int, quick: bool) -> str:
         """The trained run this arm evaluates (arms of one run share it), or the unit itself."""
-        if self.kind not in ("train", "adaptivity"):
+        if not self.trains:
             return self.unit(seed, quick)
-        variant = "damcha" if self.kind == "adaptivity" else self.variant
         tag = "".join(f"-{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in self.overrides)
-        return f"{self.dataset}-{variant}{tag}-{'quick' if quick else 'full'}-seed{seed}"
+        tag += (f"-lr={self.lr:g}" if self.lr else "") + ("-tuning" if self.tuning else "")
+        return f"{self.dataset}-{self.run_arm.variant}{tag}-{'quick' if quick else 'full'}-seed{seed}"
 
 
 @dataclass(frozen=True)

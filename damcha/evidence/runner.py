@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from damcha.evidence import tuning
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
 from damcha.evidence.records import Arm, Claim
@@ -22,22 +23,33 @@ from damcha.evidence.statistics import VERDICT_RULE
 from damcha.evidence.units import run_unit
 from damcha.runs.checkpoints import write_text_atomic
 
+ARM_FIELDS = tuple(f.name for f in dataclasses.fields(Arm))
 
-def arm_spec(arm: Arm) -> list:
-    return list(json.loads(json.dumps(dataclasses.astuple(arm))))
+
+def measured_spec(spec: list) -> dict:
+    """What decides a stored arm's measurement, by field: a document's arm list (older documents stored
+    fewer fields, since appended, which then had their defaults); a training arm by the rate it trained
+    at, not the grid that rate was chosen from."""
+    from damcha.runs.train import TrainConfig
+
+    fields = {**dict(zip(ARM_FIELDS, Arm("").spec())), **dict(zip(ARM_FIELDS, spec))}
+    if Arm("", kind=fields["kind"]).trains:
+        fields.update(lrs=[], lr=fields["lr"] or TrainConfig.lr)
+    return fields
 
 
 def same_arm(arm: Arm, stored: list | None) -> bool:
-    """Whether an earlier document's arm of this name is this arm. Documents before arms were stored name
-    only; they predate the fields added since (`lrs`), so theirs had those fields' defaults."""
+    """Whether an earlier document's arm of this name measures what this arm does. Documents before arms
+    were stored kept names only; they predate the fields added since, which then had their defaults."""
     if stored is None:
-        return arm == dataclasses.replace(arm, lrs=())
-    return arm_spec(arm) == stored
+        stored = dataclasses.replace(arm, lrs=(), lr=0.0, tuning=False).spec()
+    return measured_spec(arm.spec()) == measured_spec(stored)
 
 
 def evidence_claims(quick: bool, setting: Setting = DEMO) -> list[Claim]:
-    """The claims a run tests: the catalogue's at the demo size, or those a scale runs at its own."""
-    return scale_claims(setting.scale, setting) if setting.scale else claims(quick)
+    """The claims a run tests: the catalogue's at the demo size, every arm that trains on a data set
+    with its learning-rate grid (tuning.py; not yet at its chosen rate), or those a scale runs at its own."""
+    return scale_claims(setting.scale, setting) if setting.scale else tuning.with_grid(claims(quick), quick)
 
 
 def setting_of(doc: dict) -> Setting:
@@ -47,17 +59,23 @@ def setting_of(doc: dict) -> Setting:
     return Setting(scale_named(doc["scale"]), tuple(doc.get("files", {}).items()))
 
 
-def reusable_units(previous: dict, quick: bool, redo: tuple[str, ...] = (), setting: Setting = DEMO) -> dict[str, dict]:
-    """unit -> value for the arms of an earlier results document that the claims still define alike (same
-    name and definition), except the claims and variants named in `redo` (their code changed since, or
-    they are timed)."""
-    if previous.get("scale", "demo") != (setting.scale.name if setting.scale else "demo"):
+def _reusable(previous: dict, quick: bool, setting: Setting) -> bool:
+    return (previous.get("scale", "demo") == (setting.scale.name if setting.scale else "demo")
+            and bool(previous.get("quick")) == quick)
+
+
+def reusable_units(previous: dict, quick: bool, redo: tuple[str, ...] = (), setting: Setting = DEMO,
+                   claims_now: list[Claim] | None = None) -> dict[str, dict]:
+    """unit -> value for the arms of an earlier results document that the claims (`claims_now`, at their
+    chosen rates; default: the catalogue's) still define alike, except the claims and variants named in
+    `redo` (their code changed since, or they are timed)."""
+    if not _reusable(previous, quick, setting):
         return {}
-    known = {c.key: c for c in evidence_claims(quick, setting)}
+    known = {c.key: c for c in (evidence_claims(quick, setting) if claims_now is None else claims_now)}
     units = {}
     for stored in previous.get("claims", []):
         claim = known.get(stored.get("key"))
-        if claim is None or claim.key in redo or bool(previous.get("quick")) != quick:
+        if claim is None or claim.key in redo:
             continue
         specs = stored.get("arms", {})
         for arm in claim.arms:
@@ -68,14 +86,35 @@ def reusable_units(previous: dict, quick: bool, redo: tuple[str, ...] = (), sett
     return units
 
 
+def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting: Setting,
+                    claims_now: list[Claim]) -> dict[str, dict]:
+    """unit -> value for the tuning fits of an earlier results document (its `tuning` rows) that the claims
+    still need, except those of variants or claims named in `redo`."""
+    if not _reusable(previous, quick, setting):
+        return {}
+    redone = {json.dumps(tuning.configuration(a).spec()) for c in claims_now if c.key in redo for a in c.arms if a.trains}
+    units = {}
+    for config, rates in tuning.tuning_arms(claims_now).items():
+        if config.variant in redo or json.dumps(config.spec()) in redone:
+            continue
+        for row in previous.get("tuning", []):
+            if measured_spec(row.get("configuration", [])) != measured_spec(config.spec()):
+                continue
+            for lr, arm in rates.items():
+                for seed, loss in zip(row.get("seeds", []), row.get("losses", {}).get(f"{lr:g}", [])):
+                    units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
+    return units
+
+
 def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity: dict[str, float],
                  setting: Setting = DEMO, parameters: dict[str, int] | None = None) -> dict:
     """What results.json keeps of a claim: its definition, every arm's per-seed values and their statistics."""
     return {"key": claim.key, "title": claim.title, "statement": claim.statement, "metric": claim.metric,
             "columns": list(claim.columns), "lower_is_better": claim.lower_is_better, "note": claim.note,
-            "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: arm_spec(a) for a in claim.arms},
+            "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: a.spec() for a in claim.arms},
             "cannot_speak_to": list(claim.cannot_speak_to), "values": values,
             "parameters": arm_parameters(claim, setting) if parameters is None else parameters,
+            **({"learning_rates": rates} if (rates := {a.name: a.lr for a in claim.arms if a.trains and a.lrs}) else {}),
             **summarise(claim, values, sanity)}
 
 
@@ -84,8 +123,7 @@ def arm_parameters(claim: Claim, setting: Setting = DEMO) -> dict[str, int]:
     per unit; efficiency arms as a ratio)."""
     from damcha.evidence.units import model_parameters
 
-    return {a.name: model_parameters(a.variant, a.dataset, a.overrides, setting) for a in claim.arms
-            if a.kind in ("train", "adaptivity")}
+    return {a.name: model_parameters(a.variant, a.dataset, a.overrides, setting) for a in claim.arms if a.trains}
 
 
 def restate(folder: Path, command: str = "") -> dict:
@@ -100,7 +138,7 @@ def restate(folder: Path, command: str = "") -> dict:
     if doc is None:
         raise ValueError(f"{folder}: no results.json to restate")
     setting = setting_of(doc)
-    known = {c.key: c for c in evidence_claims(bool(doc.get("quick")), setting)}
+    known = {c.key: c for c in tuning.tuned(evidence_claims(bool(doc.get("quick")), setting), doc.get("tuning", []))}
     kept = []
     for i, stored in enumerate(doc["claims"]):
         claim = known.get(stored.get("key"))
@@ -152,15 +190,15 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         if isinstance(row, dict) and isinstance(row.get("value"), dict):  # (a bare number: an older format, redone)
             done[row["unit"]], seconds[row["unit"]] = row["value"], row.get("seconds", 0.0)
     distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
-    reused = {}
-    if reuse is not None:
-        previous = json.loads(Path(reuse).read_text())
-        reused = {u: v for u, v in reusable_units(previous, quick, tuple(redo), setting).items() if u not in done}
+    previous = json.loads(Path(reuse).read_text()) if reuse is not None else None
+
+    def take_over(units: dict[str, dict]) -> None:
         with done_path.open("a") if proc.main else open(os.devnull, "w") as f:
-            for unit, value in reused.items():
-                done[unit], seconds[unit] = value, 0.0
-                f.write(json.dumps({"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}) + "\n")
-    carried = sum(1 for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from"))
+            for unit, value in units.items():
+                if unit not in done:
+                    done[unit], seconds[unit] = value, 0.0
+                    f.write(json.dumps({"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}) + "\n")
+
     calls_path = work / "calls.jsonl"
     earlier_calls = [c for c in read_jsonl(calls_path) if isinstance(c, dict)]
     t0 = time.perf_counter()
@@ -169,74 +207,114 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     unknown = sorted(set(only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
     if unknown or not chosen:
         raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
-    claim_units = {c.key: {a.name: [a.unit(s, quick) for s in range(c.seeds(seeds, quick))] for a in c.arms}
-                   for c in chosen}
-    all_units = {u for arms in claim_units.values() for us in arms.values() for u in us}
-    tasks: dict[str, dict[str, tuple[Arm, int]]] = {}  # run -> unit -> (arm, seed); a unit shared by claims once
-    for claim in chosen:
-        for arm in claim.arms:
-            for seed in range(claim.seeds(seeds, quick)):
-                if arm.unit(seed, quick) not in done:
-                    tasks.setdefault(arm.run_name(seed, quick), {})[arm.unit(seed, quick)] = (arm, seed)
-    total, fresh = sum(len(t) for t in tasks.values()), 0  # to compute in this call
+    fits = tuning.tuning_units(chosen, quick)  # the learning-rate choice's fits, before the reported seeds
+    if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
+        untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not a.trains)) for c in chosen]
+        take_over(reusable_units(previous, quick, tuple(redo), setting, untrained))
+        take_over(reusable_tuning(previous, quick, tuple(redo), setting, chosen))
+
+    def todo(claims_: list[Claim]) -> dict[str, dict[str, tuple[Arm, int]]]:
+        """run -> unit -> (arm, seed) not done yet; a unit shared by claims once."""
+        tasks: dict[str, dict[str, tuple[Arm, int]]] = {}
+        for claim in claims_:
+            for arm in claim.arms:
+                for seed in range(claim.seeds(seeds, quick)):
+                    if arm.unit(seed, quick) not in done:
+                        tasks.setdefault(arm.run_name(seed, quick), {})[arm.unit(seed, quick)] = (arm, seed)
+        return tasks
+
+    def tuned_claims() -> list[Claim]:
+        return tuning.tuned(chosen, tuning.tuning_table(chosen, quick, done))
+
+    def remaining_units() -> int:
+        return sum(u not in done for u in fits) + sum(len(t) for t in todo(tuned_claims()).values())
+
+    total, fresh = remaining_units(), 0  # to compute in this call
     written: dict[str, dict] = {}
+    claim_units: dict[str, dict[str, list[str]]] = {}  # claim -> arm -> units, once the rates are chosen
     sanity = sanity_checks()
 
     def record(results: list[tuple[str, dict, float]]) -> None:
         nonlocal fresh
+        for unit, value, took in results:  # every rank keeps what is done (the rates are chosen from it)
+            done[unit], seconds[unit] = value, took
         if not proc.main:
             return
         with done_path.open("a") as f:
             for unit, value, took in results:
-                done[unit], seconds[unit] = value, took
                 fresh += 1
                 f.write(json.dumps({"unit": unit, "value": value, "seconds": took}) + "\n")
                 if progress:
                     (name, *_), seed = json.loads(unit)[:2]
                     progress(f"{name}, seed {seed}", total)
-        for claim in chosen:  # a claim is written as soon as its last unit is in
-            units = claim_units[claim.key]
-            if claim.key not in written and all(u in done for us in units.values() for u in us):
+        for claim in claims_now:  # a claim is written as soon as its last unit is in
+            units = claim_units.get(claim.key, {})
+            if units and claim.key not in written and all(u in done for us in units.values() for u in us):
                 values = {arm: [done[u] for u in us] for arm, us in units.items()}
                 written[claim.key] = claim_record(claim, values, claim.seeds(seeds, quick), sanity, setting)
                 write_csv(out / f"{claim.key}.csv", written[claim.key])
         doc["claims"] = [written[c.key] for c in chosen if c.key in written]
+        if fits:
+            doc["tuning"] = tuning.tuning_table(chosen, quick, done)
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
                      "workers": workers, **({"processes": proc.world} if proc.distributed else {})}
+        counted = {*fits, *(u for arms in claim_units.values() for us in arms.values() for u in us)}
         doc.update(wall_seconds=this_call["wall_seconds"], calls=[*earlier_calls, this_call],
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
-                   compute_seconds=round(sum(seconds.get(u, 0.0) for u in all_units), 1),  # every call, all workers
+                   compute_seconds=round(sum(seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
                    units_computed_in_this_call=fresh,  # the rest were resumed from the work folder
+                   reused_units=sum(1 for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from")),
                    complete=len(written) == len(chosen),
                    not_run=[c.key for c in known if c.key not in written])
         write_text_atomic(out / "results.json", json.dumps(doc, indent=2))  # after every task: a stopped run still shows
 
+    def compute(tasks: dict[str, dict[str, tuple[Arm, int]]]) -> None:
+        """Run the tasks: under torchrun the training ones on every rank together (DDP), then rank 0 alone
+        the rest; efficiency units timed first, alone, before any training competes for the cores; the
+        rest in `workers` processes."""
+        if proc.distributed:
+            for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].trains]:
+                record(run_task(list(tasks.pop(key).values()), quick, work, setting))
+            if not proc.main:
+                return
+        for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]:
+            record(run_task(list(tasks.pop(key).values()), quick, work, setting))
+        if workers > 1 and len(tasks) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with workers_die_with_this_process(), ProcessPoolExecutor(
+                    workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker) as pool:
+                for future in as_completed([pool.submit(run_task, list(t.values()), quick, work, setting)
+                                            for t in tasks.values()]):
+                    record(future.result())
+        else:
+            for task in tasks.values():
+                record(run_task(list(task.values()), quick, work, setting))
+
     doc = {"command": command, "quick": quick, "seeds": list(range(seeds)), "workers": workers,
-           "units": len(all_units), "scale": setting.scale.name if setting.scale else "demo", **(recorded or {}),
+           "units": 0, "scale": setting.scale.name if setting.scale else "demo", **(recorded or {}),
            "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
            "verdict_rule": VERDICT_RULE, "sanity": sanity,
-           "reused_units": carried}  # taken over from an earlier results.json (compute not counted again)
-    trains = {k for k, t in tasks.items() if next(iter(t.values()))[0].kind in ("train", "adaptivity")}
-    exclusive = [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]
-    if proc.distributed:  # the runs together first; then rank 0 alone times and scores the rest
-        for key in [k for k in tasks if k in trains]:
-            record(run_task(list(tasks.pop(key).values()), quick, work, setting))
-        if not proc.main:
-            return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
-    for key in exclusive:  # timed alone, before any training competes for the cores
-        record(run_task(list(tasks.pop(key).values()), quick, work, setting))
-    if workers > 1 and len(tasks) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with workers_die_with_this_process(), ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker) as pool:
-            for future in as_completed([pool.submit(run_task, list(t.values()), quick, work, setting)
-                                        for t in tasks.values()]):
-                record(future.result())
-    else:
-        for task in tasks.values():
-            record(run_task(list(task.values()), quick, work, setting))
+           **({"tuning_rule": tuning.RULE} if fits else {}),
+           "reused_units": 0}  # taken over from an earlier results.json (compute not counted again)
+    claims_now = chosen
+    timed = {k: t for k, t in todo(chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
+    fitting = {}
+    for unit, (arm, seed) in fits.items():
+        if unit not in done:
+            fitting.setdefault(arm.run_name(seed, quick), {})[unit] = (arm, seed)
+    compute({**timed, **fitting})  # the timings and the rates' fits first: the reported seeds train at the rates
+    claims_now = tuned_claims()
+    if previous is not None:
+        take_over(reusable_units(previous, quick, tuple(redo), setting, claims_now))
+    total = fresh + remaining_units()  # (the reported units at their rates: some are taken over)
+    claim_units.update({c.key: {a.name: [a.unit(s, quick) for s in range(c.seeds(seeds, quick))] for a in c.arms}
+                        for c in claims_now})
+    doc["units"] = len({*fits, *(u for arms in claim_units.values() for us in arms.values() for u in us)})
+    compute(todo(claims_now))
+    if proc.distributed and not proc.main:
+        return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
     record([])
     with (work / "calls.jsonl").open("a") as f:  # wall time over a run resumed in several calls
         f.write(json.dumps(doc["calls"][-1]) + "\n")

@@ -11,6 +11,7 @@ import torch
 from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps
 from damcha.evidence.records import Arm
 from damcha.evidence.scales import DEMO, Setting
+from damcha.evidence.tuning import HOLDOUT
 from damcha.inputs.datasets import data_set_spec
 from damcha.model.config import ModelConfig
 
@@ -55,8 +56,12 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
         else:
             config, case = EFFICIENCY_CONFIG, dict(T=64, batch=2) if quick else EFFICIENCY_CASE
         return efficiency_ratios(config, arm.variant, case["T"], case["batch"], repeats=3 if quick else 10)
-    model, data, tcfg = _trained_run("damcha" if arm.kind == "adaptivity" else arm.variant, arm.dataset, arm.overrides,
-                                     seed, quick, Path(work), setting)
+    model, data, tcfg = _trained_run(arm.run_arm, seed, quick, Path(work), setting)
+    if arm.tuning:
+        from damcha.runs.evaluation import evaluate, validation_tensors
+
+        return {"tuning_loss": float(evaluate(model, *validation_tensors(data, tcfg.val_windows))["nll"]),
+                "lr": tcfg.lr}
     if arm.kind == "adaptivity":
         from damcha.analysis.interventions import adaptivity_gap, mean_metric
 
@@ -105,15 +110,19 @@ def _data(dataset: str, block_size: int, setting: Setting):
 
 
 @functools.lru_cache(maxsize=1)  # a task's units share one run (tasks group them): train and load it once
-def _trained_run(variant: str, dataset: str, overrides: tuple, seed: int, quick: bool, work: Path, setting: Setting):
+def _trained_run(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting):
+    """The run `arm` (Arm.run_arm: what decides the training) evaluates: trained (or resumed), loaded, and
+    the data it is scored on (a tuning fit's hold-out for a tuning arm)."""
     from damcha.runs import distributed
     from damcha.runs.checkpoints import load_model
     from damcha.runs.train import TrainConfig, pick_device, train
 
-    out = work / "runs" / Arm("", variant=variant, dataset=dataset, overrides=overrides).run_name(seed, quick)
-    cfg = base_config(variant, overrides)
-    fields = setting.train_fields(dataset) if setting.scale else dict(device="cpu", **train_settings(dataset, quick))
-    tcfg = TrainConfig(dataset=dataset, seed=seed, **fields)
+    out = work / "runs" / arm.run_name(seed, quick)
+    cfg = base_config(arm.variant, arm.overrides)
+    fields = setting.train_fields(arm.dataset) if setting.scale else dict(device="cpu", **train_settings(arm.dataset, quick))
+    fields.update({"lr": arm.lr} if arm.lr else {}, **({"tuning_holdout": HOLDOUT} if arm.tuning else {}))
+    tcfg = TrainConfig(dataset=arm.dataset, seed=seed, **fields)
     train(cfg, tcfg, out, progress=False, compile_model=bool(setting.scale and setting.scale.compile))
     model = load_model(out).to(distributed.device_for(pick_device(tcfg.device)))  # (under torchrun: this rank's GPU)
-    return model, setting.load(dataset, model.config.block_size), tcfg
+    data = setting.load(arm.dataset, model.config.block_size)
+    return model, data.held_out_for_tuning(HOLDOUT) if arm.tuning else data, tcfg

@@ -97,10 +97,20 @@ def arm_table(claim: dict) -> list[dict]:
         cells = {(r["arm"], claim["metric"]): figures.interval_cell(r["mean"], r["low"], r["high"]) for r in claim["summary"]}
     paper = {r["arm"]: r.get("paper") for r in claim["summary"]}
     metrics = [claim["metric"], *claim.get("columns", [])]
-    parameters = claim.get("parameters", {})
+    parameters, rates = claim.get("parameters", {}), claim.get("learning_rates", {})
     return [{"arm": arm, "paper": "—" if paper[arm] is None or paper[arm] != paper[arm] else f"{paper[arm]:.4g}",
              **({"parameters": f"{parameters[arm]:,}" if arm in parameters else "—"} if parameters else {}),
+             **({"learning rate (tuned)": f"{rates[arm]:g}" if arm in rates else "—"} if rates else {}),
              **{metric_label(m): cells.get((arm, m), "—") for m in metrics}} for arm in arms]
+
+
+def tuning_rows(doc: dict) -> list[dict]:
+    """One row per tuned run configuration: its hold-out loss at each rate (mean, then each tuning seed's)
+    and the rate chosen, from a results document's `tuning` table."""
+    def cell(losses: list[float]) -> str:
+        return f"{sum(losses) / len(losses):.4f} ({', '.join(f'{v:.4f}' for v in losses)})"
+    return [{"run": row["run"], **{f"loss at lr={lr}": cell(v) for lr, v in row["losses"].items()},
+             "chosen": f"{row['chosen']:g}"} for row in doc.get("tuning", [])]
 
 
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:

@@ -71,11 +71,14 @@ class TrainConfig:
     completion_samples: int = 4  # digits: samples per image averaged into the expected completion
     train_limit: int = 0  # > 0: train on the first N training samples only (smoke tests)
     nonstandard_data: bool = False  # accept a data file whose checksums differ from the published ones
+    tuning_holdout: float = 0.0  # > 0: select on this fraction of the training data (DataSet.held_out_for_tuning)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size and lr must be positive")
+        if not 0 <= self.tuning_holdout < 1:
+            raise ValueError("tuning_holdout must be a fraction in [0, 1)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}")
         if self.optimizer not in OPTIMIZERS or self.schedule not in SCHEDULES:
@@ -190,6 +193,8 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     out.mkdir(parents=True, exist_ok=True)
     if proc.main:
         remove_stale_temp_files(out)
+    if tcfg.tuning_holdout:
+        data = data.held_out_for_tuning(tcfg.tuning_holdout)
     if tcfg.train_limit and not data.stream:
         data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
     mcfg = model_config_for(data, model_config)

@@ -41,6 +41,8 @@ HELP = {
     "train_limit": "> 0: train on the first N training samples only (smoke tests)",
     "nonstandard_data": "train on a data file whose checksums differ from the published ones (enwik8, text8, "
                         "CIFAR); the run records standard_files: false",
+    "tuning_holdout": "> 0: hold this fraction of the training data out as the validation split (model "
+                      "selection that never sees the reported validation or test split)",
 }
 CHOICES = {"dataset": DATA_SETS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "precision": PRECISIONS}
 

@@ -61,6 +61,24 @@ class DataSet:
         """Whether the data is one long sequence cut into windows (a corpus), not fixed samples."""
         return self.train_stream is not None
 
+    def held_out_for_tuning(self, fraction: float, seed: int = 0) -> DataSet:
+        """This data set for model selection: `fraction` of the training data (a fixed random subset of the
+        samples, or a corpus's last stretch) becomes the validation split and the rest the training split;
+        the reported validation and test splits are dropped, so a choice made on it never sees them."""
+        if not 0 < fraction < 1:
+            raise ValueError(f"the tuning hold-out must be a fraction in (0, 1), not {fraction}")
+        split = {**self.split, "tuning_holdout": fraction, "tuning_holdout_seed": seed}
+        common = dict(name=self.name, task=self.task, vocab_size=self.vocab_size, block_size=self.block_size,
+                      n_classes=self.n_classes, split=split, modality=self.modality)
+        if self.stream:
+            cut = int(len(self.train_stream) * (1 - fraction))
+            return DataSet(**common, train_stream=self.train_stream[:cut], val_stream=self.train_stream[cut:])
+        order = torch.randperm(len(self.train_inputs), generator=torch.Generator().manual_seed(seed))  # (N,)
+        n_held = max(1, int(len(order) * fraction))
+        held, kept = order[:n_held], order[n_held:]
+        return DataSet(**common, train_inputs=self.train_inputs[kept], train_targets=self.train_targets[kept],
+                       val_inputs=self.train_inputs[held], val_targets=self.train_targets[held])
+
 
 Loader = Callable[[str | None, int, int], DataSet]  # (path, block_size, split_seed) -> DataSet
 

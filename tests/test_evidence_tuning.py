@@ -1,0 +1,92 @@
+"""The real-data arms' learning rates: tuned on a hold-out of the training data, one rule for every arm."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from damcha.evidence import tuning
+from damcha.evidence.records import Arm
+from damcha.evidence.runner import evidence_claims, reusable_tuning, same_arm
+from damcha.evidence.scales import DEMO
+from damcha.inputs.datasets import load_dataset
+from damcha.inputs.datasets.base import DataSet
+from damcha.runs.train import TrainConfig
+
+
+def test_the_tuning_hold_out_is_a_part_of_the_training_data_and_never_the_reported_splits():
+    data = load_dataset("digits")
+    held = data.held_out_for_tuning(0.15)
+    n = len(data.train_inputs)
+    assert len(held.val_inputs) == int(n * 0.15) and len(held.train_inputs) + len(held.val_inputs) == n
+    rows = {tuple(r.tolist()) for r in data.train_inputs}
+    assert {tuple(r.tolist()) for r in held.val_inputs} <= rows and {tuple(r.tolist()) for r in held.train_inputs} <= rows
+    assert not {tuple(r.tolist()) for r in held.val_inputs} & {tuple(r.tolist()) for r in held.train_inputs}
+    assert held.test_inputs is None and held.split["tuning_holdout"] == 0.15
+    assert torch.equal(data.held_out_for_tuning(0.15).val_inputs, held.val_inputs)  # the same part every time
+    stream = DataSet("s", "next_token", 256, 8, train_stream=torch.arange(100) % 256, val_stream=torch.zeros(50))
+    cut = stream.held_out_for_tuning(0.2)
+    assert torch.equal(cut.train_stream, torch.arange(80)) and torch.equal(cut.val_stream, torch.arange(80, 100))
+    with pytest.raises(ValueError):
+        data.held_out_for_tuning(1.0)
+    with pytest.raises(ValueError):
+        TrainConfig(tuning_holdout=1.0)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_arm_that_trains_on_a_data_set_gets_the_same_grid_and_fits(quick):
+    claims = evidence_claims(quick)
+    arms = [a for c in claims for a in c.arms]
+    assert all(a.lrs == tuning.grid(quick) for a in arms if a.trains) and any(a.trains for a in arms)
+    assert all(not a.lrs or a.kind == "synthetic" for a in arms if not a.trains)  # synthetic grids are their own
+    fits = tuning.tuning_arms(claims)
+    assert {tuning.configuration(a) for a in arms if a.trains} == set(fits)
+    assert all(set(rates) == set(tuning.grid(quick)) for rates in fits.values())
+    assert len(tuning.tuning_units(claims, quick)) == len(fits) * len(tuning.grid(quick)) * len(tuning.tuning_seeds(quick))
+    assert not set(tuning.tuning_seeds(quick)) & set(range(16))  # apart from the reported seeds
+    if not quick:
+        assert set(tuning.GRID) >= {1e-3, 3e-3, 1e-2}
+
+
+def test_the_lowest_mean_hold_out_loss_chooses_the_rate_and_each_arm_trains_at_its_configurations():
+    claims = [c for c in evidence_claims(True) if c.key == "table5_text"]
+    fits = tuning.tuning_arms(claims)
+    damcha, mha = (next(c for c in fits if c.variant == v and not c.overrides) for v in ("damcha", "mha"))
+    losses = {damcha: {1e-3: 1.0, 3e-3: 2.0}, mha: {1e-3: 2.0, 3e-3: 2.0}}  # mha: a tie, the lower rate
+    done = {arm.unit(s, True): {"tuning_loss": losses[config][lr]}
+            for config in losses for lr, arm in fits[config].items() for s in tuning.tuning_seeds(True)}
+    table = tuning.tuning_table(claims, True, done)
+    assert {r["run"]: r["chosen"] for r in table} == {"damcha on text": 1e-3, "mha on text": 1e-3}  # the third: not done
+    arms = {a.name: a for a in tuning.tuned(claims, table)[0].arms}
+    assert arms["damcha"].lr == 1e-3 and arms["mha"].lr == 1e-3
+    matched = next(a for a in arms.values() if a.overrides)
+    assert matched.lr == 0.0 and matched.lrs == ()  # no chosen rate: untuned, at the default
+    assert arms["damcha"].run_name(0, True) != dataclasses.replace(arms["damcha"], lr=3e-3).run_name(0, True)
+    fit = fits[damcha][1e-3]
+    assert fit.tuning and fit.run_name(1000, True).endswith("-tuning-quick-seed1000")
+
+
+def test_an_arm_trained_at_the_default_rate_before_tuning_is_the_tuned_arm_at_that_rate():
+    """Results stored before the tuning (nine fields, no rate) are taken over where the chosen rate is the
+    default they trained at; a synthetic arm's grid still makes it another arm."""
+    tuned = Arm("damcha", lrs=tuning.GRID, lr=TrainConfig.lr)
+    before = json.loads(json.dumps(dataclasses.astuple(Arm("damcha"))))[:9]
+    assert same_arm(tuned, before) and not same_arm(dataclasses.replace(tuned, lr=1e-3), before)
+    assert not same_arm(dataclasses.replace(tuned, tuning=True), before)
+    synthetic = Arm("mha e=0", kind="synthetic", variant="mha", task="regression", lrs=(3e-3, 1e-2))
+    assert not same_arm(synthetic, dataclasses.replace(synthetic, lrs=()).spec())
+
+
+def test_tuning_fits_are_taken_over_from_an_earlier_document_unless_redone():
+    claims = [c for c in evidence_claims(True) if c.key == "table5_text"]
+    fits = tuning.tuning_arms(claims)
+    done = {arm.unit(s, True): {"tuning_loss": lr} for rates in fits.values() for lr, arm in rates.items()
+            for s in tuning.tuning_seeds(True)}
+    previous = {"quick": True, "tuning": tuning.tuning_table(claims, True, done)}
+    assert reusable_tuning(previous, True, (), DEMO, claims).keys() == done.keys()
+    kept = reusable_tuning(previous, True, ("mha",), DEMO, claims)
+    assert {json.loads(u)[0][2] for u in kept} == {"damcha"}
+    assert not reusable_tuning({**previous, "quick": False}, True, (), DEMO, claims)
