@@ -6,6 +6,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+TRAINING_KINDS = ("train", "adaptivity")  # arms that evaluate a model trained on a data set
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -46,7 +48,7 @@ class Arm:
     @property
     def trains(self) -> bool:
         """Whether the arm evaluates a model trained on a data set (a run, shared by the arms it decides alike)."""
-        return self.kind in ("train", "adaptivity")
+        return self.kind in TRAINING_KINDS
 
     @property
     def run_arm(self) -> Arm:

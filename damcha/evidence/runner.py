@@ -15,7 +15,7 @@ import torch
 from damcha.evidence import tuning
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
-from damcha.evidence.records import Arm, Claim
+from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
 from damcha.evidence.results import load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.scales import DEMO, Setting, chosen_by, scale_claims, scale_named
@@ -33,7 +33,7 @@ def measured_spec(spec: list) -> dict:
     from damcha.runs.train import TrainConfig
 
     fields = {**dict(zip(ARM_FIELDS, Arm("").spec())), **dict(zip(ARM_FIELDS, spec))}
-    if Arm("", kind=fields["kind"]).trains:
+    if fields["kind"] in TRAINING_KINDS:
         fields.update(lrs=[], lr=fields["lr"] or TrainConfig.lr)
     return fields
 
@@ -191,12 +191,15 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
             done[row["unit"]], seconds[row["unit"]] = row["value"], row.get("seconds", 0.0)
     distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
     previous = json.loads(Path(reuse).read_text()) if reuse is not None else None
+    carried = sum(1 for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from"))
 
     def take_over(units: dict[str, dict]) -> None:
+        nonlocal carried
         with done_path.open("a") if proc.main else open(os.devnull, "w") as f:
             for unit, value in units.items():
                 if unit not in done:
                     done[unit], seconds[unit] = value, 0.0
+                    carried += 1
                     f.write(json.dumps({"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}) + "\n")
 
     calls_path = work / "calls.jsonl"
@@ -263,7 +266,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
                    compute_seconds=round(sum(seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
                    units_computed_in_this_call=fresh,  # the rest were resumed from the work folder
-                   reused_units=sum(1 for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from")),
+                   reused_units=carried,  # taken over from an earlier results.json (compute not counted again)
                    complete=len(written) == len(chosen),
                    not_run=[c.key for c in known if c.key not in written])
         write_text_atomic(out / "results.json", json.dumps(doc, indent=2))  # after every task: a stopped run still shows
@@ -296,8 +299,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
            "units": 0, "scale": setting.scale.name if setting.scale else "demo", **(recorded or {}),
            "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
            "verdict_rule": VERDICT_RULE, "sanity": sanity,
-           **({"tuning_rule": tuning.RULE} if fits else {}),
-           "reused_units": 0}  # taken over from an earlier results.json (compute not counted again)
+           **({"tuning_rule": tuning.RULE} if fits else {}), "reused_units": carried}
     claims_now = chosen
     timed = {k: t for k, t in todo(chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
     fitting = {}

@@ -120,7 +120,10 @@ def _trained_run(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting)
     out = work / "runs" / arm.run_name(seed, quick)
     cfg = base_config(arm.variant, arm.overrides)
     fields = setting.train_fields(arm.dataset) if setting.scale else dict(device="cpu", **train_settings(arm.dataset, quick))
-    fields.update({"lr": arm.lr} if arm.lr else {}, **({"tuning_holdout": HOLDOUT} if arm.tuning else {}))
+    if arm.lr:
+        fields["lr"] = arm.lr
+    if arm.tuning:
+        fields["tuning_holdout"] = HOLDOUT
     tcfg = TrainConfig(dataset=arm.dataset, seed=seed, **fields)
     train(cfg, tcfg, out, progress=False, compile_model=bool(setting.scale and setting.scale.compile))
     model = load_model(out).to(distributed.device_for(pick_device(tcfg.device)))  # (under torchrun: this rank's GPU)
