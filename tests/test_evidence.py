@@ -490,6 +490,33 @@ def test_the_synthetic_test_set_is_no_training_batch_and_teachers_are_drawn_per_
     assert not torch.allclose(a.targets(x), b.targets(x))  # another seed, another teacher
 
 
+def test_teachers_training_batches_and_test_inputs_draw_from_separate_seed_spaces(monkeypatch):
+    """Every generator seed a claim's teacher (or class subspace) draws from lies in TEACHER_SEEDS, above
+    every training batch's seed and below the validation and test inputs' (issue 40: 18 of seed 0's
+    teacher seeds were training-batch seeds)."""
+    from damcha.evidence.catalogue.common import synthetic_steps
+    from damcha.inputs.synthetic import TEACHER_SEEDS, TEST_INPUT_SEED, VALIDATION_INPUT_SEED, make_task
+
+    drawn = []
+
+    class Recording(torch.Generator):
+        def manual_seed(self, seed):
+            drawn.append(seed)
+            return super().manual_seed(seed)
+
+    levels = {(a.task, a.level) for c in claims(False) for a in c.arms if a.kind == "synthetic"}
+    assert {task for task, _ in levels} >= {"regression", "permutation", "within-slice", "classification"}
+    seeds = (0, 7)  # the first and the last a claim runs
+    monkeypatch.setattr(torch, "Generator", Recording)
+    for task, level in sorted(levels):
+        for seed in seeds:
+            make_task(task, level, seed)
+    monkeypatch.undo()
+    assert drawn and all(s in TEACHER_SEEDS for s in drawn), sorted(s for s in drawn if s not in TEACHER_SEEDS)[:5]
+    last_batch = max(seeds) * 100_003 + synthetic_steps(False) - 1
+    assert last_batch < TEACHER_SEEDS.start and TEACHER_SEEDS[-1] < VALIDATION_INPUT_SEED < TEST_INPUT_SEED < 2**32
+
+
 def _flat(tree, path="") -> dict:
     """Every leaf of a JSON tree by its path: numbers as floats (None as NaN), text as it is."""
     if isinstance(tree, dict):

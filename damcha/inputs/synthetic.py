@@ -115,6 +115,14 @@ def calibrated_beta(attention, probe: torch.Tensor, T: int = T_SYN) -> float:
     return math.sqrt(lo * hi)
 
 
+# Generator seeds live in three spaces that never meet: training batches (seed * 100_003 + step) below
+# TEACHER_SEEDS, teachers (and class subspaces) in TEACHER_SEEDS, the validation and test inputs above it;
+# all below 2**32, because torch's CPU generator seeds its Mersenne twister with the seed's low 32 bits only.
+TEST_INPUT_SEED = 2**32 - 1
+VALIDATION_INPUT_SEED = 2**32 - 2  # the learning-rate grid chooses on these, never on the test set
+TEACHER_SEEDS = range(2**31, VALIDATION_INPUT_SEED)
+
+
 def inputs(n: int, seed: int, T: int = T_SYN, D: int = D_SYN) -> torch.Tensor:
     return torch.randn(n, T, D, generator=torch.Generator().manual_seed(seed))
 
@@ -264,7 +272,8 @@ def within_slice_task(K: int, seed: int, D: int = D_SYN, H: int = H_SYN, T: int 
     """K block-diagonal teacher metrics (teacher_metric at e = 0, each from its own generator seed)."""
     if K < 1:
         raise ValueError(f"K must be a positive number of codes, not {K}")
-    seeds = torch.randint(2**31 - 1, (K,), generator=torch.Generator().manual_seed(seed)).tolist()
+    picks = torch.randint(len(TEACHER_SEEDS), (K,), generator=torch.Generator().manual_seed(seed)).tolist()
+    seeds = [TEACHER_SEEDS[i] for i in picks]
     metrics = torch.stack([teacher_metric(0.0, s, D, H) for s in seeds])  # (K, D, D) block-diagonal
     return coded_task(metrics, seed, H, T)
 
@@ -307,8 +316,8 @@ class ClassificationTask:
 
 def task_seed(level: float, seed: int) -> int:
     """The teacher (or class subspace) of a level for one training seed: drawn anew per seed, so the
-    intervals over seeds include the teacher's variability."""
-    return 1000 + int(level * 100) + 10_000 * seed
+    intervals over seeds include the teacher's variability (a task also draws from the next seed up)."""
+    return TEACHER_SEEDS.start + int(level * 100) + 10_000 * seed
 
 
 TASKS = ("regression", "permutation", "within-slice", "classification", "subspace-spread")
@@ -330,10 +339,6 @@ def make_task(task: str, level: float, seed: int):
     raise ValueError(f"unknown synthetic task {task!r}; expected one of {TASKS}")
 
 
-# Beyond every training batch's generator seed (seed * 100_003 + step), so no overlap; below 2**32,
-# because torch's CPU generator seeds its Mersenne twister with the seed's low 32 bits only.
-TEST_INPUT_SEED = 2**32 - 1
-VALIDATION_INPUT_SEED = 2**32 - 2  # the learning-rate grid chooses on these, never on the test set
 
 
 @dataclass(frozen=True)
@@ -468,8 +473,8 @@ def train_synthetic(model_name: str, task: str, level: float, seed: int, steps: 
                     n_test: int = 1024, lrs: tuple[float, ...] = (3e-3,)) -> SyntheticResult:
     """Train one model on a synthetic task and score it on a fixed test set; with several learning rates,
     the one whose model scores best on a validation set (another generator seed) is tested."""
-    if seed * 100_003 + steps >= VALIDATION_INPUT_SEED:
-        raise ValueError("training batches would reach the validation or test inputs' generator seeds")
+    if seed * 100_003 + steps >= TEACHER_SEEDS.start:
+        raise ValueError("training batches would reach the teachers', validation or test inputs' generator seeds")
     teacher = make_task(task, level, seed)  # every model of this seed sees this teacher
     validation = {}
     if len(lrs) > 1:
