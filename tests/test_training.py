@@ -32,6 +32,19 @@ def test_two_epochs_lower_the_loss_and_write_the_run(tmp_path):
     assert len(run.data["val_indices"]) == run.data["n_val"] == 359
 
 
+def test_evaluating_the_last_epoch_only_trains_the_same_steps(tmp_path):
+    """The evidence's runs skip the epochs' evaluation (run_unit scores the model): no step changes."""
+    cfg = tiny_train_config(epochs=3)
+    every = train(TINY, cfg, tmp_path / "every", progress=False).metrics
+    last = train(TINY, cfg, tmp_path / "last", progress=False, evaluate_every_epoch=False).metrics
+    timing = ("epoch_seconds", "train_seconds")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in last[:-1]] == \
+        [{k: r[k] for k in ("epoch", "step", "train_loss_running")} for r in every[:-1]]  # losses only, the same
+    assert {k: v for k, v in last[-1].items() if k not in timing} == {k: v for k, v in every[-1].items() if k not in timing}
+    wa, wb = _weights(tmp_path / "every", 3), _weights(tmp_path / "last", 3)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_resume_after_a_kill_continues_exactly(tmp_path):
     cfg = tiny_train_config(epochs=3)
     train(TINY, cfg, tmp_path / "straight", progress=False)

@@ -169,7 +169,7 @@ class TrainingObserver(Protocol):
 def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, progress: bool = True,
           stop_after_epoch: int | None = None, compile_model: bool = False,
           observer: TrainingObserver | None = None, strategy: str = "ddp",
-          activation_checkpointing: bool = False) -> TrainResult:
+          activation_checkpointing: bool = False, evaluate_every_epoch: bool = True) -> TrainResult:
     """Train (or resume) a run into out_dir. stop_after_epoch simulates an interruption (tests).
     observer: told of every step and epoch (rank 0 only under torchrun); closed at the end.
 
@@ -177,6 +177,11 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     shard; damcha.runs.sharded); the same steps to float rounding. activation_checkpointing:
     recompute each block's and the shared metric's activations in the backward pass. Neither
     changes the maths, so the run's config records neither; a sharded run resumes under fsdp.
+
+    evaluate_every_epoch: False evaluates the last epoch only (the other rows hold the running training
+    loss and timings), for callers that score the trained model themselves: the evaluation (sampled
+    completions above all) costs a small run about a third of its time. It changes no training step
+    (each epoch seeds its own generators), so the config does not record it either.
 
     compile_model: run the training steps through torch.compile (evaluation stays eager). It
     pays for large models and long runs only: compiling takes 20-40 s on 2 CPU cores (again for
@@ -269,7 +274,8 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
                 sharded.gather_full_weights(model, evaluated)
             if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
                 metrics.append(_record_epoch(evaluated, None if fsdp else opt, data, tcfg, out, epoch, step, running,
-                                             running_aux, te, train_seconds, snapshots, mcfg, progress, metrics))
+                                             running_aux, te, train_seconds, snapshots, mcfg, progress, metrics,
+                                             evaluate_every_epoch or epoch == tcfg.epochs))
                 if observer is not None:
                     with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
                         observer.epoch(metrics[-1], evaluated, data, epoch in snapshots)
@@ -285,11 +291,12 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
 
 
 def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, train_seconds, snapshots, mcfg,
-                  progress, metrics) -> dict:
-    """Evaluate the epoch, write its row, snapshot and training state (rank 0 only; opt None: the
+                  progress, metrics, evaluate: bool = True) -> dict:
+    """Evaluate the epoch (unless not `evaluate`), write its row, snapshot and training state (rank 0 only; opt None: the
     state is sharded and saved by every rank); returns the row. epoch_seconds: the whole epoch with
     its evaluation; train_seconds: its training steps alone."""
-    row = {"epoch": epoch, "step": step, **evaluate_epoch(model, data, tcfg), "train_loss_running": running,
+    evaluated = evaluate_epoch(model, data, tcfg) if evaluate else {}
+    row = {"epoch": epoch, "step": step, **evaluated, "train_loss_running": running,
            "epoch_seconds": round(time.perf_counter() - te, 3), "train_seconds": round(train_seconds, 3)}
     if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
         row["train_aux_loss_running"] = running_aux
@@ -300,9 +307,9 @@ def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux
     write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
     if opt is not None:
         save_training_state(out, model, opt, epoch, step)
-    if progress and data.task == "next_vector":
+    if progress and evaluate and data.task == "next_vector":
         tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
-    elif progress:
+    elif progress and evaluate:
         extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
         tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train {row['train_nll']:.4f}  "
                    f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")
