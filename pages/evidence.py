@@ -20,6 +20,7 @@ from damcha.evidence.view import (
     construction_table,
     detectable_sentence,
     family_table,
+    grid_edge_warning,
     results_at_other_scales,
     samples_word,
     scale_verdict_words,
@@ -98,6 +99,8 @@ if doc.get("tuning_rule"):
     with st.expander(f"The rates chosen for the {len(doc.get('tuning', []))} run configurations (hold-out loss, "
                      "mean and per tuning seed)"):
         st.dataframe(pd.DataFrame(tuning_rows(doc)), hide_index=True)
+    if edge := grid_edge_warning(doc):
+        st.warning(edge)
 elif not doc.get("quick"):
     st.caption(f"**Learning rates.** These results predate the tuning: every arm that trains on a data set trained at "
                f"one rate, {TrainConfig.lr:g}.")

@@ -324,7 +324,7 @@ def test_evidence_command_runs_resumes_and_the_page_reads_it(tmp_path):
 def test_the_page_renders_the_shipped_results_without_training():
     from streamlit.testing.v1 import AppTest
 
-    from damcha.evidence.view import verdict_tally, verdict_words
+    from damcha.evidence.view import grid_edge_warning, verdict_tally, verdict_words
 
     shipped = json.loads((ROOT / "checkpoints" / "evidence" / "results.json").read_text())
     at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120)
@@ -336,6 +336,8 @@ def test_the_page_renders_the_shipped_results_without_training():
     assert list(summary["claim"]) == titles
     assert list(summary["verdict"]) == [verdict_words(c)[1] for c in shipped["claims"]]
     assert verdict_tally(shipped["claims"]) in [c.value for c in at.caption]  # learned results counted apart
+    edge = grid_edge_warning(shipped)  # rates chosen at the grid's edge are named
+    assert [w.value for w in at.warning if w.value == edge] == ([edge] if edge else [])
     assert [h.value for h in at.header] == [titles[0], "What this evidence cannot speak to"]
     for claim in shipped["claims"]:
         at.selectbox(key="claim").set_value(claim["title"]).run()

@@ -90,3 +90,17 @@ def test_tuning_fits_are_taken_over_from_an_earlier_document_unless_redone():
     kept = reusable_tuning(previous, True, ("mha",), DEMO, claims)
     assert {json.loads(u)[0][2] for u in kept} == {"damcha"}
     assert not reusable_tuning({**previous, "quick": False}, True, (), DEMO, claims)
+
+
+def test_a_rate_chosen_at_the_grids_edge_is_named_as_possibly_under_tuned():
+    from damcha.evidence.view import grid_edge_warning
+
+    def row(run, losses):
+        return {"run": run, "losses": {f"{lr:g}": [v] for lr, v in losses.items()},
+                "chosen": min(losses, key=losses.get)}
+    inside = row("damcha on digits", {1e-3: 1.5, 3e-3: 1.4, 1e-2: 1.6})
+    assert grid_edge_warning({"tuning": [inside]}) is None and grid_edge_warning({}) is None
+    top, bottom = row("mha on text", {1e-3: 2.0, 3e-3: 1.9, 1e-2: 1.8}), row("moa on digits", {1e-3: 1.3, 3e-3: 1.4, 1e-2: 1.5})
+    said = grid_edge_warning({"tuning": [inside, top, bottom]})
+    assert said.startswith("2 of 3 run configurations") and "the top rate: mha on text (0.01)" in said
+    assert "the bottom rate: moa on digits (0.001)" in said and "damcha on digits" not in said

@@ -113,6 +113,21 @@ def tuning_rows(doc: dict) -> list[dict]:
              "chosen": f"{row['chosen']:g}"} for row in doc.get("tuning", [])]
 
 
+def grid_edge_warning(doc: dict) -> str | None:
+    """Which run configurations chose their grid's top or bottom rate: the best rate may lie beyond the
+    grid, so those arms may be under-tuned. None when every choice is inside its grid."""
+    ends = {"top": [], "bottom": []}
+    for row in doc.get("tuning", []):
+        rates = sorted(float(lr) for lr in row["losses"])
+        if len(rates) > 1 and row["chosen"] in (rates[0], rates[-1]):
+            ends["top" if row["chosen"] == rates[-1] else "bottom"].append(f"{row['run']} ({row['chosen']:g})")
+    said = [f"the {end} rate: {', '.join(runs)}" for end, runs in ends.items() if runs]
+    if not said:
+        return None
+    return (f"{sum(map(len, ends.values()))} of {len(doc['tuning'])} run configurations chose the edge of the grid, "
+            f"{'; '.join(said)}. A rate beyond it was not tried, so these arms may be under-tuned.")
+
+
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:
     """What the claim's seeds could detect (80% power, 5% two-sided, exact noncentral t) beside what was
     seen, and the paper's own difference where it gives one, for each counted comparison whose verdict
