@@ -90,6 +90,10 @@ def test_tuning_fits_are_taken_over_from_an_earlier_document_unless_redone():
     kept = reusable_tuning(previous, True, ("mha",), DEMO, claims)
     assert {json.loads(u)[0][2] for u in kept} == {"damcha"}
     assert not reusable_tuning({**previous, "quick": False}, True, (), DEMO, claims)
+    two_seeds = [{**row, "seeds": [1000, 1001], "losses": {lr: [*v, 9.0] for lr, v in row["losses"].items()}}
+                 for row in previous["tuning"]]  # a document tuned on two seeds: only the seed tuned on now
+    assert reusable_tuning({**previous, "tuning": two_seeds}, True, (), DEMO, claims) == \
+        reusable_tuning(previous, True, (), DEMO, claims)
 
 
 def test_a_rate_chosen_at_the_grids_edge_is_named_as_possibly_under_tuned():

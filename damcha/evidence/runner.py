@@ -102,7 +102,8 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
                 continue
             for lr, arm in rates.items():
                 for seed, loss in zip(row.get("seeds", []), row.get("losses", {}).get(f"{lr:g}", [])):
-                    units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
+                    if seed in tuning.tuning_seeds(quick):
+                        units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
     return units
 
 

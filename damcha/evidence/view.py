@@ -105,9 +105,12 @@ def arm_table(claim: dict) -> list[dict]:
 
 
 def tuning_rows(doc: dict) -> list[dict]:
-    """One row per tuned run configuration: its hold-out loss at each rate (mean, then each tuning seed's)
+    """One row per tuned run configuration: its hold-out loss at each rate (with several tuning seeds: the mean,
+    then each seed's)
     and the rate chosen, from a results document's `tuning` table."""
     def cell(losses: list[float]) -> str:
+        if len(losses) == 1:
+            return f"{losses[0]:.4f}"
         return f"{sum(losses) / len(losses):.4f} ({', '.join(f'{v:.4f}' for v in losses)})"
     return [{"run": row["run"], **{f"loss at lr={lr}": cell(v) for lr, v in row["losses"].items()},
              "chosen": f"{row['chosen']:g}"} for row in doc.get("tuning", [])]
