@@ -41,7 +41,7 @@ except EvidenceFileError as e:
     st.stop()
 results_name = run_name_in(folder, SHIPPED_ROOT)  # as a provenance names it: never the server's absolute path
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 3 hours on two cores from scratch, docs/evidence.md; "
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 2 hours 45 minutes on two cores from scratch, docs/evidence.md; "
             "`--quick` for a smoke run).")
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
