@@ -45,7 +45,11 @@ def test_every_arm_that_trains_on_a_data_set_gets_the_same_grid_and_fits(quick):
     fits = tuning.tuning_arms(claims)
     assert {tuning.configuration(a) for a in arms if a.trains} == set(fits)
     assert all(set(rates) == set(tuning.grid(quick)) for rates in fits.values())
-    assert len(tuning.tuning_units(claims, quick)) == len(fits) * len(tuning.grid(quick)) * len(tuning.tuning_seeds(quick))
+    first = tuning.tuning_units(claims, quick)  # nothing done: the first tuning seed at every rate
+    assert len(first) == len(fits) * len(tuning.grid(quick))
+    done = {u: {"tuning_loss": arm.lr} for u, (arm, _) in first.items()}  # every first fit done
+    everything = tuning.tuning_units(claims, quick, done)
+    assert len(everything) == len(fits) * tuning.fits_per_configuration(quick)  # the same fits for each
     assert not set(tuning.tuning_seeds(quick)) & set(range(16))  # apart from the reported seeds
     if not quick:
         assert set(tuning.GRID) >= {1e-3, 3e-3, 1e-2}
@@ -108,3 +112,18 @@ def test_a_rate_chosen_at_the_grids_edge_is_named_as_possibly_under_tuned():
     said = grid_edge_warning({"tuning": [inside, top, bottom]})
     assert said.startswith("2 of 3 run configurations") and "the top rate: mha on text (0.01)" in said
     assert "the bottom rate: moa on digits (0.001)" in said and "damcha on digits" not in said
+
+
+def test_later_tuning_seeds_fit_the_best_rates_so_far_and_the_lower_mean_of_those_chooses():
+    claims = [c for c in evidence_claims(False) if c.key == "table5_text"]
+    rates = next(r for c, r in tuning.tuning_arms(claims).items() if c.variant == "damcha" and not c.overrides)
+    first = {1e-3: 1.0, 3e-3: 1.1, 1e-2: 1.5}  # seed 1000: 1e-2 is dropped
+    done = {rates[lr].unit(1000, False): {"tuning_loss": v} for lr, v in first.items()}
+    needed = {(arm.lr, seed) for arm, seed in tuning.tuning_units(claims, False, done).values() if arm.variant == "damcha"
+              and not arm.overrides}
+    assert needed == {(1e-3, 1000), (3e-3, 1000), (1e-2, 1000), (1e-3, 1001), (3e-3, 1001)}
+    assert not [r for r in tuning.tuning_table(claims, False, done) if r["run"] == "damcha on text"]  # not yet
+    done |= {rates[1e-3].unit(1001, False): {"tuning_loss": 1.4}, rates[3e-3].unit(1001, False): {"tuning_loss": 1.0}}
+    row = next(r for r in tuning.tuning_table(claims, False, done) if r["run"] == "damcha on text")
+    assert row["chosen"] == 3e-3  # means 1.2 and 1.05: the second seed overturned the first
+    assert row["losses"] == {"0.001": [1.0, 1.4], "0.003": [1.1, 1.0], "0.01": [1.5]}

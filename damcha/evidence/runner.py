@@ -102,9 +102,9 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
                 continue
             for lr, arm in rates.items():
                 for seed, loss in zip(row.get("seeds", []), row.get("losses", {}).get(f"{lr:g}", [])):
-                    if seed in tuning.tuning_seeds(quick):
-                        units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
-    return units
+                    units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
+    needed = tuning.tuning_units(claims_now, quick, units)  # (an older document may hold fits no longer made)
+    return {unit: value for unit, value in units.items() if unit in needed}
 
 
 def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity: dict[str, float],
@@ -211,7 +211,11 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     unknown = sorted(set(only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
     if unknown or not chosen:
         raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
-    fits = tuning.tuning_units(chosen, quick)  # the learning-rate choice's fits, before the reported seeds
+    tuned_here = bool(tuning.tuning_arms(chosen))  # (a scale's claims train untuned)
+
+    def fits() -> dict[str, tuple[Arm, int]]:
+        """The learning-rate choice's fits, before the reported seeds: as far as the done ones decide them."""
+        return tuning.tuning_units(chosen, quick, done)
     if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
         untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not a.trains)) for c in chosen]
         take_over(reusable_units(previous, quick, tuple(redo), setting, untrained))
@@ -231,7 +235,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         return tuning.tuned(chosen, tuning.tuning_table(chosen, quick, done))
 
     def remaining_units() -> int:
-        return sum(u not in done for u in fits) + sum(len(t) for t in todo(tuned_claims()).values())
+        return sum(u not in done for u in fits()) + sum(len(t) for t in todo(tuned_claims()).values())
 
     total, fresh = remaining_units(), 0  # to compute in this call
     written: dict[str, dict] = {}
@@ -258,11 +262,11 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                 written[claim.key] = claim_record(claim, values, claim.seeds(seeds, quick), sanity, setting)
                 write_csv(out / f"{claim.key}.csv", written[claim.key])
         doc["claims"] = [written[c.key] for c in chosen if c.key in written]
-        if fits:
+        if tuned_here:
             doc["tuning"] = tuning.tuning_table(chosen, quick, done)
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
                      "workers": workers, **({"processes": proc.world} if proc.distributed else {})}
-        counted = {*fits, *(u for arms in claim_units.values() for us in arms.values() for u in us)}
+        counted = {*fits(), *(u for arms in claim_units.values() for us in arms.values() for u in us)}
         doc.update(wall_seconds=this_call["wall_seconds"], calls=[*earlier_calls, this_call],
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
                    compute_seconds=round(sum(seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
@@ -300,21 +304,27 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
            "units": 0, "scale": setting.scale.name if setting.scale else "demo", **(recorded or {}),
            "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
            "verdict_rule": VERDICT_RULE, "sanity": sanity,
-           **({"tuning_rule": tuning.RULE} if fits else {}), "reused_units": carried}
+           **({"tuning_rule": tuning.RULE} if tuned_here else {}), "reused_units": carried}
     claims_now = chosen
     timed = {k: t for k, t in todo(chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
-    fitting = {}
-    for unit, (arm, seed) in fits.items():
-        if unit not in done:
-            fitting.setdefault(arm.run_name(seed, quick), {})[unit] = (arm, seed)
-    compute({**timed, **fitting})  # the timings and the rates' fits first: the reported seeds train at the rates
+
+    def pending_fits() -> dict[str, dict[str, tuple[Arm, int]]]:
+        fitting: dict[str, dict[str, tuple[Arm, int]]] = {}
+        for unit, (arm, seed) in fits().items():
+            if unit not in done:
+                fitting.setdefault(arm.run_name(seed, quick), {})[unit] = (arm, seed)
+        return fitting
+
+    compute({**timed, **pending_fits()})  # the timings and the first tuning seed's fits: the reported seeds
+    while pending := pending_fits():  # train at the rates they choose; each later seed fits the best so far
+        compute(pending)
     claims_now = tuned_claims()
     if previous is not None:
         take_over(reusable_units(previous, quick, tuple(redo), setting, claims_now))
     total = fresh + remaining_units()  # (the reported units at their rates: some are taken over)
     claim_units.update({c.key: {a.name: [a.unit(s, quick) for s in range(c.seeds(seeds, quick))] for a in c.arms}
                         for c in claims_now})
-    doc["units"] = len({*fits, *(u for arms in claim_units.values() for us in arms.values() for u in us)})
+    doc["units"] = len({*fits(), *(u for arms in claim_units.values() for us in arms.values() for u in us)})
     compute(todo(claims_now))
     if proc.distributed and not proc.main:
         return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
