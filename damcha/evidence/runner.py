@@ -192,15 +192,14 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
             done[row["unit"]], seconds[row["unit"]] = row["value"], row.get("seconds", 0.0)
     distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
     previous = json.loads(Path(reuse).read_text()) if reuse is not None else None
-    carried = sum(1 for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from"))
+    carried = {row["unit"] for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from")}
 
     def take_over(units: dict[str, dict]) -> None:
-        nonlocal carried
         with done_path.open("a") if proc.main else open(os.devnull, "w") as f:
             for unit, value in units.items():
                 if unit not in done:
                     done[unit], seconds[unit] = value, 0.0
-                    carried += 1
+                    carried.add(unit)
                     f.write(json.dumps({"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}) + "\n")
 
     calls_path = work / "calls.jsonl"
@@ -271,7 +270,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
                    compute_seconds=round(sum(seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
                    units_computed_in_this_call=fresh,  # the rest were resumed from the work folder
-                   reused_units=carried,  # taken over from an earlier results.json (compute not counted again)
+                   reused_units=len(carried & counted),  # of the units used, those taken over from an earlier
+                   # results.json (compute not counted again)
                    complete=len(written) == len(chosen),
                    not_run=[c.key for c in known if c.key not in written])
         write_text_atomic(out / "results.json", json.dumps(doc, indent=2))  # after every task: a stopped run still shows
@@ -304,7 +304,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
            "units": 0, "scale": setting.scale.name if setting.scale else "demo", **(recorded or {}),
            "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
            "verdict_rule": VERDICT_RULE, "sanity": sanity,
-           **({"tuning_rule": tuning.RULE} if tuned_here else {}), "reused_units": carried}
+           **({"tuning_rule": tuning.RULE} if tuned_here else {}), "reused_units": 0}
     claims_now = chosen
     timed = {k: t for k, t in todo(chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
 
