@@ -105,9 +105,8 @@ def arm_table(claim: dict) -> list[dict]:
 
 
 def tuning_rows(doc: dict) -> list[dict]:
-    """One row per tuned run configuration: its hold-out loss at each rate (with several tuning seeds: the mean,
-    then each seed's)
-    and the rate chosen, from a results document's `tuning` table."""
+    """One row per tuned run configuration: its hold-out loss at each rate (fitted on several tuning
+    seeds: the mean, then each seed's) and the rate chosen, from a results document's `tuning` table."""
     def cell(losses: list[float]) -> str:
         if len(losses) == 1:
             return f"{losses[0]:.4f}"

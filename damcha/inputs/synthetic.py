@@ -339,8 +339,6 @@ def make_task(task: str, level: float, seed: int):
     raise ValueError(f"unknown synthetic task {task!r}; expected one of {TASKS}")
 
 
-
-
 @dataclass(frozen=True)
 class SyntheticModel:
     """A model of the synthetic tasks that is not a registered variant: a variant with config fields

@@ -180,7 +180,7 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
 
     evaluate_every_epoch: False evaluates the last epoch only (the other rows hold the running training
     loss and timings), for callers that score the trained model themselves: the evaluation (sampled
-    completions above all) costs a small run about a third of its time. It changes no training step
+    completions above all) costs a small digits run about a fifth of its time. It changes no training step
     (each epoch seeds its own generators), so the config does not record it either.
 
     compile_model: run the training steps through torch.compile (evaluation stays eager). It
@@ -292,9 +292,9 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
 
 def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, train_seconds, snapshots, mcfg,
                   progress, metrics, evaluate: bool = True) -> dict:
-    """Evaluate the epoch (unless not `evaluate`), write its row, snapshot and training state (rank 0 only; opt None: the
-    state is sharded and saved by every rank); returns the row. epoch_seconds: the whole epoch with
-    its evaluation; train_seconds: its training steps alone."""
+    """Evaluate the epoch (unless not `evaluate`), write its row, snapshot and training state (rank 0
+    only; opt None: the state is sharded and saved by every rank); returns the row. epoch_seconds: the
+    whole epoch with its evaluation; train_seconds: its training steps alone."""
     evaluated = evaluate_epoch(model, data, tcfg) if evaluate else {}
     row = {"epoch": epoch, "step": step, **evaluated, "train_loss_running": running,
            "epoch_seconds": round(time.perf_counter() - te, 3), "train_seconds": round(train_seconds, 3)}
