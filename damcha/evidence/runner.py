@@ -220,15 +220,16 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         take_over(reusable_units(previous, quick, tuple(redo), setting, untrained))
         take_over(reusable_tuning(previous, quick, tuple(redo), setting, chosen))
 
-    def todo(claims_: list[Claim]) -> dict[str, dict[str, tuple[Arm, int]]]:
-        """run -> unit -> (arm, seed) not done yet; a unit shared by claims once."""
+    def by_run(pairs) -> dict[str, dict[str, tuple[Arm, int]]]:
+        """run -> unit -> (arm, seed) of the (arm, seed) pairs not done yet; a unit shared by claims once."""
         tasks: dict[str, dict[str, tuple[Arm, int]]] = {}
-        for claim in claims_:
-            for arm in claim.arms:
-                for seed in range(claim.seeds(seeds, quick)):
-                    if arm.unit(seed, quick) not in done:
-                        tasks.setdefault(arm.run_name(seed, quick), {})[arm.unit(seed, quick)] = (arm, seed)
+        for arm, seed in pairs:
+            if arm.unit(seed, quick) not in done:
+                tasks.setdefault(arm.run_name(seed, quick), {})[arm.unit(seed, quick)] = (arm, seed)
         return tasks
+
+    def todo(claims_: list[Claim]) -> dict[str, dict[str, tuple[Arm, int]]]:
+        return by_run((arm, seed) for claim in claims_ for arm in claim.arms for seed in range(claim.seeds(seeds, quick)))
 
     def tuned_claims() -> list[Claim]:
         return tuning.tuned(chosen, tuning.tuning_table(chosen, quick, done))
@@ -307,16 +308,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
            **({"tuning_rule": tuning.RULE} if tuned_here else {}), "reused_units": 0}
     claims_now = chosen
     timed = {k: t for k, t in todo(chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
-
-    def pending_fits() -> dict[str, dict[str, tuple[Arm, int]]]:
-        fitting: dict[str, dict[str, tuple[Arm, int]]] = {}
-        for unit, (arm, seed) in fits().items():
-            if unit not in done:
-                fitting.setdefault(arm.run_name(seed, quick), {})[unit] = (arm, seed)
-        return fitting
-
-    compute({**timed, **pending_fits()})  # the timings and the first tuning seed's fits: the reported seeds
-    while pending := pending_fits():  # train at the rates they choose; each later seed fits the best so far
+    compute({**timed, **by_run(fits().values())})  # the timings and the first tuning seed's fits: the reported
+    while pending := by_run(fits().values()):  # seeds train at the rates they choose; each later seed fits the best
         compute(pending)
     claims_now = tuned_claims()
     if previous is not None:
