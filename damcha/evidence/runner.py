@@ -242,6 +242,10 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     claim_units: dict[str, dict[str, list[str]]] = {}  # claim -> arm -> units, once the rates are chosen
     sanity = sanity_checks()
 
+    def used_units() -> set[str]:
+        """The tuning fits and the reported units the claims use (those known once the rates are chosen)."""
+        return {*fits(), *(u for arms in claim_units.values() for us in arms.values() for u in us)}
+
     def record(results: list[tuple[str, dict, float]]) -> None:
         nonlocal fresh
         for unit, value, took in results:  # every rank keeps what is done (the rates are chosen from it)
@@ -266,7 +270,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
             doc["tuning"] = tuning.tuning_table(chosen, quick, done)
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
                      "workers": workers, **({"processes": proc.world} if proc.distributed else {})}
-        counted = {*fits(), *(u for arms in claim_units.values() for us in arms.values() for u in us)}
+        counted = used_units()
         doc.update(wall_seconds=this_call["wall_seconds"], calls=[*earlier_calls, this_call],
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
                    compute_seconds=round(sum(seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
@@ -317,7 +321,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     total = fresh + remaining_units()  # (the reported units at their rates: some are taken over)
     claim_units.update({c.key: {a.name: [a.unit(s, quick) for s in range(c.seeds(seeds, quick))] for a in c.arms}
                         for c in claims_now})
-    doc["units"] = len({*fits(), *(u for arms in claim_units.values() for us in arms.values() for u in us)})
+    doc["units"] = len(used_units())
     compute(todo(claims_now))
     if proc.distributed and not proc.main:
         return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
