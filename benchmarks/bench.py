@@ -5,8 +5,8 @@ measured side by side in one process.
 
 Each case times DAMCHA and MHA interleaved (a DAMCHA run, then an MHA run, ...) after warm-up
 and reports medians, their ratio, FLOPs of the dense algorithm and achieved GFLOP/s. Peak
-memory of the single-layer cases is measured in a fresh subprocess per implementation: the
-peak of malloc's bytes in use (glibc mallinfo2, sampled every 0.2 ms) over the level before.
+memory of the single-layer cases is measured in a fresh subprocess: the peak of malloc's bytes
+in use (glibc mallinfo2, sampled every 0.2 ms) while a layer runs, over the level before its runs.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from damcha.evidence.efficiency import (  # noqa: E402
     layer_variant_config,
     make_layer,
     make_layer_step,
+    peak_memories_mb,
     peak_memory_mb,
 )
 from damcha.runs.allocator import keep_freed_memory  # noqa: E402
@@ -70,8 +71,8 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
             rows.append({
                 "case": f"1 layer {'causal' if causal else 'non-causal'} T={T} (B={B}, D={D}, H={H})",
                 "damcha_ms": td * 1e3, "mha_ms": tm * 1e3, "ratio": td / tm,
-                "damcha_peak_mb": None if quick else peak_memory_mb(cfg, "damcha", T, B),
-                "mha_peak_mb": None if quick else peak_memory_mb(cfg, "mha", T, B),
+                **dict(zip(("damcha_peak_mb", "mha_peak_mb"),
+                           (None, None) if quick else peak_memories_mb(cfg, ("damcha", "mha"), T, B))),
                 "damcha_gflop": flops_d / 1e9, "mha_gflop": flops_m / 1e9,
                 "damcha_gflops": flops_d / td / 1e9, "mha_gflops": flops_m / tm / 1e9,
             })

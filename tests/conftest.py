@@ -1,3 +1,4 @@
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -5,6 +6,7 @@ from pathlib import Path
 import pytest
 import streamlit.config
 import torch
+from streamlit.components.v2 import manifest_scanner
 
 pytest_plugins = ["tests.support.browser"]  # the browser fixtures (server, page) for every module that asks
 
@@ -12,6 +14,11 @@ pytest_plugins = ["tests.support.browser"]  # the browser fixtures (server, page
 # app/.streamlit/config.toml (the script's own config, wherever the server is started).
 streamlit.config._main_script_path = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 streamlit.config.get_config_options(force_reparse=True)
+# Each new AppTest scans every installed distribution's metadata for Streamlit components (about a
+# second each, and the suite makes several hundred apps); the installed packages do not change during
+# a test session, so the scan is made once. A Streamlit that moved the scanner keeps scanning per app.
+if hasattr(manifest_scanner, "scan_component_manifests"):
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 # Evaluations the app keeps on disk go to a folder of this test session, not the user's cache.
 os.environ.setdefault("DAMCHA_CACHE", tempfile.mkdtemp(prefix="damcha-test-cache-"))
 os.environ.setdefault("DAMCHA_INPUT_STORE", tempfile.mkdtemp(prefix="damcha-test-inputs-"))

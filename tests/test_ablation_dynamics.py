@@ -110,6 +110,23 @@ def test_class_separation_is_read_against_shuffled_labels():
     assert real.score > real.null_high and real.p_value < 0.01
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_silhouettes_equal_scikit_learns(seed):
+    """Every labelling's score as silhouette_score computes it, classes of one member included."""
+    from sklearn.metrics import pairwise_distances, silhouette_score
+
+    from damcha.analysis.dynamics import silhouette_scores
+
+    rng = np.random.default_rng(seed)
+    distances = pairwise_distances(rng.normal(size=(40, 6)), metric="cosine")
+    labelings = rng.integers(0, 2 + seed * 3, size=(6, 40))
+    labelings[:, 0] = 99  # a class of one in every labelling
+    expected = [silhouette_score(distances, labels, metric="precomputed") for labels in labelings]
+    np.testing.assert_allclose(silhouette_scores(distances, labelings), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="Number of labels is 1"):
+        silhouette_scores(distances, np.zeros((1, 40), dtype=int))
+
+
 def test_unstructured_baselines_are_those_of_a_random_matrix():
     from damcha.analysis.dynamics import unstructured_baselines
 

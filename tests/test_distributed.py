@@ -14,6 +14,8 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ["train", "--dataset", "digits", "--variant", "damcha", "--n-layer", "1", "--n-embd", "16",
          "--generator-widths", "16", "--dropout", "0", "--batch-size", "33",  # 33: shards of 17 and 16 rows
+         "--train-limit", "400",  # 12 full batches and a last one of 4 rows (2 a rank)
+         "--completion-images", "4", "--completion-samples", "1",  # evaluation is not what is tested
          "--device", "cpu"]  # Gloo on the CPU also where a GPU is present (one GPU cannot host two ranks)
 
 

@@ -200,18 +200,39 @@ class Separation:
                 f"p = {self.p_value:.3g})")
 
 
+def silhouette_scores(distances: np.ndarray, labelings: np.ndarray) -> np.ndarray:
+    """The mean silhouette of each labelling (a row of `labelings`, (P, n)) over one precomputed distance
+    matrix (n, n): scikit-learn's silhouette_score(distances, labels, metric="precomputed") for all P
+    labellings in one batched product instead of P calls (a member of a class of one scores 0)."""
+    classes, codes = np.unique(labelings, return_inverse=True)
+    if not 1 < len(classes) < labelings.shape[1]:
+        raise ValueError(f"Number of labels is {len(classes)}. Valid values are 2 to n_samples - 1 (inclusive)")
+    codes = codes.reshape(labelings.shape)  # (P, n)
+    members = np.eye(len(classes))[codes]  # (P, n, k)
+    counts = members.sum(1)  # (P, k)
+    sums = distances @ members  # (P, n, k): each input's summed distance to each class
+    own_count = np.take_along_axis(counts, codes, axis=1)  # (P, n)
+    own_sum = np.take_along_axis(sums, codes[..., None], axis=2)[..., 0]  # (P, n)
+    within = own_sum / np.maximum(own_count - 1, 1)  # (P, n): mean distance to the rest of its class
+    to_class = np.where(counts[:, None, :] > 0, sums / np.maximum(counts, 1)[:, None, :], np.inf)  # (P, n, k)
+    nearest = np.where(members > 0, np.inf, to_class).min(-1)  # (P, n): the nearest other class
+    with np.errstate(divide="ignore", invalid="ignore"):
+        samples = (nearest - within) / np.maximum(within, nearest)  # (P, n)
+    return np.nan_to_num(np.where(own_count > 1, samples, 0.0)).mean(-1)  # (P,)
+
+
 def class_separation(points: np.ndarray, labels: np.ndarray, permutations: int = 200, seed: int = 0) -> Separation:
     """Silhouette score of the classes in metric space (cosine distance), with its null: with many
     classes even random labels score below 0, so 0 is not the baseline; the shuffled labels are."""
-    from sklearn.metrics import pairwise_distances, silhouette_score
+    from sklearn.metrics import pairwise_distances
 
     distances = pairwise_distances(points.reshape(len(points), -1), metric="cosine")  # (n, n), computed once
-    score = float(silhouette_score(distances, labels, metric="precomputed"))
     rng = np.random.default_rng(seed)
-    null = np.array([silhouette_score(distances, rng.permutation(labels), metric="precomputed")
-                     for _ in range(permutations)])
+    shuffled = np.stack([rng.permutation(labels) for _ in range(permutations)])  # (permutations, n)
+    score, *null = silhouette_scores(distances, np.concatenate([np.asarray(labels)[None], shuffled]))
+    null = np.asarray(null)
     low, high = np.percentile(null, [2.5, 97.5])
-    return Separation(score, float(low), float(high), float((1 + (null >= score).sum()) / (1 + permutations)))
+    return Separation(float(score), float(low), float(high), float((1 + (null >= score).sum()) / (1 + permutations)))
 
 
 def generator_weight_drift(models: Sequence[Transformer]) -> dict[str, np.ndarray]:

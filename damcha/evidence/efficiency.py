@@ -1,6 +1,6 @@
 """What one attention layer of a registered variant costs, measured beside standard MHA in the same
 process: parameters, FLOPs (as torch counts them), time (interleaved medians) and peak memory (in
-a fresh process). Used by benchmarks/bench.py and by the evidence for the paper's Table 2.
+one fresh process). Used by benchmarks/bench.py and by the evidence for the paper's Table 2.
 """
 
 from __future__ import annotations
@@ -145,31 +145,38 @@ class MI(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
 used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
 cfg = ModelConfig.from_dict(json.loads(sys.argv[1])); T, batch = int(sys.argv[3]), int(sys.argv[4])
-run = make_layer(cfg, sys.argv[2])
-x = torch.randn(batch, T, cfg.n_embd)
-with torch.no_grad():
-    run(x)
-    base = used(); peak = [base]; done = threading.Event()
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], used())
-            done.wait(0.0002)
-    t = threading.Thread(target=sample); t.start()
-    for _ in range(3):
+for variant in json.loads(sys.argv[2]):
+    run = make_layer(cfg, variant)
+    x = torch.randn(batch, T, cfg.n_embd)
+    with torch.no_grad():
         run(x)
-    done.set(); t.join()
-print((peak[0] - base) / 2**20)
+        base = used(); peak = [base]; done = threading.Event()
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], used())
+                done.wait(0.0002)
+        t = threading.Thread(target=sample); t.start()
+        for _ in range(3):
+            run(x)
+        done.set(); t.join()
+    print((peak[0] - base) / 2**20)
 """
 
 
-def peak_memory_mb(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
-    """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap), sampled every
-    0.2 ms in a fresh process while the layer runs, minus the level right before it."""
+def peak_memories_mb(cfg: ModelConfig, variants: tuple[str, ...], T: int, batch: int) -> list[float]:
+    """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap) while each variant's layer
+    runs, sampled every 0.2 ms in one fresh process, minus the level right before that layer's runs (after
+    its warm-up call): the layers measured before it are in that level and not in its peak."""
     root = str(Path(__file__).resolve().parent.parent)
     out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r})\n" + _PEAK_PROBE,
-                          json.dumps(cfg.to_dict()), variant, str(T), str(batch)],
+                          json.dumps(cfg.to_dict()), json.dumps(list(variants)), str(T), str(batch)],
                          capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    return [float(line) for line in out.stdout.strip().splitlines()[-len(variants):]]
+
+
+def peak_memory_mb(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
+    """One variant's peak_memories_mb."""
+    return peak_memories_mb(cfg, (variant,), T, batch)[0]
 
 
 TRAINING_LAYERS = 4  # the whole-model training step of the efficiency claim
@@ -189,12 +196,13 @@ def efficiency_ratios(cfg: ModelConfig, variant: str, T: int, batch: int, repeat
         tv, tm = interleaved(lambda: layer(x), lambda: mha(x), repeats)
         tv_e, te = interleaved(lambda: layer(x), lambda: eager(x), repeats)
         tv_nc, tm_nc = interleaved(lambda: layer_nc(x), lambda: mha_nc(x), repeats)
+    memory = peak_memories_mb(cfg, (variant, "mha"), T, batch)  # one fresh process, not one each
     ts, tsm = interleaved(make_training_step(cfg, variant, TRAINING_LAYERS, T, batch),
                           make_training_step(cfg, "mha", TRAINING_LAYERS, T, batch), max(3, repeats // 2), warmup=2)
     return {"params_ratio": layer_parameters(cfg, variant) / layer_parameters(cfg, "mha"),
             "flops_ratio": layer_flops_counted(cfg, variant, T, batch) / layer_flops_counted(cfg, "mha", T, batch),
             "time_ratio": tv / tm,
-            "memory_ratio": peak_memory_mb(cfg, variant, T, batch) / peak_memory_mb(cfg, "mha", T, batch),
+            "memory_ratio": memory[0] / memory[1],
             "time_ratio_eager_mha": tv_e / te,
             "time_ratio_non_causal": tv_nc / tm_nc,
             TRAIN_STEP_RATIO: ts / tsm}
