@@ -1,5 +1,7 @@
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,9 +21,12 @@ streamlit.config.get_config_options(force_reparse=True)
 # a test session, so the scan is made once. A Streamlit that moved the scanner keeps scanning per app.
 if hasattr(manifest_scanner, "scan_component_manifests"):
     manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
-# Evaluations the app keeps on disk go to a folder of this test session, not the user's cache.
-os.environ.setdefault("DAMCHA_CACHE", tempfile.mkdtemp(prefix="damcha-test-cache-"))
-os.environ.setdefault("DAMCHA_INPUT_STORE", tempfile.mkdtemp(prefix="damcha-test-inputs-"))
+# Evaluations the app keeps on disk go to a folder of this test session, not the user's cache: made by
+# the first process (pytest-xdist's workers inherit it) and removed when that process ends.
+for variable, prefix in (("DAMCHA_CACHE", "damcha-test-cache-"), ("DAMCHA_INPUT_STORE", "damcha-test-inputs-")):
+    if variable not in os.environ:
+        os.environ[variable] = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, os.environ[variable], ignore_errors=True)
 
 # Under pytest-xdist each worker is its own torch process: with torch's default of one thread per core,
 # the workers (and the servers and commands the tests start) oversubscribe the cores, and spinning
@@ -39,32 +44,32 @@ def _single_thread_determinism():
 # The longest modules first: pytest-xdist (--dist loadfile) hands modules to the workers in
 # collection order, so the run ends on short ones rather than one worker finishing a long module
 # alone. Scheduling only: every test still runs. Measured with --durations (seconds summed over a
-# module's tests on two cores, December 2026).
-LONGEST_FIRST = ("test_browser.py",  # 187 s
-                 "test_distributed.py",  # 142 s: DDP and FSDP2 under torchrun
-                 "test_every_mechanism.py",  # 124 s: a tiny run per variant and task, every page
-                 "test_evidence.py",  # 92 s
-                 "test_evidence_at_scale.py",  # 125 s: --scale tiny end to end, and under torchrun
-                 "test_benchmarks.py",  # 91 s
-                 "test_app.py",  # 81 s
-                 "test_compile_fullgraph.py",  # 74 s: every mechanism traced whole, forward and backward
-                 "test_url_fuzz.py",  # 60 s
-                 "test_browser_workflows.py",  # 42 s
-                 "test_interrupted_training.py",  # 41 s
-                 "test_broken_runs.py",  # 30 s
-                 "test_export.py",  # 26 s
-                 "test_hf_runs.py",  # 75 s: exported and Trainer folders on every page
-                 "test_hf_swap.py",  # 56 s: every variant swapped into GPT-2, Llama and ViT, trained
-                 "test_hf.py",  # 25 s: every variant as Hugging Face classes, every token run exported
-                 "test_resource_bombs.py",  # 17 s
-                 "test_fence_browser.py",  # 14 s
-                 "test_reference_configs.py",  # 12 s
-                 "test_worker_death.py",  # 11 s
-                 "test_corrupted_files.py",  # 10 s
-                 "test_interop_docs.py",  # 21 s: docs/interop.md's examples
-                 "test_nnsight.py",  # 5 s
-                 "test_lens.py",  # 9 s: TransformerLens's hooks on every variant
-                 "test_package_install.py")  # 46 s in CI (a fresh environment); skipped elsewhere
+# module's tests, full suite on two cores with CI=true, 4 December 2026).
+LONGEST_FIRST = ("test_every_mechanism.py",  # 265 s: a tiny run per variant and task, every page
+                 "test_evidence.py",  # 230 s: evidence --quick end to end (run, resume, reuse)
+                 "test_distributed.py",  # 225 s: DDP and FSDP2 under torchrun
+                 "test_browser.py",  # 198 s
+                 "test_app.py",  # 180 s
+                 "test_benchmarks.py",  # 96 s
+                 "test_evidence_at_scale.py",  # 93 s: --scale tiny end to end, and under torchrun
+                 "test_package_install.py",  # 80 s in CI (a fresh environment); skipped elsewhere
+                 "test_interrupted_training.py",  # 56 s
+                 "test_url_fuzz.py",  # 53 s
+                 "test_compile_fullgraph.py",  # 50 s: every mechanism traced whole, forward and backward
+                 "test_browser_workflows.py",  # 50 s
+                 "test_export.py",  # 46 s
+                 "test_hf_runs.py",  # 40 s: exported and Trainer folders on every page
+                 "test_broken_runs.py",  # 33 s
+                 "test_resource_bombs.py",  # 23 s
+                 "test_fence_browser.py",  # 20 s
+                 "test_corrupted_files.py",  # 19 s
+                 "test_reference_configs.py",  # 16 s
+                 "test_worker_death.py",  # 13 s
+                 "test_hf.py",  # 12 s: every variant as Hugging Face classes, every token run exported
+                 "test_hf_swap.py",  # every variant swapped into GPT-2, Llama and ViT, trained
+                 "test_interop_docs.py",  # docs/interop.md's examples
+                 "test_lens.py",  # TransformerLens's hooks on every variant
+                 "test_nnsight.py")
 # The slow tier: every module above. `pytest -m "not slow"` (the inner loop: the mechanisms, their
 # recomputations and fast paths, training, inspection, figures, data) leaves them out; CI and the
 # README's test command run everything.
