@@ -203,7 +203,8 @@ class Separation:
 def silhouette_scores(distances: np.ndarray, labelings: np.ndarray) -> np.ndarray:
     """The mean silhouette of each labelling (a row of `labelings`, (P, n)) over one precomputed distance
     matrix (n, n): scikit-learn's silhouette_score(distances, labels, metric="precomputed") for all P
-    labellings in one batched product instead of P calls (a member of a class of one scores 0)."""
+    labellings in one batched product instead of P calls (a member of a class of one scores 0). The
+    labellings share their classes, as the permutations of one labelling do."""
     classes, codes = np.unique(labelings, return_inverse=True)
     if not 1 < len(classes) < labelings.shape[1]:
         raise ValueError(f"Number of labels is {len(classes)}. Valid values are 2 to n_samples - 1 (inclusive)")
@@ -229,8 +230,8 @@ def class_separation(points: np.ndarray, labels: np.ndarray, permutations: int =
     distances = pairwise_distances(points.reshape(len(points), -1), metric="cosine")  # (n, n), computed once
     rng = np.random.default_rng(seed)
     shuffled = np.stack([rng.permutation(labels) for _ in range(permutations)])  # (permutations, n)
-    score, *null = silhouette_scores(distances, np.concatenate([np.asarray(labels)[None], shuffled]))
-    null = np.asarray(null)
+    scores = silhouette_scores(distances, np.concatenate([np.asarray(labels)[None], shuffled]))  # (1 + permutations,)
+    score, null = scores[0], scores[1:]
     low, high = np.percentile(null, [2.5, 97.5])
     return Separation(float(score), float(low), float(high), float((1 + (null >= score).sum()) / (1 + permutations)))
 
