@@ -68,11 +68,11 @@ def layer_cases(repeats: int, quick: bool) -> list[dict]:
             with torch.no_grad():
                 td, tm = interleaved(lambda fd=fd, x=x: fd(x), lambda fm=fm, x=x: fm(x), repeats)
             flops_d, flops_m = layer_flops(cfg, T, True), layer_flops(cfg, T, False)
+            peaks = (None, None) if quick else peak_memories_mb(cfg, ("damcha", "mha"), T, B)
             rows.append({
                 "case": f"1 layer {'causal' if causal else 'non-causal'} T={T} (B={B}, D={D}, H={H})",
                 "damcha_ms": td * 1e3, "mha_ms": tm * 1e3, "ratio": td / tm,
-                **dict(zip(("damcha_peak_mb", "mha_peak_mb"),
-                           (None, None) if quick else peak_memories_mb(cfg, ("damcha", "mha"), T, B))),
+                "damcha_peak_mb": peaks[0], "mha_peak_mb": peaks[1],
                 "damcha_gflop": flops_d / 1e9, "mha_gflop": flops_m / 1e9,
                 "damcha_gflops": flops_d / td / 1e9, "mha_gflops": flops_m / tm / 1e9,
             })
