@@ -72,7 +72,7 @@ def test_inspector_with_an_uploaded_colour_photo(server, page, tmp_path):
     photo = tmp_path / "holiday.jpg"
     Image.fromarray(sample_image_crops(0)["val"][5]).resize((400, 300)).save(photo, quality=92)
     _upload(page, f"{server}/inspector?run=images-damcha&position=30", "Upload a colour photo", photo)
-    page.get_by_text("photo holiday.jpg").wait_for(timeout=60_000)
+    page.get_by_text("photo holiday.jpg").wait_for(timeout=120_000)  # the upload is processed while the other worker loads the cores
     assert wait_for_figures(page, 2) >= 2
     page.get_by_role("tab", name="Loss & prediction").click()
     assert wait_for_figures(page, 2) >= 2
