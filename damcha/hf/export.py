@@ -4,14 +4,17 @@ its logits with the run's."""
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from damcha.hf.config import DamchaConfig
 from damcha.runs.checkpoints import METRICS_FILE, CheckpointError, Run, load_model, load_run, write_text_atomic
+from damcha.runs.staging import refuse_existing, staged_folder
 
 # float32. The two hold the same tensors and run the same code: 0 is measured for every shipped run but THA's
 # (2.9e-6), whose head-mixing product is folded differently by torch.matmul when the weights require grad
@@ -41,7 +44,10 @@ def task_class(config: DamchaConfig) -> type:
 
 def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None) -> Export:
     """Write the run's snapshot at `epoch` (default: the last) to `out` as a Hugging Face folder, load it
-    back and compare logits with the run's model; a difference above PARITY_TOLERANCE raises."""
+    back and compare logits with the run's model; a difference above PARITY_TOLERANCE raises. `out` must
+    be new or an empty folder; a refused or failed export leaves nothing there."""
+    out = Path(out)
+    refuse_existing(out)  # before anything is loaded
     run = run if isinstance(run, Run) else load_run(run)
     epoch = run.epochs[-1] if epoch is None else epoch
     source = load_model(run, epoch)
@@ -50,14 +56,24 @@ def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None)
     model_class = task_class(config)
     model = model_class(config).eval()
     model.transformer.load_state_dict(source.state_dict())
-    out = Path(out)
-    model.save_pretrained(out)
-    rows = [row for row in run.metrics if row.get("epoch", 0) <= epoch]  # the curves up to this snapshot, for the app
-    write_text_atomic(out / METRICS_FILE, "".join(json.dumps(row) + "\n" for row in rows))
-    difference = _max_logit_difference(source, model_class.from_pretrained(out).eval())
-    if difference > PARITY_TOLERANCE:
-        raise CheckpointError(f"{out}: the exported model's logits differ from the run's by {difference:.2e}")
+    # Written whole or not at all, and never into a folder the user has (the run's own, another run).
+    with staged_folder(out, "exporting") as staging:
+        _save_pretrained(model, staging)
+        rows = [row for row in run.metrics if row.get("epoch", 0) <= epoch]  # the curves up to this snapshot, for the app
+        write_text_atomic(staging / METRICS_FILE, "".join(json.dumps(row) + "\n" for row in rows))
+        difference = _max_logit_difference(source, model_class.from_pretrained(staging).eval())
+        if difference > PARITY_TOLERANCE:
+            raise CheckpointError(f"{out}: the exported model's logits differ from the run's by {difference:.2e}; "
+                                  "nothing was written")
     return Export(out, epoch, difference)
+
+
+def _save_pretrained(model: torch.nn.Module, folder: Path) -> None:
+    try:
+        model.save_pretrained(folder)
+    except SafetensorError as e:  # the writer's own error type, for what is an OS failure (a full disk, ...)
+        full = "No space left" in str(e) or "StorageFull" in str(e)
+        raise OSError(errno.ENOSPC if full else errno.EIO, str(e)) from None
 
 
 def _max_logit_difference(source: torch.nn.Module, exported: torch.nn.Module, batch: int = 4) -> float:

@@ -44,8 +44,6 @@ import dataclasses
 import json
 import math
 import re
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +64,13 @@ from damcha.runs.checkpoints import (
     unwrapped_names,
     write_text_atomic,
 )
+from damcha.runs.staging import refuse_existing, staged_folder
 
 MAX_REFERENCE_BYTES = 4_000_000_000
+# Values of a loaded checkpoint counted as a tree (shared references followed each time), and its nesting:
+# the reference code's files hold some thousands (optimizer state, the RNG states) and nest five deep.
+MAX_REFERENCE_VALUES = 1_000_000
+MAX_REFERENCE_DEPTH = 32
 PREFIX = "decoder."
 EPOCH_FILE = re.compile(r"^checkpoint_epoch_(\d+)\.pt$")
 # Tokenizers their text data loaders use (data/datasets_nlp.py) and their vocabulary sizes.
@@ -122,6 +125,7 @@ def read_reference(path: str | Path) -> dict:
                 "written by other code, and opening it would run that code") from None
         first = text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
         raise ReferenceCheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or another format): {first}") from None
+    _check_bounded(ckpt, path)
     for key in ("config", "off_diag_params", "components"):
         if isinstance(ckpt, dict) and ckpt.get(key) is not None and not isinstance(ckpt[key], dict):
             raise ReferenceCheckpointError(f"{path}: '{key}' is a {type(ckpt[key]).__name__}, not a dict")
@@ -138,6 +142,35 @@ def read_reference(path: str | Path) -> dict:
     if "model_state_dict" in ckpt:
         return {**ckpt, "model_state_dict": state}
     return {"model_state_dict": state} if "model_state_dict" in ckpt else {"model_state_dict": state}
+
+
+def _check_bounded(ckpt, path: Path) -> None:
+    """Refuse, before anything reads it, a loaded checkpoint that is small on disk and huge in use: values
+    counted as a tree (a pickle's shared references make a few bytes stand for a tree of billions of
+    nodes that printing or comparing would walk), nesting deeper than MAX_REFERENCE_DEPTH, and a tensor
+    whose view spans more elements than its storage holds (a zero-stride view standing for a huge tensor)."""
+    pending, seen = [(ckpt, 0)], 0
+    while pending:
+        value, depth = pending.pop()
+        seen += 1
+        if seen > MAX_REFERENCE_VALUES:
+            raise ReferenceCheckpointError(f"{path}: refused, its values count past {MAX_REFERENCE_VALUES:,} when "
+                                           "shared references are followed (a checkpoint of the reference code "
+                                           "holds far fewer); nothing of it was used")
+        if depth > MAX_REFERENCE_DEPTH:
+            raise ReferenceCheckpointError(f"{path}: refused, its values nest deeper than {MAX_REFERENCE_DEPTH} "
+                                           "levels (a checkpoint of the reference code nests a few)")
+        if torch.is_tensor(value):
+            held = value.untyped_storage().nbytes() // max(value.element_size(), 1)
+            if value.numel() > held:
+                raise ReferenceCheckpointError(
+                    f"{path}: refused, a tensor of shape {tuple(value.shape)} ({value.numel():,} elements) is a view "
+                    f"over a storage of {held:,} (zero or overlapping strides), which any use would expand; nothing of it "
+                    "was used")
+        elif isinstance(value, dict):
+            pending.extend((v, depth + 1) for item in value.items() for v in item)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            pending.extend((v, depth + 1) for v in value)
 
 
 def _check_expanded_size(path: Path) -> None:
@@ -392,8 +425,7 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str | No
             raise ReferenceCheckpointError(f"unknown tokenizer {tokenizer!r}; known: {list(TOKENIZERS)} (or give --vocab-size)")
         vocab_size = TOKENIZERS[tokenizer]
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ReferenceCheckpointError(f"{out}: already exists and is not an empty folder; give a new --out")
+    refuse_existing(out, ReferenceCheckpointError)  # before any file is read: nothing of the user's is written over
     config, settings, rows, converted = None, None, [], []
     for k, (epoch, path) in enumerate(files):
         try:
@@ -413,18 +445,9 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str | No
         if progress:
             progress(k + 1, len(files))
     rows.sort(key=lambda r: r["epoch"])
-    # Written into a staging folder beside out and renamed at the end: a refused, failed or killed
-    # import leaves neither a half run at out nor anything in the temporary directory.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".importing", dir=out.parent))
-    try:
+    # A refused, failed or killed import leaves neither a half run at out nor anything in the temporary directory.
+    with staged_folder(out, "importing", ReferenceCheckpointError) as staging:
         _write_imported_run(staging, source, config, settings, converted, rows, tokenizer)
-        if out.exists():
-            out.rmdir()
-        staging.chmod(0o755)
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 

@@ -151,3 +151,45 @@ def test_a_zip_bomb_checkpoint_is_refused_before_it_is_expanded(tmp_path):
     result = probe("import", bomb, tmp_path / "out")
     assert "refused before reading" in result["refused"] and str(bomb) in result["refused"]
     assert not (tmp_path / "out").exists()
+
+
+def _laughs(levels: int, width: int = 10) -> list:
+    """A list of width**levels leaves in a few hundred bytes of pickle: each level holds the one below
+    `width` times (shallow: the bound on the count, not the one on the depth, must catch it)."""
+    value: list = [0]
+    for _ in range(levels):
+        value = [value] * width
+    return value
+
+
+@pytest.mark.parametrize("field", ["epoch", "config", "off_diag_params"])
+def test_a_billion_laughs_pickle_is_refused_before_any_value_is_read(tmp_path, field):
+    bomb = tmp_path / "checkpoint_epoch_1.pt"
+    laughs = _laughs(12)
+    value = {"n_heads": laughs, "diag_scale": laughs} if field != "epoch" else laughs
+    torch.save({"model_state_dict": {"decoder.x": torch.zeros(4)}, field: value}, bomb)
+    assert bomb.stat().st_size < 20_000
+    result = probe("import", bomb, tmp_path / "out")
+    assert "refused" in result, result
+    assert str(bomb) in result["refused"] and "1,000,000" in result["refused"]
+    assert result["seconds"] < HANG_SECONDS / 4
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_deeply_nested_values_are_refused_by_their_depth(tmp_path):
+    deep = tmp_path / "deep.pt"
+    value: list = []
+    for _ in range(200):
+        value = [value]
+    torch.save({"model_state_dict": {"decoder.x": torch.zeros(4)}, "config": {"mlp_hidden": value}}, deep)
+    result = probe("import", deep, tmp_path / "out")
+    assert str(deep) in result["refused"] and "deeper than 32" in result["refused"]
+
+
+def test_a_zero_stride_view_standing_for_a_huge_tensor_is_refused_before_it_is_touched(tmp_path):
+    bomb = tmp_path / "checkpoint_epoch_1.pt"
+    torch.save({"model_state_dict": {"decoder.unknown": torch.zeros(1).expand(30000, 30000)}}, bomb)
+    assert bomb.stat().st_size < 2_000_000
+    result = probe("import", bomb, tmp_path / "out")
+    assert str(bomb) in result["refused"] and "(30000, 30000)" in result["refused"], result
+    assert "900,000,000 elements" in result["refused"] and "storage of 1" in result["refused"]
