@@ -396,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "`import damcha.hf`; the folder is loaded back and its logits compared with the "
                                     "run's. Needs pip install 'damcha[hf]'.")
     hf.add_argument("run", help="run directory")
-    hf.add_argument("--out", required=True, help="folder to write (config.json, model.safetensors)")
+    hf.add_argument("--out", required=True, help="a new (or empty) folder to write: config.json, model.safetensors; "
+                    "an existing folder holding anything is refused")
     hf.add_argument("--epoch", type=int, help="the snapshot to export (default: the last)")
     app = sub.add_parser("app", help="start the app (127.0.0.1 unless --host says otherwise)",
                          description="Start the Streamlit app with its safe settings wherever it is started from. "

@@ -3,6 +3,8 @@ model built from configs in code. MHA swapped in with the model's own weights gi
 (the plumbing is exact); every variant trains a few steps with every new parameter moving; padding,
 attention under eager, generation and the refusals hold."""
 
+import copy
+
 import pytest
 import torch
 
@@ -134,3 +136,122 @@ def test_what_cannot_be_swapped_is_refused_in_words():
     hf.swap_attention(model, "mha")
     with pytest.raises(ValueError, match="holds no GPT2Attention to replace"):
         hf.swap_attention(model, "mha")
+
+
+def _same_fresh_start(variant: str, build, **swap):
+    torch.manual_seed(0)
+    model, loss_of = build()
+    hf.swap_attention(model, variant, seed=0, **swap)
+    return model, loss_of
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_a_copy_of_a_swapped_model_computes_with_its_own_weights_and_no_state_of_the_original(variant):
+    model, _ = _same_fresh_start(variant, gpt2)
+    model.eval()
+    early = copy.deepcopy(model)  # before any call
+    other = TOKENS.flip(1)
+    with torch.no_grad():
+        reference = model(TOKENS).logits
+        late = copy.deepcopy(model)  # after a call: nothing of that call may travel with it
+        torch.testing.assert_close(early(TOKENS).logits, reference, rtol=0, atol=0)
+        torch.testing.assert_close(late(other).logits, model(other).logits, rtol=0, atol=0)
+        for p in late.parameters():
+            p.mul_(1.5)
+        moved = late(TOKENS).logits
+        torch.testing.assert_close(model(TOKENS).logits, reference, rtol=0, atol=0)  # the original untouched
+    assert (moved - reference).abs().max() > 1e-3  # the copy computes with its own (changed) weights
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_new_layers_take_the_models_mode_dtype_and_device(layout):
+    variant = "damcha"
+    model, _ = LAYOUTS[layout]()
+    model.eval()
+    hf.swap_attention(model, variant, seed=0, rope="none" if layout == "llama" else None,
+                      dropout=0.5)  # dropout the layers would apply if left in training mode
+    assert not any(m.training for m in model.modules())
+    run = (lambda m: m(pixel_values=PIXELS.to(next(m.parameters()).dtype))) if layout == "vit" else (lambda m: m(TOKENS))
+    with torch.no_grad():
+        torch.testing.assert_close(run(model).logits, run(model).logits, rtol=0, atol=0)
+    torch.manual_seed(0)
+    cast_first, _ = LAYOUTS[layout]()
+    cast_first = cast_first.to(torch.bfloat16).eval()
+    hf.swap_attention(cast_first, variant, seed=0, rope="none" if layout == "llama" else None)
+    assert {p.dtype for p in cast_first.parameters()} == {torch.bfloat16}
+    torch.manual_seed(0)
+    swap_first, _ = LAYOUTS[layout]()
+    hf.swap_attention(swap_first, variant, seed=0, rope="none" if layout == "llama" else None)
+    swap_first = swap_first.to(torch.bfloat16).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(run(cast_first).logits, run(swap_first).logits, rtol=0, atol=0)
+
+
+def _gpt2_with(**settings):
+    def build():
+        config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=32, **settings)
+        return transformers.GPT2LMHeadModel(config), None
+    return build
+
+
+# Each setting of the models' configs that bears on attention: honoured (MHA swapped in with the model's
+# weights reproduces the model with the setting) or refused in words before anything is swapped.
+SETTINGS = {
+    "gpt2 scale_attn_by_inverse_layer_idx": (_gpt2_with(scale_attn_by_inverse_layer_idx=True), "refused",
+                                             "scale_attn_by_inverse_layer_idx=True divides"),
+    "gpt2 scale_attn_weights=False": (_gpt2_with(scale_attn_weights=False), "refused", "leaves GPT-2's scores"),
+    "gpt2 add_cross_attention": (_gpt2_with(add_cross_attention=True), "honoured", None),
+    "gpt2 tie_word_embeddings=False": (_gpt2_with(tie_word_embeddings=False), "honoured", None),
+    "gpt2 reorder_and_upcast_attn (float32)": (_gpt2_with(reorder_and_upcast_attn=True), "honoured", None),
+    "llama head_dim != hidden / heads": (
+        lambda: (transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=4, head_dim=16, intermediate_size=64,
+            vocab_size=50, max_position_embeddings=32)), None), "refused", "head_dim=16 with hidden_size 32"),
+    "llama grouped-query attention": (lambda: llama(kv_heads=2), "refused", "grouped-query attention"),
+}
+ENCODER = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(1))
+
+
+def _call(model, name):
+    if "cross_attention" in name:
+        return model(TOKENS, encoder_hidden_states=ENCODER).logits
+    return model(TOKENS).logits
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_every_attention_setting_of_a_model_is_honoured_or_refused_in_words(name):
+    build, outcome, words = SETTINGS[name]
+    for variant in variant_names():  # refused for every mechanism alike, or run by every one
+        torch.manual_seed(0)
+        model = build()[0].eval()
+        if outcome == "refused":
+            with pytest.raises(ValueError, match=words):
+                hf.swap_attention(model, variant, rope="none" if "llama" in name else None)
+            continue
+        with torch.no_grad():
+            before = _call(model, name)
+            hf.swap_attention(model, variant, seed=0)
+            after = _call(model, name)
+        assert torch.isfinite(after).all()
+        if variant == "mha":  # the explicit recomputation: the model itself
+            torch.testing.assert_close(after, before, rtol=0, atol=1e-6)
+        if "cross_attention" in name:  # the encoder's states still reach the model through its own cross-attention
+            with torch.no_grad():
+                assert (model(TOKENS, encoder_hidden_states=ENCODER * 2).logits - after).abs().max() > 1e-4
+
+
+def test_position_ids_reach_a_llamas_rotary_positions_and_4d_masks_are_refused():
+    torch.manual_seed(0)
+    model, _ = llama()
+    model.eval()
+    shifted = torch.arange(12).expand(2, 12) + torch.tensor([[0], [7]])
+    shifted[1, 6:] += 5  # the second row with a gap: RoPE reads differences, a shift alone would change nothing
+    with torch.no_grad():
+        before = model(TOKENS, position_ids=shifted).logits
+        hf.swap_attention(model, "mha")
+        torch.testing.assert_close(model(TOKENS, position_ids=shifted).logits, before, rtol=0, atol=1e-5)
+        assert (model(TOKENS).logits[1] - before[1]).abs().max() > 1e-4  # the positions matter: they were used
+        packed = torch.ones(2, 1, 12, 12, dtype=torch.bool).tril()
+        packed[:, :, 6:, :6] = False  # two documents of six tokens in each row
+        with pytest.raises(ValueError, match="4-D attention_mask .* pass a \\(batch, length\\) mask"):
+            model(TOKENS, attention_mask=packed)

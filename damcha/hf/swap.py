@@ -9,7 +9,12 @@ O always where the mechanism has them (`value`, `proj`), Q and K for mechanisms 
 and everything else starts fresh (DAMCHA's metric generator). A mechanism with a module computed once
 per stack (DAMCHA's shared metric) gets it as a new submodule of the model, run on the first block's
 input by a forward pre-hook; the 2-D attention mask, read by a pre-hook on the base model, gives the
-real tokens. Those hooks hold one call's values, so a swapped model serves one call at a time.
+real tokens. Those hooks hold one call's values, so a swapped model serves one call at a time; they are
+bound to an object the model holds, so `copy.deepcopy` gives a model that computes with its own weights.
+The new modules take the replaced ones' dtype, device and train/eval mode; a Llama's `position_ids` reach
+the rotary positions. Settings the swapped layers would drop are refused in words (GPT-2's
+`scale_attn_by_inverse_layer_idx`, `scale_attn_weights=False`, `reorder_and_upcast_attn` below float32; a
+Llama's `head_dim` other than hidden / heads; a 4-D attention mask); a GPT-2's cross-attention stays its own.
 
 Deviations, declared: the attend step is the project's (sdpa when the model's attn_implementation is
 "sdpa", the explicit softmax under "eager"), not `ALL_ATTENTION_FUNCTIONS`, since an attention function
@@ -85,11 +90,30 @@ class Swap:
 
 
 class _CallState:
-    """One call's real tokens and shared value, set by the swap's pre-hooks at the start of each forward."""
+    """One call's real tokens and shared value, set by the swap's pre-hooks at the start of each forward.
+    The hooks are this object's bound methods and it holds the model's shared module: copy.deepcopy of
+    the model copies it once with the model (and rebinds the copy's hooks to the copy), so a copy
+    computes with its own weights and keeps no value of the original's last call."""
 
-    def __init__(self):
+    def __init__(self, mechanism, shared_module: nn.Module | None):
+        self.mechanism, self.shared_module = mechanism, shared_module
         self.real: torch.Tensor | None = None
         self.shared: Any = None
+
+    def read_mask(self, module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if mask is not None and mask.dim() != 2:
+            raise ValueError(f"a {mask.dim()}-D attention_mask (packed sequences, a custom pattern) cannot be honoured "
+                             f"by the swapped {self.mechanism.title} layers: their masks and any context they compute "
+                             "from the sequence (DAMCHA's prefix mean) follow a 2-D padding mask, one sequence per row; "
+                             "pass a (batch, length) mask")
+        self.real = None if mask is None or bool(mask.all()) else mask.bool()  # (B, T)
+        self.shared = None
+
+    def run_shared(self, block, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]  # (B, T, D): the stack input
+        self.shared = self.mechanism.run_shared(self.shared_module, x, self.real, self.mechanism.options(None),
+                                                self.shared_module.training)
 
 
 # What becomes of a Llama's rotary positions: "q_and_k" rotates the q and k of the mechanism's attend step
@@ -112,7 +136,10 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
         raise ValueError(f"swap_attention knows GPT-2, Llama and ViT models ({', '.join(LAYOUTS)}), not "
                          f"{getattr(config, 'model_type', type(model).__name__)!r}")
     original = layout.attention_class()
-    found = [(name, module) for name, module in model.named_modules() if type(module) is original]
+    _refuse_unhonoured(config, layout)
+    # Cross-attention (a GPT-2 with add_cross_attention) stays the model's own: it reads the encoder's states.
+    found = [(name, module) for name, module in model.named_modules()
+             if type(module) is original and not getattr(module, "is_cross_attention", False)]
     if not found:
         raise ValueError(f"{type(model).__name__} holds no {original.__name__} to replace (already swapped?)")
     mechanism_config = _mechanism_config(config, layout, len(found), variant, settings)
@@ -122,14 +149,19 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
     if implementation not in ("sdpa", "eager"):
         raise ValueError(f"attn_implementation={implementation!r}: a swapped model attends with 'sdpa' or 'eager'")
     swapped_class = type(f"Swapped{original.__name__}", (original,), {"forward": _swapped_forward})
-    state = _CallState()
+    # The new modules take the place, dtype, device and train/eval mode of the ones they replace.
+    weight = next(found[0][1].parameters())
+    where = {"device": weight.device, "dtype": weight.dtype}
     carried, fresh = [], []
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
         shared = mechanism.build_shared(mechanism_config)
+        if shared is not None:
+            shared.to(**where).train(found[0][1].training)
+        state = _CallState(mechanism, shared)
         for index, (name, old) in enumerate(found):
-            layer = mechanism.build_layer(mechanism_config, index)
+            layer = mechanism.build_layer(mechanism_config, index).to(**where)
             new = swapped_class.__new__(swapped_class)
             nn.Module.__init__(new)
             new.config, new.layer_idx, new.layer, new.swap_state = config, index, layer, state
@@ -138,17 +170,39 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
             carried += [f"{name}.layer.{p}" for p in ours]
             fresh += [f"{name}.layer.{p}" for p, _ in layer.named_parameters() if p not in ours]
             parent, _, attribute = name.rpartition(".")
-            setattr(model.get_submodule(parent), attribute, new.to(next(old.parameters()).device))
+            setattr(model.get_submodule(parent), attribute, new.train(old.training))
     if shared is not None:
         model.add_module("damcha_shared", shared)
         fresh += [f"damcha_shared.{p}" for p, _ in shared.named_parameters()]
         first_block = model.get_submodule(found[0][0].rpartition(".")[0])
-        first_block.register_forward_pre_hook(_shared_hook(model, mechanism, state), with_kwargs=True)
-    model.base_model.register_forward_pre_hook(_mask_hook(state), with_kwargs=True)
+        first_block.register_forward_pre_hook(state.run_shared, with_kwargs=True)
+    model.base_model.register_forward_pre_hook(state.read_mask, with_kwargs=True)
     config.use_cache = False
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.use_cache = False
     return Swap(tuple(name for name, _ in found), mechanism_config, tuple(carried), tuple(fresh), rotary)
+
+
+def _refuse_unhonoured(config, layout: Layout) -> None:
+    """Settings of the model's attention that the swapped layers would silently drop: refused in words."""
+    D, heads = config.hidden_size, config.num_attention_heads
+    if layout.name == "gpt2":
+        if getattr(config, "scale_attn_by_inverse_layer_idx", False):
+            raise ValueError("scale_attn_by_inverse_layer_idx=True divides layer l's scores by l + 1; the swapped layers "
+                             "score with 1/sqrt(head width) alone, so the setting would be dropped: swap into a model "
+                             "with scale_attn_by_inverse_layer_idx=False")
+        if not getattr(config, "scale_attn_weights", True):
+            raise ValueError("scale_attn_weights=False leaves GPT-2's scores unscaled; the swapped layers scale by "
+                             "1/sqrt(head width), so the setting would be dropped: swap into a model with "
+                             "scale_attn_weights=True")
+        if getattr(config, "reorder_and_upcast_attn", False) and config.dtype not in (None, torch.float32, "float32"):
+            raise ValueError("reorder_and_upcast_attn=True computes a half-precision model's scores in float32; the "
+                             "swapped layers compute in the model's dtype: swap into a float32 model, or without it")
+    head_dim = getattr(config, "head_dim", None)
+    if layout.name == "llama" and head_dim not in (None, D // heads):
+        raise ValueError(f"head_dim={head_dim} with hidden_size {D} and {heads} heads: the registered mechanisms "
+                         f"split the width into heads of hidden_size / heads = {D // heads}, so no weight could carry "
+                         "over and the model would be another: swap into a model with head_dim = hidden_size / heads")
 
 
 def _rotary(config, layout: Layout, mechanism, rope: str | None) -> bool:
@@ -210,22 +264,6 @@ def _carry(theirs: dict, layer: nn.Module) -> list[str]:
     return carried
 
 
-def _mask_hook(state: _CallState):
-    def read_mask(module, args, kwargs):
-        mask = kwargs.get("attention_mask")
-        state.real = None if mask is None or mask.dim() != 2 or bool(mask.all()) else mask.bool()  # (B, T)
-        state.shared = None
-    return read_mask
-
-
-def _shared_hook(model: nn.Module, mechanism, state: _CallState):
-    def run_shared(block, args, kwargs):
-        x = args[0] if args else kwargs["hidden_states"]  # (B, T, D): the stack input
-        state.shared = mechanism.run_shared(model.damcha_shared, x, state.real, mechanism.options(None),
-                                            model.training)
-    return run_shared
-
-
 def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
     """The mechanism's layer on the block's normed input; returns (output, weights) as the model's own
     attention does (weights only under attn_implementation="eager")."""
@@ -238,7 +276,9 @@ def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
         raise ValueError(f"attn_implementation={implementation!r}: a swapped model attends with 'sdpa' or 'eager'")
     real = state.real if state.real is not None and state.real.shape == (B, T) else None
     mask = attention_mask(real, self.causal, T, hidden_states.device)  # (B, 1, T, T) or None
+    positions = kwargs.get("position_ids")  # a Llama's: its rotary positions, from the caller's position_ids
+    rotary = positions if self.rotary and positions is not None else self.rotary
     call = LayerCall(real, mask, self.causal, self.mechanism.options(None), implementation == "eager",
-                     self.training, state.shared, rotary=self.rotary)
+                     self.training, state.shared, rotary=rotary)
     out = self.layer(hidden_states, call)
     return out.y, out.weights  # (B, T, D), (B, H, T, T) or None

@@ -54,7 +54,8 @@ class LayerCall:
     as site(name, tensor) -> tensor on the pre-softmax scores ("attn_scores") and the weights
     ("pattern") of the layer's attend step, so hooks can read or replace them (damcha.interop.lens);
     None: no hooks. rotary: the attend step rotates q and k by their positions (RoPE; the config's
-    position_encoding "rotary")."""
+    position_encoding "rotary"): True, positions 0..T-1; a (B, T) or (T,) tensor, those positions (a
+    Hugging Face model's position_ids)."""
 
     real: torch.Tensor | None
     mask: torch.Tensor | None
@@ -64,7 +65,7 @@ class LayerCall:
     stochastic: bool = False
     shared: Any = None
     site: Any = None
-    rotary: bool = False
+    rotary: bool | torch.Tensor = False
 
 
 @dataclass

@@ -37,16 +37,18 @@ def attention_mask(real: torch.Tensor | None, causal: bool, T: int, device: torc
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
            scale: float, dropout: float, need_weights: bool,
            site: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
-           rotary: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+           rotary: bool | torch.Tensor = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """softmax(q k^T * scale) v with the masks. q, k: (B, H, T, e); v: (B, H, T, d).
 
     Without need_weights this is one fused scaled_dot_product_attention call that never
     builds the (B, H, T, T) scores; with it, the scores are explicit and returned, and `site`
     (LayerCall.site) may read or replace them: site("attn_scores", masked scores before the
     softmax) and site("pattern", weights), as interpretability hooks do. rotary: q and k are first
-    rotated by their positions (RoPE, rotate-half form, base 10000).
+    rotated by their positions (RoPE, rotate-half form, base 10000): True, 0..T-1; a tensor, those positions.
     """
-    if rotary:
+    if isinstance(rotary, torch.Tensor):
+        q, k = rotate(q, positions=rotary), rotate(k, positions=rotary)  # (B, H, T, e) each
+    elif rotary:
         q, k = rotate(q), rotate(k)  # (B, H, T, e) each
     if not need_weights:
         out = F.scaled_dot_product_attention(
@@ -64,15 +66,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return out, weights
 
 
-def rotate(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding (rotate-half form, as Llama's): x (B, H, T, e), e even, position t at row t.
-    The scores of rotated q and k depend on positions only through their difference."""
+def rotate(x: torch.Tensor, base: float = 10000.0, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotary position embedding (rotate-half form, as Llama's): x (B, H, T, e), e even; row t at position t,
+    or at positions[b, t] when given ((B, T) or (T,): a Hugging Face model's position_ids). The scores of
+    rotated q and k depend on positions only through their difference."""
     T, e = x.shape[-2], x.shape[-1]
     if e % 2:
         raise ValueError(f"rotary positions need an even width of q and k, got {e}")
+    if positions is None:
+        positions = torch.arange(T, device=x.device)  # (T,)
+    elif positions.shape[-1] != T or positions.dim() > 2:
+        raise ValueError(f"position ids of shape {tuple(positions.shape)} for a sequence of {T}")
     frequency = base ** (-torch.arange(0, e, 2, device=x.device, dtype=torch.float32) / e)  # (e/2,)
-    angle = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * frequency  # (T, e/2)
-    cos, sin = (torch.cat([f, f], dim=-1).to(x.dtype) for f in (angle.cos(), angle.sin()))  # (T, e) each
+    angle = positions.to(x.device, torch.float32)[..., None] * frequency  # (T, e/2) or (B, T, e/2)
+    if angle.dim() == 3:
+        angle = angle[:, None]  # (B, 1, T, e/2): every head at the row's position
+    cos, sin = (torch.cat([f, f], dim=-1).to(x.dtype) for f in (angle.cos(), angle.sin()))  # (..., T, e) each
     half = torch.cat([-x[..., e // 2:], x[..., : e // 2]], dim=-1)  # (B, H, T, e)
     return x * cos + half * sin  # (B, H, T, e)
 
