@@ -192,6 +192,64 @@ def test_a_damaged_or_foreign_folder_is_refused_in_words(tmp_path):
         model(_tokens())
 
 
+
+def test_pickled_weights_nan_weights_and_another_tasks_folder_are_refused_in_words(tmp_path):
+    model = hf.DamchaForCausalLM(_config("damcha"))
+    model.config.save_pretrained(tmp_path / "pickled")  # as older Transformers wrote a folder: pickled weights
+    torch.save(model.state_dict(), tmp_path / "pickled" / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="holds pytorch_model.bin \\(pickled weights, never loaded here\\)"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "pickled")
+    with pytest.raises(ValueError, match="use_safetensors=False: these classes read safetensors only"):
+        hf.DamchaForCausalLM.from_pretrained(tmp_path / "pickled", use_safetensors=False)
+    model.save_pretrained(tmp_path / "nan")
+    weights = load_file(tmp_path / "nan" / "model.safetensors")
+    weights["transformer.head.weight"][0, 0] = float("nan")
+    save_file(weights, tmp_path / "nan" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="NaN or infinite values in transformer.head.weight"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "nan")
+    weights["transformer.head.weight"] = torch.zeros(5, 16)
+    save_file(weights, tmp_path / "nan" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="its weights' shapes do not match its config"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "nan")
+    hf.DamchaForSequenceClassification(_config("mha", classifier=True)).save_pretrained(tmp_path / "classifier")
+    with pytest.raises(ValueError, match="DamchaForCausalLM cannot hold this model: its config is a classifier"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "classifier")
+    with pytest.raises(ValueError, match="DamchaForSequenceClassification cannot hold this model"):
+        transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "nan")
+
+
+@pytest.mark.parametrize("setting, value", [("num_key_value_heads", 2), ("head_dim", 2), ("tie_word_embeddings", True),
+                                            ("rope_theta", 500000.0), ("rope_scaling", {"type": "linear"}),
+                                            ("sliding_window", 4)])
+def test_settings_of_other_architectures_that_this_model_would_ignore_are_refused(setting, value):
+    base = ModelConfig(n_layer=1, n_head=4, n_embd=16, block_size=12, vocab_size=11)
+    with pytest.raises(ValueError, match=f"{setting}=.* is not what this model does .* leave {setting} out"):
+        hf.DamchaConfig.for_llama(base, **{setting: value})
+    assert hf.DamchaConfig.for_llama(base, num_key_value_heads=4, head_dim=4).model_config().n_head == 4  # equal: fine
+
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_a_folder_of_every_variant_opens_in_the_app_as_the_same_model(variant, tmp_path):
+    torch.manual_seed(0)
+    model = hf.DamchaForCausalLM(_config(variant)).eval()
+    model.save_pretrained(tmp_path / "today")
+    written = json.loads((tmp_path / "today" / "config.json").read_text())
+    (tmp_path / "unnamed").mkdir()  # a folder whose config names only the variant's own settings (as written before)
+    unnamed = dict(variant_config(ModelConfig(), variant).attention_options)
+    (tmp_path / "unnamed" / "model.safetensors").write_bytes((tmp_path / "today" / "model.safetensors").read_bytes())
+    (tmp_path / "unnamed" / "config.json").write_text(json.dumps({**written, "attention_options": unnamed}))
+    x = _tokens()
+    for folder in ("today", "unnamed"):
+        runs, bad = list_runs(tmp_path)
+        run = next(r for r in runs if r.name == folder)
+        loaded = hf.DamchaForCausalLM.from_pretrained(tmp_path / folder).eval()
+        with torch.no_grad():
+            in_the_app = load_model(run, run.epochs[-1])(x).logits
+            torch.testing.assert_close(in_the_app, loaded(x).logits, rtol=0, atol=0)
+            torch.testing.assert_close(in_the_app, model(x).logits, rtol=0, atol=0)
+
+
 def test_importing_damcha_loads_none_of_the_extras():
     code = ("import sys, damcha, damcha.model.config, damcha.runs.checkpoints\n"
             "print([m for m in ('transformers', 'transformer_lens', 'nnsight') if m in sys.modules])")

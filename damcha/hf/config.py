@@ -27,6 +27,22 @@ _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 LAYOUTS = ("gpt2", "vit", "llama")
 LLAMA = {"norm": "rms", "feed_forward": "swiglu", "position_encoding": "rotary", "head_bias": False}
 
+# Settings other Hugging Face architectures read that this model does not: given with a value other than what
+# the model does, each is refused in words rather than stored and ignored (name -> (accepted?, what it does)).
+_ROPE_DEFAULT = (None, 10000, 10000.0)
+UNREAD_SETTINGS = {
+    "num_key_value_heads": (lambda c, v: v in (None, c.n_head),
+                            "every registered mechanism has one key and value per head (no grouped-query attention)"),
+    "head_dim": (lambda c, v: v in (None, c.n_embd // max(c.n_head, 1)), "heads are n_embd / n_head wide"),
+    "tie_word_embeddings": (lambda c, v: not v, "the output head is its own matrix, not tied to the embedding"),
+    "rope_theta": (lambda c, v: v in _ROPE_DEFAULT, "the llama layout rotates with the default RoPE (theta 10000)"),
+    "rope_scaling": (lambda c, v: v is None, "the llama layout rotates with the default RoPE (no scaling)"),
+    "rope_parameters": (lambda c, v: v is None or (v.get("rope_type", "default") == "default"
+                                                  and v.get("rope_theta") in _ROPE_DEFAULT),
+                        "the llama layout rotates with the default RoPE (theta 10000, no scaling)"),
+    "sliding_window": (lambda c, v: v is None, "every layer attends to the whole (causal) context"),
+}
+
 
 class DamchaConfig(PreTrainedConfig):
     """Any registered attention mechanism in the project's transformer, as a Hugging Face config.
@@ -77,6 +93,11 @@ class DamchaConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        for name, (accepted, what) in UNREAD_SETTINGS.items():
+            value = getattr(self, name, None)
+            if not accepted(self, value):
+                raise ValueError(f"DamchaConfig: {name}={value!r} is not what this model does ({what}); it would be "
+                                 f"stored and ignored, so it is refused: leave {name} out")
         if self.layout not in LAYOUTS:
             raise ValueError(f"DamchaConfig: layout must be one of {LAYOUTS}, got {self.layout!r}")
         self.generator_widths = list(self.generator_widths)
@@ -88,7 +109,10 @@ class DamchaConfig(PreTrainedConfig):
         wrong = {k: getattr(self, k) for k, v in LLAMA.items() if getattr(self, k) != v}
         if self.layout == "llama" and wrong:
             raise ValueError(f"DamchaConfig: layout 'llama' is {LLAMA}, got {wrong}; DamchaConfig.for_llama sets them")
-        self.model_config()  # refuses, in words, a config the project cannot build
+        # Refuses, in words, a config the project cannot build; settings named (as a run's config names them),
+        # so a folder saved today reads as this model wherever a later default changes.
+        named = self.model_config().to_dict().get("attention_options", {})
+        self.attention_options = {**named, **self.attention_options}
 
     def _check_image_layout(self) -> None:
         size, patch, channels = self.image_size, self.patch_size, self.num_channels

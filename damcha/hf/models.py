@@ -14,6 +14,8 @@ receive q and k after projections DAMCHA does not have; flash and flex attention
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
@@ -27,6 +29,7 @@ from transformers.modeling_outputs import (
 from damcha.hf.config import DamchaConfig
 from damcha.model.mechanisms import ForwardOptions
 from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer
+from damcha.runs.checkpoints import non_finite
 
 NO_CACHE = ("{cls} keeps no key/value cache: DAMCHA's keys are the layer inputs themselves and its metric is a "
             "function of the mean of the whole context, which a cache of keys and values does not hold (every "
@@ -42,23 +45,53 @@ class DamchaPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["Block"]
 
     def __init__(self, config: DamchaConfig):
+        wrong = self.task_mismatch(config)
+        if wrong:
+            raise ValueError(f"{type(self).__name__} cannot hold this model: {wrong}")
         super().__init__(config)
         self.transformer = Transformer(config.model_config())
         self.post_init()
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """Hugging Face's loader, refusing a checkpoint that lacks a tensor or holds a foreign one (it would
-        leave that weight uninitialised, not re-initialised: the project's modules initialise themselves)."""
+        """Hugging Face's loader, safetensors only (pickled weights are never read), refusing a checkpoint that
+        lacks a tensor or holds a foreign one (it would leave that weight uninitialised, not re-initialised:
+        the project's modules initialise themselves), NaN or infinite weights, and a folder of another task
+        (a classifier's folder loaded as a causal LM)."""
+        where = args[0] if args else kwargs.get("pretrained_model_name_or_path", "")
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError("use_safetensors=False: these classes read safetensors only (a pickled checkpoint could "
+                             "run code when loaded)")
+        kwargs["use_safetensors"] = True
+        folder = Path(str(where))
+        if folder.is_dir() and not any(folder.glob("*.safetensors")):
+            pickled = sorted(p.name for p in folder.glob("*.bin")) or sorted(p.name for p in folder.glob("*.pt*"))
+            if pickled:
+                raise ValueError(f"{where}: holds {pickled[0]} (pickled weights, never loaded here) and no "
+                                 "model.safetensors; save it with save_pretrained(safe_serialization=True)")
         want_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        try:
+            model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        except RuntimeError as e:  # the library's words for weights whose shapes are not the config's
+            if "mismatch" not in str(e) and "size" not in str(e):
+                raise
+            raise ValueError(f"{where}: its weights' shapes do not match its config: a damaged or foreign "
+                             "checkpoint") from None
         wrong = {kind: sorted(info[kind])[:3] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
                  if info.get(kind)}
         if wrong:
             detail = "; ".join(f"{kind.replace('_keys', '')} {names}" for kind, names in wrong.items())
-            raise ValueError(f"{args[0] if args else ''}: its weights do not match its config ({detail}): a damaged "
+            raise ValueError(f"{where}: its weights do not match its config ({detail}): a damaged "
                              "or foreign checkpoint")
+        bad = non_finite(model.state_dict())
+        if bad:
+            raise ValueError(f"{where}: NaN or infinite values in {bad}: such a model can only produce NaN")
         return (model, info) if want_info else model
+
+    @classmethod
+    def task_mismatch(cls, config: DamchaConfig) -> str | None:
+        """Why a config's task is not this class's (None: it is)."""
+        return None
 
     def _init_weights(self, module: nn.Module) -> None:
         # The project's modules initialise themselves (Transformer.__init__): Hugging Face's N(0, 0.02) for
@@ -123,6 +156,13 @@ class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
     convention, shifted here); IGNORE_INDEX (-100) skips a position. Pad on the right: positions are
     absolute, counted from the first token."""
 
+    @classmethod
+    def task_mismatch(cls, config: DamchaConfig) -> str | None:
+        if config.n_classes or not config.causal or config.input_dim:
+            return ("its config is a classifier or an encoder (n_classes, causal, input_dim): load it with "
+                    "AutoModelForSequenceClassification or DamchaForImageClassification")
+        return None
+
     def get_output_embeddings(self) -> nn.Module:
         return self.transformer.head
 
@@ -148,6 +188,13 @@ class DamchaForSequenceClassification(DamchaPreTrainedModel):
     """A non-causal encoder whose head classifies the mean of the real tokens' features (the project's
     classification head); labels: (B,) class ids."""
 
+    @classmethod
+    def task_mismatch(cls, config: DamchaConfig) -> str | None:
+        if not config.n_classes or config.input_dim:
+            return ("its config is not a classifier over token ids (n_classes 0, or image patches): load it with "
+                    "AutoModelForCausalLM or DamchaForImageClassification")
+        return None
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_attentions: bool | None = None,
                 output_hidden_states: bool | None = None, return_dict: bool | None = None,
@@ -163,11 +210,15 @@ class DamchaForImageClassification(DamchaPreTrainedModel):
 
     main_input_name = "pixel_values"
 
+    @classmethod
+    def task_mismatch(cls, config: DamchaConfig) -> str | None:
+        if config.layout != "vit":
+            return "it needs a config of layout 'vit' (DamchaConfig.for_images)"
+        return None
+
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
                 return_dict: bool | None = None, **kwargs) -> ImageClassifierOutput:
-        if self.config.layout != "vit":
-            raise ValueError("DamchaForImageClassification needs a config of layout 'vit' (DamchaConfig.for_images)")
         out = self._run(patches_of(pixel_values, self.config.patch_size), None, labels, kwargs, output_attentions,
                         output_hidden_states)
         return ImageClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,

@@ -71,7 +71,7 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
         cfg = read_json(checkpoints[max(checkpoints)] / CONFIG_FILE, MAX_CONFIG_BYTES, root, "model config")
     _refuse_foreign(folder, cfg)
     source = cfg.get("damcha_run") if isinstance(cfg.get("damcha_run"), dict) else {}
-    config = {"format_version": 1, "model": {k: v for k, v in cfg.items() if k in _MODEL_FIELDS},
+    config = {"format_version": 1, "model": _named_settings({k: v for k, v in cfg.items() if k in _MODEL_FIELDS}),
               "train": _section(source, "train"), "data": _section(source, "data"),
               "notes": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
     if source.get("run"):
@@ -91,6 +91,17 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
     snapshots = {n: f"{checkpoints[s].name}/{WEIGHTS_FILE}" for n, s in zip(numbers, steps)}
     metrics = _metrics(_trainer_log(checkpoints[steps[-1]], root), by_epoch)
     return FolderRun(config, snapshots, metrics)
+
+
+def _named_settings(model: dict) -> dict:
+    """The folder's model fields with every mechanism setting named. damcha.hf's classes build a config's
+    unnamed settings with today's defaults; a run's config without them is read as predating them
+    (ModelConfig's saved_before), which would build another model from the same weights."""
+    try:
+        named = ModelConfig.from_dict(model).to_dict().get("attention_options")
+    except (TypeError, ValueError):  # validation, with its words, comes when the run is read
+        return model
+    return {**model, "attention_options": named} if named else model
 
 
 def _section(source: dict, name: str) -> dict:
