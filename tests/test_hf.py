@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from damcha import ModelConfig, variant_config, variant_names  # noqa: E402
 from damcha.__main__ import main  # noqa: E402
+from damcha.model.mechanisms import get_mechanism  # noqa: E402
 from damcha.runs.checkpoints import list_runs, load_model  # noqa: E402
 
 hf = pytest.importorskip("damcha.hf")
@@ -141,6 +142,32 @@ def test_greedy_generation_recomputes_the_prefix_and_a_cache_is_refused():
         model(prompt, use_cache=True)
     with pytest.raises(ValueError, match="keeps no key/value cache"):
         model(prompt, past_key_values=transformers.DynamicCache())
+
+
+@pytest.mark.parametrize("layout", ["gpt2", "llama"])
+@pytest.mark.parametrize("variant", variant_names())
+def test_generate_on_a_left_padded_batch_gives_every_row_as_it_would_alone(variant, layout):
+    config = _config(variant)
+    if layout == "llama":
+        if not get_mechanism(config.attention).rotary_positions:
+            pytest.skip(f"{variant} scores outside the shared attend step: no Llama layout (refused in words)")
+        config = hf.DamchaConfig.for_llama(config.model_config())
+    torch.manual_seed(0)
+    model = hf.DamchaForCausalLM(config).eval()
+    rows = [_tokens(1, 5)[0], _tokens(1, 3)[0] + 0]
+    rows[1][0] = 7  # two prompts of different lengths
+    batch = torch.zeros(2, 5, dtype=torch.long)
+    mask = torch.zeros(2, 5, dtype=torch.long)
+    for i, row in enumerate(rows):  # left padding
+        batch[i, 5 - len(row):], mask[i, 5 - len(row):] = row, 1
+    together = model.generate(batch, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    for i, row in enumerate(rows):
+        alone = model.generate(row[None], max_new_tokens=4, do_sample=False, pad_token_id=0)
+        assert torch.equal(together[i, 5 - len(row):], alone[0]), (variant, i)
+    right = torch.ones_like(mask)
+    right[1, -2:] = 0
+    with pytest.raises(ValueError, match="padded on the right .* pad on the left"):
+        model.generate(batch, attention_mask=right, max_new_tokens=2, do_sample=False, pad_token_id=0)
 
 
 def _token_runs():

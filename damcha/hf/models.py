@@ -115,9 +115,9 @@ class DamchaPreTrainedModel(PreTrainedModel):
         # Trainer's count of targets across accumulated batches: the loss here is the batch's mean, as the
         # project's training computes it.
         kwargs.pop("num_items_in_batch", None)
+        positions = kwargs.pop("position_ids", None)
         if kwargs:
-            raise TypeError(f"{type(self).__name__} got arguments it does not use: {sorted(kwargs)} (positions "
-                            "are absolute from the first token; no position_ids)")
+            raise TypeError(f"{type(self).__name__} got arguments it does not use: {sorted(kwargs)}")
         implementation = self.config._attn_implementation or "sdpa"
         if implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation={implementation!r}: these models attend with 'sdpa' (fused) or "
@@ -127,9 +127,11 @@ class DamchaPreTrainedModel(PreTrainedModel):
             raise ValueError("output_attentions needs attn_implementation='eager' (the fused path never builds the "
                              "weights); load with attn_implementation='eager' or call set_attn_implementation('eager')")
         real = None if attention_mask is None else attention_mask.bool()  # (B, T)
+        if positions is not None:
+            positions = positions.expand(inputs.shape[0], -1)  # (B, T): a (1, T) row serves every row
         return self.transformer(inputs, targets=targets, real=real, options=options,
                                 need_intermediates=implementation == "eager",
-                                need_hidden_states=bool(output_hidden_states))
+                                need_hidden_states=bool(output_hidden_states), positions=positions)
 
     @staticmethod
     def _attentions(out: ModelOutput, output_attentions: bool | None) -> tuple[torch.Tensor, ...] | None:
@@ -153,8 +155,9 @@ class DamchaModel(DamchaPreTrainedModel):
 
 class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
     """A causal decoder with its next-token head. labels are the input ids themselves (Hugging Face's
-    convention, shifted here); IGNORE_INDEX (-100) skips a position. Pad on the right: positions are
-    absolute, counted from the first token."""
+    convention, shifted here); IGNORE_INDEX (-100) skips a position. Positions count from the first token
+    unless position_ids say otherwise; generate() on a left-padded batch gives each row's real tokens the
+    positions 0, 1, ... (so every row generates as it would alone); right padding is refused there."""
 
     @classmethod
     def task_mismatch(cls, config: DamchaConfig) -> str | None:
@@ -181,7 +184,16 @@ class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                                       **kwargs) -> dict:
         # Every step sees the whole prefix (no cache): only the last position's logits are needed.
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": 1}
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": 1}
+        if attention_mask is None or bool(attention_mask.all()):
+            return inputs
+        real = attention_mask.bool()  # (B, T)
+        if bool((real[:, :-1] & ~real[:, 1:]).any()):  # a real token followed by a pad: padded on the right
+            raise ValueError("generate() on a batch padded on the right would append each row's new tokens after "
+                             "its pads; pad on the left (tokenizer.padding_side = 'left'), as for every decoder")
+        # Left padding: each row's real tokens at positions 0, 1, ... as if it were alone.
+        inputs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
+        return inputs
 
 
 class DamchaForSequenceClassification(DamchaPreTrainedModel):

@@ -224,14 +224,16 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 options: ForwardOptions | None = None, need_intermediates: bool = False,
                 stochastic: bool | None = None, need_hidden_states: bool = False,
-                layer_sites: Sequence[Callable] | None = None) -> ModelOutput:
+                layer_sites: Sequence[Callable] | None = None, positions: torch.Tensor | None = None) -> ModelOutput:
         """tokens: (B, T) ids, or (B, T, input_dim) vectors. targets: (B, T) next tokens (IGNORE_INDEX to
         skip), (B,) class ids, or (B, T, input_dim) next vectors. real: (B, T) bool, True for real tokens
         (default: tokens not equal to config.pad_token). options: the mechanism's per-call options
         (None: its defaults). stochastic: dropout on; None follows self.training. need_hidden_states:
         return the stack input and every block's output (references to tensors the pass makes anyway).
         layer_sites: one LayerCall.site per layer (with need_intermediates), where hooks read or replace
-        each layer's scores and weights (damcha.interop.lens)."""
+        each layer's scores and weights (damcha.interop.lens). positions: (B, T) the position of each token
+        (a left-padded row's real tokens from 0; default: 0..T-1 for every row), for learned, sinusoidal
+        and rotary positions alike."""
         cfg = self.config
         B, T = tokens.shape[:2]
         if T > cfg.block_size:
@@ -241,15 +243,20 @@ class Transformer(nn.Module):
         real = self._real_tokens(tokens, real)  # (B, T) or None: no padding
         mask = attention_mask(real, cfg.causal, T, tokens.device)  # (B, 1, T, T) or None
 
+        if positions is not None and (positions.shape != (B, T) or int(positions.min()) < 0
+                                      or int(positions.max()) >= cfg.block_size):
+            raise ValueError(f"positions must be (batch, length) = ({B}, {T}) in 0..{cfg.block_size - 1}, got shape "
+                             f"{tuple(positions.shape)}")
         x = self.tok_emb(tokens)  # (B, T, D)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(T, device=tokens.device))  # (B, T, D)
+            x = x + self.pos_emb(torch.arange(T, device=tokens.device) if positions is None else positions)  # (B, T, D)
         x = F.dropout(x, cfg.dropout, training=stochastic)  # (B, T, D)
         shared = None
         if self.metric_source is not None:  # computed once from the stack input, used by every layer
             shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
+        rotary = cfg.position_encoding == "rotary"
         call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared,
-                         rotary=cfg.position_encoding == "rotary")
+                         rotary=positions if rotary and positions is not None else rotary)
         layers, hidden = [], [x]
         for i, block in enumerate(self.blocks):
             x, inter = block(x, call if layer_sites is None else replace(call, site=layer_sites[i]))  # (B, T, D)
