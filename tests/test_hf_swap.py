@@ -4,6 +4,7 @@ model built from configs in code. MHA swapped in with the model's own weights gi
 attention under eager, generation and the refusals hold."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -255,3 +256,40 @@ def test_position_ids_reach_a_llamas_rotary_positions_and_4d_masks_are_refused()
         packed[:, :, 6:, :6] = False  # two documents of six tokens in each row
         with pytest.raises(ValueError, match="4-D attention_mask .* pass a \\(batch, length\\) mask"):
             model(TOKENS, attention_mask=packed)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("variant", variant_names())
+def test_a_swapped_model_saves_and_reloads_to_the_same_logits_and_never_loads_as_the_plain_model(
+        layout, variant, tmp_path):
+    torch.manual_seed(0)
+    model, loss_of = LAYOUTS[layout]()
+    rotary = layout == "llama" and get_mechanism(get_variant(variant).mechanism).rotary_positions
+    hf.swap_attention(model, variant, seed=0, rope=None if rotary or layout != "llama" else "none")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_of(model).loss.backward()  # trained a step: the reload must carry trained weights, not a fresh start
+    optimizer.step()
+    model.eval()
+    model.save_pretrained(tmp_path / "swapped")
+    reloaded = hf.load_swapped(tmp_path / "swapped")
+    assert not reloaded.training
+    with torch.no_grad():
+        torch.testing.assert_close(loss_of(reloaded).logits, loss_of(model).logits, rtol=0, atol=0)
+    with pytest.raises(OSError, match="no file named model.safetensors"):  # not a GPT-2 with fresh attention
+        type(model).__mro__[1].from_pretrained(tmp_path / "swapped")
+
+
+def test_a_swapped_folder_that_is_damaged_or_foreign_is_refused_in_words(tmp_path):
+    model, _ = gpt2()
+    hf.swap_attention(model, "damcha", seed=0)
+    model.save_pretrained(tmp_path / "swapped")
+    gpt2()[0].save_pretrained(tmp_path / "plain")
+    with pytest.raises(ValueError, match="model_type 'gpt2', not a swapped model"):
+        hf.load_swapped(tmp_path / "plain")
+    config = json.loads((tmp_path / "swapped" / "config.json").read_text())
+    (tmp_path / "swapped" / "config.json").write_text(json.dumps({**config, "base_architecture": "AutoModel"}))
+    with pytest.raises(ValueError, match="base_architecture 'AutoModel' .* is not one load_swapped rebuilds"):
+        hf.load_swapped(tmp_path / "swapped")
+    (tmp_path / "swapped" / "config.json").write_text(json.dumps({**config, "variant": "mha"}))
+    with pytest.raises(ValueError, match="its tensors do not match the swapped model"):
+        hf.load_swapped(tmp_path / "swapped")

@@ -26,7 +26,7 @@ from damcha.hf.models import (
     DamchaModel,
     DamchaPreTrainedModel,
 )
-from damcha.hf.swap import Swap, swap_attention
+from damcha.hf.swap import Swap, load_swapped, swap_attention
 
 AutoConfig.register(DamchaConfig.model_type, DamchaConfig, exist_ok=True)
 AutoModel.register(DamchaConfig, DamchaModel, exist_ok=True)
@@ -36,4 +36,4 @@ AutoModelForImageClassification.register(DamchaConfig, DamchaForImageClassificat
 
 __all__ = ["DamchaConfig", "DamchaForCausalLM", "DamchaForImageClassification", "DamchaForSequenceClassification",
            "DamchaModel",
-           "DamchaPreTrainedModel", "Swap", "export_run", "swap_attention"]
+           "DamchaPreTrainedModel", "Swap", "export_run", "load_swapped", "swap_attention"]

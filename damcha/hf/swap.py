@@ -30,14 +30,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
+from safetensors import SafetensorError
+from safetensors.torch import load_model
 from torch import nn
 
 from damcha.hf.models import NO_CACHE
+from damcha.hf.swap_saving import ARCHITECTURES, CONFIG_FILE, MODEL_TYPE, WEIGHTS_FILE, record_swap
 from damcha.model.config import MAX_BLOCK_SIZE, ModelConfig, variant_config
 from damcha.model.mechanisms import LayerCall, attention_mask, get_variant
+from damcha.runs.checkpoints import non_finite
+from damcha.runs.files import read_json
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,7 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
     config.use_cache = False
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.use_cache = False
+    record_swap(model, variant, rope, settings)
     return Swap(tuple(name for name, _ in found), mechanism_config, tuple(carried), tuple(fresh), rotary)
 
 
@@ -282,3 +290,37 @@ def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
                      self.training, state.shared, rotary=rotary)
     out = self.layer(hidden_states, call)
     return out.y, out.weights  # (B, T, D), (B, H, T, T) or None
+
+
+MAX_CONFIG_BYTES = 1_000_000
+
+
+def load_swapped(folder: str | Path) -> nn.Module:
+    """The swapped model that `save_pretrained` wrote to `folder` (damcha.hf.swap_saving), in eval mode as
+    from_pretrained returns one: the original architecture built from its config, the same variant swapped
+    in with the same settings, and every tensor loaded (missing, foreign or non-finite ones refused)."""
+    folder = Path(folder)
+    config = read_json(folder / CONFIG_FILE, MAX_CONFIG_BYTES, None, "model config")
+    if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE:
+        found = config.get("model_type") if isinstance(config, dict) else None
+        raise ValueError(f"{folder}: a config of model_type {str(found)[:40]!r}, not a swapped model "
+                         f"({MODEL_TYPE!r}); load it with its own class")
+    layout, architecture = config.get("base_model_type"), config.get("base_architecture")
+    if architecture not in ARCHITECTURES.get(layout, ()):
+        raise ValueError(f"{folder}: base_architecture {str(architecture)[:60]!r} of model_type {str(layout)[:20]!r} "
+                         f"is not one load_swapped rebuilds ({ARCHITECTURES})")
+    base = transformers.AutoConfig.for_model(layout, **config.get("base_config", {}))
+    model = getattr(transformers, architecture)(base)
+    swap_attention(model, config["variant"], rope=config.get("rope"), **dict(config.get("settings") or {}))
+    try:
+        missing, unexpected = load_model(model, str(folder / WEIGHTS_FILE), strict=False)
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise ValueError(f"{folder / WEIGHTS_FILE}: cannot be read as this model's weights "
+                         f"({(str(e).splitlines() or [type(e).__name__])[0][:200]})") from None
+    if missing or unexpected:
+        raise ValueError(f"{folder / WEIGHTS_FILE}: its tensors do not match the swapped model (missing "
+                         f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}): a damaged or foreign folder")
+    bad = non_finite(model.state_dict())
+    if bad:
+        raise ValueError(f"{folder / WEIGHTS_FILE}: NaN or infinite values in {bad}")
+    return model.eval()

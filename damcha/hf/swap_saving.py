@@ -1,0 +1,73 @@
+"""How a swapped model saves: `save_pretrained` of a model that `swap_attention` changed writes a folder that
+`damcha.hf.load_swapped` rebuilds to the same logits, and that its original architecture's loader refuses
+instead of dropping the mechanism's tensors.
+
+The folder: config.json of model_type "damcha_swapped" (the original architecture's class and config, the
+variant, its settings and the RoPE choice) and swapped_model.safetensors (every tensor of the swapped model,
+tied ones once). The weights deliberately do not sit in model.safetensors: a plain
+`GPT2LMHeadModel.from_pretrained(folder)` would load the embeddings and MLPs, re-initialise the attention it
+expects and drop the mechanism's tensors with a warning; finding no model.safetensors, it stops instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import save_model
+from torch import nn
+
+from damcha import __version__
+
+MODEL_TYPE = "damcha_swapped"
+WEIGHTS_FILE = "swapped_model.safetensors"
+CONFIG_FILE = "config.json"
+# The classes a folder may name, by model_type: a config never picks an arbitrary attribute of transformers.
+ARCHITECTURES = {"gpt2": ("GPT2LMHeadModel", "GPT2Model", "GPT2ForSequenceClassification"),
+                 "llama": ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification"),
+                 "vit": ("ViTForImageClassification", "ViTModel")}
+
+
+def save_swapped(model: nn.Module, folder: str | Path, **_: object) -> None:
+    """Write a swapped model to `folder` (see the module's docstring). Hugging Face's save_pretrained
+    arguments (safe_serialization, ...) are accepted and need nothing: the weights are safetensors."""
+    folder = Path(folder)
+    record = model.damcha_swap
+    base = model.config.to_dict()
+    base_type = base.pop("model_type")
+    config = {"model_type": MODEL_TYPE, "base_model_type": base_type, "base_architecture": record["architecture"],
+              "base_config": base, "variant": record["variant"], "rope": record["rope"],
+              "settings": record["settings"], "damcha_version": record["version"],
+              "how_to_load": "pip install 'damcha[hf]'; import damcha.hf; damcha.hf.load_swapped(folder)"}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    save_model(model, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def record_swap(model: nn.Module, variant: str, rope: str | None, settings: dict) -> None:
+    """Make `model` save as a swapped model: what was swapped, on the model, and its class's save_pretrained
+    writing the folder load_swapped reads (a subclass of the model's own class, made once per class)."""
+    if type(model).__name__ not in ARCHITECTURES.get(model.config.model_type, ()):
+        model.damcha_swap = None  # a class load_swapped would not rebuild: save_pretrained refuses in words
+    else:
+        model.damcha_swap = {"architecture": type(model).__name__, "variant": variant, "rope": rope,
+                             "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+                             "version": __version__}
+    model.__class__ = _saving_class(type(model))
+
+
+_SAVING_CLASSES: dict[type, type] = {}
+
+
+def _refuse_or_save(model: nn.Module, folder: str | Path, **kwargs: object) -> None:
+    if model.damcha_swap is None:
+        raise ValueError(f"a swapped {type(model).__name__} cannot be saved to reload: load_swapped rebuilds "
+                         f"{ARCHITECTURES}; save its state_dict yourself")
+    save_swapped(model, folder, **kwargs)
+
+
+def _saving_class(cls: type) -> type:
+    if cls not in _SAVING_CLASSES:
+        _SAVING_CLASSES[cls] = type(cls.__name__, (cls,), {"save_pretrained": _refuse_or_save,
+                                                           "__module__": cls.__module__})
+    return _SAVING_CLASSES[cls]
