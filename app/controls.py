@@ -18,10 +18,17 @@ from damcha.inputs.model_inputs import (
     validation_count,
     validation_input,
 )
-from damcha.inputs.uploads import InputError
+from damcha.inputs.uploads import MAX_UPLOAD_BYTES, InputError
 from damcha.runs.checkpoints import Run
 
 UPLOAD_TYPES = {"image": ["png", "jpg", "jpeg", "gif", "bmp", "webp"], "text": ["txt", "md", "py", "csv", "json", "text"]}
+
+
+# The uploader refuses a larger file in the browser, before the page hears of it (a red mark on the file's
+# name, its reason on hover): the page says so beforehand, in words.
+UPLOAD_LIMIT_NOTE = (f"Files up to {MAX_UPLOAD_BYTES / 1e6:g} MB ({MAX_UPLOAD_BYTES:,} bytes); the uploader refuses "
+                     "a larger one itself, marking its name in red (point at the mark for the reason), and this page "
+                     "then keeps waiting for a file.")
 
 
 def input_picker(run: Run) -> ModelInput | None:
@@ -49,7 +56,8 @@ def input_picker(run: Run) -> ModelInput | None:
             up = st.file_uploader("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)",
                                   type=UPLOAD_TYPES["image"], key="upload_image")
             if up is None:
-                st.info("Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels.")
+                st.info("Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels. "
+                        + UPLOAD_LIMIT_NOTE)
                 return None
             return input_from_image(run, up.getvalue(), up.name)
         if source == "Upload a colour photo":
@@ -57,13 +65,14 @@ def input_picker(run: Run) -> ModelInput | None:
                                   key="upload_photo")
             if up is None:
                 st.info("Upload any colour photo; it is turned upright, centre-cropped to a square and resized to "
-                        "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels.")
+                        "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels. " + UPLOAD_LIMIT_NOTE)
                 return None
             return input_from_photo(run, up.getvalue(), up.name)
         if source == "Upload a text file":
             up = st.file_uploader("UTF-8 text file", type=UPLOAD_TYPES["text"], key="upload_text")
             if up is None:
-                st.info("Upload a UTF-8 text file; the model reads its first bytes, up to its context length.")
+                st.info("Upload a UTF-8 text file; the model reads its first bytes, up to its context length. "
+                        + UPLOAD_LIMIT_NOTE)
                 return None
             return input_from_text(run, up.getvalue(), f"file {up.name}")
         if source == "Type token ids":

@@ -101,9 +101,11 @@ def check_allowed(path: Path) -> str | None:
 def plain_text(text: str) -> str:
     """Text from a file, a folder name or an upload shown as it is: Markdown and HTML characters
     escaped, so nothing a visitor or a file supplies can draw links, images or formatting."""
-    escaped = re.sub(r"([\\`*_{}\[\]()#!|~<>$:])", r"\\\1", text)
-    escaped = re.sub(r"^(\s*)([-+>=])", r"\1\\\2", escaped, flags=re.MULTILINE)  # list, quote and heading markers
-    return re.sub(r"^(\s*\d+)\.", r"\1\\.", escaped, flags=re.MULTILINE)  # numbered lists
+    escaped = re.sub(r"([\\`*_{}\[\]()#!|~<>$:&])", r"\\\1", text)
+    # Streamlit's Markdown links a bare www.example.org or name@example.org whatever is escaped: an invisible
+    # word joiner (U+2060) where the link would start keeps the text as it reads and links nothing.
+    escaped = re.sub(r"(?i)\b(www)\.", "\\1\u2060.", escaped).replace("@", "@\u2060")
+    return re.sub(r"^(\s*)([-+>=])", r"\1\\\2", escaped, flags=re.MULTILINE)  # list, quote and heading markers
 
 
 def shown_path(path: Path | str, root: Path | str) -> str:

@@ -185,3 +185,25 @@ def test_a_copied_link_reopens_the_same_view_for_each_data_sets_default_and_last
             assert other.locator(".stException").count() == 0
     finally:
         fresh.close()
+
+
+def test_a_text_over_the_upload_limit_is_refused_in_words_within_seconds(server, page, tmp_path):
+    from damcha.inputs.uploads import MAX_UPLOAD_BYTES
+
+    huge = tmp_path / "huge.txt"
+    huge.write_bytes((b"The quick brown fox jumps over the lazy dog. " * 120_000)[:MAX_UPLOAD_BYTES + 100_000])
+    _upload(page, f"{server}/inspector?run=text-damcha", "Upload a text file", huge)
+    page.get_by_text("the uploader refuses a larger one itself").wait_for(timeout=30_000)
+    page.get_by_text("Files up to 5 MB (5,000,000 bytes)").wait_for(timeout=5_000)
+    assert page.locator(".stException").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "inspector-text-over-the-limit.png"), full_page=True)
+
+
+def test_an_uploaded_files_name_never_becomes_a_link(server, page, tmp_path):
+    for name in ("www.evil.example.txt", "write to me@evil.example.txt", "[click](evil.example).txt"):
+        path = tmp_path / name
+        path.write_text("Some text for the model to read. " * 4, encoding="utf-8")
+        _upload(page, f"{server}/inspector?run=text-damcha", "Upload a text file", path)
+        page.get_by_text("bytes; the model reads").first.wait_for(timeout=60_000)
+        hrefs = page.locator("[data-testid=stMain] a").evaluate_all("links => links.map(a => a.href)")
+        assert not [h for h in hrefs if "evil" in h], (name, hrefs)

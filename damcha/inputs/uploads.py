@@ -16,7 +16,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from damcha.inputs.modalities.digit_image import DIGIT_LEVELS, digit_levels_to_tokens, digit_sequence
 
-MAX_UPLOAD_BYTES = 5 * 1024 * 1024
+# The app's uploader takes server.maxUploadSize = 5 MB, counted as Streamlit counts it (decimal megabytes): the
+# same bound here, so a file the uploader passes is never refused again by a different count.
+MAX_UPLOAD_BYTES = 5_000_000
 MAX_IMAGE_PIXELS = 40_000_000  # decompression-bomb guard: refused before decoding
 MAX_ASPECT = 20.0
 IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "BMP", "WEBP")
@@ -50,7 +52,7 @@ def open_image(data: bytes) -> Image.Image:
     if not data:
         raise InputError("the file is empty; upload a PNG, JPEG, GIF, BMP or WebP image")
     if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"the file is {len(data) / 1e6:.1f} MB; images up to {MAX_UPLOAD_BYTES // 2**20} MB are accepted")
+        raise InputError(f"the file is {len(data) / 1e6:.1f} MB; images up to {MAX_UPLOAD_BYTES / 1e6:g} MB are accepted")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -171,7 +173,7 @@ def digit_tokens(levels: np.ndarray, classification: bool) -> tuple[np.ndarray, 
 def text_from_bytes(data: bytes, block_size: int) -> TextInput:
     """UTF-8 text -> the byte tokens the model reads (the first block_size bytes), or InputError."""
     if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"the text is {len(data) / 1e6:.1f} MB; texts up to {MAX_UPLOAD_BYTES // 2**20} MB are accepted")
+        raise InputError(f"the text is {len(data) / 1e6:.1f} MB; texts up to {MAX_UPLOAD_BYTES / 1e6:g} MB are accepted")
     if not data.strip():
         raise InputError("the text is empty; type or upload some UTF-8 text")
     if b"\x00" in data[:65536]:

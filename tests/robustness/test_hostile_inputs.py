@@ -3,6 +3,7 @@ never another exception, and within bounded time and memory."""
 
 import resource
 import time
+from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -112,3 +113,18 @@ def test_huge_text_is_refused_with_a_limit():
         raise AssertionError("a 6 MB text was accepted")
     except InputError as e:
         assert "MB" in str(e)
+
+
+def test_the_librarys_upload_limit_is_the_uploaders_as_streamlit_counts_it():
+    import tomllib
+
+    from damcha.inputs.uploads import MAX_UPLOAD_BYTES
+
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "app" / ".streamlit" / "config.toml").read_text())
+    assert MAX_UPLOAD_BYTES == config["server"]["maxUploadSize"] * 1_000_000  # Streamlit's megabytes are decimal
+    text_from_bytes(b"a" * MAX_UPLOAD_BYTES, 128)  # what the uploader passes is read
+    try:
+        text_from_bytes(b"a" * (MAX_UPLOAD_BYTES + 1), 128)
+        raise AssertionError("a text over the limit was accepted")
+    except InputError as e:
+        assert "texts up to 5 MB are accepted" in str(e)
