@@ -69,6 +69,10 @@ class ModelConfig:
             raise ValueError(f"invalid model config: generator_widths must be a list of integers, got {_short(widths)}")
         object.__setattr__(self, "generator_widths", tuple(widths))
         options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
+        if not isinstance(options, list | tuple | type({}.items())) or not all(
+                isinstance(pair, list | tuple) and len(pair) == 2 for pair in options):
+            raise ValueError(f"invalid model config: attention_options must be an object of settings (name: value), "
+                             f"got {_short(self.attention_options)}")
         object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
         self.validate()
 

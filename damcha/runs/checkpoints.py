@@ -169,6 +169,17 @@ class Run:
         return next((m for m in self.metrics if m.get("epoch") == epoch), None)
 
 
+def unopenable(folder: Path) -> str:
+    return (f"{folder}: cannot be opened (permission denied: a run folder must be readable and searchable, "
+            "chmod u+rx)")
+
+
+def refuse_unopenable(folder: Path) -> None:
+    """A folder this process may not list or enter is said so, not read as one without a config."""
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise CheckpointError(unopenable(folder))
+
+
 def read_config(run_dir: Path, root: Path | None = None) -> dict:
     path = Path(run_dir) / CONFIG_FILE
     if not os.path.lexists(path):
@@ -265,6 +276,7 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
     root = None if root is None else Path(root)
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run directory")
+    refuse_unopenable(run_dir)
     folder = None
     if _has(run_dir, CONFIG_FILE):
         cfg = read_config(run_dir, root)
@@ -505,6 +517,9 @@ def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
         except (RuntimeError, OSError):
             continue
         if not inside:
+            continue
+        if not os.access(path, os.R_OK | os.X_OK):
+            bad.append((path, unopenable(path)))
             continue
         if not _has(path, CONFIG_FILE) and not hf_folders.holds_trainer_checkpoints(path):
             if _holds_run_files(path):

@@ -13,12 +13,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 MAX_JSON_DEPTH = 32
+MAX_INT_DIGITS = 30  # a 64-bit integer has at most 19 digits; no field of a run, metrics line or Trainer state more
 
 
 class CheckpointError(ValueError):
@@ -80,8 +82,22 @@ def parse_json(text: str, where: str, allow_non_finite: bool = False) -> Any:
     def refuse(constant: str):
         raise CheckpointError(f"{where}: {constant} is not a usable number")
 
+    def whole_number(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:  # before int() reads it: Python refuses 4,300 digits, and a
+            # long one overflows every float conversion after it
+            raise CheckpointError(f"{where}: a whole number of {len(digits.lstrip('-')):,} digits, more than the "
+                                  f"{MAX_INT_DIGITS} any field of a DAMCHA file may have")
+        return int(digits)
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not allow_non_finite and not math.isfinite(value):
+            refuse(text[:40])  # 1e999 reads as infinity
+        return value
+
     try:
-        value = json.loads(text, parse_constant=None if allow_non_finite else refuse)
+        value = json.loads(text, parse_constant=None if allow_non_finite else refuse, parse_int=whole_number,
+                           parse_float=number)
     except RecursionError:
         raise CheckpointError(f"{where}: nested too deeply to be a DAMCHA file") from None
     except json.JSONDecodeError as e:

@@ -4,7 +4,6 @@ in words when the disk fills (on a real, small tmpfs), leaving the previous stat
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -17,22 +16,12 @@ import pytest
 import torch
 
 from damcha.__main__ import main
+from tests.support.folders import folder_digest
 from tests.support.reference_fake import save_like_them, their_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ROOT / "checkpoints"
 pytest.importorskip("transformers", reason="export-hf needs damcha[hf] (installed by requirements.txt)")
-
-
-def folder_digest(folder: Path) -> str:
-    """Every file's relative path, mode and bytes, hashed: equal before and after means untouched."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        digest.update(str(path.relative_to(folder)).encode())
-        digest.update(oct(path.stat().st_mode).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def refused(capsys, argv: list[str]) -> str:
