@@ -12,6 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,6 +24,7 @@ GROWTH_LIMIT_MB = 300
 PROBE = r"""
 import json, resource, sys, time
 from pathlib import Path
+from damcha.inputs.datasets.base import DataError
 from damcha.runs.checkpoints import CheckpointError, list_runs, load_run
 from damcha.runs.reference import ReferenceCheckpointError, import_reference
 
@@ -42,18 +44,26 @@ try:
     elif what == "load":
         load_run(path)
         result = {"loaded": True}
+    elif what == "corpus":
+        from damcha.inputs.datasets.benchmark_corpora import ENWIK8, load_benchmark_corpus
+        load_benchmark_corpus(ENWIK8, path, 64, nonstandard_ok=sys.argv[3] == "nonstandard")
+        result = {"loaded": True}
+    elif what == "parquet":
+        from damcha.inputs.datasets.parquet_sets import parquet_text
+        parquet_text(path, 64)
+        result = {"loaded": True}
     else:
         import_reference(path, Path(sys.argv[3]))
         result = {"imported": True}
-except (CheckpointError, ReferenceCheckpointError) as e:
+except (CheckpointError, ReferenceCheckpointError, DataError) as e:
     result = {"refused": str(e)}
 result.update(seconds=time.perf_counter() - t0, growth_mb=peak_mb() - before)
 print(json.dumps(result))
 """
 
 
-def probe(what: str, *paths: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def probe(what: str, *paths: Path, env: dict | None = None) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     done = subprocess.run([sys.executable, "-c", PROBE, what, *map(str, paths)], capture_output=True, text=True,
                           timeout=HANG_SECONDS, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -193,3 +203,50 @@ def test_a_zero_stride_view_standing_for_a_huge_tensor_is_refused_before_it_is_t
     result = probe("import", bomb, tmp_path / "out")
     assert str(bomb) in result["refused"] and "(30000, 30000)" in result["refused"], result
     assert "900,000,000 elements" in result["refused"] and "storage of 1" in result["refused"]
+
+
+def _zipped_corpus(path: Path, member_bytes: int, content: bytes) -> Path:
+    with zipfile.ZipFile(path, "w") as out:
+        info = zipfile.ZipInfo("enwik8")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with out.open(info, "w", force_zip64=True) as member:
+            for start in range(0, member_bytes, len(content)):
+                member.write(content[: member_bytes - start])
+    return path
+
+
+@pytest.mark.parametrize("copy", ["standard", "nonstandard"])
+def test_a_corpus_zip_bomb_is_refused_before_anything_is_extracted(tmp_path, copy):
+    bomb = _zipped_corpus(tmp_path / "enwik8.zip", 400 * 2**20, bytes(2**20))  # 400 MB of zeros, ~400 kB
+    assert bomb.stat().st_size < 2_000_000
+    cache = tmp_path / "cache"
+    result = probe("corpus", bomb, copy, env={"DAMCHA_CACHE": str(cache)})
+    assert str(bomb) in result["refused"] and "more than 20 to 1" in result["refused"], result
+    assert not [p for p in cache.rglob("*") if p.is_file()], "extracted into the cache although refused"
+
+
+def test_a_corpus_member_of_another_size_is_refused_before_extraction_and_a_refused_copy_leaves_the_cache(tmp_path):
+    letters = np.random.default_rng(0).choice(np.frombuffer(b"abcdefghij klmnop<>", dtype=np.uint8), 3_000_000)
+    text = b"<mediawiki> " + letters.tobytes()  # random letters: a ratio like the published zip's
+    other = _zipped_corpus(tmp_path / "enwik8.zip", 3_000_000, text)
+    cache = tmp_path / "cache"
+    result = probe("corpus", other, "standard", env={"DAMCHA_CACHE": str(cache)})
+    assert "not the published enwik8" in result["refused"] and "refused before extraction" in result["refused"]
+    assert not [p for p in cache.rglob("*") if p.is_file()]
+    not_wiki = _zipped_corpus(tmp_path / "other.zip", 3_000_000, b"plain " + letters.tobytes())
+    result = probe("corpus", not_wiki, "nonstandard", env={"DAMCHA_CACHE": str(cache)})
+    assert "not enwik8 (it does not start with '<mediawiki')" in result["refused"], result
+    assert not [p for p in cache.rglob("*") if p.is_file()], "a refused copy was kept in the cache"
+
+
+def test_a_parquet_bomb_is_refused_before_a_row_is_decompressed(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = pa.array(["a" * 100_000] * 600)  # 60 MB of one letter: a few kB compressed
+    bomb = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"text": rows}), bomb, compression="zstd")
+    assert bomb.stat().st_size < 100_000
+    cache = tmp_path / "cache"
+    result = probe("parquet", bomb, env={"DAMCHA_CACHE": str(cache)})
+    assert str(bomb) in result["refused"] and "more than 100 to 1" in result["refused"], result
+    assert not [p for p in cache.rglob("*") if p.is_file()], "converted into the cache although refused"

@@ -24,6 +24,10 @@ SPLITS = {"train": "train", "validation": "validation", "valid": "validation", "
 SUFFIXES = (".parquet", ".arrow")
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".pk", ".pd")
 MAX_FILES = 10_000
+# A parquet file's declared expansion, checked before a row is decompressed (and again while converting): real
+# shards expand 1-10 times (images stay as compressed as they were); a few kB declaring gigabytes is a bomb.
+MAX_EXPANSION_RATIO = 100
+MAX_ROW_GROUP_BYTES = 2 * 10**9
 PICKLE_REFUSAL = ("pickled data (a Python or pandas pickle) is refused: reading a pickle can run code. Save it "
                   "as parquet instead (pandas: DataFrame.to_parquet; Hugging Face: Dataset.to_parquet or save_to_disk)")
 
@@ -75,6 +79,19 @@ def split_files(path: str | Path) -> dict[str, list[Path]]:
     return splits
 
 
+def _declared_expansion(parquet: Path, metadata) -> int:
+    """The bytes a parquet file's row groups declare uncompressed, refused past the bounds before any is read."""
+    groups = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
+    total, size = sum(groups), max(parquet.stat().st_size, 1)
+    if groups and max(groups) > MAX_ROW_GROUP_BYTES:
+        raise DataError(f"{parquet}: a row group declares {max(groups):,} bytes uncompressed, more than "
+                        f"{MAX_ROW_GROUP_BYTES:,}: refused before reading (write it with smaller row groups)")
+    if total > MAX_EXPANSION_RATIO * size:
+        raise DataError(f"{parquet}: its {size:,} bytes declare {total:,} uncompressed, more than "
+                        f"{MAX_EXPANSION_RATIO} to 1: refused before reading, as a decompression bomb would be")
+    return total
+
+
 def _converted(parquet: Path) -> Path:
     """A parquet file as an Arrow stream in the cache folder (converted once, a row batch at a time)."""
     import pyarrow as pa
@@ -91,8 +108,14 @@ def _converted(parquet: Path) -> Path:
     def write(partial: Path) -> None:
         # pre-buffering would keep the whole file in memory, and reader threads keep arenas of their own
         source = pq.ParquetFile(parquet, pre_buffer=False, buffer_size=CHUNK)
+        declared = _declared_expansion(parquet, source.metadata)
+        written = 0
         with pa.OSFile(str(partial), "wb") as sink, ipc.new_stream(sink, source.schema_arrow) as writer:
             for batch in source.iter_batches(batch_size=1024, use_threads=False):
+                written += batch.nbytes
+                if written > 2 * declared + 2**20:  # its pages hold more than its metadata says
+                    raise DataError(f"{parquet}: expands past the {declared:,} bytes its metadata declares; refused "
+                                    "while converting, nothing kept")
                 writer.write_batch(batch)
 
     try:

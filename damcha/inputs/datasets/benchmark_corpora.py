@@ -28,6 +28,8 @@ from damcha.inputs.datasets.text import BYTE_VOCAB
 STANDARD_SPLIT = (90_000_000, 5_000_000, 5_000_000)  # train, validation, test bytes
 NONSTANDARD_FRACTIONS = (0.90, 0.05, 0.05)  # the same proportions for a copy of another size
 MAX_MEMBER_BYTES = 2 * 10**9  # a zip member claiming more is refused before extraction (enwik9 is 10^9)
+# The published zips compress about 2.8 (enwik8) and 3.2 (text8) to 1; a member claiming far more is a zip bomb.
+MAX_COMPRESSION_RATIO = 20
 LTCB = "Matt Mahoney's Large Text Compression Benchmark, mattmahoney.net/dc/textdata.html"
 
 
@@ -91,7 +93,26 @@ def _extract(archive: Path, info: zipfile.ZipInfo, zf: zipfile.ZipFile, target: 
     return found
 
 
-def _from_zip(archive: Path, corpus: BenchmarkCorpus) -> tuple[Path, dict, str]:
+def _refuse_before_extracting(archive: Path, info: zipfile.ZipInfo, corpus: BenchmarkCorpus,
+                              nonstandard_ok: bool) -> None:
+    """What a member's zip header declares is checked before a byte is extracted into the cache."""
+    name = corpus.published.name
+    if info.file_size > MAX_MEMBER_BYTES:
+        raise DataError(f"{archive}: member {info.filename} declares {info.file_size:,} bytes, more than "
+                        f"{name} could be ({MAX_MEMBER_BYTES:,} at most)")
+    if info.file_size > MAX_COMPRESSION_RATIO * max(info.compress_size, 1):
+        raise DataError(f"{archive}: member {info.filename} declares {info.file_size:,} bytes from "
+                        f"{info.compress_size:,} compressed, more than {MAX_COMPRESSION_RATIO} to 1 (the published "
+                        f"zip is about 3 to 1): refused before extraction, as a zip bomb would be")
+    if not nonstandard_ok and info.file_size != corpus.published.size:
+        raise DataError(f"{archive}: not the published {name} — its member {info.filename} declares "
+                        f"{info.file_size:,} bytes, the published file has {corpus.published.size:,}: refused before "
+                        "extraction. Obtain the "
+                        "standard file again, or pass --nonstandard-data to train on this one anyway (the run then "
+                        "records standard_files: false)")
+
+
+def _from_zip(archive: Path, corpus: BenchmarkCorpus, nonstandard_ok: bool) -> tuple[Path, dict, str]:
     try:
         with zipfile.ZipFile(archive) as zf:
             infos = [i for i in zf.infolist() if not i.is_dir()]
@@ -100,9 +121,7 @@ def _from_zip(archive: Path, corpus: BenchmarkCorpus) -> tuple[Path, dict, str]:
                 held = ", ".join(i.filename for i in infos[:5]) or "nothing"
                 raise DataError(f"{archive}: a zip without the member '{corpus.member}' (it holds {held}); "
                                 f"expected {corpus.expected_content}")
-            if info.file_size > MAX_MEMBER_BYTES:
-                raise DataError(f"{archive}: member {info.filename} declares {info.file_size:,} bytes, more than "
-                                f"{corpus.published.name} could be ({MAX_MEMBER_BYTES:,} at most)")
+            _refuse_before_extracting(archive, info, corpus, nonstandard_ok)
             target = extracted_folder() / f"{corpus.member}-{info.CRC:08x}-{info.file_size}"
             try:
                 found = json.loads(target.with_name(target.name + ".digests").read_text())
@@ -116,14 +135,21 @@ def _from_zip(archive: Path, corpus: BenchmarkCorpus) -> tuple[Path, dict, str]:
     return target, found, f"{archive}:{info.filename}"
 
 
-def corpus_file(path: str | Path, corpus: BenchmarkCorpus) -> tuple[Path, dict, str]:
+def corpus_file(path: str | Path, corpus: BenchmarkCorpus, nonstandard_ok: bool = False) -> tuple[Path, dict, str]:
     """The file to map (the user's, or the zip's member as extracted), its digests, and its source."""
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{p}: no such file (expected {corpus.expected_content})")
     if zipfile.is_zipfile(p):
-        return _from_zip(p, corpus)
+        return _from_zip(p, corpus, nonstandard_ok)
     return p, file_digests(p), str(p)
+
+
+def _forget_extracted(source_file: Path) -> None:
+    """A member extracted into the cache and then refused is not kept there."""
+    if source_file.parent == extracted_folder():
+        source_file.unlink(missing_ok=True)
+        source_file.with_name(source_file.name + ".digests").unlink(missing_ok=True)
 
 
 def split_points(n: int, standard: bool) -> tuple[int, int]:
@@ -134,14 +160,18 @@ def split_points(n: int, standard: bool) -> tuple[int, int]:
 
 
 def load_benchmark_corpus(corpus: BenchmarkCorpus, path: str | Path, block_size: int, nonstandard_ok: bool) -> DataSet:
-    source_file, found, source = corpus_file(path, corpus)
-    standard = check_standard(source, found, corpus.published, nonstandard_ok)
-    if found["size"] == 0:
-        raise DataError(f"{source}: the file is empty (expected {corpus.expected_content})")
-    mapped = np.memmap(source_file, dtype=np.uint8, mode="c")  # copy-on-write: nothing is read until used
-    problem = None if standard else corpus.content_problem(mapped)
-    if problem:
-        raise DataError(f"{source}: not {corpus.published.name} ({problem}); expected {corpus.expected_content}")
+    source_file, found, source = corpus_file(path, corpus, nonstandard_ok)
+    try:
+        standard = check_standard(source, found, corpus.published, nonstandard_ok)
+        if found["size"] == 0:
+            raise DataError(f"{source}: the file is empty (expected {corpus.expected_content})")
+        mapped = np.memmap(source_file, dtype=np.uint8, mode="c")  # copy-on-write: nothing is read until used
+        problem = None if standard else corpus.content_problem(mapped)
+        if problem:
+            raise DataError(f"{source}: not {corpus.published.name} ({problem}); expected {corpus.expected_content}")
+    except DataError:
+        _forget_extracted(source_file)
+        raise
     val_start, test_start = split_points(len(mapped), standard)
     parts = {"train": (0, val_start), "validation": (val_start, test_start), "test": (test_start, len(mapped))}
     short = [k for k, (a, b) in parts.items() if b - a < block_size + 1]
