@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from damcha.inputs.datasets.base import DataError
+from damcha.inputs.datasets.benchmark_corpora import ENWIK8, load_benchmark_corpus
+from damcha.inputs.datasets.cifar import read_cifar_folder
+from damcha.inputs.datasets.generated import write_standard_format_files
 from damcha.runs import checkpoints
 from damcha.runs.checkpoints import CheckpointError, list_runs, load_run
 from tests.support.folders import folder_digest
@@ -84,3 +90,50 @@ def test_a_folder_this_process_may_not_enter_is_said_so_not_read_as_one_without_
     runs, bad = list_runs(tmp_path)
     assert [r.name for r in runs] == ["open"]
     assert [(path.name, "permission denied" in why) for path, why in bad] == [("locked", True)]
+
+
+def _cifar(tmp_path: Path, labels=None, fifo: str | None = None) -> Path:
+    folder = write_standard_format_files(tmp_path / "data", images_per_batch=4)["cifar10"]
+    if labels is not None:
+        raw = pickle.loads((folder / "data_batch_2").read_bytes())
+        raw[b"labels"] = labels
+        (folder / "data_batch_2").write_bytes(pickle.dumps(raw, protocol=2))
+    if fifo:
+        (folder / fifo).unlink()
+        os.mkfifo(folder / fifo)
+    return folder
+
+
+@pytest.mark.parametrize("case, make, words", [
+    ("labels an integer", lambda t: _cifar(t, labels=7), ["data_batch_2", "'labels' is int 7"]),
+    ("labels strings", lambda t: _cifar(t, labels=["cat", "dog", "cat", "dog"]),
+     ["data_batch_2", "'labels' holds", "not 4 whole class numbers"]),
+    ("labels out of range", lambda t: _cifar(t, labels=[1, 2, 3, 1000]), ["data_batch_2", "outside 0..99"]),
+    ("a FIFO as a batch", lambda t: _cifar(t, fifo="data_batch_3"), ["data_batch_3: a FIFO"]),
+])
+def test_a_cifar_folder_with_one_bad_batch_is_refused_naming_the_file_and_field(tmp_path, case, make, words):
+    folder = make(tmp_path)
+    with pytest.raises(DataError) as refused:  # with or without the flag: a bad file is never skipped or read
+        read_cifar_folder(folder, nonstandard_ok=True)
+    for word in words:
+        assert word in str(refused.value), (case, str(refused.value))
+
+
+@pytest.mark.parametrize("case, words", [("encrypted", "is encrypted"), ("method 99", "method 99")])
+def test_a_corpus_zip_member_python_cannot_read_is_refused_in_words(tmp_path, case, words):
+    archive = tmp_path / "enwik8.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("enwik8", b"<mediawiki> " * 1000)
+    data = bytearray(archive.read_bytes())
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):  # the local and the central header of the one member
+        at = data.find(header)
+        if case == "encrypted":
+            flags = 6 if header == b"PK\x03\x04" else 8
+            data[at + flags] |= 0x1
+        else:
+            method = 8 if header == b"PK\x03\x04" else 10
+            data[at + method:at + method + 2] = (99).to_bytes(2, "little")
+    archive.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=words) as refused:
+        load_benchmark_corpus(ENWIK8, archive, 64, nonstandard_ok=True)
+    assert str(archive) in str(refused.value)

@@ -97,6 +97,12 @@ def _refuse_before_extracting(archive: Path, info: zipfile.ZipInfo, corpus: Benc
                               nonstandard_ok: bool) -> None:
     """What a member's zip header declares is checked before a byte is extracted into the cache."""
     name = corpus.published.name
+    if info.flag_bits & 0x1:
+        raise DataError(f"{archive}: member {info.filename} is encrypted; the published {name}.zip is not (extract "
+                        "it yourself and give the file)")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
+        raise DataError(f"{archive}: member {info.filename} is compressed by method {info.compress_type}, which "
+                        f"Python's zipfile cannot read; the published {name}.zip is deflated")
     if info.file_size > MAX_MEMBER_BYTES:
         raise DataError(f"{archive}: member {info.filename} declares {info.file_size:,} bytes, more than "
                         f"{name} could be ({MAX_MEMBER_BYTES:,} at most)")

@@ -4,7 +4,9 @@ published MD5s), as next-patch sequences on the standard split."""
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,9 @@ import numpy as np
 from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec
 from damcha.inputs.datasets.checksums import PublishedFile, check_standard, file_digests
 from damcha.inputs.datasets.image_sets import array_store, image_dataset
+
+MAX_BATCH_BYTES = 400_000_000  # CIFAR-100's train batch is about 155 MB
+MAX_CLASSES = 100  # CIFAR-100's fine labels
 
 
 class _ArrayOnlyUnpickler(pickle.Unpickler):
@@ -34,8 +39,7 @@ class _ArrayOnlyUnpickler(pickle.Unpickler):
 def read_cifar_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR-10/100 python batch -> images (N, 32, 32, 3) uint8 and labels (N,)."""
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such file (expected a CIFAR python batch such as data_batch_1 or train)")
+    _refuse_not_a_batch_file(p)
     try:
         d = _ArrayOnlyUnpickler(io.BytesIO(p.read_bytes()), encoding="bytes").load()
     except Exception as e:  # a damaged or hostile pickle can fail with almost any error type
@@ -48,9 +52,36 @@ def read_cifar_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     if data is None or labels is None:
         raise DataError(f"{p}: not a CIFAR python batch (missing 'data' or 'labels'/'fine_labels')")
     data = np.asarray(data)
-    if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8 or len(labels) != len(data):
-        raise DataError(f"{p}: not a CIFAR python batch (expected data of shape (N, 3072) uint8 and N labels, got {data.shape} {data.dtype})")
-    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), np.asarray(labels, dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
+        raise DataError(f"{p}: not a CIFAR python batch (expected data of shape (N, 3072) uint8, got {data.shape} "
+                        f"{data.dtype})")
+    name = "labels" if "labels" in d else "fine_labels"
+    if not isinstance(labels, list | tuple | np.ndarray):
+        raise DataError(f"{p}: '{name}' is {type(labels).__name__} {str(labels)[:40]}, not a list of class numbers")
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or len(labels) != len(data) or labels.dtype.kind not in "iu":
+        raise DataError(f"{p}: '{name}' holds {labels.shape} of {labels.dtype}, not {len(data)} whole class numbers "
+                        "(one per image)")
+    if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < MAX_CLASSES:
+        raise DataError(f"{p}: '{name}' holds classes {int(labels.min())}..{int(labels.max())}, outside "
+                        f"0..{MAX_CLASSES - 1}")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels.astype(np.int64)
+
+
+def _refuse_not_a_batch_file(p: Path) -> None:
+    """A batch must be a regular file of at most MAX_BATCH_BYTES (read whole: a FIFO would block, /dev/zero fill)."""
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise DataError(f"{p}: no such file (expected a CIFAR python batch such as data_batch_1 or train)") from None
+    except OSError as e:
+        raise DataError(f"{p}: cannot be opened ({e.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode) else "not a file"
+        raise DataError(f"{p}: {kind}, not a CIFAR python batch file")
+    if info.st_size > MAX_BATCH_BYTES:
+        raise DataError(f"{p}: {info.st_size:,} bytes, more than a CIFAR python batch holds ({MAX_BATCH_BYTES:,} at "
+                        "most; CIFAR-100's train is about 155 MB)")
 
 
 # The files of the published python versions and their MD5s, as www.cs.toronto.edu/~kriz/cifar.html
@@ -83,13 +114,14 @@ def read_cifar_folder(directory: str | Path, which: str = "cifar10", nonstandard
         raise DataError(f"{d}: no such directory (expected the extracted cifar-10-batches-py or cifar-100-python folder)")
     standard, md5, parts = True, {}, []
     for group in PUBLISHED[which]:
-        found = [n for n in group if (d / n).is_file()]
+        found = [n for n in group if os.path.lexists(d / n)]  # present: a FIFO or folder is refused, not skipped
         missing = [n for n in group if n not in found]
         if not found or (missing and not nonstandard_ok):
             raise DataError(f"{d}: missing {', '.join(missing)} (expected the {which} python batches"
                             + ("; pass --nonstandard-data to train on the batches present)" if found else ")"))
         standard &= not missing
         for name in found:
+            _refuse_not_a_batch_file(d / name)
             digests = file_digests(d / name)
             md5[name] = digests["md5"]
             standard &= check_standard(str(d / name), digests, PublishedFile(f"{which} {name}", KRIZHEVSKY, md5=group[name]),
