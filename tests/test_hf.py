@@ -282,3 +282,24 @@ def test_importing_damcha_loads_none_of_the_extras():
             "print([m for m in ('transformers', 'transformer_lens', 'nnsight') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_sparse_giant_or_lying_weights_file_is_refused_in_words(tmp_path):
+    model = hf.DamchaForCausalLM(_config("mha"))
+    model.save_pretrained(tmp_path / "giant")
+    with open(tmp_path / "giant" / "model.safetensors", "ab") as f:
+        f.truncate(1_600_000_000)  # sparse: no disk, reads as 1.6 GB
+    with pytest.raises(ValueError, match="1,600,000,000 bytes, far more than its config's .* refused before it is read"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "giant")
+    model.save_pretrained(tmp_path / "lying")
+    data = bytearray((tmp_path / "lying" / "model.safetensors").read_bytes())
+    header_length = int.from_bytes(data[:8], "little")
+    header = data[8:8 + header_length].decode()
+    comma = header.index(",", header.index("data_offsets"))  # the first tensor's offsets: [start,end]
+    end_digit = comma + 1
+    lying = header[:end_digit] + ("1" if header[end_digit] == "9" else "9") + header[end_digit + 1:]  # same length
+    assert len(lying) == len(header) and lying != header
+    data[8:8 + header_length] = lying.encode()
+    (tmp_path / "lying" / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="(not a readable safetensors file|do not match its config)"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "lying")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import (
@@ -69,6 +70,8 @@ class DamchaPreTrainedModel(PreTrainedModel):
             if pickled:
                 raise ValueError(f"{where}: holds {pickled[0]} (pickled weights, never loaded here) and no "
                                  "model.safetensors; save it with save_pretrained(safe_serialization=True)")
+        if folder.is_dir():
+            _refuse_oversized_weights(folder)
         want_info = kwargs.pop("output_loading_info", False)
         try:
             model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
@@ -77,6 +80,9 @@ class DamchaPreTrainedModel(PreTrainedModel):
                 raise
             raise ValueError(f"{where}: its weights' shapes do not match its config: a damaged or foreign "
                              "checkpoint") from None
+        except SafetensorError as e:  # offsets that lie, a header that does not describe the file
+            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(f"{where}: its model.safetensors is not a readable safetensors file ({first})") from None
         wrong = {kind: sorted(info[kind])[:3] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
                  if info.get(kind)}
         if wrong:
@@ -235,6 +241,23 @@ class DamchaForImageClassification(DamchaPreTrainedModel):
                         output_hidden_states)
         return ImageClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,
                                      attentions=self._attentions(out, output_attentions))
+
+
+def _refuse_oversized_weights(folder: Path) -> None:
+    """A weights file far larger than its config's parameters need (a sparse file of gigabytes, say) is refused
+    before anything maps it."""
+    weights, config_file = folder / "model.safetensors", folder / "config.json"
+    if not (weights.is_file() and config_file.is_file()):
+        return
+    try:
+        config = DamchaConfig.from_json_file(str(config_file))
+        needed = 8 * config.model_config().parameter_estimate()  # float64 at most, 8 bytes a parameter
+    except (ValueError, TypeError, OSError):
+        return  # the loader says what is wrong with the config
+    size = weights.stat().st_size
+    if size > 2 * needed + 2**20:
+        raise ValueError(f"{weights}: {size:,} bytes, far more than its config's ~{needed // 8:,} parameters need "
+                         f"(at most {2 * needed + 2**20:,} bytes): refused before it is read")
 
 
 def patches_of(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from damcha.model.config import ModelConfig
-from damcha.runs.files import CheckpointError, read_json
+from damcha.runs.files import CheckpointError, parse_json, read_json, read_text
 
 MODEL_TYPE = "damcha"  # damcha.hf.DamchaConfig.model_type
 CONFIG_FILE = "config.json"
@@ -29,6 +29,7 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{1,9})$")
 PICKLED_WEIGHTS = ("pytorch_model.bin", "training_args.bin")
 MAX_CONFIG_BYTES = 1_000_000
 MAX_STATE_BYTES = 50_000_000
+MAX_STATE_OBJECTS = 200_000
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
 
 
@@ -129,10 +130,22 @@ def _refuse_pickles(folder: Path, allowed: tuple[str, ...] = ()) -> None:
         raise CheckpointError(f"{folder}: {what}; save with save_pretrained(safe_serialization=True)")
 
 
+def _trainer_state(checkpoint: Path, root: Path | None) -> object:
+    """A checkpoint's trainer_state.json, its objects counted before it is parsed: every one costs memory and
+    time to build, and a few bytes each ("{}," repeated) make millions of them."""
+    path = checkpoint / TRAINER_STATE
+    text = read_text(path, MAX_STATE_BYTES, root, "Trainer state")
+    objects = text.count("{")
+    if objects > MAX_STATE_OBJECTS:
+        raise CheckpointError(f"{path}: {objects:,} objects, more than a Trainer state holds ({MAX_STATE_OBJECTS:,} "
+                              "at most: a log entry every step for 200,000 steps); refused before it is parsed")
+    return parse_json(text, str(path), allow_non_finite=True)
+
+
 def _trainer_log(checkpoint: Path, root: Path | None) -> list[dict]:
     if not os.path.lexists(checkpoint / TRAINER_STATE):
         return []
-    state = read_json(checkpoint / TRAINER_STATE, MAX_STATE_BYTES, root, "Trainer state", allow_non_finite=True)
+    state = _trainer_state(checkpoint, root)
     log = state.get("log_history", []) if isinstance(state, dict) else []
     return [entry for entry in log if isinstance(entry, dict)] if isinstance(log, list) else []
 
@@ -140,7 +153,7 @@ def _trainer_log(checkpoint: Path, root: Path | None) -> list[dict]:
 def _checkpoint_epoch(checkpoint: Path, root: Path | None) -> float | None:
     if not os.path.lexists(checkpoint / TRAINER_STATE):
         return None
-    state = read_json(checkpoint / TRAINER_STATE, MAX_STATE_BYTES, root, "Trainer state", allow_non_finite=True)
+    state = _trainer_state(checkpoint, root)
     epoch = state.get("epoch") if isinstance(state, dict) else None
     return float(epoch) if isinstance(epoch, int | float) and not isinstance(epoch, bool) else None
 

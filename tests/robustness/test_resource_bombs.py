@@ -250,3 +250,15 @@ def test_a_parquet_bomb_is_refused_before_a_row_is_decompressed(tmp_path):
     result = probe("parquet", bomb, env={"DAMCHA_CACHE": str(cache)})
     assert str(bomb) in result["refused"] and "more than 100 to 1" in result["refused"], result
     assert not [p for p in cache.rglob("*") if p.is_file()], "converted into the cache although refused"
+
+
+def test_a_trainer_state_of_millions_of_empty_entries_is_refused_before_it_is_parsed(tmp_path):
+    hf = pytest.importorskip("damcha.hf", reason="the Hugging Face extra (installed by requirements.txt)")
+    checkpoint = tmp_path / "trainer-run" / "checkpoint-1"
+    hf.export_run(SHIPPED / "digits-mha", checkpoint)
+    entries = 11_000_000  # 44 MB of "{}, "
+    (checkpoint / "trainer_state.json").write_text('{"epoch": 1.0, "log_history": [' + "{}, " * (entries - 1) + "{}]}")
+    assert (checkpoint / "trainer_state.json").stat().st_size > 40_000_000
+    result = probe("list", tmp_path)
+    assert result["runs"] == [] and "11,000,001 objects" in result["bad"][0], result
+    assert "refused before it is parsed" in result["bad"][0] and result["seconds"] < HANG_SECONDS / 4
