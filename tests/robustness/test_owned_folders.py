@@ -176,3 +176,18 @@ def test_training_on_a_disk_that_fills_keeps_every_complete_snapshot(small_disk,
     run = load_run(out)
     assert run.epochs and all(load_model(run, epoch) is not None for epoch in run.epochs)
     assert not list(out.glob(".*.tmp")), "a partial file was left"
+
+
+def test_the_disk_cache_on_a_full_disk_returns_the_value_and_keeps_no_partial_entry(small_disk, monkeypatch):
+    from damcha.runs import disk_cache
+    from damcha.runs.checkpoints import load_run
+
+    monkeypatch.setenv("DAMCHA_CACHE", str(small_disk / "cache"))
+    run = load_run(CHECKPOINTS / "digits-mha")
+    small = disk_cache.cached("probe", {"n": 1}, [(run, run.epochs[-1])], lambda: {"kept": True})
+    fill(small_disk, 4 * 1024)
+    value = {"rows": list(range(100_000))}  # about 0.6 MB of JSON: cannot be written
+    assert disk_cache.cached("probe", {"n": 2}, [(run, run.epochs[-1])], lambda: value) == value
+    entries = sorted(p.name for p in (small_disk / "cache").rglob("*") if p.is_file())
+    assert len(entries) == 1 and entries[0].endswith(".json"), entries  # the first entry, and nothing partial
+    assert disk_cache.cached("probe", {"n": 1}, [(run, run.epochs[-1])], lambda: {"kept": False}) == small
