@@ -12,7 +12,7 @@ from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.heads import HEAD_KINDS, head_site_note
 from damcha.analysis.inspection import residue_caveat, residue_learned
-from damcha.analysis.interventions import MEAN_INPUTS, alignment_note, available_interventions
+from damcha.analysis.interventions import ADAPTIVITY_GAP_READING, MEAN_INPUTS, alignment_note, available_interventions
 from damcha.analysis.structure_patching import structure_site_note
 from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
@@ -172,8 +172,8 @@ if after.has_metric:
     st.markdown(head_metric_ablation_sentence(heads, run.model_config))
     st.info(residue_check_sentence(curves["residue"], run.model_config))
 
-    st.subheader("Does the input dependence matter, and from which epoch?")
+    st.subheader("How much does the model rely on its per-input metric, and from which epoch?")
     st.caption("Adaptivity gap = loss with M-bar − loss with M(x), over 256 validation inputs, at every snapshot "
-               "(mean and 95% bootstrap interval; > 0: the input-dependent metric helps).")
+               "(mean and 95% bootstrap interval). " + ADAPTIVITY_GAP_READING)
     if holds_validation_inputs(run):
         show_epoch_figure("adaptivity_gap", run, None, {"inputs": MEAN_INPUTS})

@@ -242,6 +242,9 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
     assert_clean(at)
     assert any("unchanged up to float rounding" in i.value for i in at.info)  # the residue check, row sum
     assert charts(at) >= 7
+    gap = [c.value for c in at.caption if c.value.startswith("Adaptivity gap")]
+    assert len(gap) == 1 and "expected for any model trained with M(x)" in gap[0]
+    assert "the input-dependent metric helps" not in gap[0]  # a positive gap is no evidence that it helps
     at.selectbox(key="intervention").set_value("zero_block").run()
     assert_clean(at)
     at.selectbox(key="intervention").set_value("swap_metric").run()

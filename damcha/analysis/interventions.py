@@ -17,6 +17,7 @@ The adaptivity gap of an input is loss(M-bar) - loss(M(x)): how much the input d
 metric is worth on it.
 """
 
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ import torch
 from damcha.model.batching import as_model_input
 from damcha.model.mechanisms import DamchaOptions, ForwardOptions, Intervention
 from damcha.model.mechanisms.damcha.interventions import (  # noqa: F401 — part of this module's API
+    ADAPTIVITY_GAP_READING,
     align_reference,
     alignment_note,
     block_scale_matrix,

@@ -21,6 +21,13 @@ if TYPE_CHECKING:  # annotations only: the transformer imports the registry that
     from damcha.model.transformer import Transformer
 
 
+# What an adaptivity gap can and cannot say, in one sentence every page, the evidence and the docs share.
+ADAPTIVITY_GAP_READING = ("A positive gap is expected for any model trained with M(x), input dependence helping or "
+                          "not: the model is fitted to M(x), and its mean M-bar changes what every later layer sees. "
+                          "It measures how much this trained model relies on its per-input metric; whether input "
+                          "dependence helps is tested by training without it (w/o f(x), the Evidence page's Table 4).")
+
+
 def block_scale_matrix(H: int, zero: tuple[int, int] | None = None, keep: tuple[int, int] | None = None,
                        head: int | None = None, off_diagonal: float | None = None) -> np.ndarray:
     """s_ij for one intervention on the blocks of M: zero (i, j); keep only (i, j); zero row i (head
@@ -97,7 +104,8 @@ def metric_interventions(config) -> list[Intervention]:
                      lambda model, tokens, other: DamchaOptions(
                          reference=align_reference(model, tokens, input_metric(model, other))[0], alpha=0.0)),
         Intervention("mean_metric", "The validation mean M-bar", "The adaptive model made static: every input gets "
-                     "the validation set's mean metric (per position for a causal model).", (Param("mbar", "mean"),),
+                     "the validation set's mean metric (per position for a causal model). Its loss change is the "
+                     "adaptivity gap. " + ADAPTIVITY_GAP_READING, (Param("mbar", "mean"),),
                      lambda model, tokens, mbar: DamchaOptions(reference=align_reference(model, tokens, mbar)[0],
                                                                alpha=0.0)),
         Intervention("drop_residue", "Keep only the learned part", "Each block replaced by its row mean m_i / H. "
