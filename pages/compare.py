@@ -9,8 +9,7 @@ from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
-from damcha.analysis.inspection import residue_caveat, residue_learned
-from damcha.views.comparison import PANELS, compared_run, metric_parts
+from damcha.views.comparison import PANELS, compared_run, head_grid_caption, metric_parts
 
 st.title("Compare mechanisms")
 run, epoch = selected_run()
@@ -85,10 +84,9 @@ with left:
 right.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True, width="stretch")
 compared = [compared_run(rec, f"{r.name} @{epochs[r.name]}", layer, head, position, structure.get(r.name))
             for r, rec in results if rec.structures]
-row_sum_runs = [r.name for r, rec in results if rec.has_metric and not residue_learned(rec)]
-if row_sum_runs:
-    st.caption(f"The M(x) panels of {', '.join(map(plain_text, row_sum_runs))} show the full metric, residue included. "
-               + residue_caveat("there"))
+drawn_here = head_grid_caption([(plain_text(r.name), rec, structure.get(r.name)) for r, rec in results])
+if drawn_here:
+    st.caption(drawn_here)
 if len(compared) < len(results):
     st.caption("Without cross-head structures, not drawn: " + ", ".join(r.name for r, rec in results if not rec.structures))
 params = {"layer": layer, "head": head, "position": position, "structures": structure}

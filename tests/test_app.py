@@ -268,7 +268,8 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
         assert shown[name] == pytest.approx(value / math.log(2), rel=1e-6, abs=1e-9)
     at = new_app("digits-damcha-bilinear", "interventions")
     assert_clean(at)
-    assert any("changed: the residue is used" in i.value for i in at.info)
+    said = next(i.value for i in at.info if i.value.startswith("Keeping only"))
+    assert "each block row's mean m_i / H" in said and "which this form learns" in said and "residue" not in said
     at = new_app("digits-mha", "interventions")
     assert_clean(at)
     assert any("declares no intervention" in i.value for i in at.info)
@@ -350,3 +351,31 @@ def test_compare_keeps_its_runs_in_the_link():
     assert at.multiselect(key="compare_runs").value == ["text-mha"]
     assert "text-mha @" in json.dumps([json.loads(c.proto.spec) for c in at.get("plotly_chart")])
     assert "text-damcha @" not in json.dumps([json.loads(c.proto.spec) for c in at.get("plotly_chart")])
+
+
+def test_compares_caption_follows_the_part_shown_and_names_each_runs_own_form():
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = "digits-damcha"
+    at.query_params["compare_runs"] = ["digits-damcha", "digits-damcha-bilinear"]
+    at.switch_page("../pages/compare.py")
+    at.run()
+    assert_clean(at)
+    part = at.radio(key="compare_part")
+    assert "residue (unidentifiable) / deviation from the row mean (learned)" in part.options, part.options
+
+    def caption():
+        return next(c.value for c in at.caption if c.value.startswith("The head-grid panels show"))
+
+    expected = {"metric": ("digits-damcha: M(x) (partly identifiable)", "digits-damcha-bilinear: M(x) (learned)"),
+                "metric_learned": ("digits-damcha: learned (m_i / H) (learned)",
+                                   "digits-damcha-bilinear: row mean (m_i / H) (learned)"),
+                "metric_residue": ("digits-damcha: residue (unidentifiable) (unidentifiable)",
+                                   "digits-damcha-bilinear: deviation from the row mean (learned) (learned)")}
+    for name, (row_sum, bilinear) in expected.items():
+        at.session_state["compare_part"] = name
+        at.run()
+        assert_clean(at)
+        said = caption()
+        assert row_sum in said and bilinear in said, said
+        assert "residue included" not in said or name == "metric"
+        assert ("never trains" in said) == (name != "metric_learned")

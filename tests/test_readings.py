@@ -38,7 +38,11 @@ def test_the_residue_check_states_the_loss_change_in_the_runs_unit():
     run, _ = _record("digits-damcha")
     sentence = residue_check_sentence(ResidueCheck(1e-7, np.log(2) / 100, "row_sum"), run.model_config)
     assert "loss change +0.01 bits per pixel" in sentence and "unchanged up to float rounding" in sentence
-    assert "the residue is used" in residue_check_sentence(ResidueCheck(0.3, 0.0, "bilinear"), run.model_config)
+    bilinear = residue_check_sentence(ResidueCheck(0.3, 0.0, "bilinear"), run.model_config)
+    assert "each block row's mean m_i / H" in bilinear and "which this form learns" in bilinear
+    assert "learned part" not in bilinear and "residue" not in bilinear  # under the bilinear form every block is learned
+    assert "largest logit change 2.38e-06" in residue_check_sentence(ResidueCheck(2.38e-6, 0.0, "row_sum"),
+                                                                     run.model_config)  # not rounded to "0"
 
 
 def test_the_generator_drift_sentence_lists_each_epoch_and_says_what_the_row_sum_trains():

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from damcha.analysis.inspection import InspectionRecord
+from damcha.model.mechanisms import Identifiability
 from damcha.views import figures
 from damcha.views.display_units import LossUnit
 from damcha.views.figure_sets import drawn_matrix, grid_matrices, per_head, structure_index, structure_style
@@ -50,7 +51,27 @@ def metric_parts(records: Sequence[InspectionRecord]) -> dict[str, str]:
     if not grids:
         return {}
     shared = set.intersection(*({s.name for s in g} for g in grids))
-    return {s.name: s.title for s in grids[0] if s.name in shared}
+    # A part's title in every form the runs give it (a row-sum run's "residue (unidentifiable)" is a bilinear
+    # run's "deviation from the row mean (learned)"): the choice names what each run will draw.
+    titles = {name: " / ".join(dict.fromkeys(s.title for g in grids for s in g if s.name == name)) for name in shared}
+    return {s.name: titles[s.name] for s in grids[0] if s.name in shared}
+
+
+def head_grid_caption(drawn: Sequence[tuple[str, InspectionRecord, str | None]]) -> str | None:
+    """What the head-grid panels of a comparison show, run by run, in each run's own words and with what
+    training can determine of it (drawn: label, record, structure drawn; None: its main one)."""
+    shown, partly = [], False
+    for label, record, name in drawn:
+        structure = record.structure(name or main_structure_name(record) or "")
+        if structure is None or structure not in grid_matrices(record):
+            continue
+        shown.append(f"{label}: {structure.title} ({structure.identifiability.value})")
+        partly |= structure.identifiability in (Identifiability.PARTLY, Identifiability.UNIDENTIFIABLE)
+    if not shown:
+        return None
+    caveat = (" Differences between the blocks of one row in a panel that is not fully learned come from the "
+              "residue, the random split of M(x) that the row sum never trains." if partly else "")
+    return "The head-grid panels show " + "; ".join(shown) + "." + caveat
 
 
 def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int = 0, position: int = -1,

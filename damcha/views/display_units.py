@@ -102,7 +102,13 @@ def residue_check_sentence(check, config) -> str:
     """What keeping only the learned part of M(x) changed (damcha.analysis.interventions.residue_check),
     the loss change in the run's unit."""
     unit = LossUnit.of(config)
-    verdict = ("unchanged up to float rounding, as the identifiability statement says" if check.max_logit_change < 1e-4
-               else "changed: the residue is used")
-    return (f"Keeping only the learned part of M(x) ({check.score_form.replace('_', ' ')} form): largest logit change "
-            f"{check.max_logit_change:.2g}, loss change {unit.value(check.loss_change):+.2g} {unit.label} — {verdict}.")
+    row_sum = check.score_form == "row_sum"
+    kept = ("Keeping only the learned part of M(x) (each block m_i / H, the unidentifiable residue dropped; row sum "
+            "form)" if row_sum else "Keeping only each block row's mean m_i / H (its learned deviation from the mean "
+            f"dropped; {check.score_form.replace('_', ' ')} form)")
+    unchanged = check.max_logit_change < 1e-4
+    verdict = ("unchanged up to float rounding, as the identifiability statement says" if unchanged and row_sum
+               else "unchanged up to float rounding" if unchanged
+               else "changed: the model uses what was dropped" + ("" if row_sum else ", which this form learns"))
+    return (f"{kept}: largest logit change {check.max_logit_change:.3g}, loss change "
+            f"{unit.value(check.loss_change):+.3g} {unit.label} — {verdict}.")
