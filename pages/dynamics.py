@@ -21,9 +21,17 @@ from damcha.views.figure_sets import (
     panel_titles,
     per_head,
 )
-from damcha.views.readings import generator_drift_sentence, separation_sentence, statistics_caption
+from damcha.views.readings import (
+    generator_drift_sentence,
+    one_snapshot_sentence,
+    separation_sentence,
+    statistics_caption,
+)
 
 run, epoch = run_page("Training dynamics", all_epochs=True)
+if one_snapshot_sentence(run.epochs):
+    st.info(one_snapshot_sentence(run.epochs))
+    st.stop()
 
 inp = input_picker(run)
 if inp is None:

@@ -13,6 +13,7 @@ from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
 from damcha.views.display_units import attribution_sentence
 from damcha.views.epoch_figures import frozen
+from damcha.views.readings import one_snapshot_sentence
 
 run, epoch = run_page("Gradient contributions", "Computed with captum on a private copy of the model; the shared "
                                                   "model is never hooked.")
@@ -52,7 +53,10 @@ else:
             st.caption(residue_caveat("in these maps and block sums"))
 
         with st.expander("Across epochs (same colour range for every frame)"):
-            show_epoch_figure("contribution_epochs", run, inp, params)
+            if one_snapshot_sentence(run.epochs):
+                st.info(one_snapshot_sentence(run.epochs))
+            else:
+                show_epoch_figure("contribution_epochs", run, inp, params)
 
         runs = listing().runs
         siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]

@@ -18,6 +18,7 @@ from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
 from damcha.views.display_units import LossUnit, head_metric_ablation_sentence, residue_check_sentence
 from damcha.views.model_figures import intervention_views
+from damcha.views.readings import one_snapshot_sentence
 
 run, epoch = run_page("Interventions", "Each intervention is a forward option of an ordinary model call, computed "
                                        "exactly; the shared model is never changed.")
@@ -175,5 +176,7 @@ if after.has_metric:
     st.subheader("How much does the model rely on its per-input metric, and from which epoch?")
     st.caption("Adaptivity gap = loss with M-bar − loss with M(x), over 256 validation inputs, at every snapshot "
                "(mean and 95% bootstrap interval). " + ADAPTIVITY_GAP_READING)
-    if holds_validation_inputs(run):
+    if one_snapshot_sentence(run.epochs):
+        st.info(one_snapshot_sentence(run.epochs))
+    elif holds_validation_inputs(run):
         show_epoch_figure("adaptivity_gap", run, None, {"inputs": MEAN_INPUTS})

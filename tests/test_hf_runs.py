@@ -170,3 +170,15 @@ def test_a_hostile_config_of_the_classes_is_refused_without_breaking_the_listing
     assert [r.name for r in runs] == ["odd-sections"] and runs[0].epochs == (0,) and runs[0].dataset == "?"
     assert {Path(p).name for p, _ in bad} == {"bad-width", "not-an-object"}
     assert all(isinstance(why, str) and why for _, why in bad)
+
+
+def test_a_folder_of_one_snapshot_says_there_is_nothing_to_compare_across_epochs(folders):
+    at = page_app(folders, "text-damcha-hf", "dynamics")
+    said = [i.value for i in at.info]
+    assert any("one snapshot (epoch 40): there is nothing to compare across epochs" in s for s in said), said
+    assert not at.get("plotly_chart")  # no animation of one frame, no "epoch 40 − epoch 40"
+    shown = " ".join(shown_texts(at))
+    assert "relative distance from epoch" not in shown and "first vs last" not in shown.lower()
+    at = page_app(folders, "text-damcha-hf", "interventions")
+    assert any("nothing to compare across epochs" in i.value for i in at.info)
+    assert not at.exception

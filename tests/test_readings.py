@@ -49,6 +49,10 @@ def test_the_generator_drift_sentence_lists_each_epoch_and_says_what_the_row_sum
     _, record = _record("digits-damcha")
     sentence = generator_drift_sentence({"row_mean": [0.0, 0.5], "residual": [0.0, 1e-9]}, [0, 40], record)
     assert "0: **0**, 40: **0.5**" in sentence and "40: **1e-09**" in sentence and "never trained" in sentence
+    alone = generator_drift_sentence({"row_mean": [0.0], "residual": [0.0]}, [40], record)
+    assert "one snapshot (epoch 40): there is nothing to compare" in alone and "never trained" not in alone
+    later = generator_drift_sentence({"row_mean": [0.0, 0.5], "residual": [0.0, 1e-9]}, [10, 40], record)
+    assert "relative distance from epoch 10" in later  # from the first snapshot there is, named
 
 
 def test_the_unit_check_of_the_page_walks_catches_a_loss_without_its_unit_and_one_in_nats():

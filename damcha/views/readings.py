@@ -50,10 +50,23 @@ def statistics_caption(record: InspectionRecord) -> str:
                             "departure comes from the untrained residue alone."))
 
 
+def one_snapshot_sentence(epochs: Sequence[int]) -> str | None:
+    """What a view across epochs says of a run with fewer than two snapshots (None: it has two or more)."""
+    if len(epochs) >= 2:
+        return None
+    which = f"one snapshot (epoch {epochs[0]})" if epochs else "no snapshot"
+    return (f"This run has {which}: there is nothing to compare across epochs, so no view here can say what "
+            "training changed (an exported Hugging Face folder holds one snapshot; a Trainer folder holds one per "
+            "checkpoint).")
+
+
 def generator_drift_sentence(drift: Mapping[str, Sequence[float]], epochs: Sequence[int], record: InspectionRecord) -> str:
-    """How far the metric generator's last layer moved from epoch 0, its row-mean part (what the row
-    sum trains) and its within-row residual (see damcha.analysis.dynamics.generator_weight_drift)."""
-    return ("Generator's last layer, relative distance from epoch 0: row-mean part (what the row sum trains) "
+    """How far the metric generator's last layer moved from the first snapshot, its row-mean part (what the
+    row sum trains) and its within-row residual (see damcha.analysis.dynamics.generator_weight_drift)."""
+    alone = one_snapshot_sentence(epochs)
+    if alone:
+        return alone
+    return (f"Generator's last layer, relative distance from epoch {epochs[0]}: row-mean part (what the row sum trains) "
             + ", ".join(f"{e}: **{v:.3g}**" for e, v in zip(epochs, drift["row_mean"]))
             + "; within-row residual " + ", ".join(f"{e}: **{v:.2g}**" for e, v in zip(epochs, drift["residual"]))
             + (". Under the bilinear form both parts train." if residue_learned(record) else
