@@ -279,10 +279,12 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
 
     assert "zero-ablation" in head_chart(at).proto.spec and "bits per pixel" in head_chart(at).proto.spec
     assert any("Direct logit attribution per head" in c.proto.spec for c in at.get("plotly_chart"))
-    for kind in ("mean", "patch"):
+    titles = {"mean": "mean-ablation (over inputs and positions)", "mean_position": "mean-ablation per position",
+              "patch": "patching"}
+    for kind, title in titles.items():
         at.radio(key="head_kind").set_value(kind).run()
         assert_clean(at)
-        assert {"mean": "mean-ablation", "patch": "patching"}[kind] in head_chart(at).proto.spec
+        assert title in head_chart(at).proto.spec
     at = new_app("digits-moa", "interventions")
     assert_clean(at)
     assert any("experts chosen per token" in i.value for i in at.info)

@@ -147,3 +147,45 @@ def test_the_head_figures_are_named_figures_rebuilt_from_their_provenance_in_the
     assert "bits per pixel" in item.figure.to_json() and item.provenance.regenerable
     again = figure_data(regenerate(item.provenance).figure)["trace0_heatmap"]
     np.testing.assert_array_equal(again, shown)
+
+
+@pytest.mark.parametrize("variant", WITH_HEAD_SITES)
+def test_the_two_mean_ablations_replace_a_head_by_what_they_say_they_average(variant):
+    """Recomputed by hand: the head's output on the references, averaged over inputs and positions (one
+    vector) or over inputs only (one vector per position), written in by a hook of our own."""
+    model = tiny_model(variant, dtype=torch.float64)
+    x, y = inputs(0)
+    reference = np.stack([inputs(s)[0] for s in range(1, 5)])  # (4, 12)
+    layer, head = model.config.n_layer - 1, 1
+    site = head_sites(model)[layer]
+    w = site.in_features // model.config.n_head
+    seen = []
+    handle = site.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    with torch.no_grad():
+        model(torch.as_tensor(reference), stochastic=False)
+    handle.remove()
+    outputs = seen[0][..., head * w:(head + 1) * w]  # (4, 12, w)
+    for kind, value in (("mean", outputs.mean(dim=(0, 1))), ("mean_position", outputs.mean(dim=0))):
+        def write(module, args, value=value):
+            z = args[0].clone()
+            z[..., head * w:(head + 1) * w] = value
+            return (z,)
+        handle = site.register_forward_pre_hook(write)
+        expected = sequence_loss(model, torch.as_tensor(x)[None], torch.as_tensor(y)[None])
+        handle.remove()
+        got = head_effects(model, x, y, kind, reference=reference)
+        assert got.changes[layer, head] == pytest.approx(expected - got.base, abs=1e-10), kind
+    per_position = head_effects(model, x, y, "mean_position", reference=reference).changes
+    one_vector = head_effects(model, x, y, "mean", reference=reference).changes
+    assert np.abs(per_position - one_vector).max() > 1e-6  # they are different numbers, and now named apart
+
+
+def test_a_per_position_mean_refuses_references_of_another_length_in_words():
+    encoder = tiny_model("mha", causal=False)
+    x, _ = inputs()
+    with pytest.raises(ValueError, match="per-position mean needs validation inputs of this input's length"):
+        head_effects(encoder, x, np.array(2), "mean_position", reference=np.stack([x[:8], x[:8]]))
+    decoder = tiny_model("mha")
+    longer = np.stack([np.concatenate([inputs(s)[0], inputs(s)[0]]) for s in range(3)])  # (3, 24): first 12 used
+    x, y = inputs()
+    assert np.isfinite(head_effects(decoder, x, y, "mean_position", reference=longer).changes).all()

@@ -19,9 +19,13 @@ import torch
 from damcha.model.batching import as_model_input
 from damcha.model.transformer import IGNORE_INDEX, Transformer, sequence_losses
 
-HEAD_KINDS = {"zero": "zero (zero-ablation)", "mean": "its mean over validation inputs (mean-ablation)",
+HEAD_KINDS = {"zero": "zero (zero-ablation)",
+              "mean": "one vector: its mean over validation inputs and all their positions (mean-ablation)",
+              "mean_position": "its mean over validation inputs at the same position (per-position mean-ablation)",
               "patch": "its value on another input (patching)"}
-HEAD_TITLES = {"zero": "zero-ablation", "mean": "mean-ablation", "patch": "patching"}
+HEAD_TITLES = {"zero": "zero-ablation", "mean": "mean-ablation (over inputs and positions)",
+               "mean_position": "mean-ablation per position (over inputs)", "patch": "patching"}
+MEAN_KINDS = ("mean", "mean_position")
 KINDS = tuple(HEAD_KINDS)
 
 
@@ -101,11 +105,26 @@ class HeadEffects:
     base: float
 
 
+def per_position_reference(ref: torch.Tensor, x: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The references whose outputs are averaged position by position for input x: of x's length (a causal
+    model's references cut to it, its first positions unchanged by what follows); refused in words otherwise."""
+    T, T_ref = x.shape[1], ref.shape[1]
+    if T_ref == T:
+        return ref
+    if causal and T_ref > T:
+        return ref[:, :T]
+    raise ValueError(f"a per-position mean needs validation inputs of this input's length ({T}); they have {T_ref}"
+                     + ("" if causal else " (a non-causal model's positions depend on the whole input)")
+                     + ": use the mean over inputs and positions")
+
+
 @torch.no_grad()
 def head_effects(model: Transformer, tokens, targets, kind: str, reference=None) -> HeadEffects:
     """For every layer and head: the loss on this input with that head's output zeroed ('zero'),
-    set to its mean over `reference` inputs and their positions ('mean'), or taken from the
-    `reference` input, which must have this input's length ('patch')."""
+    set to one vector, its mean over `reference` inputs and all their positions ('mean'), set position by
+    position to its mean over `reference` inputs at that position ('mean_position': the references must
+    reach this input's length; a causal model's first positions are taken), or taken from the `reference`
+    input, which must have this input's length ('patch')."""
     if kind not in KINDS:
         raise ValueError(f"unknown head intervention {kind!r}; expected one of {KINDS}")
     sites = head_sites(model)
@@ -120,15 +139,18 @@ def head_effects(model: Transformer, tokens, targets, kind: str, reference=None)
     base = sequence_loss(model, x, y)
     H = cfg.n_head
     replacement = None
-    if kind in ("mean", "patch"):
+    if kind in ("patch", *MEAN_KINDS):
         if reference is None:
             raise ValueError(f"'{kind}' needs reference inputs")
         ref = torch.as_tensor(np.asarray(reference), dtype=x.dtype, device=device)
         if kind == "patch":
             ref = patch_source(ref, x, cfg.causal)  # (1, T[, P])
+        if kind == "mean_position":
+            ref = per_position_reference(ref, x, cfg.causal)  # (B', T[, P])
         with recorded_inputs(sites) as seen:
             model(ref, stochastic=False)
-        replacement = [s if kind == "patch" else s.mean(dim=(0, 1), keepdim=True) for s in seen]  # (B', T', H·w)
+        replacement = [s if kind == "patch" else s.mean(dim=(0, 1) if kind == "mean" else 0, keepdim=True)
+                       for s in seen]  # (1, T or 1, H·w)
     changes = np.zeros((len(sites), H))
     for layer, site in enumerate(sites):
         for head in range(H):

@@ -47,14 +47,14 @@ class ModelFigure:
 
 
 def _head_ablation_values(model, run, tokens, targets, params, progress=None):
-    """(changes (L, H), base loss) in nats; params: kind (zero | mean | patch), other (the validation
+    """(changes (L, H), base loss) in nats; params: kind (zero | mean | mean_position | patch), other (the validation
     input a patch is taken from), n_mean (validation inputs a mean is taken over, default 64)."""
     from damcha.analysis.heads import head_effects
     from damcha.inputs.model_inputs import validation_arrays
 
     kind = params.get("kind", "zero")
     reference = None
-    if kind == "mean":
+    if kind in ("mean", "mean_position"):
         reference = validation_arrays(run)[0][:int(params.get("n_mean", 64))]
     elif kind == "patch":
         reference = validation_arrays(run)[0][int(params.get("other", 0))]
