@@ -84,11 +84,16 @@ def url_number_input(where, label: str, low: int, high: int, default: int, key: 
 def typed_text_area(where, label: str, default: str, key: str, height: int = 100) -> str:
     """A text area whose content is in the URL while it is short; a longer one is stored on this
     server and the URL holds its 16-hex-digit reference (an address of a megabyte breaks reloads)."""
-    ref_key = f"{key}_ref"
+    ref_key, kept = f"{key}_ref", f"_{key}_kept"
     st.session_state.setdefault(BOUND_KEYS, set()).update({key, ref_key})
-    if key not in st.session_state:  # first run of this control in the session: what the link says
-        st.session_state[key] = _initial_text(key, ref_key, default)
-    value = where.text_area(label, key=key, height=height, max_chars=MAX_TYPED_CHARS)
+    # A widget's own state belongs to its page: the sidebar's page switch drops it (the text area came back
+    # empty on the next page). The text is kept under a plain key, updated as it is typed, and given to the
+    # widget on every page; the first time in a session it is what the link says.
+    if kept not in st.session_state:
+        st.session_state[kept] = st.session_state.get(key) or _initial_text(key, ref_key, default)
+    st.session_state[key] = st.session_state[kept]
+    value = where.text_area(label, key=key, height=height, max_chars=MAX_TYPED_CHARS,
+                            on_change=lambda: st.session_state.__setitem__(kept, st.session_state[key]))
     if value == default:
         _drop(key, ref_key)
     elif len(value) <= URL_TEXT_CHARS:

@@ -57,3 +57,39 @@ def test_a_selected_row_of_the_data_table_opens_in_the_inspector(server, page): 
     page.get_by_text("validation sample 3 (digit").first.wait_for(timeout=60_000)
     assert page.get_by_role("heading", name="Inspector").count() == 1
     assert page.locator(".stException").count() == 0
+
+
+TYPED = "Heads compare a query with every key; DAMCHA lets the input choose the comparison."
+
+
+def test_typed_text_survives_every_page_of_the_sidebar_in_both_directions(server, page):
+    from app.navigation import PAGES
+
+    page.goto(f"{server}/inspector?run=text-damcha")
+    box = page.locator("textarea").first
+    box.wait_for(timeout=60_000)
+    box.fill(TYPED)
+    box.press("Control+Enter")  # Streamlit's way to submit a text area
+    page.wait_for_timeout(1500)
+    walk = [p.title for p in PAGES if p.title not in ("Home", "Evidence")]  # the pages that take an input
+    for title in walk + walk[::-1]:
+        page.locator("[data-testid=stSidebarNav]").get_by_text(title, exact=True).click()
+        page.wait_for_timeout(1500)
+        texts = page.locator("textarea")
+        if texts.count():  # a page with the input picker shows the typed text, and no empty-text error
+            texts.first.wait_for(timeout=60_000)
+            assert texts.first.input_value() == TYPED, title
+        assert page.get_by_text("the text is empty").count() == 0, title
+        assert page.locator(".stException").count() == 0, title
+
+
+def test_an_image_run_walks_every_page_of_the_sidebar_without_an_error(server, page):
+    from app.navigation import PAGES
+
+    page.goto(f"{server}/inspector?run=digits-damcha&source=Validation+sample&sample=5")
+    page.locator("[data-testid=stSidebarNav]").wait_for(timeout=60_000)
+    for title in [p.title for p in PAGES] * 2:
+        page.locator("[data-testid=stSidebarNav]").get_by_text(title, exact=True).click()
+        page.wait_for_timeout(1500)
+        assert page.locator(".stException").count() == 0, title
+        assert page.locator("[data-testid=stAlertContentError]").count() == 0, title
