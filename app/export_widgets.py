@@ -62,11 +62,11 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
         for row in (("png", "svg", "pdf"), ("html", "csv", "npz")):
             for col, fmt in zip(st.columns(3), row):
                 col.download_button(fmt.upper(), makers[fmt], f"{name}.{fmt}", mimes[fmt], key=f"dl_{name}_{fmt}",
-                                    disabled=fmt in ("png", "svg", "pdf") and not ok)
+                                    disabled=fmt in ("png", "svg", "pdf") and not ok, on_click="ignore")
         st.download_button("Provenance JSON", json.dumps(prov.to_dict(settings), indent=2),
                            f"{name}.provenance.json", "application/json", key=f"dl_{name}_prov",
                            help="Run, epoch, checkpoint and input hashes, settings; "
-                                "`python -m damcha figures --from-provenance` rebuilds named figures")
+                                "`python -m damcha figures --from-provenance` rebuilds named figures", on_click="ignore")
         if not ok:
             st.caption(why)
         from damcha.views.regeneration import python_to_rebuild
@@ -92,4 +92,4 @@ def export_all_widget() -> None:
     items = [ExportItem(name, fig, prov) for name, (fig, prov) in registry.items()]
     settings = st.session_state.get("export_settings")  # read now: the callable runs outside the session
     st.download_button(f"Export all {len(items)} figure{'s' if len(items) != 1 else ''} (ZIP)", lambda: zip_bundle(items, formats, settings),
-                       "damcha-figures.zip", "application/zip", key="dl_all", icon=":material/folder_zip:")
+                       "damcha-figures.zip", "application/zip", key="dl_all", icon=":material/folder_zip:", on_click="ignore")

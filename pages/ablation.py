@@ -87,7 +87,7 @@ if table:
         st.dataframe(pd.DataFrame(modes_by_run(table, metric)), hide_index=True, width="stretch")
     with st.expander("Every run × mode and every measure (long form, as in the CSV)", expanded=not metric):
         st.dataframe(df, hide_index=True, width="stretch")
-    st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv")
+    st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv", on_click="ignore")
     forms = set(df["score_form"]) if "score_form" in df else set()
     if len(forms) > 1 or (forms and not has_metric_modes(cfg)):  # the note(s) not shown above
         shown = {cfg.score_form} if has_metric_modes(cfg) else set()

@@ -151,7 +151,7 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     b.dataframe(pd.DataFrame(claim["comparisons"]), hide_index=True)
     csv = folder / f"{claim['key']}.csv"
     if csv.is_file():
-        a.download_button("Download CSV", csv.read_bytes(), csv.name, "text/csv", key=f"csv_{claim['key']}")
+        a.download_button("Download CSV", csv.read_bytes(), csv.name, "text/csv", key=f"csv_{claim['key']}", on_click="ignore")
     else:
         a.caption(f"{csv.name} is missing from the results folder.")
     for name, scale_doc in scaled:

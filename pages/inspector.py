@@ -195,7 +195,7 @@ if opened("tokens"):
         page = token_view_html(record, f"{run.name}, epoch {epoch}: {inp.source}")
         st.iframe(page, height=560, alt=TOKEN_VIEW_TITLE)
         st.download_button("Download as standalone HTML", page, f"{run.name}_e{epoch}_tokens.html", "text/html",
-                           key="dl_token_view", icon=":material/download:")
+                           key="dl_token_view", icon=":material/download:", on_click="ignore")
 if opened("loss"):
     with tabs["loss"]:
         if "token_loss" in figures_here:

@@ -143,7 +143,7 @@ if rows:
     df = pd.DataFrame(rows)
     st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"interventions-{run.name}-e{epoch}.csv",
-                       "text/csv")
+                       "text/csv", on_click="ignore")
 
 if after.has_metric:
     st.subheader("What the model uses of M(x)")

@@ -111,3 +111,18 @@ def test_the_design_document_names_every_module():
     missing = [str(p.relative_to(PACKAGE.parent)) for p in sorted(modules)
                if p.name != "__init__.py" and p.name not in design and p.stem not in design]
     assert not missing, f"docs/design.md does not name: {missing}"
+
+
+def test_no_download_button_reruns_the_page():
+    """A download that reruns the page throws away the files of the other buttons (clicked in a row, some were
+    lost with MediaFileStorageError): every download button of the app says on_click="ignore"."""
+    root = PACKAGE.parent
+    calls = []
+    for path in sorted([*(root / "app").rglob("*.py"), *(root / "pages").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "download_button":
+                ignored = any(k.arg == "on_click" and isinstance(k.value, ast.Constant) and k.value.value == "ignore"
+                              for k in node.keywords)
+                calls.append((f"{path.relative_to(root)}:{node.lineno}", ignored))
+    assert len(calls) >= 7
+    assert [where for where, ignored in calls if not ignored] == []

@@ -207,3 +207,24 @@ def test_an_uploaded_files_name_never_becomes_a_link(server, page, tmp_path):
         page.get_by_text("bytes; the model reads").first.wait_for(timeout=60_000)
         hrefs = page.locator("[data-testid=stMain] a").evaluate_all("links => links.map(a => a.href)")
         assert not [h for h in hrefs if "evil" in h], (name, hrefs)
+
+
+def test_several_downloads_clicked_in_a_row_all_arrive(server, page, tmp_path):
+    page.goto(f"{server}/inspector?run=digits-damcha&sample=4")
+    assert wait_for_figures(page, 2) >= 2
+    page.get_by_role("button", name="Export", exact=True).first.click()
+    downloads = []
+    page.on("download", lambda download: downloads.append(download))
+    for fmt in ("CSV", "HTML", "NPZ", "Provenance JSON", "CSV"):  # quickly, each before the last has settled
+        page.get_by_role("button", name=fmt, exact=True).first.click()
+        page.wait_for_timeout(300)
+    deadline = time.time() + 60
+    while len(downloads) < 5 and time.time() < deadline:
+        page.wait_for_timeout(250)
+    names = [d.suggested_filename for d in downloads]
+    assert len(names) == 5, names
+    assert sorted({n.rsplit(".", 1)[-1] for n in names}) == ["csv", "html", "json", "npz"], names
+    for i, d in enumerate(downloads):
+        d.save_as(tmp_path / f"{i}-{d.suggested_filename}")
+        assert (tmp_path / f"{i}-{d.suggested_filename}").stat().st_size > 0
+    assert page.locator(".stException").count() == 0
