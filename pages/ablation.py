@@ -12,6 +12,7 @@ from app.named_figures import show_model_figure
 from app.run_picker import listing, run_page
 from app.sharing import plain_text
 from damcha.analysis.ablation import has_metric_modes, long_form, modes_by_run
+from damcha.analysis.heads import head_site_note
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
 from damcha.inputs.modalities import task_of
@@ -31,12 +32,15 @@ BILINEAR_NOTE = ("**Bilinear runs:** every block M_ij is trained for its own rol
 
 if not has_metric_modes(cfg):
     offered = available_interventions(cfg)
+    heads = head_site_note(cfg) is None  # every head's output can be ablated, patched and attributed
     st.info(f"{cfg.mechanism.title} has no metric modes to ablate: this page is about DAMCHA-style metrics. "
-            + (f"What its mechanism offers instead: {len(offered)} intervention(s) — "
-               + "; ".join(iv.title for iv in offered) + " — on the Interventions page."
-               if offered else "Its mechanism declares no intervention either.")
-            + " The table below compares the runs of this data set that have metric modes.")
-    if offered:
+            + (f"What its mechanism declares instead: {len(offered)} intervention(s) — "
+               + "; ".join(iv.title for iv in offered) + " — on the Interventions page. "
+               if offered else "Its mechanism declares no intervention of its own. ")
+            + ("The Interventions page also zero-ablates, mean-ablates and patches each head's output and attributes "
+               "the logit to each head, as for every mechanism whose heads meet at a projection. " if heads else "")
+            + "The table below compares the runs of this data set that have metric modes.")
+    if offered or heads:
         st.page_link(str(Path(__file__).resolve().parent / "interventions.py"), label="Interventions on this run", icon=":material/science:")
 else:
     st.info(identifiability_note(cfg))

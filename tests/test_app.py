@@ -273,6 +273,10 @@ def test_interventions_page_on_damcha_and_on_a_comparison_run():
     at = new_app("digits-mha", "interventions")
     assert_clean(at)
     assert any("declares no intervention" in i.value for i in at.info)
+    ablation = new_app("digits-mha", "ablation")
+    said = next(i.value for i in ablation.info if "no metric modes" in i.value)
+    assert "declares no intervention of its own" in said and "mean-ablates and patches each head's output" in said
+    assert "either" not in said  # the Interventions page offers head ablation, patching and attribution
     # MHA's heads: zero-ablation by default, then mean-ablation and patching, each drawn per (layer, head)
     def head_chart(at):
         return next(c for c in at.get("plotly_chart") if "Loss change per head" in c.proto.spec)

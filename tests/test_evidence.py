@@ -653,3 +653,29 @@ def test_every_claim_on_a_paper_result_says_what_it_cannot_speak_to(quick):
     section = cannot_speak_to(records)
     assert [t for t, _ in section[:-1]] == [c.title for c in claims(quick) if c.cannot_speak_to]
     assert section[-1][1] == list(PAPER_RESULTS_NOT_CLAIMED)
+
+
+def test_the_page_draws_nlls_in_bits_as_every_other_page_and_differences_on_their_own_scale():
+    """The stored results keep nats; what the page draws and tabulates of an NLL is in bits per token
+    (nats / ln 2), and a difference axis says whether it holds log ratios or differences in which unit."""
+    from damcha.evidence.view import arm_table, evidence_figures, metric_label
+    from damcha.views.figures import interval_cell
+
+    doc = json.loads((ROOT / "checkpoints" / "evidence" / "results.json").read_text())
+    claims = doc["claims"] if isinstance(doc["claims"], list) else list(doc["claims"].values())
+    nll = next(c for c in claims if c["metric"] == "val_nll" and c["summary"])
+    summary = dict(evidence_figures(nll))["evidence_summary"]
+    trace = summary.data[0]
+    drawn = list(trace.y if trace.orientation != "h" else trace.x)
+    np.testing.assert_allclose(drawn, [r["mean"] / math.log(2) for r in nll["summary"]], rtol=1e-12)
+    assert "bits per token" in summary.to_json() and "nats" not in summary.to_json()
+    table = arm_table(nll)
+    label = metric_label("val_nll")
+    assert label == "val_nll (bits per token)"
+    first = next((d for d in nll.get("details", []) if d["metric"] == "val_nll"), nll["summary"][0])
+    row = next(r for r in table if r["arm"] == first["arm"])
+    k = 1 / math.log(2)
+    assert row[label] == interval_cell(first["mean"] * k, first["low"] * k, first["high"] * k)
+    ratio = next(c for c in claims if c["metric"] in ("relative_mse", "time_ratio")
+                 and any(x.get("counted", True) for x in c["comparisons"]))
+    assert "log ratio" in dict(evidence_figures(ratio))["evidence_differences"].to_json()

@@ -41,6 +41,8 @@ def test_the_residue_check_states_the_loss_change_in_the_runs_unit():
     bilinear = residue_check_sentence(ResidueCheck(0.3, 0.0, "bilinear"), run.model_config)
     assert "each block row's mean m_i / H" in bilinear and "which this form learns" in bilinear
     assert "learned part" not in bilinear and "residue" not in bilinear  # under the bilinear form every block is learned
+    images = load_run(Path(__file__).resolve().parent.parent / "checkpoints" / "images-damcha").model_config
+    assert "largest predicted-vector entry change" in residue_check_sentence(ResidueCheck(0.1, 0.0, "row_sum"), images)
     assert "largest logit change 2.38e-06" in residue_check_sentence(ResidueCheck(2.38e-6, 0.0, "row_sum"),
                                                                      run.model_config)  # not rounded to "0"
 

@@ -6,6 +6,7 @@ A figure's provenance names the results folder and the claim, so `regenerate` re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,34 +43,59 @@ METRIC_UNITS = {"val_nll": "nats per token", "gap_nats": "nats per token", "val_
                 "relative_mse": "ratio"}
 
 
+# Drawn in the app's unit: an NLL stored in nats per token is shown in bits per token (numbers / ln 2), as every
+# other page shows losses; the stored results and the CSVs keep nats.
+SHOWN_IN_BITS = {"val_nll": "bits per token", "gap_nats": "bits per token"}
+
+
+def shown_factor(metric: str) -> float:
+    return 1 / math.log(2) if metric in SHOWN_IN_BITS else 1.0
+
+
 def metric_label(metric: str) -> str:
-    """The metric's name with its unit, where it has one."""
-    return f"{metric} ({METRIC_UNITS[metric]})" if metric in METRIC_UNITS else metric
+    """The metric's name with the unit it is drawn in, where it has one."""
+    unit = SHOWN_IN_BITS.get(metric, METRIC_UNITS.get(metric))
+    return f"{metric} ({unit})" if unit else metric
+
+
+def difference_label(rows: list[dict]) -> str:
+    """The axis of a set of differences: log ratios for ratio metrics, else differences in the drawn unit."""
+    kinds = {"log ratio" if c.get("scale") == "log ratio" else
+             f"difference ({SHOWN_IN_BITS.get(c['metric'], METRIC_UNITS.get(c['metric'], 'the metric'))})" for c in rows}
+    return " / ".join(sorted(kinds)) if kinds else "difference"
+
+
+def _scaled(rows: list[dict], key: str, metric_of) -> list[float | None]:
+    return [None if r.get(key) is None else r[key] * shown_factor(metric_of(r)) for r in rows]
 
 
 def _summary(claim):
     rows = claim["summary"]
     better = "lower" if claim["lower_is_better"] else "higher"
     label = metric_label(claim["metric"])
-    return figures.interval_figure([r["arm"] for r in rows], [r["mean"] for r in rows], [r["low"] for r in rows],
-                                   [r["high"] for r in rows], f"{label}, {better} is better: mean over seeds with 95% interval",
-                                   label, [r.get("paper") for r in rows], log_scale=claim["metric"] in RATIO_METRICS)
+    of = lambda r: claim["metric"]
+    return figures.interval_figure([r["arm"] for r in rows], _scaled(rows, "mean", of), _scaled(rows, "low", of),
+                                   _scaled(rows, "high", of), f"{label}, {better} is better: mean over seeds with 95% "
+                                   "interval", label, _scaled(rows, "paper", of),
+                                   log_scale=claim["metric"] in RATIO_METRICS)
 
 
 def _differences(claim):
     rows = _counted(claim)
+    of = lambda c: c["metric"]
     return figures.interval_figure([f"{c['metric']}: {c['better']} vs {c['than']}" for c in rows],
-                                   [c["gain"] for c in rows], [c["low"] for c in rows], [c["high"] for c in rows],
+                                   _scaled(rows, "gain", of), _scaled(rows, "low", of), _scaled(rows, "high", of),
                                    "The verdict's differences, in the paper's direction (above 0: as the paper claims), "
-                                   "95% interval", "difference", zero_line=True)
+                                   "95% interval", difference_label(rows), zero_line=True)
 
 
 def _contrasts_figure(claim):
     rows = _contrasts(claim)
+    of = lambda c: c["metric"]
     return figures.interval_figure([f"{c['measures']}: {c['better']} vs {c['than']}" for c in rows],
-                                   [c["gain"] for c in rows], [c["low"] for c in rows], [c["high"] for c in rows],
+                                   _scaled(rows, "gain", of), _scaled(rows, "low", of), _scaled(rows, "high", of),
                                    "Reported, not counted: the contrasts between the other arms (above 0: the first is "
-                                   "better), 95% interval", "difference", zero_line=True, horizontal=True)
+                                   "better), 95% interval", difference_label(rows), zero_line=True, horizontal=True)
 
 
 EVIDENCE_FIGURES = {f.name: f for f in (
@@ -91,11 +117,15 @@ def arm_table(claim: dict) -> list[dict]:
     then the claim's metric and each reported column as "mean [low, high]" (see interval_cell), each
     headed by its name and unit (metric_label)."""
     arms = [r["arm"] for r in claim["summary"]]
-    cells = {(d["arm"], d["metric"]): figures.interval_cell(d["mean"], d["low"], d["high"])
-             for d in claim.get("details", [])}
+    def cell(metric: str, row: dict) -> str:
+        k = shown_factor(metric)
+        return figures.interval_cell(row["mean"] * k, row["low"] * k, row["high"] * k)
+
+    cells = {(d["arm"], d["metric"]): cell(d["metric"], d) for d in claim.get("details", [])}
     if not cells:  # results written before the per-metric details
-        cells = {(r["arm"], claim["metric"]): figures.interval_cell(r["mean"], r["low"], r["high"]) for r in claim["summary"]}
-    paper = {r["arm"]: r.get("paper") for r in claim["summary"]}
+        cells = {(r["arm"], claim["metric"]): cell(claim["metric"], r) for r in claim["summary"]}
+    k = shown_factor(claim["metric"])
+    paper = {r["arm"]: None if r.get("paper") is None else r["paper"] * k for r in claim["summary"]}
     metrics = [claim["metric"], *claim.get("columns", [])]
     parameters, rates = claim.get("parameters", {}), claim.get("learning_rates", {})
     return [{"arm": arm, "paper": "—" if paper[arm] is None or paper[arm] != paper[arm] else f"{paper[arm]:.4g}",
@@ -138,21 +168,25 @@ def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> s
              and c.get("mdd") is not None and c["mdd"] == c["mdd"]]
     if not power:
         return None
+    def unit(c: dict) -> str:
+        return " (log ratio)" if c.get("scale") == "log ratio" else (f" {SHOWN_IN_BITS[c['metric']]}"
+                                                                    if c["metric"] in SHOWN_IN_BITS else "")
     return "What these seeds could detect (80% power, 5% two-sided), against what was seen: " + "; ".join(
-        f"{c['metric']} {c['better']} vs {c['than']}: {c['gain']:+.3g} observed (sd {c['sd']:.2g}, n = {c['n']}), "
-        f"detectable {c['mdd']:.2g}{' (log ratio)' if c.get('scale') == 'log ratio' else ''}{_papers_effect_words(c)}"
-        for c in power)
+        f"{c['metric']} {c['better']} vs {c['than']}: {c['gain'] * shown_factor(c['metric']):+.3g} observed (sd "
+        f"{c['sd'] * shown_factor(c['metric']):.2g}, n = {c['n']}), detectable "
+        f"{c['mdd'] * shown_factor(c['metric']):.2g}{unit(c)}{_papers_effect_words(c)}" for c in power)
 
 
 def _papers_effect_words(c: dict) -> str:
     if "paper_gain" not in c:
         return ""
+    gain = c["paper_gain"] * shown_factor(c["metric"])
     if c["paper_gain"] <= 0:
-        return f"; the paper's own difference {c['paper_gain']:+.3g} is not in its claimed direction"
+        return f"; the paper's own difference {gain:+.3g} is not in its claimed direction"
     if c["paper_gain"] >= c["mdd"]:
-        return f"; the paper's difference {c['paper_gain']:+.3g} is detectable at n = {c['n']}"
+        return f"; the paper's difference {gain:+.3g} is detectable at n = {c['n']}"
     needs = c.get("seeds_for_paper_gain")
-    return (f"; cannot detect the paper's difference ({c['paper_gain']:+.3g}) at {c['n']} seeds (needs "
+    return (f"; cannot detect the paper's difference ({gain:+.3g}) at {c['n']} seeds (needs "
             + (f"≈{needs})" if needs else "over 1,000)"))
 
 
@@ -214,8 +248,10 @@ def family_table(claim: dict) -> list[dict]:
 def construction_table(claim: dict) -> list[dict]:
     """One row per construction check of a claim: the prediction, what was seen, and whether it held."""
     return [{"compared": f"{k['better']} vs {k['than']}", "metric": metric_label(k["metric"]),
-             "predicted": k["predicted"] + (f" (within ±{k['margin']:.3g})" if k["predicted"] == "tie" else ""),
-             "difference": k["gain"], "low": k["low"], "high": k["high"], "p of the check": k["p"],
+             "predicted": k["predicted"] + (f" (within ±{k['margin'] * shown_factor(k['metric']):.3g})"
+                                            if k["predicted"] == "tie" else ""),
+             "difference": k["gain"] * shown_factor(k["metric"]), "low": k["low"] * shown_factor(k["metric"]),
+             "high": k["high"] * shown_factor(k["metric"]), "p of the check": k["p"],
              "outcome": k["outcome"]} for k in claim.get("construction_checks", [])]
 
 

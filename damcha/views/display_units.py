@@ -110,5 +110,6 @@ def residue_check_sentence(check, config) -> str:
     verdict = ("unchanged up to float rounding, as the identifiability statement says" if unchanged and row_sum
                else "unchanged up to float rounding" if unchanged
                else "changed: the model uses what was dropped" + ("" if row_sum else ", which this form learns"))
-    return (f"{kept}: largest logit change {check.max_logit_change:.3g}, loss change "
+    outputs = "predicted-vector entry" if config.input_dim else "logit"  # a patch model regresses, it has no logits
+    return (f"{kept}: largest {outputs} change {check.max_logit_change:.3g}, loss change "
             f"{unit.value(check.loss_change):+.3g} {unit.label} — {verdict}.")
