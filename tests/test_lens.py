@@ -35,11 +35,14 @@ def test_every_variant_caches_the_canonical_hooks_and_an_edit_takes_effect(varia
         torch.testing.assert_close(logits, own, rtol=1e-5, atol=1e-5)
         assert all(name in cache for name in ALWAYS), sorted(cache.keys())
         assert cache["blocks.1.hook_resid_post"].shape == (2, 12, 16)
-        if "blocks.0.attn.hook_pattern" in cache:  # the attend step's scores are pre-softmax, the pattern after
+        if "blocks.0.attn.hook_attn_scores" in cache:  # the attend step's scores are pre-softmax, the pattern after
             scores, pattern = cache["blocks.0.attn.hook_attn_scores"], cache["blocks.0.attn.hook_pattern"]
             torch.testing.assert_close(scores.softmax(-1), pattern)
             edited = hooked.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.attn.hook_pattern", _zero)])
             assert not torch.allclose(edited, own)
+        else:  # scores mixed in the mechanism's own steps: the pattern is the weights it returns, a record
+            torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"],
+                                       hooked.model(TOKENS, need_intermediates=True).layers[0].weights)
         if "blocks.0.attn.hook_z" in cache:
             assert cache["blocks.0.attn.hook_z"].shape[:3] == (2, 12, 4)
             edited = hooked.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.attn.hook_z", _zero)])
@@ -73,3 +76,41 @@ def test_damchas_own_sites_the_per_head_metrics_act_and_the_context_is_a_record(
     assert "metric_1.hook_head_metric" in cache and "metric.hook_head_metric" not in cache
     loss = unshared(TOKENS, targets=TOKENS, return_type="loss")
     assert loss.ndim == 0 and "W_Q, W_K, QK circuits" in UNSUPPORTED
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_transformer_lens_helpers_run_on_every_mechanism_and_agree_with_the_cache(variant):
+    """run_with_cache gives an ActivationCache; its helpers are checked against the cached stream itself:
+    the accumulated stream's last entry through ln_final is the final norm's output, the decomposition
+    sums to the last residual, the heads' results plus b_O are the attention's output. Activation
+    patching and the head detector run; every canonical hook fires unless silent_hooks says why not."""
+    from transformer_lens import ActivationCache
+    from transformer_lens.head_detector import detect_head
+    from transformer_lens.patching import get_act_patch_resid_pre
+
+    hooked = _hooked(variant)
+    with torch.no_grad():
+        _, cache = hooked.run_with_cache(TOKENS)
+        assert isinstance(cache, ActivationCache) and hooked.cfg.n_layers == 2 and hooked.cfg.d_head == 4
+        silent = hooked.silent_hooks()
+        for name in ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out",
+                     "blocks.0.attn.hook_v", "blocks.0.attn.hook_z", "blocks.0.attn.hook_pattern"):
+            assert (name in cache) != (name in silent), (name, silent)  # fires, or is declared silent with a reason
+        stream = cache.accumulated_resid(apply_ln=True)
+        assert stream.shape == (3, 2, 12, 16)
+        torch.testing.assert_close(stream[-1], cache["ln_final.hook_normalized"], rtol=1e-5, atol=1e-5)
+        parts, labels = cache.decompose_resid(return_labels=True)
+        assert labels[:2] == ["embed", "pos_embed"] and "1_mlp_out" in labels
+        torch.testing.assert_close(parts.sum(0), cache["blocks.1.hook_resid_post"], rtol=1e-5, atol=1e-5)
+        if "blocks.0.attn.hook_z" in cache:
+            heads = cache.stack_head_results(layer=1)  # the four heads of layer 0
+            assert heads.shape == (4, 2, 12, 16)
+            torch.testing.assert_close(heads.sum(0) + hooked.blocks[0].attn.b_O, cache["blocks.0.hook_attn_out"],
+                                       rtol=1e-5, atol=1e-5)
+        patched = get_act_patch_resid_pre(hooked, TOKENS.flip(1), cache, lambda logits: logits[:, -1].sum())
+        assert patched.shape == (2, 12) and torch.isfinite(patched).all()
+        if cache["blocks.0.attn.hook_pattern"].shape[-1] == 12:
+            scores = detect_head(hooked, TOKENS[0, :8], "previous_token_head")
+            assert scores.shape == (2, 4) and torch.isfinite(scores).all()
+        else:  # interleaved heads: declared
+            assert any("head_detector" in k for k in UNSUPPORTED)

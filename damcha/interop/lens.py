@@ -2,8 +2,12 @@
 whose hook points sit at TransformerLens's canonical names, so run_with_cache, run_with_hooks and the
 tools built on them work on any registered mechanism:
 
-    hook_embed                      the stack input (token + position embeddings)    (B, T, D)
+    hook_embed                      the token embeddings                             (B, T, D)
+    hook_pos_embed                  the position embeddings (learned or sinusoidal)  (B, T, D)
     blocks.{i}.hook_resid_pre       a block's input                                  (B, T, D)
+    blocks.{i}.hook_resid_mid       after the attention's residual add (pre-norm models; read only: an
+                                    edit reaches the MLP's input, not the residual)  (B, T, D)
+    blocks.{i}.hook_mlp_out         the MLP's output (pre-norm models)               (B, T, D)
     blocks.{i}.attn.hook_v          the values, where the layer has a `value` map    (B, T, H, d)
     blocks.{i}.attn.hook_attn_scores  scores after the mask, before the softmax      (B, H', T, T)
     blocks.{i}.attn.hook_pattern    the weights that multiply the values             (B, H', T, T)
@@ -17,7 +21,11 @@ the metric is generated from (a record: editing it changes nothing), and metric.
 per-head metrics m_i the layers score with; metric_{i}.… for a metric per layer).
 H' is the number of maps the mechanism's attend step computes (2H for differential attention, the
 experts for MoA). Scores and patterns fire where a mechanism attends through the shared attend step;
-the hooks run on the explicit path (the weights are built). What does not apply, declared in
+the hooks run on the explicit path (the weights are built). run_with_cache returns TransformerLens's
+ActivationCache, and `cfg` holds the field names its helpers read (n_layers, d_model, n_heads, d_head, ...),
+so accumulated_resid, decompose_resid, stack_head_results (from hook_z and each layer's W_O, where the heads
+meet at an output projection), transformer_lens.patching and head_detector run on every mechanism; which
+canonical hook a mechanism does not fire is said by `silent_hooks`. What does not apply, declared in
 UNSUPPORTED: W_Q/W_K and QK circuits (DAMCHA has no query or key projection), weight folding and
 centring (the project's models are not refactored), the TransformerBridge and its adapter entry point
 (the bridge drives a module with Hugging Face's call signature and split Q/K/V projections).
@@ -26,12 +34,14 @@ centring (the project's models are not refactored), the TransformerBridge and it
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import torch
 from torch import nn
 
 try:
-    from transformer_lens import HookedRootModule
+    from transformer_lens import ActivationCache, HookedRootModule
+    from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.hook_points import HookPoint
 except ImportError:  # pragma: no cover - the message is the point
     raise ImportError("damcha.interop.lens needs TransformerLens: pip install 'damcha[lens]'") from None
@@ -44,22 +54,53 @@ UNSUPPORTED = {
     "fold_ln, center_writing_weights": "the project's models are used as trained, never refactored",
     "TransformerBridge / architecture adapters": "the bridge drives modules with Hugging Face's call signature and "
                                                  "split Q/K/V projections; HookedDamcha is a HookedRootModule instead",
-    "hook_attn_scores, hook_pattern of THA and DCMHA": "they mix scores across heads in their own steps, not "
-                                                        "through the shared attend step",
+    "head_detector on interleaved heads (IHA)": "its patterns are over T·P interleaved pseudo-tokens, not the T "
+                                                "positions the detector's patterns are drawn over",
+    "hook_attn_scores of THA and DCMHA": "they mix scores across heads in their own steps, not through the shared "
+                                         "attend step (their hook_pattern is the weights they return: a record)",
 }
 
 
 class _Attention(nn.Module):
-    def __init__(self):
+    def __init__(self, output: nn.Linear | None, heads: int):
         super().__init__()
         self.hook_v, self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint(), HookPoint()
+        self._output, self._heads = [output], heads  # a list: the model's module, not a submodule of this one
+
+    @property
+    def W_O(self) -> torch.Tensor:
+        """(H, d, D): each head's columns of the output projection, as TransformerLens lays them out."""
+        output = self._output[0]
+        if output is None:
+            raise AttributeError("this mechanism's heads do not meet at an output projection: no W_O")
+        return output.weight.T.reshape(self._heads, output.in_features // self._heads, output.out_features)
+
+    @property
+    def b_O(self) -> torch.Tensor:
+        output = self._output[0]
+        if output is None or output.bias is None:
+            return torch.zeros(output.out_features if output is not None else 0)
+        return output.bias
 
 
 class _Block(nn.Module):
-    def __init__(self):
+    def __init__(self, output: nn.Linear | None, heads: int):
         super().__init__()
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
-        self.attn = _Attention()
+        self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
+        self.attn = _Attention(output, heads)
+
+
+class _FinalNorm(nn.Module):
+    """ln_final: the model's final norm as a callable (ActivationCache's apply_ln calls it) with its hook."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.hook_normalized = HookPoint()
+        self._norm = [norm]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._norm[0](x)
 
 
 class _Named(nn.Module):
@@ -79,22 +120,57 @@ class HookedDamcha(HookedRootModule):
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
-        self.cfg = model.config
-        self.hook_embed = HookPoint()
-        self.blocks = nn.ModuleList(_Block() for _ in model.blocks)
-        self.ln_final = _Named(["hook_normalized"])
+        self.config = model.config
+        self.cfg = lens_config(model.config)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        self.blocks = nn.ModuleList(_Block(model.mechanism.head_output_site(block.attn, model.config), model.config.n_head)
+                                    for block in model.blocks)
+        self.ln_final = _FinalNorm(model.ln_f)
         self.own_sites = model.mechanism.hook_sites(model)
         for prefix in sorted({name.rpartition(".")[0] for name in self.own_sites}):
             self.add_module(prefix, _Named(sorted(n.rpartition(".")[2] for n in self.own_sites
                                                   if n.rpartition(".")[0] == prefix)))
         self.setup()
+        self.train(model.training)  # the wrapper takes the wrapped model's mode (TransformerLens's tools check it)
+
+    def run_with_cache(self, *args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
+        """TransformerLens's run_with_cache; the cache is its ActivationCache (return_cache_object=False: a dict)."""
+        out, cache = super().run_with_cache(*args, remove_batch_dim=remove_batch_dim, **kwargs)
+        return (out, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)) if return_cache_object else (out, cache)
+
+    def to_tokens(self, seq) -> torch.Tensor:
+        """Tokens as TransformerLens's tools ask for them (B, T): a tensor of ids as it is, a string as its UTF-8
+        bytes for a model whose vocabulary is bytes (the text runs); otherwise refused in words."""
+        if torch.is_tensor(seq):
+            return seq.long()[None] if seq.dim() == 1 else seq.long()
+        if isinstance(seq, str):
+            if self.config.vocab_size != 256:
+                raise ValueError(f"a string needs a tokenizer, and this model's {self.config.vocab_size} tokens are "
+                                 "not bytes: pass the token ids as a tensor")
+            return torch.tensor(list(seq.encode("utf-8")), dtype=torch.long)[None]
+        raise TypeError(f"to_tokens takes a tensor of token ids or a string, not {type(seq).__name__}")
+
+    def silent_hooks(self) -> dict[str, str]:
+        """The canonical hooks of layer 0 this mechanism does not fire, each with the reason."""
+        config, attn = self.config, self.model.blocks[0].attn
+        silent = {}
+        value = getattr(attn, "value", None)
+        if not (isinstance(value, nn.Linear) and value.out_features == config.n_embd):
+            silent["blocks.0.attn.hook_v"] = "no value map of width D split into the H heads"
+        if self.model.mechanism.head_output_site(attn, config) is None:
+            silent["blocks.0.attn.hook_z"] = "its heads do not meet at an output projection"
+        if config.norm_placement == "post":
+            silent["blocks.0.hook_resid_mid"] = silent["blocks.0.hook_mlp_out"] = "post-norm blocks"
+        if self.model.pos_emb is None:
+            silent["hook_pos_embed"] = "rotary positions act inside the attend step"
+        return silent
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 return_type: str = "logits"):
-        handles = []
+        handles, attended = [], set()  # the layers whose pattern went through the shared attend step this call
         try:
-            handles += self._module_hooks()
-            sites = [self._site(block) for block in self.blocks]
+            handles += self._module_hooks(tokens.shape[0], attended)
+            sites = [self._site(block, i, attended) for i, block in enumerate(self.blocks)]
             out = self.model(tokens, targets=targets, real=real, need_intermediates=True, stochastic=False,
                              layer_sites=sites)
         finally:
@@ -107,22 +183,35 @@ class HookedDamcha(HookedRootModule):
         return out.logits
 
     @staticmethod
-    def _site(block: _Block):
+    def _site(block: _Block, index: int, attended: set):
         hooks = {"attn_scores": block.attn.hook_attn_scores, "pattern": block.attn.hook_pattern}
-        return lambda name, tensor: hooks[name](tensor)
 
-    def _module_hooks(self) -> list:
-        model, H = self.model, self.cfg.n_head
-        handles = [model.blocks[0].register_forward_pre_hook(lambda m, args: (self.hook_embed(args[0]), *args[1:]))]
-        for block, hooks in zip(model.blocks, self.blocks):
+        def site(name, tensor):
+            attended.add(index)
+            return hooks[name](tensor)
+        return site
+
+    def _module_hooks(self, batch: int, attended: set) -> list:
+        model, H = self.model, self.config.n_head
+        handles = [model.tok_emb.register_forward_hook(lambda m, args, out: self.hook_embed(out))]
+        if model.pos_emb is not None:  # (T, D) in the model: (B, T, D) as TransformerLens lays it out
+            handles.append(model.pos_emb.register_forward_hook(
+                lambda m, args, out: self.hook_pos_embed(out.expand(batch, *out.shape))))
+        for i, (block, hooks) in enumerate(zip(model.blocks, self.blocks)):
+            if self.config.norm_placement != "post":
+                handles.append(block.ln_2.register_forward_pre_hook(lambda m, args, h=hooks: (h.hook_resid_mid(args[0]),)))
+                handles.append(block.mlp.register_forward_hook(lambda m, args, out, h=hooks: h.hook_mlp_out(out)))
             handles.append(block.register_forward_pre_hook(lambda m, args, h=hooks: (h.hook_resid_pre(args[0]), *args[1:])))
             handles.append(block.register_forward_hook(lambda m, args, out, h=hooks: (h.hook_resid_post(out[0]), out[1])))
             handles.append(block.attn.register_forward_hook(
                 lambda m, args, out, h=hooks: dataclasses.replace(out, y=h.hook_attn_out(out.y))))
+            # A mechanism that mixes its scores in steps of its own (THA, DCMHA) still returns the weights that
+            # multiply the values: hook_pattern reads them, a record (an edit there changes nothing).
+            handles.append(block.attn.register_forward_hook(partial(_record_pattern, hooks.attn.hook_pattern, i, attended)))
             value = getattr(block.attn, "value", None)
-            if isinstance(value, nn.Linear) and value.out_features == self.cfg.n_embd:
+            if isinstance(value, nn.Linear) and value.out_features == self.config.n_embd:
                 handles.append(value.register_forward_hook(lambda m, args, out, h=hooks: _by_head(h.attn.hook_v, out, H)))
-            site = model.mechanism.head_output_site(block.attn, self.cfg)
+            site = model.mechanism.head_output_site(block.attn, self.config)
             if site is not None:
                 handles.append(site.register_forward_pre_hook(
                     lambda m, args, h=hooks: (_by_head(h.attn.hook_z, args[0], H), *args[1:])))
@@ -133,6 +222,22 @@ class HookedDamcha(HookedRootModule):
                 lambda m, args, out, hook=hook, field=field: dataclasses.replace(out, **{field: hook(getattr(out, field))})
                 if getattr(out, field) is not None else out))
         return handles
+
+
+def lens_config(config) -> TransformerBridgeConfig:
+    """The project's ModelConfig under the field names TransformerLens's helpers read."""
+    return TransformerBridgeConfig(
+        d_model=config.n_embd, d_head=config.n_embd // config.n_head, n_layers=config.n_layer, n_ctx=config.block_size,
+        n_heads=config.n_head, d_vocab=config.vocab_size, d_mlp=config.mlp_width or config.mlp_ratio * config.n_embd,
+        act_fn="silu" if config.feed_forward == "swiglu" else "gelu", gated_mlp=config.feed_forward == "swiglu",
+        normalization_type="RMS" if config.norm == "rms" else "LN", model_name=f"damcha-{config.variant}",
+        attention_dir="causal" if config.causal else "bidirectional",
+        positional_embedding_type=config.position_encoding if config.position_encoding == "rotary" else "standard")
+
+
+def _record_pattern(hook: HookPoint, index: int, attended: set, module, args, out) -> None:
+    if index not in attended and out.weights is not None:
+        hook(out.weights)  # read only: the forward hook returns None, so the layer's output stands
 
 
 def _by_head(hook: HookPoint, tensor: torch.Tensor, heads: int) -> torch.Tensor:
