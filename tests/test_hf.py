@@ -303,3 +303,72 @@ def test_a_sparse_giant_or_lying_weights_file_is_refused_in_words(tmp_path):
     (tmp_path / "lying" / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="(not a readable safetensors file|do not match its config)"):
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "lying")
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_lora_adapts_every_mechanisms_attention_and_merges_to_the_same_logits(variant):
+    peft = pytest.importorskip("peft", reason="peft is installed by requirements.txt")
+    torch.manual_seed(0)
+    models = {"classes": hf.DamchaForCausalLM(_config(variant))}
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=16, n_head=4, vocab_size=11,
+                                                                n_positions=12, attn_pdrop=0.0, resid_pdrop=0.0,
+                                                                embd_pdrop=0.0))
+    hf.swap_attention(gpt2, variant, seed=0)
+    models["swapped into GPT-2"] = gpt2
+    x = _tokens()
+    for kind, model in models.items():
+        with torch.no_grad():  # as trained, off their initial values: a map that starts at zero (DCMHA's dynamic
+            for p in model.parameters():  # weights) would hold the adapter before it at a saddle
+                p.add_(0.02 * torch.randn_like(p))
+        targets = hf.lora_target_modules(model)
+        assert targets and all(isinstance(model.get_submodule(t), torch.nn.Linear) for t in targets)
+        assert not any(".mlp." in t or "wte" in t or t.endswith("head") for t in targets)  # attention only
+        adapted = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=targets, lora_dropout=0.0))
+        trainable = {n: p for n, p in adapted.named_parameters() if p.requires_grad}
+        assert trainable and all("lora_" in n for n in trainable), (kind, sorted(trainable)[:4])
+        optimizer = torch.optim.Adam(trainable.values(), lr=1e-2)
+        for _ in range(2):
+            adapted(x, labels=x).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        unmoved = [n for n, p in trainable.items() if "lora_B" in n and torch.equal(p, torch.zeros_like(p))]
+        assert not unmoved, (kind, unmoved)
+        adapted.eval()
+        with torch.no_grad():
+            with_adapters = adapted(x).logits
+            merged = adapted.merge_and_unload()(x).logits
+        torch.testing.assert_close(merged, with_adapters, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_token_embeddings_keeps_the_old_tokens_logits_and_checkpointing_is_refused_in_words(tmp_path):
+    torch.manual_seed(0)
+    model = hf.DamchaForCausalLM(_config("damcha")).eval()
+    x = _tokens()
+    with torch.no_grad():
+        before = model(x).logits
+        model.resize_token_embeddings(20)
+        after = model(x).logits
+    assert after.shape[-1] == 20 and model.config.vocab_size == 20 and model.transformer.config.vocab_size == 20
+    torch.testing.assert_close(after[..., :11], before, rtol=0, atol=0)  # the old tokens' logits unchanged
+    new = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(3))
+    assert torch.isfinite(model(new, labels=new).loss)  # the new ids are read and predicted
+    model.save_pretrained(tmp_path / "resized")
+    again = hf.DamchaForCausalLM.from_pretrained(tmp_path / "resized").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(x).logits, after, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="does not checkpoint activations through Hugging Face.*activation-checkpointing"):
+        model.gradient_checkpointing_enable()
+
+
+def test_a_linear_map_read_as_weights_gets_no_adapter_because_one_there_would_never_act():
+    peft = pytest.importorskip("peft", reason="peft is installed by requirements.txt")
+    torch.manual_seed(0)
+    model = hf.DamchaForCausalLM(_config("damcha")).eval()
+    folded = "transformer.metric_source.generator.out"  # the fused row sum folds it into its own product
+    assert folded not in hf.lora_target_modules(model)
+    x = _tokens()
+    with torch.no_grad():
+        before = model(x).logits
+    adapted = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=[folded], init_lora_weights=False))
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(x).logits, before, rtol=0, atol=0)  # a random adapter, no effect

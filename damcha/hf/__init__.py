@@ -19,6 +19,7 @@ from transformers import (
 
 from damcha.hf.config import DamchaConfig
 from damcha.hf.export import export_run
+from damcha.hf.lora import lora_target_modules
 from damcha.hf.models import (
     DamchaForCausalLM,
     DamchaForImageClassification,
@@ -36,4 +37,4 @@ AutoModelForImageClassification.register(DamchaConfig, DamchaForImageClassificat
 
 __all__ = ["DamchaConfig", "DamchaForCausalLM", "DamchaForImageClassification", "DamchaForSequenceClassification",
            "DamchaModel",
-           "DamchaPreTrainedModel", "Swap", "export_run", "load_swapped", "swap_attention"]
+           "DamchaPreTrainedModel", "Swap", "export_run", "load_swapped", "lora_target_modules", "swap_attention"]

@@ -14,6 +14,7 @@ receive q and k after projections DAMCHA does not have; flash and flex attention
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -108,6 +109,20 @@ class DamchaPreTrainedModel(PreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.transformer.tok_emb
 
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        """Hugging Face's resize_token_embeddings: the new table in place, and the project's config told its size
+        (Hugging Face updates this config's vocab_size itself)."""
+        if not isinstance(value, nn.Embedding) or value.embedding_dim != self.config.n_embd:
+            raise ValueError(f"{type(self).__name__} embeds token ids with an nn.Embedding of width {self.config.n_embd}")
+        self.transformer.tok_emb = value
+        self.transformer.config = dataclasses.replace(self.transformer.config, vocab_size=value.num_embeddings)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+        raise ValueError(f"{type(self).__name__} does not checkpoint activations through Hugging Face: the project's "
+                         "training does (damcha train --activation-checkpointing, under FSDP2); the mechanisms' "
+                         "per-call structures (DAMCHA's shared metric) are computed once per stack and would be "
+                         "recomputed per block by Hugging Face's per-layer checkpointing")
+
     def _run(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor | None,
              kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None) -> ModelOutput:
         """The project's forward pass with Hugging Face's arguments, refused in words where it has no meaning."""
@@ -174,6 +189,15 @@ class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
 
     def get_output_embeddings(self) -> nn.Module:
         return self.transformer.head
+
+    def set_output_embeddings(self, new: nn.Module) -> None:
+        """Hugging Face's resize_token_embeddings hands a resized nn.Linear: its weights move into the project's
+        next-token head (which computes the loss too), so the head stays the project's."""
+        head = self.transformer.head
+        if not isinstance(new, nn.Linear) or new.in_features != head.in_features:
+            raise ValueError(f"the output embeddings must be an nn.Linear from width {head.in_features}")
+        head.weight, head.bias = new.weight, new.bias
+        head.out_features = new.out_features
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_attentions: bool | None = None,
