@@ -2,13 +2,14 @@
 
 import streamlit as st
 
-from app.cache import inspection, validation_losses
+from app.cache import input_familiarity, inspection, validation_losses
 from app.controls import bounded_slider, input_picker, over_validation_inputs
 from app.named_figures import show_run_set_figure, shown_input
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
+from damcha.inputs.uploads import InputError
 from damcha.views.comparison import PANELS, compared_run, head_grid_caption, metric_parts
 
 st.title("Compare mechanisms")
@@ -82,6 +83,13 @@ left, right = st.columns([1, 3])
 with left:
     shown_input(results[0][0], epochs[results[0][0].name], results[0][1], inp)
 right.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True, width="stretch")
+if inp.validation_index is None and results[0][1].modality.grid:  # how far the upload is, as the Inspector says
+    try:
+        near = input_familiarity(results[0][0], inp)
+    except (InputError, ValueError) as e:
+        st.caption(f"Not compared with the validation inputs: {e}")
+    else:
+        (st.warning if near.unfamiliar else st.caption)(near.sentence())
 compared = [compared_run(rec, f"{r.name} @{epochs[r.name]}", layer, head, position, structure.get(r.name))
             for r, rec in results if rec.structures]
 drawn_here = head_grid_caption([(plain_text(r.name), rec, structure.get(r.name)) for r, rec in results])

@@ -2,12 +2,13 @@
 
 import streamlit as st
 
-from app.cache import input_familiarity, inspection, sequence_profile
-from app.controls import bounded_slider, input_picker, option_choices, position_in_context
+from app.cache import input_familiarity, inspection, sequence_profile, validation_losses
+from app.controls import bounded_slider, holds_validation_inputs, input_picker, option_choices, position_in_context
 from app.named_figures import show_model_figure, show_record_figure
 from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
+from damcha.analysis.familiarity import loss_standing
 from damcha.analysis.inspection import (
     matrices_fit,
 )
@@ -26,6 +27,8 @@ from damcha.views.figure_sets import (
 from damcha.views.model_figures import named_figure_applies
 from damcha.views.readings import decomposition_readings
 from damcha.views.token_view import TOKEN_VIEW_TITLE, token_view_html
+
+STANDING_INPUTS = 256  # validation inputs an upload's loss is placed among
 
 run, epoch = run_page("Inspector")
 
@@ -83,6 +86,12 @@ if record.modality.grid and inp.validation_index is None:
                 for cell, index, distance in zip(cells[1:], near.nearest, near.distances):
                     other = validation_input(run, index)
                     cell.image(input_thumbnail(other), caption=f"{plain_text(other.source)}: {distance:.3g}", width=120)
+
+if inp.validation_index is None and record.loss is not None and holds_validation_inputs(run):
+    # Every modality, texts included: the model's own loss on the upload among its losses on validation inputs.
+    standing = loss_standing(record.loss, validation_losses(run, epoch, STANDING_INPUTS))
+    unit = LossUnit.of(cfg)
+    (st.warning if standing.unusual else st.caption)(standing.sentence(lambda v: f"{unit.text(v)} {unit.label}"))
 
 if viewed_only or uses_positions(record):
     if not viewed_only:

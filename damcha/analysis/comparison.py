@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from damcha.analysis.inspection import InspectionRecord
+from damcha.analysis.inspection import InspectionRecord, next_token_probabilities
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.runs.checkpoints import Run
 
@@ -45,6 +45,11 @@ def comparison_table(entries: Sequence[tuple[Run, int, InspectionRecord]]) -> li
     for run, epoch, record in entries:
         cfg = run.model_config
         loss = None if record.loss is None else record.loss * loss_factor(cfg)
-        rows.append({"run": run.name, "variant": run.variant, "mechanism": cfg.mechanism.title, "epoch": epoch,
-                     f"loss on this input ({loss_label(cfg)})": loss, **validation_columns(run.metrics_at(epoch))})
+        row = {"run": run.name, "variant": run.variant, "mechanism": cfg.mechanism.title, "epoch": epoch}
+        if record.task == "classification":  # an upload has no label, so no loss: what each run answers instead
+            probabilities = next_token_probabilities(record, 0)
+            row.update({"predicted class": int(probabilities.argmax()), "its probability": float(probabilities.max())})
+        if loss is not None or record.task != "classification":
+            row[f"loss on this input ({loss_label(cfg)})"] = loss
+        rows.append({**row, **validation_columns(run.metrics_at(epoch))})
     return rows

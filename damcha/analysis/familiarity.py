@@ -6,11 +6,14 @@ means anything depends on how far the preprocessed upload is from the data it wa
 distance is Euclidean on the arrays the model reads (grey levels per pixel, patch vectors); the
 reference is the distribution of each validation input's distance to its nearest other validation
 input, so "unfamiliar" means farther than `quantile` of the validation set is from its own
-neighbours. Only image runs are measured: a byte sequence has no meaningful Euclidean neighbour.
+neighbours. Only image runs are measured so: a byte sequence has no meaningful Euclidean neighbour.
+That distance has little power in many dimensions, so every input with targets (any modality) is also
+placed by the model's own loss among its losses on validation inputs (`loss_standing`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +35,56 @@ class Familiarity:
 
     def sentence(self) -> str:
         share = f"{self.quantile:.0%}"
+        weak = (" A distance in raw values says little across this many dimensions (a flat image can sit near many "
+                "inputs); where the input has targets, the model's own loss below is the stronger check.")
         if self.unfamiliar:
-            return (f"Out of distribution: this input is {self.distances[0]:.3g} from its nearest validation input, "
+            return (f"Far in raw values: this input is {self.distances[0]:.3g} from its nearest validation input, "
                     f"farther than {share} of validation inputs are from theirs ({self.typical:.3g}). The model "
-                    "answers anyway; read its prediction and structures with that in mind.")
-        return (f"Within the validation data's range: {self.distances[0]:.3g} from its nearest validation input "
-                f"({share} of validation inputs are within {self.typical:.3g} of theirs).")
+                    "answers anyway; read its prediction and structures with that in mind." + weak)
+        return (f"Near in raw values: {self.distances[0]:.3g} from its nearest validation input ({share} of "
+                f"validation inputs are within {self.typical:.3g} of theirs)." + weak)
+
+
+@dataclass(frozen=True)
+class LossStanding:
+    """Where the model's own loss on an input stands among its losses on validation inputs (any modality:
+    what the model finds predictable, not a distance in raw values). loss, low, high in the loss's unit
+    (nats or squared error); low, high: the validation losses' `tail` and 1 − `tail` quantiles; below: the
+    share of validation inputs with a lower loss; n: how many were scored."""
+
+    loss: float
+    below: float
+    low: float
+    high: float
+    n: int
+    tail: float
+
+    @property
+    def unusual(self) -> bool:
+        return not self.low <= self.loss <= self.high
+
+    def sentence(self, shown: Callable[[float], str]) -> str:
+        """In words, with `shown` writing a loss in the page's unit."""
+        where = (f"The model's loss on this input, {shown(self.loss)}, is above {self.below:.0%} of its losses on "
+                 f"{self.n} validation inputs (the middle {1 - 2 * self.tail:.0%} lie in {shown(self.low)} … "
+                 f"{shown(self.high)}).")
+        if self.loss > self.high:
+            return (where + " It predicts this input worse than almost any it was validated on: an input unlike its "
+                            "training data (another script or alphabet, a photo of another kind); read what it shows "
+                            "with that in mind.")
+        if self.loss < self.low:
+            return (where + " It predicts this input better than almost any it was validated on: an unusually easy "
+                            "input (flat, blank or repetitive), itself unlike the validation data.")
+        return where + " Within the range of the validation inputs' losses."
+
+
+def loss_standing(loss: float, validation_losses: np.ndarray, tail: float = 0.01) -> LossStanding:
+    """`loss` (the model's mean loss on one input) against the model's losses on validation inputs (N,)."""
+    v = np.asarray(validation_losses, dtype=float)
+    if v.size == 0:
+        raise ValueError("no validation losses to compare with")
+    return LossStanding(float(loss), float((v < loss).mean()), float(np.quantile(v, tail)),
+                        float(np.quantile(v, 1 - tail)), int(v.size), tail)
 
 
 def typical_distance(validation: np.ndarray, quantile: float = 0.99) -> float:
