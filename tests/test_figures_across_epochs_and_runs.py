@@ -1,6 +1,7 @@
 """Named figures across a run's snapshots and of several runs: every entry of both tables is drawn,
 exported with its provenance and rebuilt from it alone, and what it draws is what the model gives."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -174,9 +175,11 @@ def test_every_evidence_figure_is_rebuilt_from_its_provenance_and_draws_the_stor
     item = evidence_item(name, SHIPPED / "evidence", claim["key"], root=SHIPPED)
     assert item.provenance.params == {"claim": claim["key"], "results": "evidence"}  # no absolute path handed out
     _rebuilt_equal(item, SHIPPED)
-    if name == "evidence_summary":
+    if name == "evidence_summary":  # in the unit drawn (an NLL stored in nats, drawn in bits)
+        from damcha.evidence.view import shown_factor
+
         means = [float(m) for m in item.figure.data[0].y]
-        np.testing.assert_allclose(means, [r["mean"] for r in claim["summary"]])
+        np.testing.assert_allclose(means, [r["mean"] * shown_factor(claim["metric"]) for r in claim["summary"]])
 
 
 def test_the_arm_table_has_every_arm_with_its_interval_cells_and_the_papers_number():
@@ -187,8 +190,8 @@ def test_the_arm_table_has_every_arm_with_its_interval_cells_and_the_papers_numb
     rows = arm_table(claim)
     assert [r["arm"] for r in rows] == [s["arm"] for s in claim["summary"]]
     first = claim["summary"][0]
-    assert rows[0][metric_label(claim["metric"])].startswith(f"{first['mean']:.4g} [")
-    assert "val_nll (nats per token)" in rows[0]  # the first claim's NLL, its unit said
+    assert rows[0][metric_label(claim["metric"])].startswith(f"{first['mean'] / math.log(2):.4g} [")
+    assert "val_nll (bits per token)" in rows[0]  # the first claim's NLL (stored in nats), in the app's unit
 
 
 @pytest.mark.slow
