@@ -7,6 +7,7 @@ import json
 import streamlit as st
 
 from app.roots import checkpoint_root
+from app.sharing import is_local_server
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
 from damcha.views.export import Provenance
@@ -72,7 +73,9 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
         from damcha.views.regeneration import python_to_rebuild
 
         st.caption("Python that rebuilds this figure, beside its provenance file (copy button at the top right):")
-        st.code(python_to_rebuild(prov, f"{name}.provenance.json"), language="python")
+        # The folder in use, by its full path on one's own machine; a visitor of a shared server sees its name only
+        folder = checkpoint_root() if is_local_server() else checkpoint_root().name
+        st.code(python_to_rebuild(prov, f"{name}.provenance.json", folder, settings), language="python")
 
 
 def export_all_widget() -> None:

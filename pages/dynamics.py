@@ -52,7 +52,8 @@ if not first.structures:
     st.info(f"{run.variant} exposes no cross-head structure to follow over training.")
     st.stop()
 names = [s.name for s in first.structures]
-name = c2.selectbox("Structure", names, **bound("structure"))  # plain names: the URL holds what the box shows
+name = c2.selectbox("Structure", names, format_func=lambda n: first.structure(n).title,
+                    **bound("structure"))  # the URL holds the structure's name, the box shows its title
 chosen = first.structure(name)
 if not viewed_only:
     pos = bounded_slider(c2, "Query position", T - 1, "position") \

@@ -34,7 +34,8 @@ else:
         c1, c2, c3 = st.columns(3)
         method = c1.radio("Method", ["gradient_x_metric", "gradient"], **bound("method"),
                           format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
-        mode = c2.radio("Metric mode", [m.value for m in MetricMode], horizontal=True, **bound("mode"))
+        mode = c2.radio("Metric mode", [m.value for m in MetricMode], horizontal=True, **bound("mode"),
+                        format_func=lambda m: m.replace("_", " "))  # the URL keeps the value, the page its words
         T = len(inp.tokens)
         where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
             else "whole input"

@@ -385,3 +385,15 @@ def test_compares_caption_follows_the_part_shown_and_names_each_runs_own_form():
         assert row_sum in said and bilinear in said, said
         assert "residue included" not in said or name == "metric"
         assert ("never trains" in said) == (name != "metric_learned")
+
+
+def test_controls_show_words_not_internal_names():
+    at = new_app("digits-damcha", "dynamics")
+    assert_clean(at)
+    structures = at.selectbox(key="structure")
+    assert "M(x)" in structures.options and "metric" not in structures.options, structures.options
+    assert structures.value == "metric"  # the URL and the session keep the name
+    at = new_app("digits-damcha", "gradients")
+    assert_clean(at)
+    modes = at.radio(key="mode")
+    assert "off diagonal" in modes.options and "off_diagonal" not in modes.options, modes.options

@@ -132,6 +132,13 @@ def test_the_python_shown_beside_an_export_rebuilds_the_figure(tmp_path, monkeyp
     files = item_files(item, ["csv"])
     for name, raw in files.items():
         (tmp_path / name).write_bytes(raw)
+    from damcha.views.export import ExportSettings
+
+    shown = python_to_rebuild(item.provenance, f"{item.name}.provenance.json", "/data/my-runs",
+                              ExportSettings.column("single column", vector_heatmaps=True))
+    assert "run_root='/data/my-runs'" in shown  # the folder in use, not a fixed "checkpoints"
+    assert "ExportSettings(width=460," in shown and "vector_heatmaps=True" in shown  # the layout in use
+    assert "ExportSettings(width=460," in python_to_rebuild(item.provenance, "p.json")  # default: single column
     code = python_to_rebuild(item.provenance, f"{item.name}.provenance.json")
     code = "\n".join(line for line in code.splitlines() if not line.startswith(("item.figure.show", "write_item")))
     monkeypatch.chdir(tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from damcha.runs.checkpoints import load_run
 from damcha.views.epoch_figures import EPOCH_FIGURES, epoch_figure_item, needs_input
-from damcha.views.export import ExportItem, Provenance, library_params
+from damcha.views.export import ExportItem, ExportSettings, Provenance, library_params
 from damcha.views.model_figures import figure_set
 from damcha.views.run_set_figures import RUN_SET_FIGURES, run_set_item, taken_from
 
@@ -41,12 +41,15 @@ def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportIt
     return item
 
 
-def python_to_rebuild(prov: Provenance, provenance_file: str) -> str:
+def python_to_rebuild(prov: Provenance, provenance_file: str, run_root: str | Path = "checkpoints",
+                      settings: ExportSettings | None = None) -> str:
     """Python that rebuilds the figure from its provenance file (saved beside the script), for a
-    notebook or a paper's figure script; None-regenerable figures get a note instead."""
+    notebook or a paper's figure script, with the checkpoint folder and the export settings in use
+    (default: the shipped folder, single column); None-regenerable figures get a note instead."""
     if not prov.regenerable:
         return (f"# {prov.figure!r} is drawn from the page's state, not from a named figure: its provenance "
                 "records what it shows but cannot rebuild it.")
+    settings = settings or ExportSettings()
     return (
         "import json\n\n"
         "from damcha.evidence.view import regenerate  # every named figure, the evidence's included\n"
@@ -54,7 +57,8 @@ def python_to_rebuild(prov: Provenance, provenance_file: str) -> str:
         f"with open({provenance_file!r}) as f:\n"
         "    provenance = Provenance.from_dict(json.load(f))\n"
         "# run_root: the checkpoint folder the app had open (runs are named relative to it)\n"
-        "item = regenerate(provenance, run_root=\"checkpoints\")\n"
+        f"item = regenerate(provenance, run_root={str(run_root)!r})\n"
         "item.figure.show()\n"
-        "write_item(item, \"figures\", [\"pdf\", \"svg\", \"csv\"], ExportSettings.column(\"double column\"))\n"
+        "# the export settings the app had (the sidebar's): the same layout and size\n"
+        f"write_item(item, \"figures\", [\"pdf\", \"svg\", \"csv\"], {settings!r})\n"
     )
