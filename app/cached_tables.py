@@ -9,13 +9,6 @@ from app.cache import HASH_FUNCS, model_for
 from damcha.runs.checkpoints import Run
 
 
-def table_cached(run: Run, epoch: int, n: int) -> bool:
-    from damcha.analysis.data_table import table_settings
-    from damcha.runs.disk_cache import is_cached
-
-    return is_cached("validation_table", table_settings(n), [(run, epoch)])
-
-
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_table(run: Run, epoch: int, n: int) -> dict:
     from damcha.analysis.data_table import run_validation_table, table_settings

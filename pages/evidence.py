@@ -41,8 +41,13 @@ except EvidenceFileError as e:
     st.stop()
 results_name = run_name_in(folder, SHIPPED_ROOT)  # as a provenance names it: never the server's absolute path
 if doc is None:
-    st.info(f"No stored results in {folder}: run `python -m damcha evidence` (about 2 hours 45 minutes on two cores from scratch, docs/evidence.md; "
-            "`--quick` for a smoke run).")
+    try:  # what the shipped run took, as its results record it (no number typed by hand)
+        shipped = load_results(SHIPPED_ROOT / "evidence")
+        took = f"the shipped run took {shipped['wall_seconds'] / 60:.0f} minutes of wall time" if shipped else ""
+    except EvidenceFileError:
+        took = ""
+    st.info(f"No stored results in {folder}: run `python -m damcha evidence` ({took + ', ' if took else ''}see "
+            "docs/evidence.md; `--quick` for a smoke run).")
     st.stop()
 compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
            f"wall time and {doc['compute_seconds']} s of compute summed over workers" if "calls" in doc else "")

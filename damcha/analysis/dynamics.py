@@ -82,10 +82,6 @@ class EpochSweep:
     epochs: tuple[int, ...]
     records: tuple[InspectionRecord, ...]
 
-    def metric_at(self, layer: int, position_index: int) -> np.ndarray:
-        """(E, D, D) M(x) of one layer at one query position, across epochs."""
-        return self.over_epochs("metric", {"layer": layer, "position": position_index})
-
     def over_epochs(self, structure: str, index: dict, head: int | None = None) -> np.ndarray:
         """(E, a, b) one structure's matrix at a layer/position (and head, for per-head structures), per epoch."""
         mats = [r.structure(structure).at(**index) for r in self.records]

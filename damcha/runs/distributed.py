@@ -70,6 +70,3 @@ def total(value: torch.Tensor, proc: Process) -> torch.Tensor:
     return value
 
 
-def finish(proc: Process) -> None:
-    if proc.distributed and dist.is_initialized():
-        dist.destroy_process_group()
