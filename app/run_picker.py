@@ -120,8 +120,8 @@ def selected_run() -> tuple[Run, int]:
     if run is None:
         st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
         st.stop()
-    for note in run.raw_config.get("notes", []):  # what an imported run lacks, in its own words
-        st.warning(plain_text(note))
+    for note in run.raw_config.get("notes", []):  # where the run came from and what it lacks, in its own words:
+        st.info(plain_text(note))  # provenance, not a warning
     return run, epoch
 
 

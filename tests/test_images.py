@@ -70,7 +70,7 @@ def test_an_uploaded_photo_is_read_upright_centre_cropped_and_patched(patch_run)
     direct = inspect_input(model, np.concatenate([np.zeros((1, 48)), patches[:-1]]), patches)
     via_upload = inspect_input(model, inp.tokens, inp.targets)
     np.testing.assert_allclose(via_upload.logits, direct.logits, atol=1e-6)
-    assert via_upload.token_labels[1] == "patch r0c0" and via_upload.modality.name == "image_patches"
+    assert via_upload.token_labels[1] == "patch r1c1" and via_upload.modality.name == "image_patches"
 
 
 def test_completion_uses_only_the_top_half(patch_run):

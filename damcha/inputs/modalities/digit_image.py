@@ -27,7 +27,8 @@ def digit_sequence(pixels: np.ndarray) -> np.ndarray:
 
 
 def _cell(i: int) -> str:
-    return f"r{i // DIGIT_SIDE}c{i % DIGIT_SIDE}"
+    """Row and column from 1, as heads and layers are counted on every page."""
+    return f"r{i // DIGIT_SIDE + 1}c{i % DIGIT_SIDE + 1}"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def next_patch_sequences(patches: np.ndarray) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _patch(i: int) -> str:
-    return f"patch r{i // GRID[1]}c{i % GRID[1]}"
+    return f"patch r{i // GRID[1] + 1}c{i % GRID[1] + 1}"  # from 1, as heads and layers are counted
 
 
 @dataclass(frozen=True)
