@@ -120,8 +120,10 @@ def selected_run() -> tuple[Run, int]:
     if run is None:
         st.warning("No run selected: pick a checkpoint folder with runs in the sidebar.")
         st.stop()
-    for note in run.raw_config.get("notes", []):  # where the run came from and what it lacks, in its own words:
-        st.info(plain_text(note))  # provenance, not a warning
+    for note in run.raw_config.get("provenance", []):  # where the run came from: information
+        st.info(plain_text(note))
+    for note in run.raw_config.get("notes", []):  # what an imported run lacks, in its own words: a caveat
+        st.warning(plain_text(note))
     return run, epoch
 
 

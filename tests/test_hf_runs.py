@@ -49,7 +49,7 @@ def test_an_exported_folder_is_its_run_at_its_epoch(folders):
     run = load_run(folders / "text-damcha-hf")
     source = load_run(CHECKPOINTS / "text-damcha")
     assert run.epochs == (40,) and run.dataset == "text" and run.model_config == source.model_config
-    assert "Exported from the run text-damcha at epoch 40." in run.raw_config["notes"]
+    assert "Exported from the run text-damcha at epoch 40." in run.raw_config["provenance"]
     x = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(load_model(run)(x).logits, load_model(source)(x).logits, rtol=0, atol=0)
     assert load_run(folders / "digits-cls-mma-hf").epochs == (6,)
@@ -71,7 +71,7 @@ def test_a_trainer_run_shows_its_checkpoints_as_epochs_and_its_eval_loss(folders
 def test_trainer_checkpoints_off_whole_epochs_are_numbered_by_step(tmp_path):
     _trainer_run(tmp_path / "by-step", save_strategy="steps")
     run = load_run(tmp_path / "by-step")
-    assert run.epochs == (3, 4) and any("training step" in note for note in run.raw_config["notes"])
+    assert run.epochs == (3, 4) and any("training step" in note for note in run.raw_config["provenance"])
     assert [row["epoch"] for row in run.metrics] == [3, 4]  # evaluated every 3 steps and where training ends
 
 
@@ -182,3 +182,6 @@ def test_a_folder_of_one_snapshot_says_there_is_nothing_to_compare_across_epochs
     at = page_app(folders, "text-damcha-hf", "interventions")
     assert any("nothing to compare across epochs" in i.value for i in at.info)
     assert not at.exception
+    # where the folder came from is information, not a yellow warning
+    assert any("A Hugging Face folder of damcha.hf's classes" in i.value for i in at.info)
+    assert not any("Hugging Face folder" in w.value for w in at.warning)

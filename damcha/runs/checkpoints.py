@@ -232,7 +232,8 @@ def read_test(run_dir: Path, root: Path | None = None) -> dict | None:
 
 # The config entries the app and the CLI read, with their type and range; anything else in the
 # sections is kept as it is and never used.
-SECTION_TYPES = {"model": dict, "train": dict, "data": dict, "notes": list}
+# notes: what a run lacks (a caveat, shown as a warning); provenance: where it came from (shown as information).
+SECTION_TYPES = {"model": dict, "train": dict, "data": dict, "notes": list, "provenance": list}
 NUMBER, COUNT = (int, float), int
 ENTRY_RULES = {
     "train": {"epochs": (COUNT, 0, 10**6), "lr": (NUMBER, 0, 1e3), "optimizer": (str,), "split_seed": (COUNT, 0, 2**63 - 1),
@@ -261,8 +262,9 @@ def check_config_shape(cfg: dict, path: Path) -> None:
             if kind is str and len(value) > MAX_NAME_CHARS:
                 raise CheckpointError(f"{path}: '{section}.{key}' is {len(value):,} characters long (at most "
                                       f"{MAX_NAME_CHARS}: it is shown in every view and travels in every link)")
-    if not all(isinstance(n, str) for n in cfg.get("notes", [])):
-        raise CheckpointError(f"{path}: 'notes' must be a list of strings")
+    for section in ("notes", "provenance"):
+        if not all(isinstance(n, str) for n in cfg.get(section, [])):
+            raise CheckpointError(f"{path}: '{section}' must be a list of strings")
 
 
 def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:

@@ -74,9 +74,9 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
     source = cfg.get("damcha_run") if isinstance(cfg.get("damcha_run"), dict) else {}
     config = {"format_version": 1, "model": _named_settings({k: v for k, v in cfg.items() if k in _MODEL_FIELDS}),
               "train": _section(source, "train"), "data": _section(source, "data"),
-              "notes": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
+              "provenance": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
     if source.get("run"):
-        config["notes"].append(f"Exported from the run {str(source['run'])[:100]} at epoch {source.get('epoch')}.")
+        config["provenance"].append(f"Exported from the run {str(source['run'])[:100]} at epoch {source.get('epoch')}.")
     if not checkpoints:
         _refuse_pickles(folder)
         epoch = source.get("epoch", 0)
@@ -87,7 +87,7 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
     epochs = [_checkpoint_epoch(checkpoints[s], root) for s in steps]
     by_epoch = all(e is not None and float(e).is_integer() for e in epochs) and len({*epochs}) == len(epochs)
     numbers = [int(e) for e in epochs] if by_epoch else steps
-    config["notes"].append("Snapshots are Hugging Face Trainer checkpoints, numbered by "
+    config["provenance"].append("Snapshots are Hugging Face Trainer checkpoints, numbered by "
                            + ("epoch." if by_epoch else "training step (checkpoint-N): they do not fall on whole epochs."))
     snapshots = {n: f"{checkpoints[s].name}/{WEIGHTS_FILE}" for n, s in zip(numbers, steps)}
     metrics = _metrics(_trainer_log(checkpoints[steps[-1]], root), by_epoch)

@@ -78,7 +78,7 @@ def test_config_notes_are_shown_as_plain_text(tmp_path):
     at.session_state["checkpoint_root"] = str(tmp_path / "runs")
     at.switch_page("../pages/inspector.py")
     at.run()
-    note = next(i.value for i in at.info if "click me" in i.value)
+    note = next(w.value for w in at.warning if "click me" in w.value)
     assert note.startswith(r"\[click me\]\(javascript") and r"\*\*loud\*\*" in note
 
 
