@@ -90,7 +90,6 @@ if record.modality.grid and inp.validation_index is None:
 if inp.validation_index is None and record.loss is not None and holds_validation_inputs(run):
     # Every modality, texts included: the model's own loss on the upload among its losses on validation inputs.
     standing = loss_standing(record.loss, validation_losses(run, epoch, STANDING_INPUTS))
-    unit = LossUnit.of(cfg)
     (st.warning if standing.unusual else st.caption)(standing.sentence(lambda v: f"{unit.text(v)} {unit.label}"))
 
 if viewed_only or uses_positions(record):

@@ -4,7 +4,6 @@ its logits with the run's."""
 
 from __future__ import annotations
 
-import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,15 @@ import torch
 from safetensors import SafetensorError
 
 from damcha.hf.config import DamchaConfig
-from damcha.runs.checkpoints import METRICS_FILE, CheckpointError, Run, load_model, load_run, write_text_atomic
+from damcha.runs.checkpoints import (
+    METRICS_FILE,
+    CheckpointError,
+    Run,
+    load_model,
+    load_run,
+    write_failure_errno,
+    write_text_atomic,
+)
 from damcha.runs.staging import refuse_existing, staged_folder
 
 # float32. The two hold the same tensors and run the same code: 0 is measured for every shipped run but THA's
@@ -71,9 +78,8 @@ def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None)
 def _save_pretrained(model: torch.nn.Module, folder: Path) -> None:
     try:
         model.save_pretrained(folder)
-    except SafetensorError as e:  # the writer's own error type, for what is an OS failure (a full disk, ...)
-        full = "No space left" in str(e) or "StorageFull" in str(e)
-        raise OSError(errno.ENOSPC if full else errno.EIO, str(e)) from None
+    except SafetensorError as e:  # an OS failure in the writer's own words (a full disk: staged_folder says so)
+        raise OSError(write_failure_errno(e), str(e)) from None
 
 
 def _max_logit_difference(source: torch.nn.Module, exported: torch.nn.Module, batch: int = 4) -> float:

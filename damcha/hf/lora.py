@@ -24,8 +24,7 @@ def mechanism_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     if not layers:
         raise ValueError(f"{type(model).__name__} holds no mechanism layer: a model of damcha.hf's classes, or one "
                          "that damcha.hf.swap_attention changed, is expected")
-    shared = [(name, model.get_submodule(name)) for name in SHARED_NAMES if _has(model, name)]
-    return layers + [(name, module) for name, module in shared if module is not None]
+    return layers + [(name, model.get_submodule(name)) for name in SHARED_NAMES if _has(model, name)]
 
 
 def lora_target_modules(model: nn.Module) -> list[str]:
@@ -49,13 +48,12 @@ def lora_target_modules(model: nn.Module) -> list[str]:
 
 def _probe_input(model: nn.Module) -> dict[str, torch.Tensor]:
     """The smallest call of the model's own input kind, on its device."""
-    device = next(model.parameters()).device
+    weight = next(model.parameters())
     if getattr(model, "main_input_name", "input_ids") == "pixel_values":
-        config = model.config
-        side = config.image_size
-        return {"pixel_values": torch.zeros(1, config.num_channels, side, side, device=device,
-                                            dtype=next(model.parameters()).dtype)}
-    return {"input_ids": torch.zeros(1, 4, dtype=torch.long, device=device)}
+        side = model.config.image_size
+        return {"pixel_values": torch.zeros(1, model.config.num_channels, side, side, device=weight.device,
+                                            dtype=weight.dtype)}
+    return {"input_ids": torch.zeros(1, 4, dtype=torch.long, device=weight.device)}
 
 
 def _has(model: nn.Module, name: str) -> bool:

@@ -154,8 +154,7 @@ class HookedDamcha(HookedRootModule):
         """The canonical hooks of layer 0 this mechanism does not fire, each with the reason."""
         config, attn = self.config, self.model.blocks[0].attn
         silent = {}
-        value = getattr(attn, "value", None)
-        if not (isinstance(value, nn.Linear) and value.out_features == config.n_embd):
+        if _value_map(attn, config) is None:
             silent["blocks.0.attn.hook_v"] = "no value map of width D split into the H heads"
         if self.model.mechanism.head_output_site(attn, config) is None:
             silent["blocks.0.attn.hook_z"] = "its heads do not meet at an output projection"
@@ -208,8 +207,8 @@ class HookedDamcha(HookedRootModule):
             # A mechanism that mixes its scores in steps of its own (THA, DCMHA) still returns the weights that
             # multiply the values: hook_pattern reads them, a record (an edit there changes nothing).
             handles.append(block.attn.register_forward_hook(partial(_record_pattern, hooks.attn.hook_pattern, i, attended)))
-            value = getattr(block.attn, "value", None)
-            if isinstance(value, nn.Linear) and value.out_features == self.config.n_embd:
+            value = _value_map(block.attn, self.config)
+            if value is not None:
                 handles.append(value.register_forward_hook(lambda m, args, out, h=hooks: _by_head(h.attn.hook_v, out, H)))
             site = model.mechanism.head_output_site(block.attn, self.config)
             if site is not None:
@@ -233,6 +232,12 @@ def lens_config(config) -> TransformerBridgeConfig:
         normalization_type="RMS" if config.norm == "rms" else "LN", model_name=f"damcha-{config.variant}",
         attention_dir="causal" if config.causal else "bidirectional",
         positional_embedding_type=config.position_encoding if config.position_encoding == "rotary" else "standard")
+
+
+def _value_map(layer: nn.Module, config) -> nn.Linear | None:
+    """The layer's value map where its output splits into the H heads (hook_v's site), else None."""
+    value = getattr(layer, "value", None)
+    return value if isinstance(value, nn.Linear) and value.out_features == config.n_embd else None
 
 
 def _record_pattern(hook: HookPoint, index: int, attended: set, module, args, out) -> None:

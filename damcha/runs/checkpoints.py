@@ -95,11 +95,15 @@ def save_tensors_atomic(path: Path, tensors: dict[str, torch.Tensor], metadata: 
     with atomic_path(path) as tmp:
         try:
             save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-        except SafetensorError as e:  # the writer's own error type, for what is an OS failure (disk full, ...)
-            full = "No space left" in str(e) or "StorageFull" in str(e)
-            raise OSError(errno.ENOSPC if full else errno.EIO,
-                          f"cannot write {path}: {'no space left on device' if full else e}; "
-                          "the files written before it are intact") from None
+        except SafetensorError as e:
+            code = write_failure_errno(e)
+            raise OSError(code, f"cannot write {path}: {'no space left on device' if code == errno.ENOSPC else e}; "
+                                "the files written before it are intact") from None
+
+
+def write_failure_errno(e: SafetensorError) -> int:
+    """The OS failure the safetensors writer reports in its own error type: ENOSPC for a full disk, else EIO."""
+    return errno.ENOSPC if "No space left" in str(e) or "StorageFull" in str(e) else errno.EIO
 
 
 TEMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # the names atomic_path's mkstemp gives

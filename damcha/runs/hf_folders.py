@@ -84,13 +84,16 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
     steps = sorted(checkpoints)
     for step in steps:
         _refuse_pickles(checkpoints[step], allowed=("training_args.bin",))
-    epochs = [_checkpoint_epoch(checkpoints[s], root) for s in steps]
+    epochs, state = [], None
+    for step in steps:  # each Trainer state read once, one at a time; the last one's log gives the metrics
+        state = _trainer_state(checkpoints[step], root)
+        epochs.append(_checkpoint_epoch(state))
     by_epoch = all(e is not None and float(e).is_integer() for e in epochs) and len({*epochs}) == len(epochs)
     numbers = [int(e) for e in epochs] if by_epoch else steps
     config["provenance"].append("Snapshots are Hugging Face Trainer checkpoints, numbered by "
                            + ("epoch." if by_epoch else "training step (checkpoint-N): they do not fall on whole epochs."))
     snapshots = {n: f"{checkpoints[s].name}/{WEIGHTS_FILE}" for n, s in zip(numbers, steps)}
-    metrics = _metrics(_trainer_log(checkpoints[steps[-1]], root), by_epoch)
+    metrics = _metrics(_trainer_log(state), by_epoch)
     return FolderRun(config, snapshots, metrics)
 
 
@@ -131,9 +134,11 @@ def _refuse_pickles(folder: Path, allowed: tuple[str, ...] = ()) -> None:
 
 
 def _trainer_state(checkpoint: Path, root: Path | None) -> object:
-    """A checkpoint's trainer_state.json, its objects counted before it is parsed: every one costs memory and
-    time to build, and a few bytes each ("{}," repeated) make millions of them."""
+    """A checkpoint's trainer_state.json (None: it has none), its objects counted before it is parsed: every
+    one costs memory and time to build, and a few bytes each ("{}," repeated) make millions of them."""
     path = checkpoint / TRAINER_STATE
+    if not os.path.lexists(path):
+        return None
     text = read_text(path, MAX_STATE_BYTES, root, "Trainer state")
     objects = text.count("{")
     if objects > MAX_STATE_OBJECTS:
@@ -142,18 +147,12 @@ def _trainer_state(checkpoint: Path, root: Path | None) -> object:
     return parse_json(text, str(path), allow_non_finite=True)
 
 
-def _trainer_log(checkpoint: Path, root: Path | None) -> list[dict]:
-    if not os.path.lexists(checkpoint / TRAINER_STATE):
-        return []
-    state = _trainer_state(checkpoint, root)
+def _trainer_log(state: object) -> list[dict]:
     log = state.get("log_history", []) if isinstance(state, dict) else []
     return [entry for entry in log if isinstance(entry, dict)] if isinstance(log, list) else []
 
 
-def _checkpoint_epoch(checkpoint: Path, root: Path | None) -> float | None:
-    if not os.path.lexists(checkpoint / TRAINER_STATE):
-        return None
-    state = _trainer_state(checkpoint, root)
+def _checkpoint_epoch(state: object) -> float | None:
     epoch = state.get("epoch") if isinstance(state, dict) else None
     return float(epoch) if isinstance(epoch, int | float) and not isinstance(epoch, bool) else None
 

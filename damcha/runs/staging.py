@@ -48,10 +48,8 @@ def remove_stale_staging(out: Path, purpose: str) -> list[Path]:
         if not found or not folder.is_dir() or folder.is_symlink():
             continue
         pid = found.group(1)
-        if pid is not None and int(pid) != os.getpid() and _process_runs(int(pid)):
-            continue  # a writer of the same name, still at work
-        if pid is not None and int(pid) == os.getpid():
-            continue  # this process's own, in use by an enclosing write
+        if pid is not None and _process_runs(int(pid)):
+            continue  # a writer of the same name still at work (this process's own included)
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
@@ -60,8 +58,8 @@ def remove_stale_staging(out: Path, purpose: str) -> list[Path]:
 def refuse_existing(out: Path, error: type[Exception] = CheckpointError) -> None:
     """A folder the user already has is never written into: `out` must not exist or be an empty folder."""
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
-        raise error(f"{out}: already exists and is not an empty folder; nothing was written there. "
-                              "give a new --out (or remove that folder yourself)")
+        raise error(f"{out}: already exists and is not an empty folder; nothing was written there. Give a new "
+                    "--out (or remove that folder yourself)")
 
 
 def disk_full(out: Path, errno_code: int) -> OSError:
