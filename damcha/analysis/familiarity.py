@@ -69,12 +69,12 @@ class LossStanding:
                  f"{self.n} validation inputs (the middle {1 - 2 * self.tail:.0%} lie in {shown(self.low)} … "
                  f"{shown(self.high)}).")
         if self.loss > self.high:
-            return (where + " It predicts this input worse than almost any it was validated on: an input unlike its "
-                            "training data (another script or alphabet, a photo of another kind); read what it shows "
-                            "with that in mind.")
+            return (where + " It predicts this input worse than almost any it was validated on. That is what this "
+                            "measures; it often means the input is unlike the training data (another script or "
+                            "alphabet, a photo of another kind), so read what the model shows with that in mind.")
         if self.loss < self.low:
-            return (where + " It predicts this input better than almost any it was validated on: an unusually easy "
-                            "input (flat, blank or repetitive), itself unlike the validation data.")
+            return (where + " It predicts this input better than almost any it was validated on. That is what this "
+                            "measures; it often means an unusually easy input (flat, blank or repetitive).")
         return where + " Within the range of the validation inputs' losses."
 
 
