@@ -186,12 +186,14 @@ def _figures(args) -> int:
             raise ValueError("--run is required (or --from-provenance, or --paper)")
         paper_runs = [load_run(p) for p in args.paper.split(",") if p] if args.paper else []
         run = paper_runs[0] if paper_runs else load_run(args.run)
-        if args.image and run.model_config.input_dim:
-            inp = input_from_photo(run, Path(args.image).read_bytes(), Path(args.image).name)
-        elif args.image:
-            inp = input_from_image(run, Path(args.image).read_bytes(), Path(args.image).name)
-        elif args.text:
-            inp = input_from_text(run, Path(args.text).read_bytes(), Path(args.text).name)
+        if args.image or args.text:
+            path = Path(args.image or args.text)
+            read = (input_from_text if args.text else input_from_photo if run.model_config.input_dim
+                    else input_from_image)
+            try:
+                inp = read(run, _input_file_bytes(path), path.name)
+            except InputError as e:
+                raise InputError(f"{path}: {e}") from None
         else:
             inp = validation_input(run, args.val_index or 0)
         if paper_runs:
@@ -343,6 +345,27 @@ def _app(args) -> int:
     return subprocess.call(command, env=env)
 
 
+def _input_file_bytes(path: Path) -> bytes:
+    """An --image or --text file's bytes, its size checked against the upload limit before it is read."""
+    from damcha.inputs.uploads import MAX_UPLOAD_BYTES
+
+    if not path.is_file():
+        raise InputError(f"{path}: not a file" + ("" if path.exists() else " (no such path)"))
+    size = path.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        raise InputError(f"{path}: {size:,} bytes; inputs up to {MAX_UPLOAD_BYTES:,} bytes (the app's upload limit) "
+                         "are accepted, refused before it is read")
+    return path.read_bytes()
+
+
+def _close_progress_bars() -> None:
+    """End the progress bars a refusal interrupted, so its error line stands alone and last."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="damcha", description="DAMCHA Lab command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -437,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export-hf":
             return _export_hf(args)
     except (DataError, CheckpointError, InputError, ValueError, OSError) as e:
+        _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

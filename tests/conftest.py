@@ -62,7 +62,8 @@ LONGEST_FIRST = ("test_every_mechanism.py",  # 265 s: a tiny run per variant and
                  "test_broken_runs.py",  # 33 s
                  "test_resource_bombs.py",  # 23 s
                  "test_owned_folders.py",  # 10 s: writers on a real small tmpfs, killed writers
-                 "test_messages.py",  # 10 s: the figures command on runs with one value wrong
+                 "test_battery.py",  # 100 s: every hostile command in its own memory-limited process
+                 "test_messages.py",  # 5 s: readers given one value wrong
                  "test_fence_browser.py",  # 20 s
                  "test_corrupted_files.py",  # 19 s
                  "test_reference_configs.py",  # 16 s

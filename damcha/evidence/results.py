@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -250,6 +252,29 @@ def read_jsonl(path: Path) -> list:
             print(f"warning: {path}: its last line was torn (a killed write) and is dropped; that unit is redone",
                   file=sys.stderr)
     return rows
+
+
+def append_lines(path: Path, rows: list[dict]) -> None:
+    """Append `rows` to a JSON-lines file one whole line at a time. When the disk fills, the line being
+    written is cut off again, so the file keeps only whole lines (the ones before it), and the error
+    names the file and the disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for row in rows:
+            end, line = os.lseek(fd, 0, os.SEEK_END), (json.dumps(row) + "\n").encode()
+            try:
+                written = 0
+                while written < len(line):
+                    written += os.write(fd, line[written:])
+            except OSError as e:
+                os.ftruncate(fd, end)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise OSError(e.errno, f"cannot write {path}: no space left on the disk that holds "
+                                           f"{path.parent.resolve()}; the lines before it are kept: make room and "
+                                           "rerun the same command to go on from them") from None
+                raise
+    finally:
+        os.close(fd)
 
 
 def load_results(folder: Path) -> dict | None:

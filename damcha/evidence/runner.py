@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from damcha.evidence import tuning
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
 from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
-from damcha.evidence.results import load_results, read_jsonl, summarise, write_csv
+from damcha.evidence.results import append_lines, load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.scales import DEMO, Setting, chosen_by, scale_claims, scale_named
 from damcha.evidence.statistics import VERDICT_RULE
@@ -195,12 +194,13 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     carried = {row["unit"] for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from")}
 
     def take_over(units: dict[str, dict]) -> None:
-        with done_path.open("a") if proc.main else open(os.devnull, "w") as f:
-            for unit, value in units.items():
-                if unit not in done:
-                    done[unit], seconds[unit] = value, 0.0
-                    carried.add(unit)
-                    f.write(json.dumps({"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}) + "\n")
+        new = {unit: value for unit, value in units.items() if unit not in done}
+        if proc.main:  # written before it is counted as done: a full disk keeps only what was written
+            append_lines(done_path, [{"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}
+                                     for unit, value in new.items()])
+        for unit, value in new.items():
+            done[unit], seconds[unit] = value, 0.0
+            carried.add(unit)
 
     calls_path = work / "calls.jsonl"
     earlier_calls = [c for c in read_jsonl(calls_path) if isinstance(c, dict)]
@@ -252,13 +252,12 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
             done[unit], seconds[unit] = value, took
         if not proc.main:
             return
-        with done_path.open("a") as f:
-            for unit, value, took in results:
-                fresh += 1
-                f.write(json.dumps({"unit": unit, "value": value, "seconds": took}) + "\n")
-                if progress:
-                    (name, *_), seed = json.loads(unit)[:2]
-                    progress(f"{name}, seed {seed}", total)
+        append_lines(done_path, [{"unit": unit, "value": value, "seconds": took} for unit, value, took in results])
+        for unit, _, _ in results:
+            fresh += 1
+            if progress:
+                (name, *_), seed = json.loads(unit)[:2]
+                progress(f"{name}, seed {seed}", total)
         for claim in claims_now:  # a claim is written as soon as its last unit is in
             units = claim_units.get(claim.key, {})
             if units and claim.key not in written and all(u in done for us in units.values() for u in us):

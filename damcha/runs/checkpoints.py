@@ -39,6 +39,7 @@ from damcha.runs.files import (
     regular_file,
     resolved_inside,
 )
+from damcha.runs.staging import disk_full
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
@@ -66,7 +67,12 @@ def atomic_path(path: Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        yield Path(tmp)
+        try:
+            yield Path(tmp)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT) and str(path) not in str(e):
+                raise disk_full(path, e.errno) from None
+            raise
         os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; runs are shared and shipped
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())  # the content is on disk before its name is: a power cut leaves the old file or the new

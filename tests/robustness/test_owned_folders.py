@@ -4,6 +4,7 @@ in words when the disk fills (on a real, small tmpfs), leaving the previous stat
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -191,3 +192,39 @@ def test_the_disk_cache_on_a_full_disk_returns_the_value_and_keeps_no_partial_en
     entries = sorted(p.name for p in (small_disk / "cache").rglob("*") if p.is_file())
     assert len(entries) == 1 and entries[0].endswith(".json"), entries  # the first entry, and nothing partial
     assert disk_cache.cached("probe", {"n": 1}, [(run, run.epochs[-1])], lambda: {"kept": False}) == small
+
+
+def test_evidence_on_a_disk_that_fills_keeps_whole_units_and_resumes(small_disk, capsys):
+    """The evidence work folder fills while units are recorded (taken over from the shipped results
+    here, so nothing trains): one error naming units.jsonl and the disk, only whole lines kept, an
+    earlier results.json unchanged, and the same command finishes once there is room."""
+    out, work = small_disk / "out", small_disk / "work"
+    out.mkdir()
+    (out / "results.json").write_text('{"kept": true}')
+    before = folder_digest(out)
+    fill(small_disk, 96 * 1024)  # the shipped results' units take about 250 kB
+    argv = ["evidence", "--reuse", str(CHECKPOINTS / "evidence" / "results.json"), "--out", str(out), "--work",
+            str(work)]
+    err = refused(capsys, argv)
+    assert "no space left on the disk that holds" in err and str(work / "units.jsonl") in err, err
+    lines = (work / "units.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) > 2, "a torn line was left"
+    kept = len(lines) - 1
+    assert folder_digest(out) == before
+    (small_disk / "filler").unlink()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert len((work / "units.jsonl").read_text().splitlines()) > kept  # resumed after what was kept
+    assert json.loads((out / "results.json").read_text())["complete"]
+
+
+def test_a_file_rewritten_on_a_full_disk_keeps_its_earlier_content(small_disk):
+    from damcha.runs.checkpoints import write_text_atomic
+
+    target = small_disk / "results.json"
+    write_text_atomic(target, '{"earlier": true}')
+    fill(small_disk, 4 * 1024)
+    with pytest.raises(OSError, match="no space left on the disk that holds") as raised:
+        write_text_atomic(target, "x" * 400_000)
+    assert str(target) in str(raised.value)
+    assert target.read_text() == '{"earlier": true}' and sorted(p.name for p in small_disk.iterdir()) == [
+        "filler", "results.json"]

@@ -1,0 +1,336 @@
+"""The hostile battery, generated: every case is a command a user or an attacker could run, each in a
+fresh process under a memory limit and a time bound (tests/support/limited.py). Every case is held to
+the same checks: exit 2 with one `error:` line that names the file and the field or the limit, no
+traceback, every folder the user owns byte-for-byte unchanged, nothing left in caches or staging
+folders, and peak memory growth under 300 MB."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.support.folders import folder_digest
+from tests.support.limited import GROWTH_LIMIT_MB, HANG_SECONDS, run_limited
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "checkpoints"
+
+
+@dataclass
+class Case:
+    argv: list[str]
+    names: list[Path | str]  # what the message must name (the file; a str is matched as given)
+    words: list[str]  # the field or the limit, in the message
+    owned: list[Path] = field(default_factory=list)  # folders the user has: unchanged afterwards
+    absent: list[Path] = field(default_factory=list)  # what a refusal must not create
+    cache: Path | None = None  # DAMCHA_CACHE for the command: empty afterwards
+
+
+def _run(tmp: Path, like: str = "digits-mha") -> Path:
+    shutil.copytree(SHIPPED / like, tmp / like)
+    return tmp / like
+
+
+def _edited_config(tmp: Path, edit: Callable[[str], str]) -> Case:
+    run = _run(tmp)
+    (run / "config.json").write_text(edit((run / "config.json").read_text()))
+    return _figures(run, tmp, "config.json")
+
+
+def _figures(run: Path, tmp: Path, *words: str, extra: tuple[str, ...] = ("--val-index", "0")) -> Case:
+    return Case(["figures", "--run", run, *extra, "--figures", "attention", "--formats", "csv", "--out",
+                 tmp / "figures"], [run], list(words), owned=[run], absent=[tmp / "figures"])
+
+
+def _model_field(name: str, value) -> Callable[[str], str]:
+    def edit(text: str) -> str:
+        config = json.loads(text)
+        config["model"][name] = value
+        return json.dumps(config)
+    return edit
+
+
+# --- 1. a folder the user has is never written into -------------------------------------------------
+
+def export_into_the_run_itself(tmp: Path) -> Case:
+    run = _run(tmp)
+    return Case(["export-hf", run, "--out", run], [run], ["already exists and is not an empty folder"], owned=[run])
+
+
+def export_into_another_run(tmp: Path) -> Case:
+    run, other = _run(tmp), _run(tmp, "digits-damcha")
+    return Case(["export-hf", run, "--out", other], [other], ["already exists"], owned=[run, other])
+
+
+def import_into_a_folder_with_a_config(tmp: Path) -> Case:
+    source, out = _reference(tmp, {}), tmp / "mine"
+    out.mkdir()
+    (out / "config.json").write_text('{"mine": true}')
+    return Case(["import-reference", source, "--out", out], [out], ["already exists"], owned=[out])
+
+
+# --- 4. reference pickles ------------------------------------------------------------------------------
+
+def _reference(tmp: Path, extra: dict, state: dict | None = None) -> Path:
+    path = tmp / "src" / "checkpoint_epoch_1.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model_state_dict": state or {"decoder.x": torch.zeros(4)}, **extra}, path)
+    return path
+
+
+def _laughs(levels: int, width: int = 10) -> list:
+    """width**levels leaves in a few hundred bytes of pickle (shallow: the count, not the depth, catches it)."""
+    value: list = [0]
+    for _ in range(levels):
+        value = [value] * width
+    return value
+
+
+def _import(tmp: Path, source: Path, *words: str) -> Case:
+    return Case(["import-reference", source, "--out", tmp / "out"], [source], list(words), owned=[source.parent],
+                absent=[tmp / "out"])
+
+
+def a_billion_laughs_as_the_epoch(tmp: Path) -> Case:
+    return _import(tmp, _reference(tmp, {"epoch": _laughs(12)}), "1,000,000")
+
+
+def a_billion_laughs_in_the_config(tmp: Path) -> Case:
+    return _import(tmp, _reference(tmp, {"config": {"n_heads": _laughs(12), "diag_scale": _laughs(12)}}),
+                   "1,000,000")
+
+
+def values_nested_200_deep(tmp: Path) -> Case:
+    value: list = []
+    for _ in range(200):
+        value = [value]
+    return _import(tmp, _reference(tmp, {"config": {"mlp_hidden": value}}), "deeper than 32")
+
+
+def a_zero_stride_view_of_900_million_elements(tmp: Path) -> Case:
+    return _import(tmp, _reference(tmp, {}, {"decoder.unknown": torch.zeros(1).expand(30000, 30000)}),
+                   "900,000,000 elements", "storage of 1")
+
+
+# --- 5. data readers -----------------------------------------------------------------------------------
+
+def _zipped_corpus(path: Path, member_bytes: int, content: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as out:
+        info = zipfile.ZipInfo("enwik8")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with out.open(info, "w", force_zip64=True) as member:
+            for start in range(0, member_bytes, len(content)):
+                member.write(content[: member_bytes - start])
+    return path
+
+
+def _train(tmp: Path, dataset: str, data: Path, *words: str, flags: tuple[str, ...] = ()) -> Case:
+    return Case(["train", "--dataset", dataset, "--data-path", data, *flags, "--epochs", "1", "--out", tmp / "run"],
+                [data], list(words), owned=[data if data.is_dir() else data.parent], absent=[tmp / "run"],
+                cache=tmp / "cache")
+
+
+def an_enwik8_zip_of_400_mb_of_zeros(tmp: Path) -> Case:
+    return _train(tmp, "enwik8", _zipped_corpus(tmp / "data" / "enwik8.zip", 400 * 2**20, bytes(2**20)),
+                  "more than 20 to 1")
+
+
+def an_enwik8_zip_of_another_size(tmp: Path) -> Case:
+    letters = np.random.default_rng(0).choice(np.frombuffer(b"abcdefghij klmnop<>", dtype=np.uint8), 3_000_000)
+    zipped = _zipped_corpus(tmp / "data" / "enwik8.zip", 3_000_000, b"<mediawiki> " + letters.tobytes())
+    return _train(tmp, "enwik8", zipped, "not the published enwik8", "refused before extraction")
+
+
+def an_encrypted_enwik8_member(tmp: Path) -> Case:
+    archive = tmp / "data" / "enwik8.zip"
+    archive.parent.mkdir(parents=True)
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("enwik8", b"<mediawiki> " * 1000)
+    data = bytearray(archive.read_bytes())
+    for header, flags in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        data[data.find(header) + flags] |= 0x1
+    archive.write_bytes(bytes(data))
+    return _train(tmp, "enwik8", archive, "is encrypted", flags=("--nonstandard-data",))
+
+
+def a_parquet_file_that_expands_a_thousandfold(tmp: Path) -> Case:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    bomb = tmp / "data" / "train.parquet"
+    bomb.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"text": pa.array(["a" * 100_000] * 600)}), bomb, compression="zstd")
+    return _train(tmp, "parquet-text", bomb, "more than 100 to 1")
+
+
+def _cifar(tmp: Path, labels=None, fifo: str | None = None) -> Path:
+    import os
+    import pickle
+
+    from damcha.inputs.datasets.generated import write_standard_format_files
+
+    folder = write_standard_format_files(tmp / "data", images_per_batch=4)["cifar10"]
+    if labels is not None:
+        raw = pickle.loads((folder / "data_batch_2").read_bytes())
+        raw[b"labels"] = labels
+        (folder / "data_batch_2").write_bytes(pickle.dumps(raw, protocol=2))
+    if fifo:
+        (folder / fifo).unlink()
+        os.mkfifo(folder / fifo)
+    return folder
+
+
+def cifar_labels_an_integer(tmp: Path) -> Case:
+    return _train(tmp, "cifar10", _cifar(tmp, labels=7), "data_batch_2", "'labels' is int 7",
+                  flags=("--nonstandard-data",))
+
+
+def cifar_labels_strings(tmp: Path) -> Case:
+    return _train(tmp, "cifar10", _cifar(tmp, labels=["cat", "dog", "cat", "dog"]), "data_batch_2",
+                  "not 4 whole class numbers", flags=("--nonstandard-data",))
+
+
+def a_fifo_as_a_cifar_batch(tmp: Path) -> Case:
+    return _train(tmp, "cifar10", _cifar(tmp, fifo="data_batch_3"), "data_batch_3: a FIFO",
+                  flags=("--nonstandard-data",))
+
+
+# --- 6. Hugging Face and Trainer folders ---------------------------------------------------------------
+
+def _hf_folder(tmp: Path, name: str = "hf") -> Path:
+    hf = pytest.importorskip("damcha.hf", reason="the Hugging Face extra (installed by requirements.txt)")
+    hf.export_run(SHIPPED / "digits-mha", tmp / name)
+    return tmp / name
+
+
+def a_trainer_state_of_11_million_empty_entries(tmp: Path) -> Case:
+    checkpoint = _hf_folder(tmp / "trainer-run", "checkpoint-1")
+    (checkpoint / "trainer_state.json").write_text('{"epoch": 1.0, "log_history": [' + "{}, " * 10_999_999 + "{}]}")
+    case = _figures(tmp / "trainer-run", tmp, "11,000,001 objects")
+    case.names = [checkpoint / "trainer_state.json"]
+    return case
+
+
+def a_sparse_weights_file_of_1_6_gb(tmp: Path) -> Case:
+    folder = _hf_folder(tmp)
+    with open(folder / "model.safetensors", "ab") as f:
+        f.truncate(1_600_000_000)  # sparse: no disk, reads as 1.6 GB
+    return _figures(folder, tmp, "model.safetensors", "1,600,000,000 bytes")
+
+
+def pickled_weights_only(tmp: Path) -> Case:
+    folder = _hf_folder(tmp)
+    from safetensors.torch import load_file
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    return _figures(folder, tmp, "pytorch_model.bin", "never loaded")
+
+
+def lying_safetensors_offsets(tmp: Path) -> Case:
+    folder = _hf_folder(tmp)
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    length = int.from_bytes(data[:8], "little")
+    header = data[8:8 + length].decode()
+    digit = header.index(",", header.index("data_offsets")) + 1  # the first tensor's end offset
+    data[8 + digit] = ord("1" if header[digit] == "9" else "9")
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    return _figures(folder, tmp, "model.safetensors")
+
+
+def nan_weights(tmp: Path) -> Case:
+    folder = _hf_folder(tmp)
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(folder / "model.safetensors")
+    first = sorted(k for k, v in tensors.items() if v.is_floating_point())[0]
+    tensors[first][..., 0] = math.nan
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return _figures(folder, tmp, "model.safetensors", "NaN")
+
+
+# --- 7. a text over the upload limit ---------------------------------------------------------------------
+
+def a_text_of_5_1_mb(tmp: Path) -> Case:
+    run = _run(tmp, "text-damcha")
+    text = tmp / "huge.txt"
+    text.write_bytes((b"The quick brown fox jumps over the lazy dog. " * 120_000)[:5_100_000])
+    case = _figures(run, tmp, "5,100,000 bytes", "up to 5,000,000 bytes", extra=("--text", str(text)))
+    case.names = [text]
+    return case
+
+
+# --- 8. values beyond Python's own limits -----------------------------------------------------------------
+
+def a_5000_digit_integer_in_config(tmp: Path) -> Case:
+    return _edited_config(tmp, lambda t: t.replace('"n_layer": 2', '"n_layer": ' + "9" * 5000))
+
+
+def a_5000_digit_epoch_in_metrics(tmp: Path) -> Case:
+    run = _run(tmp)
+    (run / "metrics.jsonl").write_text('{"epoch": ' + "7" * 5000 + ', "val_nll": 1.0}\n')
+    return _figures(run, tmp, "metrics.jsonl", "line 1", "5,000 digits")
+
+
+def a_400_digit_loss_in_metrics(tmp: Path) -> Case:
+    run = _run(tmp)
+    (run / "metrics.jsonl").write_text('{"epoch": 40, "val_nll": ' + "7" * 400 + '}\n')
+    return _figures(run, tmp, "metrics.jsonl", "400 digits")
+
+
+def infinity_in_config(tmp: Path) -> Case:
+    case = _edited_config(tmp, lambda t: t.replace('"dropout": 0.1', '"dropout": 1e999'))
+    case.words.append("1e999 is not a usable number")
+    return case
+
+
+def attention_options_as_a_list(tmp: Path) -> Case:
+    case = _edited_config(tmp, _model_field("attention_options", [1, 2]))
+    case.words.append("attention_options must be an object of settings")
+    return case
+
+
+BATTERY = [export_into_the_run_itself, export_into_another_run, import_into_a_folder_with_a_config,
+           a_billion_laughs_as_the_epoch, a_billion_laughs_in_the_config, values_nested_200_deep,
+           a_zero_stride_view_of_900_million_elements, an_enwik8_zip_of_400_mb_of_zeros,
+           an_enwik8_zip_of_another_size, an_encrypted_enwik8_member, a_parquet_file_that_expands_a_thousandfold,
+           cifar_labels_an_integer, cifar_labels_strings, a_fifo_as_a_cifar_batch,
+           a_trainer_state_of_11_million_empty_entries, a_sparse_weights_file_of_1_6_gb, pickled_weights_only,
+           lying_safetensors_offsets, nan_weights, a_text_of_5_1_mb, a_5000_digit_integer_in_config,
+           a_5000_digit_epoch_in_metrics, a_400_digit_loss_in_metrics, infinity_in_config,
+           attention_options_as_a_list]
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Staging folders and temporary files a write leaves beside what it writes."""
+    return [p.name for p in folder.rglob(".*") if p.name.endswith((".exporting", ".importing", ".tmp", ".partial"))]
+
+
+@pytest.mark.parametrize("make", BATTERY, ids=[m.__name__ for m in BATTERY])
+def test_a_hostile_case_is_refused_in_words_within_bounds_and_changes_nothing(tmp_path, make):
+    case = make(tmp_path)
+    before = {folder: folder_digest(folder) for folder in case.owned}
+    env = {"DAMCHA_CACHE": str(case.cache)} if case.cache else None
+    done = run_limited(case.argv, env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Exceeds the limit" not in done.stderr, done.stderr[-3000:]
+    message = done.message
+    assert message.startswith("error: "), done.stderr[-3000:]
+    for name in case.names:
+        assert str(name) in message, (name, message)
+    for word in case.words:
+        assert word in message, (word, message)
+    assert {folder: folder_digest(folder) for folder in case.owned} == before, "something of the user's changed"
+    assert not [p for p in case.absent if p.exists()], "a refused command left what it would have written"
+    assert not _leftovers(tmp_path), _leftovers(tmp_path)
+    if case.cache:
+        assert not [p for p in case.cache.rglob("*") if p.is_file()], "the cache kept something of a refused file"
+    assert done.growth_mb < GROWTH_LIMIT_MB, done
+    assert done.seconds < HANG_SECONDS / 4, done
