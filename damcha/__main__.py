@@ -331,8 +331,11 @@ def _export_hf(args) -> int:
     except ImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    done = export_run(args.run, args.out, args.epoch)
+    done = export_run(args.run, args.out, args.epoch, with_code=args.with_code)
     print(f"wrote {done.folder} (epoch {done.epoch}); its logits match the run's to {done.max_difference:.1e}")
+    print("it carries its modelling code: it loads with trust_remote_code=True where damcha is not installed"
+          if args.with_code else "it loads where the damcha package is installed (import damcha.hf); "
+          "--with-code writes a folder that loads without it")
     return 0
 
 
@@ -422,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     hf.add_argument("--out", required=True, help="a new (or empty) folder to write: config.json, model.safetensors; "
                     "an existing folder holding anything is refused")
     hf.add_argument("--epoch", type=int, help="the snapshot to export (default: the last)")
+    hf.add_argument("--with-code", action="store_true", help="also write the modelling code and an auto_map, so the "
+                    "folder loads with trust_remote_code=True where damcha is not installed (the Hub's way of sharing "
+                    "custom models)")
     app = sub.add_parser("app", help="start the app (127.0.0.1 unless --host says otherwise)",
                          description="Start the Streamlit app with its safe settings wherever it is started from. "
                                      "To share it, give --host 0.0.0.0 and --allow-root for each folder visitors "

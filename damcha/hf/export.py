@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 
+import damcha
+from damcha.hf import remote_code
 from damcha.hf.config import DamchaConfig
 from damcha.runs.checkpoints import (
     METRICS_FILE,
@@ -49,10 +51,12 @@ def task_class(config: DamchaConfig) -> type:
     return DamchaForSequenceClassification if config.n_classes else DamchaForCausalLM
 
 
-def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None) -> Export:
+def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None, with_code: bool = False) -> Export:
     """Write the run's snapshot at `epoch` (default: the last) to `out` as a Hugging Face folder, load it
     back and compare logits with the run's model; a difference above PARITY_TOLERANCE raises. `out` must
-    be new or an empty folder; a refused or failed export leaves nothing there."""
+    be new or an empty folder; a refused or failed export leaves nothing there. with_code: the folder also
+    carries its modelling code and an auto_map, so it loads with trust_remote_code=True where this package
+    is not installed (damcha/hf/remote_code.py); either way its README.md says how it loads."""
     out = Path(out)
     refuse_existing(out)  # before anything is loaded
     run = run if isinstance(run, Run) else load_run(run)
@@ -60,12 +64,19 @@ def export_run(run: Run | str | Path, out: str | Path, epoch: int | None = None)
     source = load_model(run, epoch)
     config = DamchaConfig.from_model_config(run.model_config, damcha_run={
         "run": run.name, "epoch": epoch, "train": run.train_config, "data": run.data})
+    if with_code:
+        config.auto_map = remote_code.auto_map()
     model_class = task_class(config)
     model = model_class(config).eval()
     model.transformer.load_state_dict(source.state_dict())
     # Written whole or not at all, and never into a folder the user has (the run's own, another run).
     with staged_folder(out, "exporting") as staging:
         _save_pretrained(model, staging)
+        version = damcha.__version__
+        if with_code:
+            remote_code.write_code(staging, version)
+        (staging / "README.md").write_text(_readme(run.name, epoch, model_class.__name__, with_code, version),
+                                           encoding="utf-8")
         rows = [row for row in run.metrics if row.get("epoch", 0) <= epoch]  # the curves up to this snapshot, for the app
         write_text_atomic(staging / METRICS_FILE, "".join(json.dumps(row) + "\n" for row in rows))
         difference = _max_logit_difference(source, model_class.from_pretrained(staging).eval())
@@ -88,3 +99,22 @@ def _max_logit_difference(source: torch.nn.Module, exported: torch.nn.Module, ba
     tokens = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=generator)  # (B, T)
     with torch.no_grad():
         return (source(tokens).logits - exported(tokens).logits).abs().max().item()
+
+
+def _readme(run: str, epoch: int, model_class: str, with_code: bool, version: str) -> str:
+    """How the folder loads, said in the folder: with its code, or where the package is installed."""
+    auto = "AutoModelForSequenceClassification" if "Classification" in model_class else "AutoModelForCausalLM"
+    if with_code:
+        how = (f"It carries its modelling code ({', '.join(remote_code.CODE_FILES)}): it loads without the damcha "
+               f"package, with Transformers, PyTorch and safetensors installed:\n\n```python\nfrom transformers "
+               f"import {auto}\nmodel = {auto}.from_pretrained(FOLDER, trust_remote_code=True)\n```\n\n"
+               "trust_remote_code=True runs those three files: read them first (damcha_bundle.py holds the "
+               "package's model layer as compressed sources). Where the damcha package is installed, it is used "
+               "instead of the bundled code.\n")
+    else:
+        how = (f"It needs the damcha package (pip install 'damcha[hf]') where it is loaded:\n\n```python\n"
+               f"import damcha.hf  # registers the classes\nfrom transformers import {auto}\n"
+               f"model = {auto}.from_pretrained(FOLDER)\n```\n\nTo share it with someone without the package, "
+               "export it again with --with-code.\n")
+    return (f"# {run}, epoch {epoch}\n\nA {model_class} written by `damcha export-hf` (damcha {version}) from the "
+            f"run {run} at epoch {epoch}; its logits were checked against the run's.\n\n{how}")

@@ -30,8 +30,7 @@ from transformers.modeling_outputs import (
 
 from damcha.hf.config import DamchaConfig
 from damcha.model.mechanisms import ForwardOptions
-from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer
-from damcha.runs.checkpoints import non_finite
+from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer, non_finite
 
 NO_CACHE = ("{cls} keeps no key/value cache: DAMCHA's keys are the layer inputs themselves and its metric is a "
             "function of the mean of the whole context, which a cache of keys and values does not hold (every "

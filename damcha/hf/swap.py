@@ -43,7 +43,7 @@ from damcha.hf.models import NO_CACHE
 from damcha.hf.swap_saving import ARCHITECTURES, CONFIG_FILE, MODEL_TYPE, WEIGHTS_FILE, record_swap
 from damcha.model.config import MAX_BLOCK_SIZE, ModelConfig, variant_config
 from damcha.model.mechanisms import LayerCall, attention_mask, get_variant
-from damcha.runs.checkpoints import non_finite
+from damcha.model.transformer import non_finite
 from damcha.runs.files import read_json
 
 

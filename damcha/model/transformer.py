@@ -306,3 +306,9 @@ def sequence_losses(token_loss: torch.Tensor, targets: torch.Tensor) -> torch.Te
         return token_loss  # (B,)
     known = torch.ones_like(token_loss) if targets.is_floating_point() else (targets != IGNORE_INDEX).to(token_loss.dtype)
     return (token_loss * known).sum(dim=1) / known.sum(dim=1).clamp_min(1)  # (B,)
+
+
+def non_finite(tensors: dict[str, torch.Tensor]) -> str:
+    """The names of the floating tensors holding NaN or infinity, the first five and a count ('' if none)."""
+    names = sorted(k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all())
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

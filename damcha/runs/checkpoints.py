@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 
 from damcha.inputs.datasets import modality_of_dataset
 from damcha.model.config import ModelConfig, with_saved_defaults
-from damcha.model.transformer import Snapshot, Transformer, build_model
+from damcha.model.transformer import Snapshot, Transformer, build_model, non_finite
 from damcha.runs import hf_folders
 from damcha.runs.files import (
     CheckpointError,
@@ -425,12 +425,6 @@ def load_state(path: Path, expected: dict[str, torch.Tensor], root: Path | None 
     if not_finite:
         raise CheckpointError(f"{path}: tensors with NaN or infinite values: {not_finite}")
     return tensors
-
-
-def non_finite(tensors: dict[str, torch.Tensor]) -> str:
-    """The names of the floating tensors holding NaN or infinity, the first five and a count ('' if none)."""
-    names = sorted(k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all())
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def save_training_state(run_dir: Path, model: Transformer, opt: torch.optim.Optimizer, epoch: int, step: int) -> None:

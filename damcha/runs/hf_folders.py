@@ -7,7 +7,9 @@ metrics.jsonl up to the exported epoch. Hugging Face's Trainer writes
 `checkpoint-N/` folders of the same kind, each with trainer_state.json: those are the run's snapshots,
 numbered by epoch when every checkpoint falls on a whole epoch (save_strategy="epoch"), else by
 training step; their logged eval_loss becomes the run's validation loss. Remote code (`auto_map`) and
-pickled weights are refused: nothing here runs or unpickles anything.
+pickled weights are refused: nothing here runs or unpickles anything. The one `auto_map` read is the one
+`export-hf --with-code` writes, naming this package's own classes: the folder is then read with the
+package's classes, and its code files are never run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{1,9})$")
+# What `export-hf --with-code` writes beside the weights (damcha/hf/remote_code.py): the bundled modules
+# and the two entry points config.json's auto_map names. This reader never runs them.
+CODE_FILES = ("damcha_bundle.py", "configuration_damcha.py", "modeling_damcha.py")
+OWN_AUTO_MAP = {"AutoConfig": "configuration_damcha.DamchaConfig", "AutoModel": "modeling_damcha.DamchaModel",
+                "AutoModelForCausalLM": "modeling_damcha.DamchaForCausalLM",
+                "AutoModelForSequenceClassification": "modeling_damcha.DamchaForSequenceClassification"}
 PICKLED_WEIGHTS = ("pytorch_model.bin", "training_args.bin")
 MAX_CONFIG_BYTES = 1_000_000
 MAX_STATE_BYTES = 50_000_000
@@ -77,6 +85,11 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
               "provenance": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
     if source.get("run"):
         config["provenance"].append(f"Exported from the run {str(source['run'])[:100]} at epoch {source.get('epoch')}.")
+    config["provenance"].append(
+        "It carries its modelling code: it loads with trust_remote_code=True where the damcha package is not "
+        "installed." if all((folder / name).is_file() for name in CODE_FILES) else
+        "It needs the damcha package where it is loaded (import damcha.hf); export it with --with-code to share it "
+        "with someone without the package.")
     if not checkpoints:
         _refuse_pickles(folder)
         epoch = source.get("epoch", 0)
@@ -121,7 +134,7 @@ def _refuse_foreign(folder: Path, cfg: dict) -> None:
     if cfg.get("layout") == "vit":
         raise CheckpointError(f"{folder}: an image classifier of the ViT layout, which the app's pages do not read yet "
                               "(they read patches as next-patch predictors); open it in Python with damcha.hf")
-    if "auto_map" in cfg:
+    if "auto_map" in cfg and cfg["auto_map"] != OWN_AUTO_MAP:  # ours is read with this package's classes
         raise CheckpointError(f"{folder}: its config asks for remote code (auto_map); DAMCHA Lab runs no code "
                               "from a checkpoint folder")
 

@@ -91,6 +91,8 @@ def staged_folder(out: str | Path, purpose: str, error: type[Exception] = Checkp
         if out.exists():
             out.rmdir()
         staging.chmod(0o755)  # mkdtemp makes 0700 folders; runs are shared and shipped
+        for path in staging.rglob("*"):  # and some writers (safetensors') make 0600 files
+            path.chmod(0o755 if path.is_dir() else 0o644)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
