@@ -101,3 +101,23 @@ def test_hugging_face_benchmark_runs_quick(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 4 and all(r["hf_over_project"] > 0 and r["hf_over_gpt2_mha"] > 0 for r in rows)
+
+
+def test_generation_benchmark_runs_quick(tmp_path):
+    """Only that it runs, reports every case and DAMCHA generates the same tokens with and without its
+    cache (no time is asserted)."""
+    pytest.importorskip("transformers", reason="the Hugging Face extra is not installed (pip install 'damcha[hf]')")
+    out = tmp_path / "generation.json"
+    result = subprocess.run([sys.executable, "benchmarks/generation.py", "--quick", "--json", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = {r["case"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"MHA, cache", "DAMCHA, cache", "DAMCHA, no cache", "GPT-2 MHA, DynamicCache"}
+    assert rows["MHA, cache"]["over_mha_with_cache"] == 1.0 and all(r["seconds"] > 0 for r in rows.values())
+
+
+def test_the_generation_table_in_the_docs_is_the_shipped_results():
+    rows = json.loads((ROOT / "benchmarks" / "results" / "generation.json").read_text())["rows"]
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    for r in rows:
+        assert f"| {r['case']} | {r['seconds']:.3f} | {r['over_mha_with_cache']:.2f} |" in docs, r["case"]

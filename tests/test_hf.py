@@ -129,18 +129,27 @@ def test_the_causal_loss_shifts_the_labels_as_hugging_face_models_do():
     torch.testing.assert_close(out.loss, manual)
 
 
-def test_greedy_generation_recomputes_the_prefix_and_a_cache_is_refused():
-    model = hf.DamchaForCausalLM(_config("damcha")).eval()
-    prompt = _tokens(1, 4)
-    generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+@pytest.mark.parametrize("variant", variant_names())
+def test_greedy_generation_equals_a_full_recompute_and_decodes_with_a_cache_where_declared(variant):
+    model = hf.DamchaForCausalLM(_config(variant)).eval()
+    prompt = _tokens(2, 4)
+    seen = []  # the length of every call's input: 1 per new token with a cache, the whole sequence without
+    handle = model.transformer.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[1]))
+    try:
+        generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    finally:
+        handle.remove()
     sequence = prompt
     with torch.no_grad():
         for _ in range(6):
             sequence = torch.cat([sequence, model(sequence).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(generated, sequence)
-    with pytest.raises(ValueError, match="keeps no key/value cache"):
-        model(prompt, use_cache=True)
-    with pytest.raises(ValueError, match="keeps no key/value cache"):
+    cached = get_mechanism(model.config.attention).decodes_with_cache
+    assert seen == ([4] + [1] * 5 if cached else list(range(4, 10))), seen
+    if not cached:
+        with pytest.raises(ValueError, match="keeps no cache of the tokens read"):
+            model(prompt, use_cache=True)
+    with pytest.raises(ValueError, match="must be the PrefixCache this model returned"):
         model(prompt, past_key_values=transformers.DynamicCache())
 
 

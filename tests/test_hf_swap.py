@@ -103,7 +103,7 @@ def test_a_swapped_decoder_ignores_right_padding_and_generates_without_a_cache()
         for _ in range(4):
             sequence = torch.cat([sequence, model(sequence).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(generated, sequence)
-    with pytest.raises(ValueError, match="keeps no key/value cache"):
+    with pytest.raises(ValueError, match="keeps no cache between calls: only DamchaForCausalLM decodes with one"):
         model(TOKENS, use_cache=True)
 
 

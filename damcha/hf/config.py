@@ -88,8 +88,9 @@ class DamchaConfig(PreTrainedConfig):
     # Where the weights came from when export-hf wrote them: the run's name, epoch, data and training
     # sections (the app shows an exported folder with its data set's inputs).
     damcha_run: dict[str, Any] | None = None
-    # No layer keeps keys and values between calls: generation recomputes the prefix (see DamchaForCausalLM).
-    use_cache: bool = False
+    # generate() decodes with DamchaForCausalLM's PrefixCache where the mechanism declares decodes_with_cache
+    # (MHA, DAMCHA), and recomputes the prefix at every step for the others.
+    use_cache: bool = True
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

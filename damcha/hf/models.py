@@ -23,19 +23,18 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import (
     BaseModelOutput,
-    CausalLMOutput,
+    CausalLMOutputWithPast,
     ImageClassifierOutput,
     SequenceClassifierOutput,
 )
 
 from damcha.hf.config import DamchaConfig
 from damcha.model.mechanisms import ForwardOptions
+from damcha.model.mechanisms.cache import PrefixCache
 from damcha.model.transformer import IGNORE_INDEX, ModelOutput, Transformer, non_finite
 
-NO_CACHE = ("{cls} keeps no key/value cache: DAMCHA's keys are the layer inputs themselves and its metric is a "
-            "function of the mean of the whole context, which a cache of keys and values does not hold (every "
-            "registered mechanism goes the same way). Call it without past_key_values and with use_cache=False "
-            "(the default here); generate() then recomputes the prefix at every step.")
+NO_CACHE = ("{cls} keeps no cache between calls: only DamchaForCausalLM decodes with one (its PrefixCache, for the "
+            "mechanisms that declare decodes_with_cache). Call it without past_key_values and use_cache.")
 
 
 class DamchaPreTrainedModel(PreTrainedModel):
@@ -123,8 +122,10 @@ class DamchaPreTrainedModel(PreTrainedModel):
                          "recomputed per block by Hugging Face's per-layer checkpointing")
 
     def _run(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor | None,
-             kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None) -> ModelOutput:
-        """The project's forward pass with Hugging Face's arguments, refused in words where it has no meaning."""
+             kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None,
+             cache: PrefixCache | None = None) -> ModelOutput:
+        """The project's forward pass with Hugging Face's arguments, refused in words where it has no meaning.
+        cache: DamchaForCausalLM's, the tokens read before (inputs are then the new ones)."""
         if kwargs.pop("past_key_values", None) is not None or kwargs.pop("use_cache", None):
             raise ValueError(NO_CACHE.format(cls=type(self).__name__))
         if kwargs.pop("inputs_embeds", None) is not None:
@@ -146,12 +147,14 @@ class DamchaPreTrainedModel(PreTrainedModel):
         if output_attentions and implementation != "eager":
             raise ValueError("output_attentions needs attn_implementation='eager' (the fused path never builds the "
                              "weights); load with attn_implementation='eager' or call set_attn_implementation('eager')")
-        real = None if attention_mask is None else attention_mask.bool()  # (B, T)
+        real = None if attention_mask is None else attention_mask.bool()  # (B, T), or (B, S + T) with a cache
+        if cache is not None and real is not None and real.shape[1] == cache.length + inputs.shape[1]:
+            real = real[:, cache.length:]  # (B, T): the cache holds the earlier tokens' flags
         if positions is not None:
             positions = positions.expand(inputs.shape[0], -1)  # (B, T): a (1, T) row serves every row
         return self.transformer(inputs, targets=targets, real=real, options=options,
-                                need_intermediates=implementation == "eager",
-                                need_hidden_states=bool(output_hidden_states), positions=positions)
+                                need_intermediates=implementation == "eager" and cache is None,
+                                need_hidden_states=bool(output_hidden_states), positions=positions, cache=cache)
 
     @staticmethod
     def _attentions(out: ModelOutput, output_attentions: bool | None) -> tuple[torch.Tensor, ...] | None:
@@ -201,19 +204,41 @@ class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_attentions: bool | None = None,
                 output_hidden_states: bool | None = None, return_dict: bool | None = None,
-                logits_to_keep: int = 0, **kwargs) -> CausalLMOutput:
+                logits_to_keep: int = 0, past_key_values: PrefixCache | None = None, use_cache: bool | None = None,
+                **kwargs) -> CausalLMOutputWithPast:
+        """past_key_values / use_cache: decode with a PrefixCache (a new one when use_cache and none is given),
+        returned as past_key_values; input_ids are then the tokens after the cached ones."""
         targets = None
         if labels is not None:
             targets = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)  # (B, T)
-        out = self._run(input_ids, attention_mask, targets, kwargs, output_attentions, output_hidden_states)
+        cache = self._cache(past_key_values, use_cache)
+        out = self._run(input_ids, attention_mask, targets, kwargs, output_attentions, output_hidden_states, cache)
         logits = out.logits if not logits_to_keep else out.logits[:, -logits_to_keep:]  # (B, T', V)
-        return CausalLMOutput(loss=out.loss, logits=logits, hidden_states=out.hidden_states,
-                              attentions=self._attentions(out, output_attentions))
+        return CausalLMOutputWithPast(loss=out.loss, logits=logits, past_key_values=cache,
+                                      hidden_states=out.hidden_states, attentions=self._attentions(out, output_attentions))
+
+    def _cache(self, given, use_cache: bool | None) -> PrefixCache | None:
+        if given is None:
+            return PrefixCache.empty(self.config.n_layer) if use_cache else None
+        if not isinstance(given, PrefixCache):
+            raise ValueError(f"past_key_values must be the PrefixCache this model returned (got {type(given).__name__}): "
+                             "a cache of keys and values alone does not hold the running context DAMCHA's metric "
+                             "reads; pass use_cache=True for a new one")
+        return given
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # generate() must not make a DynamicCache: the model makes its own PrefixCache
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                                      past_key_values: PrefixCache | None = None, use_cache: bool | None = None,
                                       **kwargs) -> dict:
-        # Every step sees the whole prefix (no cache): only the last position's logits are needed.
+        # Only the last position's logits are needed. With a cache (mechanisms that decode with one) the model
+        # reads only the tokens after the cached ones; otherwise every step recomputes the whole prefix.
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": 1}
+        if use_cache and self.transformer.mechanism.decodes_with_cache:
+            cache = self._cache(past_key_values, True)
+            inputs.update(input_ids=input_ids[:, cache.length:], past_key_values=cache)
         if attention_mask is None or bool(attention_mask.all()):
             return inputs
         real = attention_mask.bool()  # (B, T)
@@ -221,7 +246,8 @@ class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
             raise ValueError("generate() on a batch padded on the right would append each row's new tokens after "
                              "its pads; pad on the left (tokenizer.padding_side = 'left'), as for every decoder")
         # Left padding: each row's real tokens at positions 0, 1, ... as if it were alone.
-        inputs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
+        inputs["position_ids"] = positions[:, -inputs["input_ids"].shape[1]:]  # (B, T_new)
         return inputs
 
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from damcha.model.config import ModelConfig
 from damcha.model.mechanisms import ForwardOptions, LayerCall, attention_mask
+from damcha.model.mechanisms.cache import PrefixCache
 
 IGNORE_INDEX = -100
 
@@ -224,7 +225,8 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 options: ForwardOptions | None = None, need_intermediates: bool = False,
                 stochastic: bool | None = None, need_hidden_states: bool = False,
-                layer_sites: Sequence[Callable] | None = None, positions: torch.Tensor | None = None) -> ModelOutput:
+                layer_sites: Sequence[Callable] | None = None, positions: torch.Tensor | None = None,
+                cache: PrefixCache | None = None) -> ModelOutput:
         """tokens: (B, T) ids, or (B, T, input_dim) vectors. targets: (B, T) next tokens (IGNORE_INDEX to
         skip), (B,) class ids, or (B, T, input_dim) next vectors. real: (B, T) bool, True for real tokens
         (default: tokens not equal to config.pad_token). options: the mechanism's per-call options
@@ -233,15 +235,25 @@ class Transformer(nn.Module):
         layer_sites: one LayerCall.site per layer (with need_intermediates), where hooks read or replace
         each layer's scores and weights (damcha.interop.lens). positions: (B, T) the position of each token
         (a left-padded row's real tokens from 0; default: 0..T-1 for every row), for learned, sinusoidal
-        and rotary positions alike."""
+        and rotary positions alike. cache: what the model kept of the tokens read before (a PrefixCache,
+        extended here): tokens are then the new ones only, their positions follow the cache's (unless
+        given), and the logits are those a call with the whole sequence gives at the new positions
+        (decoding only: mechanisms that declare decodes_with_cache, default options, no dropout)."""
         cfg = self.config
         B, T = tokens.shape[:2]
-        if T > cfg.block_size:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's block_size {cfg.block_size}")
+        past = 0 if cache is None else cache.length
+        if past + T > cfg.block_size:
+            raise ValueError(f"sequence of {past + T} tokens is longer than the model's block_size {cfg.block_size}")
         options = self.mechanism.options(options)
         stochastic = self.training if stochastic is None else stochastic
         real = self._real_tokens(tokens, real)  # (B, T) or None: no padding
         mask = attention_mask(real, cfg.causal, T, tokens.device)  # (B, 1, T, T) or None
+        if cache is not None:
+            self._check_cache(options, stochastic, need_intermediates or layer_sites is not None)
+            new_real = torch.ones(B, T, dtype=torch.bool, device=tokens.device) if real is None else real  # (B, T)
+            mask = cache.mask(new_real)  # (B, 1, T, past + T) or None
+            if positions is None:
+                positions = torch.arange(past, past + T, device=tokens.device).expand(B, T)  # (B, T)
 
         if positions is not None and (positions.shape != (B, T) or int(positions.min()) < 0
                                       or int(positions.max()) >= cfg.block_size):
@@ -253,15 +265,20 @@ class Transformer(nn.Module):
         x = F.dropout(x, cfg.dropout, training=stochastic)  # (B, T, D)
         shared = None
         if self.metric_source is not None:  # computed once from the stack input, used by every layer
-            shared = self.mechanism.run_shared(self.metric_source, x, real, options, stochastic)
+            shared = (self.mechanism.run_shared(self.metric_source, x, real, options, stochastic) if cache is None
+                      else self.mechanism.run_shared(self.metric_source, x, real, options, stochastic, cache.state))
         rotary = cfg.position_encoding == "rotary"
         call = LayerCall(real, mask, cfg.causal, options, need_intermediates, stochastic, shared,
                          rotary=positions if rotary and positions is not None else rotary)
         layers, hidden = [], [x]
         for i, block in enumerate(self.blocks):
-            x, inter = block(x, call if layer_sites is None else replace(call, site=layer_sites[i]))  # (B, T, D)
+            layer_call = call if layer_sites is None else replace(call, site=layer_sites[i])
+            layer_call = layer_call if cache is None else replace(layer_call, cache=cache.layers[i])
+            x, inter = block(x, layer_call)  # (B, T, D)
             layers.append(inter)
             hidden.append(x)
+        if cache is not None:
+            cache.advance(new_real)
         x = self.ln_f(x)  # (B, T, D)
         hidden[-1] = x
         logits, task_loss, token_loss = self.head(x, real, targets)
@@ -270,6 +287,23 @@ class Transformer(nn.Module):
         loss = task_loss if aux_loss is None or task_loss is None else task_loss + aux_loss
         return ModelOutput(logits, loss, token_loss, layers if need_intermediates else None, task_loss, aux_loss,
                            tuple(hidden) if need_hidden_states else None)
+
+    def _check_cache(self, options: ForwardOptions, stochastic: bool, inspected: bool) -> None:
+        """A cache serves decoding: refused in words wherever its logits could differ from a full call's."""
+        mechanism = self.mechanism
+        if not self.config.causal:
+            raise ValueError("a cache is for causal decoders: an encoder's every token reads every other, so a new "
+                             "token changes what the earlier ones computed")
+        if not mechanism.decodes_with_cache:
+            raise ValueError(f"{mechanism.title} keeps no cache of the tokens read: its layers do not attend through "
+                             "the shared cached step (Mechanism.decodes_with_cache); call it with the whole sequence "
+                             "(generate() then recomputes the prefix at every step)")
+        if stochastic or inspected:
+            raise ValueError("a cache serves decoding only: no dropout (stochastic / training mode), intermediates "
+                             "or hooks; call the model with the whole sequence for those")
+        if options != mechanism.options(None):
+            raise ValueError(f"a cache serves {mechanism.title}'s default options only: interventions and explicit "
+                             "paths recompute the whole sequence")
 
     def _real_tokens(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor | None:
         if real is None and self.config.pad_token is not None and not self.config.input_dim:

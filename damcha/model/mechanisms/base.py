@@ -55,7 +55,9 @@ class LayerCall:
     ("pattern") of the layer's attend step, so hooks can read or replace them (damcha.interop.lens);
     None: no hooks. rotary: the attend step rotates q and k by their positions (RoPE; the config's
     position_encoding "rotary"): True, positions 0..T-1; a (B, T) or (T,) tensor, those positions (a
-    Hugging Face model's position_ids)."""
+    Hugging Face model's position_ids). cache: this layer's keys and values of the tokens read before
+    (damcha.model.mechanisms.cache; the layer attends through `attend_through_cache`, and `mask` holds
+    the new queries' offsets into them), or None: the call holds the whole sequence."""
 
     real: torch.Tensor | None
     mask: torch.Tensor | None
@@ -66,6 +68,7 @@ class LayerCall:
     shared: Any = None
     site: Any = None
     rotary: bool | torch.Tensor = False
+    cache: Any = None
 
 
 @dataclass
@@ -201,6 +204,10 @@ class Mechanism:
     # rotary position embeddings act on q and k: declared by a mechanism that passes it on (a layer that
     # does not would silently drop the positions of the Llama layout, so the default is no).
     rotary_positions: ClassVar[bool] = False
+    # Whether a causal model of this mechanism can read a PrefixCache (generation without recomputing the
+    # prefix): its layers attend through operations.attend_through_cache when call.cache is set, and its
+    # shared module (if any) takes run_shared's `prefix`. Others are refused a cache in words.
+    decodes_with_cache: ClassVar[bool] = False
 
     @property
     def config_options(self) -> tuple[str, ...]:
@@ -223,8 +230,9 @@ class Mechanism:
         return None
 
     def run_shared(self, module: nn.Module, x: torch.Tensor, real: torch.Tensor | None, options: ForwardOptions,
-                   stochastic: bool) -> Any:
-        """Run the shared module on the stack input x (B, T, D); its result goes to every layer."""
+                   stochastic: bool, prefix: dict | None = None) -> Any:
+        """Run the shared module on the stack input x (B, T, D); its result goes to every layer. prefix:
+        with a cache, the module's state of the tokens read before (only where decodes_with_cache)."""
         return module(x, real, options, stochastic)
 
     def validate(self, config: ModelConfig) -> None:

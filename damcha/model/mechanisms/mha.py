@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from damcha.model.mechanisms.base import AttentionOutput, LayerCall, Mechanism
-from damcha.model.mechanisms.operations import ProjectedAttention, attend, head_scale
+from damcha.model.mechanisms.operations import ProjectedAttention, attend, attend_through_cache, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
 
 
@@ -19,8 +19,11 @@ class MultiHeadAttention(ProjectedAttention):
     def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
         mask, causal, need_weights, stochastic = call.mask, call.causal, call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
-        out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim), self.dropout if stochastic else 0.0,
-                              need_weights, call.site, call.rotary)  # (B, H, T, d)
+        if call.cache is not None:
+            out, weights = attend_through_cache(q, k, v, call, head_scale(self.head_dim))  # (B, H, T, d)
+        else:
+            out, weights = attend(q, k, v, mask, causal, head_scale(self.head_dim),
+                                  self.dropout if stochastic else 0.0, need_weights, call.site, call.rotary)  # (B, H, T, d)
         return AttentionOutput(y=self.merge(out), weights=weights)  # y: (B, T, D)
 
 
@@ -35,6 +38,7 @@ def qk_forms(attn: MultiHeadAttention) -> torch.Tensor:
 
 class MHA(Mechanism):
     rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
+    decodes_with_cache = True
     name = "mha"
     title = "Multi-head attention (MHA)"
     reference = "Vaswani et al. 2017, arXiv 1706.03762"

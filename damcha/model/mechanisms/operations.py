@@ -66,6 +66,18 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return out, weights
 
 
+def attend_through_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call, scale: float
+                         ) -> tuple[torch.Tensor, None]:
+    """attend() for a call that reads its layer's cache (call.cache): the new tokens' q and k rotated at
+    their positions (call.rotary, a tensor with a cache), their keys and values appended to the cache,
+    and every new query against every key seen, under call.mask (the offsets into the cache). Decoding
+    only: no dropout, no weights. q, k: (B, H, T, e); v: (B, H, T, d). Returns (B, H, T, d)."""
+    if isinstance(call.rotary, torch.Tensor):
+        q, k = rotate(q, positions=call.rotary), rotate(k, positions=call.rotary)  # (B, H, T, e) each
+    k, v = call.cache.extend(k, v)  # (B, H, S + T, e), (B, H, S + T, d)
+    return attend(q, k, v, call.mask, False, scale, 0.0, False)
+
+
 def rotate(x: torch.Tensor, base: float = 10000.0, positions: torch.Tensor | None = None) -> torch.Tensor:
     """Rotary position embedding (rotate-half form, as Llama's): x (B, H, T, e), e even; row t at position t,
     or at positions[b, t] when given ((B, T) or (T,): a Hugging Face model's position_ids). The scores of

@@ -19,7 +19,7 @@ from damcha.model.mechanisms.damcha.metric import (
     MetricSource,
     per_position_queries,
 )
-from damcha.model.mechanisms.operations import attend, head_scale
+from damcha.model.mechanisms.operations import attend, attend_through_cache, head_scale
 
 METRIC_SHARINGS = ("shared", "per_layer")
 METRIC_INPUTS = ("adaptive", "static")
@@ -99,16 +99,20 @@ class MetricAttention(nn.Module):
         need_weights, stochastic, shared = call.need_weights, call.stochastic, call.shared
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
-        if self._streams_metric(causal, options, need_weights):
+        if self._streams_metric(causal, options, need_weights) and call.cache is None:
             metric = None  # built chunk by chunk, never whole
             q = self.metric_source.chunked_queries(x, real, x.view(B, T, H, d), options.metric_mode, stochastic)  # (B, H, T, d)
             k = x.view(B, T, H, d).transpose(1, 2).contiguous()  # (B, H, T, d)
         else:
-            metric = self._metric(x, real, options, stochastic, shared)
+            prefix = None if call.cache is None else call.cache.state  # this layer's own metric's running context
+            metric = self._metric(x, real, options, stochastic, shared, prefix)
             q, k = self.queries_and_keys(x, metric)  # (B, H, T, d|D) each
         v = self.value(x).view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
-        out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
-                              need_weights, call.site, call.rotary)  # (B, H, T, d)
+        if call.cache is not None:
+            out, weights = attend_through_cache(q, k, v, call, head_scale(d))  # (B, H, T, d)
+        else:
+            out, weights = attend(q, k, v, mask, causal, head_scale(d), self.dropout if stochastic else 0.0,
+                                  need_weights, call.site, call.rotary)  # (B, H, T, d)
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         return AttentionOutput(y=y, weights=weights, internals=metric)
 
@@ -118,11 +122,12 @@ class MetricAttention(nn.Module):
         return (src is not None and causal and not self.bilinear and not src.static and not options.explicit
                 and not options.intervened and not need_weights and not torch.is_grad_enabled())
 
-    def _metric(self, x, real, options: DamchaOptions, stochastic: bool, shared: HeadMetric | None) -> HeadMetric:
+    def _metric(self, x, real, options: DamchaOptions, stochastic: bool, shared: HeadMetric | None,
+                prefix: dict | None) -> HeadMetric:
         if self.metric_source is None:
             assert shared is not None, "a layer without its own metric needs the shared one"
             return shared
-        return run_source(self.metric_source, self.index, x, real, options, stochastic)
+        return run_source(self.metric_source, self.index, x, real, options, stochastic, prefix)
 
     def queries_and_keys(self, x: torch.Tensor, metric: HeadMetric) -> tuple[torch.Tensor, torch.Tensor]:
         """q_t = x_{t,i}^T m_i(c_t) (per head), k_s = x_{s,i} (row sum) or all of x_s (bilinear)."""
@@ -141,12 +146,14 @@ class MetricAttention(nn.Module):
         return q, k
 
 
-def run_source(source: MetricSource, index: int, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
-    """The HeadMetric of metric source `index`, under the options' interventions if any."""
+def run_source(source: MetricSource, index: int, x, real, options: DamchaOptions, stochastic: bool,
+               prefix: dict | None = None) -> HeadMetric:
+    """The HeadMetric of metric source `index`, under the options' interventions if any. prefix: with a
+    cache, the source's running context of the tokens read before (interventions are refused a cache)."""
     if options.intervened:
         reference = None if options.reference is None else options.reference[index]
         return source.intervened(x, real, options.scales, reference, options.alpha, options.drop_residue, stochastic)
-    return source(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic)
+    return source(x, real, options.metric_mode, explicit=options.explicit, stochastic=stochastic, prefix=prefix)
 
 
 def metric_sources(model) -> list[MetricSource]:

@@ -28,6 +28,7 @@ from damcha.model.mechanisms.structures import Identifiability, Structure, Struc
 
 class Damcha(Mechanism):
     rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
+    decodes_with_cache = True  # keys are the layer inputs; the metric's context a running sum and count
     name = "damcha"
     title = "DAMCHA (data-adaptive Mahalanobis cross-head attention)"
     reference = "Duan et al. 2026, 'Data-Adaptive Mahalanobis Metric Learning for Cross-Head Attention in Transformers'"
@@ -66,8 +67,9 @@ class Damcha(Mechanism):
     def build_shared(self, config) -> nn.Module | None:
         return MetricSource(config) if config.metric_sharing == "shared" else None
 
-    def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool) -> HeadMetric:
-        return run_source(module, 0, x, real, options, stochastic)
+    def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool,
+                   prefix: dict | None = None) -> HeadMetric:
+        return run_source(module, 0, x, real, options, stochastic, prefix)
 
     def structures(self, model, layers: Sequence, positions: np.ndarray,
                    options: DamchaOptions) -> list[Structure]:

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from damcha.model.mechanisms.cache import running_context
+
 if TYPE_CHECKING:
     from damcha.model.config import ModelConfig
 
@@ -190,15 +192,23 @@ class MetricGenerator(nn.Module):
         D = c.shape[-1]
         return self.out(self.features(c, stochastic)).unflatten(-1, (D, D))  # (..., D, D)
 
-    def fused_row_sum(self, c: torch.Tensor, mode: MetricMode | str, stochastic: bool = False) -> torch.Tensor:
+    def fused_row_sum(self, c: torch.Tensor, mode: MetricMode | str, stochastic: bool = False,
+                      prefix: dict | None = None) -> torch.Tensor:
         """m_i(c) without building M: the row sum folded into the last layer. (..., D) -> (..., H, d, d).
 
         The fold is recomputed from the naive parameter at every call, so gradients reach
-        self.out exactly as on the explicit path, at the fused cost.
+        self.out exactly as on the explicit path, at the fused cost. prefix: a decoding cache's state,
+        which keeps the fold for the rest of the decoding (its weights do not change meanwhile).
         """
         H = self.n_head
         d = c.shape[-1] // H
-        w_fused, b_fused = self.folded(mode)  # (H*d*d, w), (H*d*d,)
+        if prefix is None:
+            w_fused, b_fused = self.folded(mode)  # (H*d*d, w), (H*d*d,)
+        else:
+            key = ("fold", MetricMode.parse(mode))
+            if key not in prefix:
+                prefix[key] = self.folded(mode)
+            w_fused, b_fused = prefix[key]  # (H*d*d, w), (H*d*d,)
         m = F.linear(self.features(c, stochastic), w_fused, b_fused)  # (..., H*d*d)
         return m.unflatten(-1, (H, d, d))  # (..., H, d, d)
 
@@ -279,19 +289,21 @@ class MetricSource(nn.Module):
         mode: MetricMode | str = MetricMode.FULL,
         explicit: bool = False,
         stochastic: bool = False,
+        prefix: dict | None = None,
     ) -> HeadMetric:
-        """x: (B, T, D) the input the metric is generated from; real: (B, T) bool or None."""
+        """x: (B, T, D) the input the metric is generated from; real: (B, T) bool or None. prefix: with a
+        cache (causal only), the running sum and count of the tokens read before (cache.running_context)."""
         H = self.n_head
         if self.static:
             M = self.generator()[None, None]  # (1, 1, D, D): same for every input and position
             head = scaled_rows(M, H, mode) if self.bilinear else explicit_row_sum(M, H, mode)  # (1, 1, H, d, d|D)
             return HeadMetric(head=head, full=M if explicit else None)
-        c = context_means(x, real, self.causal)  # (B, P, D)
+        c = context_means(x, real, self.causal) if prefix is None else running_context(x, real, prefix)  # (B, P, D)
         if explicit or self.bilinear:  # the bilinear form needs every block of M
             M = self.generator.full_metric(c, stochastic)  # (B, P, D, D)
             head = scaled_rows(M, H, mode) if self.bilinear else explicit_row_sum(M, H, mode)  # (B, P, H, d, d|D)
             return HeadMetric(head=head, full=M if explicit else None, context=c)
-        head = self.generator.fused_row_sum(c, mode, stochastic)  # (B, P, H, d, d)
+        head = self.generator.fused_row_sum(c, mode, stochastic, prefix)  # (B, P, H, d, d)
         return HeadMetric(head=head, context=c)
 
     def intervened(self, x: torch.Tensor, real: torch.Tensor | None, scales, reference: torch.Tensor | None = None,
