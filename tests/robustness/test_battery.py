@@ -1,8 +1,8 @@
 """The hostile battery, generated: every case is a command a user or an attacker could run, each in a
-fresh process under a memory limit and a time bound (tests/support/limited.py). Every case is held to
-the same checks: exit 2 with one `error:` line that names the file and the field or the limit, no
-traceback, every folder the user owns byte-for-byte unchanged, nothing left in caches or staging
-folders, and peak memory growth under 300 MB."""
+fresh process under a memory limit and a time bound (tests/support/limited.py), the full-disk ones on
+a real 2 MB tmpfs. Every case is held to the same checks: exit 2 with one `error:` line that names the
+file and the field or the limit, no traceback, every folder the user owns byte-for-byte unchanged,
+nothing left in caches or staging folders, and peak memory growth under 300 MB."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.disks import fill
 from tests.support.folders import folder_digest
 from tests.support.limited import GROWTH_LIMIT_MB, HANG_SECONDS, run_limited
 
@@ -69,6 +70,20 @@ def export_into_the_run_itself(tmp: Path) -> Case:
 def export_into_another_run(tmp: Path) -> Case:
     run, other = _run(tmp), _run(tmp, "digits-damcha")
     return Case(["export-hf", run, "--out", other], [other], ["already exists"], owned=[run, other])
+
+
+def export_into_a_folder_with_a_config(tmp: Path) -> Case:
+    run, out = _run(tmp), tmp / "mine"
+    out.mkdir()
+    (out / "config.json").write_text('{"mine": true}')
+    return Case(["export-hf", run, "--out", out], [out], ["already exists", "--out"], owned=[run, out])
+
+
+def export_onto_a_file(tmp: Path) -> Case:
+    run, out = _run(tmp), tmp / "notes" / "notes.txt"
+    out.parent.mkdir()
+    out.write_text("my notes")
+    return Case(["export-hf", run, "--out", out], [out], ["already exists"], owned=[run, out.parent])
 
 
 def import_into_a_folder_with_a_config(tmp: Path) -> Case:
@@ -297,7 +312,8 @@ def attention_options_as_a_list(tmp: Path) -> Case:
     return case
 
 
-BATTERY = [export_into_the_run_itself, export_into_another_run, import_into_a_folder_with_a_config,
+BATTERY = [export_into_the_run_itself, export_into_another_run, export_into_a_folder_with_a_config,
+           export_onto_a_file, import_into_a_folder_with_a_config,
            a_billion_laughs_as_the_epoch, a_billion_laughs_in_the_config, values_nested_200_deep,
            a_zero_stride_view_of_900_million_elements, an_enwik8_zip_of_400_mb_of_zeros,
            an_enwik8_zip_of_another_size, an_encrypted_enwik8_member, a_parquet_file_that_expands_a_thousandfold,
@@ -308,6 +324,54 @@ BATTERY = [export_into_the_run_itself, export_into_another_run, import_into_a_fo
            attention_options_as_a_list]
 
 
+# --- 2. a disk that fills: each writer on a real 2 MB tmpfs (tests/robustness/conftest.py) ----------------
+# The disk holds `earlier`, a folder of the user's that must come through unchanged, and a filler that
+# leaves the writer too little room.
+
+def _earlier(disk: Path) -> Path:
+    (disk / "earlier").mkdir()
+    (disk / "earlier" / "config.json").write_text('{"kept": true}')
+    return disk / "earlier"
+
+
+def export_on_a_full_disk(disk: Path, tmp: Path) -> Case:
+    fill(disk, 64 * 1024)  # the config fits, the weights (about 0.4 MB) do not
+    return Case(["export-hf", _run(tmp), "--out", disk / "hf"], [disk / "hf"], ["no space left on the disk that holds"],
+                owned=[disk / "earlier"], absent=[disk / "hf"])
+
+
+def import_on_a_full_disk(disk: Path, tmp: Path) -> Case:
+    from tests.support.reference_fake import save_like_them, their_model
+
+    (tmp / "src").mkdir(parents=True)
+    torch.manual_seed(0)
+    save_like_them(their_model(), tmp / "src" / "checkpoint_epoch_3.pt")
+    fill(disk, 16 * 1024)
+    return Case(["import-reference", tmp / "src" / "checkpoint_epoch_3.pt", "--out", disk / "converted"],
+                [disk / "converted"], ["no space left on the disk that holds"], owned=[disk / "earlier", tmp / "src"],
+                absent=[disk / "converted"])
+
+
+def training_on_a_disk_that_fills(disk: Path, tmp: Path) -> Case:
+    fill(disk, 250 * 1024)  # the config, two snapshots and one resume state fit; the next rewrite does not
+    return Case(["train", "--dataset", "digits", "--variant", "mha", "--epochs", "4", "--n-embd", "16", "--out",
+                 disk / "run"], [disk / "run"], ["no space left on device"], owned=[disk / "earlier"])
+
+
+def evidence_on_a_disk_that_fills(disk: Path, tmp: Path) -> Case:
+    """Units taken over from the shipped results (nothing trains) until the work folder's disk fills."""
+    (disk / "out").mkdir()
+    (disk / "out" / "results.json").write_text('{"kept": true}')
+    fill(disk, 96 * 1024)  # the shipped results' units take about 250 kB
+    return Case(["evidence", "--reuse", SHIPPED / "evidence" / "results.json", "--out", disk / "out", "--work",
+                 disk / "work"], [disk / "work" / "units.jsonl"], ["no space left on the disk that holds"],
+                owned=[disk / "earlier", disk / "out"])
+
+
+FULL_DISK = [export_on_a_full_disk, import_on_a_full_disk, training_on_a_disk_that_fills,
+             evidence_on_a_disk_that_fills]
+
+
 def _leftovers(folder: Path) -> list[str]:
     """Staging folders and temporary files a write leaves beside what it writes."""
     return [p.name for p in folder.rglob(".*") if p.name.endswith((".exporting", ".importing", ".tmp", ".partial"))]
@@ -315,7 +379,30 @@ def _leftovers(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("make", BATTERY, ids=[m.__name__ for m in BATTERY])
 def test_a_hostile_case_is_refused_in_words_within_bounds_and_changes_nothing(tmp_path, make):
-    case = make(tmp_path)
+    _holds_to_the_checks(make(tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("make", FULL_DISK, ids=[m.__name__ for m in FULL_DISK])
+def test_a_writer_on_a_full_disk_says_so_within_bounds_and_keeps_the_earlier_state(small_disk, tmp_path, make):
+    _earlier(small_disk)
+    case = make(small_disk, tmp_path / "elsewhere")
+    _holds_to_the_checks(case, small_disk)
+    if make is training_on_a_disk_that_fills:  # the snapshots written before the disk filled all load
+        from damcha.runs.checkpoints import load_model, load_run
+
+        run = load_run(small_disk / "run")
+        assert run.epochs and all(load_model(run, epoch) is not None for epoch in run.epochs)
+    if make is evidence_on_a_disk_that_fills:  # whole lines kept; the same command resumes once there is room
+        from damcha.__main__ import main
+
+        lines = (small_disk / "work" / "units.jsonl").read_bytes().split(b"\n")
+        assert lines[-1] == b"" and len(lines) > 2, "a torn line was left"
+        (small_disk / "filler").unlink()
+        assert main([str(a) for a in case.argv]) == 0
+        assert len((small_disk / "work" / "units.jsonl").read_text().splitlines()) > len(lines) - 1
+
+
+def _holds_to_the_checks(case: Case, tmp_path: Path) -> None:
     before = {folder: folder_digest(folder) for folder in case.owned}
     env = {"DAMCHA_CACHE": str(case.cache)} if case.cache else None
     done = run_limited(case.argv, env)
@@ -334,3 +421,8 @@ def test_a_hostile_case_is_refused_in_words_within_bounds_and_changes_nothing(tm
         assert not [p for p in case.cache.rglob("*") if p.is_file()], "the cache kept something of a refused file"
     assert done.growth_mb < GROWTH_LIMIT_MB, done
     assert done.seconds < HANG_SECONDS / 4, done
+
+
+def test_the_limits_page_counts_the_battery_as_it_is():
+    limits = (ROOT / "docs" / "limits.md").read_text()
+    assert f"{len(BATTERY)} cases" in limits and f"{len(FULL_DISK)} writers on a full 2 MB tmpfs" in limits
