@@ -257,18 +257,43 @@ def _evidence(args) -> int:
     smoke = args.quick or (not demo and scale_named(args.scale).smoke)
     seeds = args.seeds or (2 if smoke else 3)
     setting, recorded = _evidence_setting(args, seeds)
+    slurm = _slurm_settings(args)
     with tqdm(desc="evidence", unit="unit") as bar:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
                            progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),
                                                          bar.update(1)),
                            command="python -m damcha " + " ".join(sys.argv[1:]), workers=args.workers,
-                           reuse=args.reuse, redo=tuple(args.redo), setting=setting, recorded=recorded)
+                           reuse=args.reuse, redo=tuple(args.redo), setting=setting, recorded=recorded, slurm=slurm)
     if doc.get("rank"):  # another rank of a torchrun job: rank 0 reports
         return 0
     for claim in doc["claims"]:
         print(f"{claim['verdict']:>28s}  {claim['title']}")
     print(f"wrote {args.out}/results.json ({doc['wall_seconds']} s)")
     return 0
+
+
+SLURM_FLAGS = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "cpus_per_unit", "gpus_per_unit",
+               "slurm_parallel", "slurm_retries")
+
+
+def _slurm_settings(args):
+    """--launcher slurm's settings, checked against the cluster before anything is submitted; Slurm flags
+    without it are refused (they would be ignored)."""
+    from damcha.evidence.slurm import SlurmSettings, check
+
+    given = [f"--{name.replace('_', '-')}" for name in SLURM_FLAGS if getattr(args, name) is not None]
+    if args.launcher != "slurm":
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with --launcher slurm (the local launcher runs the units "
+                             "here); add --launcher slurm or leave them out")
+        return None
+    settings = SlurmSettings(**{field: value for field, value in (
+        ("partition", args.slurm_partition), ("account", args.slurm_account), ("qos", args.slurm_qos),
+        ("time_minutes", args.slurm_time), ("cpus_per_unit", args.cpus_per_unit),
+        ("gpus_per_unit", args.gpus_per_unit), ("max_parallel", args.slurm_parallel),
+        ("retries", args.slurm_retries)) if value is not None})
+    check(settings, Path(args.work))
+    return settings
 
 
 def _evidence_setting(args, seeds: int):
@@ -411,6 +436,21 @@ def main(argv: list[str] | None = None) -> int:
                     "arms the claims still define (recorded in the document)")
     ev.add_argument("--redo", nargs="*", default=[], metavar="CLAIM_OR_VARIANT",
                     help="with --reuse: claims and variants to recompute anyway (code changed, or timed)")
+    ev.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                    help="local: the units run here (--workers processes); slurm: each task a Slurm job-array element "
+                         "through submitit (pip install 'damcha[cluster]'), the work folder on shared storage")
+    ev.add_argument("--slurm-partition", help="with --launcher slurm: the partition (default: the cluster's)")
+    ev.add_argument("--slurm-account", help="with --launcher slurm: the account to charge")
+    ev.add_argument("--slurm-qos", help="with --launcher slurm: the quality of service")
+    ev.add_argument("--slurm-time", type=int, metavar="MINUTES", help="with --launcher slurm: each job's time limit "
+                    "(default 60; a job that reaches it is submitted again)")
+    ev.add_argument("--cpus-per-unit", type=int, help="with --launcher slurm: CPUs (and torch threads) per job "
+                    "(default 1)")
+    ev.add_argument("--gpus-per-unit", type=int, help="with --launcher slurm: 0 or 1 GPU per job (default 0)")
+    ev.add_argument("--slurm-parallel", type=int, help="with --launcher slurm: jobs of one array running at once "
+                    "(default 64)")
+    ev.add_argument("--slurm-retries", type=int, help="with --launcher slurm: resubmissions of a task whose job left "
+                    "the queue without a result: cancelled, preempted, timed out (default 2)")
     ev.add_argument("--work", help="trained runs and finished units (resumable; default .evidence-work, with --scale "
                     "OUT/work)")
     ev.add_argument("--restate", action="store_true", help="recompute the statistics and verdicts of --out's results "

@@ -69,6 +69,7 @@ LONGEST_FIRST = ("test_every_mechanism.py",  # 265 s: a tiny run per variant and
                  "test_reference_configs.py",  # 16 s
                  "test_worker_death.py",  # 13 s
                  "test_hf.py",  # 12 s: every variant as Hugging Face classes, every token run exported
+                 "test_evidence_slurm.py",  # 30 s: a real one-node Slurm cluster, a job cancelled and resubmitted
                  "test_hf_remote_code.py",  # 10 s: folders with their code, loaded in a venv without the package
                  "test_hf_swap.py",  # every variant swapped into GPT-2, Llama and ViT, trained
                  "test_interop_docs.py",  # docs/interop.md's examples

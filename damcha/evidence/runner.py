@@ -18,6 +18,7 @@ from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
 from damcha.evidence.results import append_lines, load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.scales import DEMO, Setting, chosen_by, scale_claims, scale_named
+from damcha.evidence.slurm import SlurmSettings
 from damcha.evidence.statistics import VERDICT_RULE
 from damcha.evidence.units import run_unit
 from damcha.runs.checkpoints import write_text_atomic
@@ -160,7 +161,7 @@ def restate(folder: Path, command: str = "") -> dict:
 def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, only: list[str] | None = None,
                  progress: Callable[[str, int], None] | None = None, command: str = "", workers: int = 1,
                  reuse: Path | None = None, redo: tuple[str, ...] = (), setting: Setting = DEMO,
-                 recorded: dict | None = None) -> dict:
+                 recorded: dict | None = None, slurm: SlurmSettings | None = None) -> dict:
     """Run (or resume) every claim's units and write results.json and one CSV per claim to `out`.
 
     Units that share a trained run go to one task; tasks run in `workers` processes of one thread
@@ -170,7 +171,9 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     `reusable_units`; `redo` names claims and variants recomputed anyway); the document says so.
     setting: the scale, files and device (default: the demo's); `recorded` joins the document (the
     scale's data records and budget). Under torchrun every rank trains each run with the others (DDP)
-    in the same order, and rank 0 alone writes, then times and scores what trains nothing."""
+    in the same order, and rank 0 alone writes, then times and scores what trains nothing. slurm: run
+    the tasks as Slurm job-array elements instead (damcha.evidence.slurm; efficiency units are still
+    timed here, alone), each result recorded by the same code as a local worker's."""
     from damcha import __version__
     from damcha.runs import distributed
     from damcha.runs.train import pick_device
@@ -178,6 +181,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
 
     quick = setting.scale.smoke if setting.scale else quick
     proc = distributed.start(distributed.device_for(pick_device(setting.device)))
+    if slurm is not None and proc.distributed:
+        raise ValueError("--launcher slurm submits the units as Slurm jobs: start the command itself without torchrun")
     workers = 1 if proc.distributed else workers
     out, work = Path(out), Path(work)
     if proc.main:
@@ -268,7 +273,8 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         if tuned_here:
             doc["tuning"] = tuning.tuning_table(chosen, quick, done)
         this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
-                     "workers": workers, **({"processes": proc.world} if proc.distributed else {})}
+                     "workers": workers, "launcher": "slurm" if slurm else "local",
+                     **({"processes": proc.world} if proc.distributed else {})}
         counted = used_units()
         doc.update(wall_seconds=this_call["wall_seconds"], calls=[*earlier_calls, this_call],
                    wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
@@ -291,7 +297,12 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
                 return
         for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]:
             record(run_task(list(tasks.pop(key).values()), quick, work, setting))
-        if workers > 1 and len(tasks) > 1:
+        if slurm is not None and tasks:
+            from damcha.evidence.slurm import run_tasks
+
+            for results in run_tasks([list(t.values()) for t in tasks.values()], quick, work, setting, slurm):
+                record(results)
+        elif workers > 1 and len(tasks) > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor, as_completed
 

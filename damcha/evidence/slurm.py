@@ -1,0 +1,182 @@
+"""The evidence's units on a Slurm cluster (`damcha evidence --launcher slurm`), through submitit.
+
+Every task (the units that share one trained run) is one element of a Slurm job array; the job runs
+`run_task` exactly as a local worker does (one thread per CPU it is given) and its result comes back
+to the command, which records it in the same resumable work folder with the same code as the local
+pool. The command stays up while the jobs run: it submits a phase's tasks at once, records each
+result as it lands, and submits again a task whose job vanished without a result (cancelled,
+preempted without requeue, timed out, its node lost), up to `retries` times. A task whose code
+raised is an error, not a retry: its log is named.
+
+Everything that can be checked before a job is submitted is: submitit installed, the Slurm commands
+on PATH and the controller answering, the partition known, the work folder on storage every node
+sees. Each refusal is one sentence naming the fix.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# File systems a compute node can see when the login node wrote to them (a local disk cannot).
+SHARED_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "cifs", "smb3", "fuse.glusterfs",
+                       "glusterfs", "panfs", "wekafs", "fuse.sshfs", "9p", "virtiofs")
+POLL_SECONDS = 2.0  # how often the queue is read while jobs run (squeue: one call for every job)
+
+
+class SlurmError(ValueError):
+    """A Slurm launch refused or failed, in words (the command prints it as its one error line)."""
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """What each job asks of Slurm. partition, account, qos: passed through (None: the cluster's default).
+    time_minutes: each job's limit. cpus_per_unit: CPUs (and torch threads) per job. gpus_per_unit:
+    0 or 1 (a unit spanning GPUs is not launched this way yet). max_parallel: jobs of one array running
+    at once. retries: resubmissions of a task whose job vanished without a result."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_minutes: int = 60
+    cpus_per_unit: int = 1
+    gpus_per_unit: int = 0
+    max_parallel: int = 64
+    retries: int = 2
+
+
+def check(settings: SlurmSettings, work: Path) -> None:
+    """Refuse, before anything is submitted, a launch that cannot work."""
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        raise SlurmError("--launcher slurm needs submitit: pip install 'damcha[cluster]' (or pip install submitit)"
+                         ) from None
+    for command in ("sbatch", "squeue", "sinfo", "scancel"):
+        if shutil.which(command) is None:
+            raise SlurmError(f"--launcher slurm: {command} is not on PATH; run the command on a Slurm login node (or "
+                             "load the cluster's Slurm module first)")
+    if settings.gpus_per_unit > 1:
+        raise SlurmError(f"--gpus-per-unit {settings.gpus_per_unit}: a unit runs on one GPU (or none) per job for "
+                         "now; give 0 or 1")
+    if settings.cpus_per_unit < 1 or settings.time_minutes < 1 or settings.max_parallel < 1 or settings.retries < 0:
+        raise SlurmError("--cpus-per-unit, --slurm-time and --slurm-parallel must be at least 1, --slurm-retries at "
+                         "least 0")
+    partitions = _sinfo("%P")
+    known = {p.rstrip("*") for p in partitions}
+    if settings.partition is not None and settings.partition not in known:
+        raise SlurmError(f"--slurm-partition {settings.partition}: not a partition of this cluster (it has: "
+                         f"{', '.join(sorted(known)) or 'none'}); give one of those")
+    nodes = sum(int(n) for n in _sinfo("%D") if n.isdigit())
+    kind = file_system(work)
+    if nodes > 1 and kind not in SHARED_FILE_SYSTEMS:
+        raise SlurmError(f"--work {work}: on a {kind} file system, which the cluster's other nodes cannot see (it has "
+                         f"{nodes} nodes); put the work folder on shared storage (NFS, Lustre, GPFS, ...)")
+
+
+def _sinfo(field: str) -> list[str]:
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", field], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SlurmError(f"--launcher slurm: sinfo did not answer ({e}); check that the Slurm controller runs and "
+                         "SLURM_CONF names its configuration") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SlurmError(f"--launcher slurm: the cluster does not answer (sinfo: {said}); check that the Slurm "
+                         "controller runs and SLURM_CONF names its configuration")
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+
+def file_system(path: Path) -> str:
+    """The type of the file system that holds `path` (or its nearest existing parent), as df names it."""
+    path = Path(path).resolve()
+    while not path.exists():
+        path = path.parent
+    done = subprocess.run(["df", "--output=fstype", str(path)], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.split()
+    return lines[-1] if done.returncode == 0 and len(lines) > 1 else "unknown"
+
+
+def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: SlurmSettings) -> Iterator[list]:
+    """Run every task (a list of (arm, seed) units sharing a run) as one job-array element; yield each
+    task's results [(unit, value, seconds), ...] as its job finishes."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=Path(work) / "slurm" / "%j", cluster="slurm")
+    executor.update_parameters(
+        name="damcha-evidence", timeout_min=settings.time_minutes, cpus_per_task=settings.cpus_per_unit,
+        slurm_array_parallelism=settings.max_parallel,
+        **({"gpus_per_node": settings.gpus_per_unit} if settings.gpus_per_unit else {}),
+        **{f"slurm_{k}": v for k, v in (("partition", settings.partition), ("account", settings.account),
+                                        ("qos", settings.qos)) if v is not None})
+
+    def submit(indices: list[int]) -> dict[int, object]:
+        jobs = executor.map_array(slurm_task, [tasks[i] for i in indices], [quick] * len(indices),
+                                  [str(work)] * len(indices), [setting] * len(indices),
+                                  [settings.cpus_per_unit] * len(indices))
+        return dict(zip(indices, jobs))
+
+    running, attempts = submit(list(range(len(tasks)))), dict.fromkeys(range(len(tasks)), 0)
+    while running:
+        queued = _queued({job.job_id.split("_")[0] for job in running.values()})
+        lost = []
+        for index, job in list(running.items()):
+            if job.paths.result_pickle.exists():
+                results = _result(job)
+                if results is None:  # timed out (submitit wrote why): again
+                    lost.append(index)
+                    continue
+                del running[index]
+                yield results
+            elif job.job_id not in queued and not job.paths.result_pickle.exists():  # (it may have just written it)
+                lost.append(index)
+        for index in lost:
+            attempts[index] += 1
+            if attempts[index] > settings.retries:
+                raise SlurmError(f"a job of the evidence's units left the queue without a result {attempts[index]} "
+                                 f"times ({running[index].job_id}; log: {running[index].paths.stderr}): the units "
+                                 "recorded so far are kept; rerun the same command to go on")
+            print(f"{running.pop(index).job_id} left the queue without a result: submitted again (attempt "
+                  f"{attempts[index] + 1} of {settings.retries + 1})", file=sys.stderr, flush=True)
+        if lost:
+            running.update(submit(lost))  # cancelled, preempted, timed out or lost with its node: again
+        if running:
+            time.sleep(POLL_SECONDS)
+
+
+def _queued(arrays: set[str]) -> set[str]:
+    """The ids (ARRAY_INDEX) of the given arrays' jobs that Slurm still holds (pending, running, completing)."""
+    done = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(sorted(arrays))], capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0 and "Invalid job id" not in done.stderr:
+        raise SlurmError(f"squeue failed while the units ran ({done.stderr.strip()[-200:]}): the units recorded so "
+                         "far are kept; rerun the same command to go on")
+    return set(done.stdout.split())
+
+
+def _result(job) -> list | None:
+    """The job's results; None when it ended without them (timed out); SlurmError when its code raised."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    try:
+        return job.result()
+    except FailedJobError as e:
+        raise SlurmError(f"a job of the evidence's units failed ({job.job_id}; its log: {job.paths.stderr}): "
+                         f"{str(e).strip().splitlines()[-1] if str(e).strip() else 'no message'}") from None
+    except UncompletedJobError:
+        return None
+
+
+def slurm_task(units: list, quick: bool, work: str, setting, threads: int) -> list:
+    """What one job runs: the task's units, as a local worker runs them (torch on `threads` threads)."""
+    import torch
+
+    from damcha.evidence.runner import run_task
+
+    torch.set_num_threads(threads)
+    return run_task(units, quick, Path(work), setting)
