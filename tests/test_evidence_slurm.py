@@ -21,13 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 CLAIM = "table5_text@enwik8"  # four arms, one seed each: four jobs (not tuned at this scale)
 
 
-@pytest.fixture
-def cluster(tmp_path):
+def _require_slurm() -> None:
     why = missing()
     if why:
         if os.environ.get("CI"):
             pytest.fail(f"a one-node Slurm cluster must run in CI: {why}")
         pytest.skip(f"no Slurm here: {why}")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    _require_slurm()
     with one_node_cluster(tmp_path / "cluster") as env:
         yield env
 
@@ -91,3 +95,15 @@ def test_a_slurm_launch_that_cannot_work_is_refused_before_anything_is_submitted
         assert "Traceback" not in refused.stderr and refused.stderr.strip().splitlines()[-1].startswith("error: ")
     queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster)
     assert queue.stdout.strip() == "" and not (tmp_path / "out" / "work" / "slurm").exists()  # nothing submitted
+
+
+def test_a_work_folder_other_nodes_cannot_see_is_refused_on_a_cluster_of_several_nodes(tmp_path, monkeypatch):
+    from damcha.evidence.slurm import SlurmError, SlurmSettings, check, file_system
+
+    _require_slurm()
+    work = tmp_path / "work"
+    with one_node_cluster(tmp_path / "cluster", ghost_node=True) as env:
+        monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
+        with pytest.raises(SlurmError, match=f"on a {file_system(work)} file system, which the cluster's other "
+                                             "nodes cannot see \\(it has 2 nodes\\)"):
+            check(SlurmSettings(), work)

@@ -38,7 +38,7 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _config(folder: Path, host: str, ports: list[int]) -> str:
+def _config(folder: Path, host: str, ports: list[int], ghost_node: bool) -> str:
     memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
     return "\n".join([
         "ClusterName=damcha-test", f"SlurmctldHost={host}(127.0.0.1)", "SlurmUser=root", "SlurmdUser=root",
@@ -50,12 +50,15 @@ def _config(folder: Path, host: str, ports: list[int]) -> str:
         "JobAcctGatherType=jobacct_gather/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/backfill", "MpiDefault=none", "ReturnToService=2", "KillWait=2",
         f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
+        # A second node that never starts: the cluster counts two nodes, as a real one would.
+        *(["NodeName=ghost NodeAddr=127.0.0.2 CPUs=1 RealMemory=100 State=DOWN"] if ghost_node else []),
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 
 @contextmanager
-def one_node_cluster(folder: Path, start_seconds: float = 60) -> Iterator[dict]:
-    """Start the cluster in `folder`; yield the environment its commands need (SLURM_CONF)."""
+def one_node_cluster(folder: Path, start_seconds: float = 60, ghost_node: bool = False) -> Iterator[dict]:
+    """Start the cluster in `folder`; yield the environment its commands need (SLURM_CONF). ghost_node: the
+    configuration also declares a second node, down (a multi-node cluster for the checks that count nodes)."""
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("state", "spool"):
         (folder / sub).mkdir(exist_ok=True)
@@ -64,7 +67,7 @@ def one_node_cluster(folder: Path, start_seconds: float = 60) -> Iterator[dict]:
     key.chmod(0o600)
     host = socket.gethostname().split(".")[0]
     conf = folder / "slurm.conf"
-    conf.write_text(_config(folder, host, _free_ports(2)))
+    conf.write_text(_config(folder, host, _free_ports(2), ghost_node))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     started = []
     try:
@@ -78,7 +81,7 @@ def one_node_cluster(folder: Path, start_seconds: float = 60) -> Iterator[dict]:
         deadline = time.monotonic() + start_seconds
         while True:
             state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env)
-            if state.returncode == 0 and state.stdout.strip() == "idle":
+            if state.returncode == 0 and "idle" in state.stdout.split():
                 break
             if time.monotonic() > deadline:
                 logs = "".join((folder / f"{d}.log").read_text()[-1500:] for d in ("slurmctld", "slurmd")
