@@ -1,0 +1,69 @@
+"""The lists in the docs that the registries decide: variants, mechanism settings and data sets.
+
+The docs hold each between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; `python
+tools/generated_docs.py` rewrites them from the registries, and tests/test_generated_docs.py fails
+when a block differs from what the registries give (a data set, variant or setting added or
+renamed without the docs following).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from damcha.inputs.datasets import DATA_SETS
+from damcha.model.mechanisms import get_mechanism, mechanism_names, variant_names
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"  # tools/ sits beside docs/
+
+
+def _names(names) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def variants_block() -> str:
+    return f"Variants ({len(variant_names())}): {_names(variant_names())}."
+
+
+def options_block() -> str:
+    settings = [s.name for m in mechanism_names() for s in get_mechanism(m).declared_settings if not s.flat]
+    return f"`--option NAME=VALUE` takes a mechanism's own settings: {_names(settings)}; unknown names are refused."
+
+
+def data_sets_block() -> str:
+    rows = ["| `--dataset` | what it is | task | `--data-path` |", "|---|---|---|---|"]
+    for spec in DATA_SETS.values():
+        path = "none (bundled)" if spec.bundled else (spec.needs_path or "none").replace("<", "&lt;").replace(">", "&gt;")
+        rows.append(f"| `{spec.name}` | {spec.title} | {spec.task.replace('_', ' ')} | {path} |")
+    return "\n".join(rows)
+
+
+BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block}
+PAGES = ("library.md",)
+
+
+def _pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- generated: {re.escape(name)} -->\n)(?:.*?\n)?(<!-- end: {re.escape(name)} -->)", re.S)
+
+
+def rendered(text: str) -> str:
+    """`text` with every generated block it holds rewritten from the registries."""
+    for name, block in BLOCKS.items():
+        text = _pattern(name).sub(lambda m, b=block: m.group(1) + b() + "\n" + m.group(2), text)
+    return text
+
+
+def main() -> int:
+    for page in PAGES:
+        path = DOCS / page
+        text = path.read_text(encoding="utf-8")
+        new = rendered(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            print(f"rewrote the generated blocks of {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
