@@ -62,7 +62,8 @@ def test_the_paper_style_wraps_subplot_titles_at_a_single_column_and_less_at_a_d
 
 
 def _text_boxes(svg: bytes) -> list[dict]:
-    """The rendered boxes of the figure's title, subplot titles and axis titles, in Chromium."""
+    """The rendered boxes of the figure's title, subplot titles, axis titles, colour-bar titles and tick
+    labels and legend entries, in Chromium (each with its kind)."""
     from playwright.sync_api import sync_playwright
 
     exe = require_chromium()
@@ -72,11 +73,13 @@ def _text_boxes(svg: bytes) -> list[dict]:
         page.set_content(f"<html><body style='margin:0'>{svg.decode()}</body></html>")
         boxes = page.evaluate("""() => {
             const svg = document.querySelector('svg').getBoundingClientRect();
-            return [...document.querySelectorAll('.gtitle, .annotation-text, .xtitle, .ytitle')].map(t => {
+            const kinds = [['.gtitle, .annotation-text, .xtitle, .ytitle', 'title'], ['.cbtitle text', 'colour bar'],
+                           ['.colorbar .cbaxis text, .colorbar .tick text', 'colour bar tick'], ['.legendtext', 'legend']];
+            return kinds.flatMap(([selector, kind]) => [...document.querySelectorAll(selector)].map(t => {
                 const r = t.getBoundingClientRect();
-                return {text: t.textContent, x0: r.left - svg.left, x1: r.right - svg.left, y0: r.top - svg.top,
+                return {kind, text: t.textContent, x0: r.left - svg.left, x1: r.right - svg.left, y0: r.top - svg.top,
                         y1: r.bottom - svg.top, width: svg.width};
-            });
+            })).filter(b => b.x1 - b.x0 > 0.5 && b.y1 - b.y0 > 0.5);
         }""")
         browser.close()
     return boxes
@@ -92,11 +95,45 @@ def test_rendered_titles_neither_overlap_nor_leave_the_page_at_either_column_wid
     require_static_export()
     svg = figure_bytes(_comparison(), "svg", ExportSettings.column(column))
     boxes = _text_boxes(svg)
-    assert len(boxes) >= 13  # the title and 4 runs x 3 subplot titles
+    assert len([b for b in boxes if b["kind"] == "title"]) >= 13  # the title and 4 runs x 3 subplot titles
+    assert {"colour bar", "colour bar tick"} <= {b["kind"] for b in boxes}
     for box in boxes:
         assert -1 <= box["x0"] and box["x1"] <= box["width"] + 1 and box["y0"] >= -1, box
     clashes = [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
     assert not clashes
+
+
+def _named(run: str, name: str):
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_run
+    from damcha.views.model_figures import figure_set
+
+    loaded = load_run(SHIPPED / run)
+    inp = validation_input(loaded, 0)
+    return figure_set(loaded, [loaded.epochs[-1]], inp.tokens, inp.targets, names=[name])[0].figure
+
+
+def _clashes(boxes: list[dict]) -> list[tuple[str, str]]:
+    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("column", list(COLUMN_WIDTHS))
+@pytest.mark.parametrize(("run", "name"), [("digits-damcha", "attention"), ("images-damcha", "patch_error"),
+                                           ("digits-moa", "experts_used")])
+def test_colour_bar_titles_and_ticks_clash_with_nothing_at_either_column_width(run, name, column):
+    """Colour-bar titles stand along the bar: above it (plotly's default) the title runs into the top tick."""
+    require_static_export()
+    boxes = _text_boxes(figure_bytes(_named(run, name), "svg", ExportSettings.column(column)))
+    assert {"colour bar", "colour bar tick"} <= {b["kind"] for b in boxes}
+    assert not _clashes(boxes)
+
+
+def test_the_negative_control_a_colour_bar_title_above_the_bar_runs_into_its_top_tick():
+    require_static_export()
+    fig = _named("digits-damcha", "attention")
+    fig.update_traces(colorbar_title_side="top")
+    assert _clashes(_text_boxes(figure_bytes(fig, "svg", ExportSettings.column("single column"))))
 
 
 def test_the_negative_control_unwrapped_titles_do_overlap_at_a_single_column():

@@ -45,8 +45,10 @@ class MatrixStyle:
 
 
 def colour_bar(title: str | None = None, **kw) -> dict:
-    """A colour bar whose small numbers read as powers of ten (1×10⁻⁴), not SI prefixes (100μ)."""
-    return dict(title=title, exponentformat="power", **kw)
+    """A colour bar whose small numbers read as powers of ten (1×10⁻⁴), not SI prefixes (100μ), its title
+    along the bar's right side (above it, the default, a title wider than the bar runs into the top tick
+    label and the neighbouring panel)."""
+    return dict(title=dict(text=title, side="right"), exponentformat="power", **kw)
 
 
 def as_style(style: MatrixStyle | int | None) -> MatrixStyle:
