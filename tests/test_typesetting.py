@@ -187,3 +187,20 @@ def test_the_python_shown_beside_an_export_rebuilds_the_figure(tmp_path, monkeyp
     for k in original:
         np.testing.assert_array_equal(rebuilt[k], original[k])
     assert json.loads(files[f"{item.name}.provenance.json"])["regenerable"]
+
+
+def test_eight_heads_of_attention_stand_four_a_row_with_labels_a_line_apart_at_a_single_column():
+    from damcha.views import figures
+
+    labels = [f"{i} r{i // 8 + 1}c{i % 8 + 1}" for i in range(64)]
+    fig = figures.attention_figure(np.random.default_rng(0).random((8, 64, 64)), labels)
+    assert {(t.xaxis, t.yaxis) for t in fig.data} == {(f"x{i}" if i > 1 else "x", f"y{i}" if i > 1 else "y")
+                                                     for i in range(1, 9)}
+    assert len({round(fig.layout[f"yaxis{i}"].domain[0], 3) for i in range(2, 9)} | {round(fig.layout.yaxis.domain[0], 3)}) == 2
+    settings = ExportSettings.column("single column")
+    styled = paper_style(fig, settings)
+    square = 0.85 * settings.width * (styled.layout.xaxis.domain[1] - styled.layout.xaxis.domain[0])  # px a panel
+    for name in ("xaxis", "yaxis"):
+        shown = len(styled.layout[name].tickvals)
+        assert 2 <= shown and shown * 1.3 * settings.font_size <= square + 1.3 * settings.font_size, (name, shown)
+    assert len(fig.layout.yaxis.tickvals) > len(styled.layout.yaxis.tickvals)  # the screen keeps more

@@ -274,6 +274,9 @@ def surface_figure(M: np.ndarray, title: str = "M(x) as a surface", zmax: float 
     return fig
 
 
+ATTENTION_PANELS_PER_ROW = 4
+
+
 def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None, title: str = "Attention",
                      zmax: float = 1.0, colorbar_title: str = "weight", panel_titles: Sequence[str] | None = None,
                      value_kind: str | None = None) -> go.Figure:
@@ -290,19 +293,25 @@ def attention_figure(attn: np.ndarray, tick_labels: Sequence[str] | None = None,
     if kind == "probability" and zmax != 1.0:
         scale["zmax"] = zmax
     panels = list(panel_titles) if panel_titles is not None and len(panel_titles) == H else [f"head {i + 1}" for i in range(H)]
-    fig = make_subplots(rows=1, cols=H, subplot_titles=panels, horizontal_spacing=0.03)
-    height = 160 + 900 // max(H, 3)
-    x_ticks = max(4, 24 // max(H, 1))  # each panel is narrow: fewer key labels the more heads there are
-    y_ticks = max(6, (height - 140) // 18)  # a query label every 18 px of the panel's height at most
+    # At most four panels a row: eight in one row leave each 25 px wide at a journal's single column.
+    cols = min(H, ATTENTION_PANELS_PER_ROW)
+    rows = -(-H // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=panels, horizontal_spacing=0.03,
+                        vertical_spacing=0.3 / rows)
+    row_height = 900 // max(cols, 3)
+    height = 160 + rows * row_height
+    x_ticks = max(4, 24 // max(cols, 1))  # each panel is narrow: fewer key labels the more panels a row holds
+    y_ticks = max(6, (row_height - 20) // 18)  # a query label every 18 px of the panel's height at most
     for i in range(H):
+        row, col = i // cols + 1, i % cols + 1
         fig.add_trace(go.Heatmap(z=attn[i], x=labels, y=labels, **scale, showscale=i == H - 1,
                                  colorbar=colour_bar(colorbar_title),
-                                 hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=1, col=i + 1)
-        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=1, col=i + 1,
-                         showticklabels=i == 0, **_category_ticks(labels, y_ticks))
-        fig.update_xaxes(constrain="domain", row=1, col=i + 1, tickangle=-60, **_category_ticks(labels, x_ticks))
+                                 hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=row, col=col)
+        fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain", row=row,
+                         col=col, showticklabels=col == 1, **_category_ticks(labels, y_ticks))
+        fig.update_xaxes(constrain="domain", row=row, col=col, tickangle=-60, **_category_ticks(labels, x_ticks))
     fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=70), height=height)
-    fig.update_xaxes(title="key")
+    fig.update_xaxes(title="key", row=rows)
     fig.update_yaxes(title="query", col=1)
     return fig
 

@@ -86,6 +86,7 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
             added_below[name] = _lines(axis.title.text) - before
     _space_rows(fig, added_below, {id(a): _lines(a.text) - lines_before[id(a)] for a in fig.layout.annotations},
                 LINE * font_size)
+    _thin_category_ticks(fig, plot_width, height, font_size)
     title = fig.layout.title.text
     if title:
         title = wrapped(with_subscripts(title), plot_width, font_size + 1)
@@ -101,6 +102,27 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
         if colorbar is not None and colorbar.title.text:
             colorbar.title.text = with_subscripts(colorbar.title.text)
     return fig
+
+
+def _thin_category_ticks(fig: go.Figure, plot_width: float, height: float, font_size: int) -> None:
+    """Keep every k-th label of a categorical axis with listed ticks, so neighbours stand at least a
+    line apart at the length the axis has at this width (a square panel, scaleanchor, is as long as its
+    shorter side). The screen's thinning was for the screen's size: a journal column is smaller."""
+    for name in _layout_keys(fig, ("xaxis", "yaxis")):
+        axis = fig.layout[name]
+        if axis.type != "category" or axis.tickvals is None or len(axis.tickvals) < 2:
+            continue
+        d0, d1 = axis.domain or (0.0, 1.0)
+        length = (plot_width if name.startswith("x") else height) * (d1 - d0)
+        partner = fig.layout[name.replace("y", "x", 1) if name.startswith("y") else name.replace("x", "y", 1)]
+        if axis.scaleanchor or getattr(partner, "scaleanchor", None):  # square cells: the shorter side decides
+            p0, p1 = partner.domain or (0.0, 1.0)
+            length = min(length, (height if name.startswith("x") else plot_width) * (p1 - p0))
+        room = max(1, int(length // (LINE * font_size)))
+        step = -(-len(axis.tickvals) // room)
+        if step > 1:
+            axis.tickvals = list(axis.tickvals)[::step]
+            axis.ticktext = list(axis.ticktext)[::step] if axis.ticktext is not None else None
 
 
 def _lines(text: str | None) -> int:
