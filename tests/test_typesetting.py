@@ -204,3 +204,23 @@ def test_eight_heads_of_attention_stand_four_a_row_with_labels_a_line_apart_at_a
         shown = len(styled.layout[name].tickvals)
         assert 2 <= shown and shown * 1.3 * settings.font_size <= square + 1.3 * settings.font_size, (name, shown)
     assert len(fig.layout.yaxis.tickvals) > len(styled.layout.yaxis.tickvals)  # the screen keeps more
+
+
+def test_a_log_axis_labels_every_tick_with_its_whole_value():
+    """Plotly's default prints mantissas between decades ('2, 5, 0.1, 2'): a '2' that may mean 20 or 0.02."""
+    from playwright.sync_api import sync_playwright
+
+    from damcha.views import figures
+
+    require_static_export()
+    fig = figures.token_loss_figure(np.r_[5.0, np.full(62, 0.02)], [""] * 63, unit="squared error")
+    svg = figure_bytes(fig, "svg", ExportSettings.column("single column")).decode()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=require_chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_content(f"<html><body>{svg}</body></html>")
+        ticks = page.evaluate("() => [...document.querySelectorAll('.ytick text')].map(t => t.textContent)")
+        browser.close()
+    values = [float(t.replace("−", "-")) for t in ticks]
+    assert len(values) >= 3 and values == sorted(values) and len(set(values)) == len(values), ticks
+    assert min(values) < 0.1 and max(values) >= 1, ticks  # decades apart, each read as itself

@@ -44,6 +44,11 @@ class MatrixStyle:
         return dataclasses.replace(self, value_kind="signed", unit=f"Δ {self.unit}")
 
 
+# A log axis labels every tick with its whole value (0.02, 0.05, 0.1, 20): plotly's default prints the
+# mantissa alone between decades ("2, 5, 0.1, 2"), where a "2" may mean 20 or 0.02.
+LOG_AXIS = {"type": "log", "tickformat": "~g"}
+
+
 def colour_bar(title: str | None = None, **kw) -> dict:
     """A colour bar whose small numbers read as powers of ten (1×10⁻⁴), not SI prefixes (100μ), its title
     along the bar's right side (above it, the default, a title wider than the bar runs into the top tick
@@ -350,7 +355,7 @@ def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str 
         title = f"{title}<br><sup>log axis: the largest bar is {spread:.0f}× the median</sup>"
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title="position")
-    fig.update_yaxes(title=f"loss ({unit})", type="log" if log_y else "linear")
+    fig.update_yaxes(title=f"loss ({unit})", **(LOG_AXIS if log_y else {"type": "linear"}))
     return fig
 
 
@@ -412,7 +417,7 @@ def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("trai
                                      name=f"{key} (snapshots)", showlegend=False, marker=dict(size=7)))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title="epoch")
-    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
+    fig.update_yaxes(title=y_title, **(LOG_AXIS if log_y else {"type": "linear"}))
     return fig
 
 
@@ -812,5 +817,5 @@ def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence
         fig.update_layout(yaxis_title=y_title, margin=dict(l=60, r=70, t=60, b=80))
     fig.update_layout(title=title)
     if log_scale:
-        fig.update_layout({f"{value}axis_type": "log"})  # our axis only; the paper's stays linear
+        fig.update_layout({f"{value}axis": LOG_AXIS})  # our axis only; the paper's stays linear
     return fig
