@@ -164,7 +164,7 @@ def test_dynamics_page_slider_comparison_and_projection():
     mha = next(r for r in list_runs(SHIPPED)[0] if r.name == "digits-mha")
     at.selectbox(key="other").set_value(mha).run()
     assert_clean(at)
-    assert any("Per-head bilinear forms W_Q^h" in c.proto.spec for c in at.get("plotly_chart"))  # MHA: its own structure
+    assert any("Per-head bilinear forms W\\u003csub\\u003eQ" in c.proto.spec for c in at.get("plotly_chart"))  # MHA: its own structure, typeset
     at.radio(key="geo_method").set_value("tsne").run()
     assert_clean(at)
     assert any("Class separation" in m.value for m in at.markdown)

@@ -101,3 +101,12 @@ def test_a_loss_bar_that_dwarfs_the_rest_puts_the_chart_on_a_log_axis():
     first_patch = np.r_[5.0, np.full(62, 0.02)]  # an image's first patch, predicted from the blank start
     spiky = figures.token_loss_figure(first_patch, [""] * 63, unit="squared error")
     assert spiky.layout.yaxis.type == "log" and "250× the median" in spiky.layout.title.text
+
+
+def test_the_screen_shows_real_subscripts_as_an_export_does_and_leaves_the_figure_as_it_was():
+    fig = figures.head_metrics_figure(np.random.default_rng(0).normal(size=(4, 2, 2)))
+    fig.update_layout(title="Per-head metrics m_i of W~_Q")
+    shown = figures.display_copy(fig)
+    assert shown.layout.title.text == "Per-head metrics m<sub>i</sub> of W~<sub>Q</sub>"
+    assert [a.text for a in shown.layout.annotations] == [f"m<sub>{i}</sub>" for i in (1, 2, 3, 4)]
+    assert fig.layout.title.text == "Per-head metrics m_i of W~_Q"  # the figure itself (cached, exported) unchanged

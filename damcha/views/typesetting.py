@@ -64,16 +64,37 @@ def _layout_keys(fig: go.Figure, prefixes: tuple[str, ...]) -> list[str]:
     return [k for k in fig.layout.to_plotly_json() if k.startswith(prefixes)]
 
 
+def subscripted(fig: go.Figure) -> go.Figure:
+    """In place: real subscripts (m_i -> m<sub>i</sub>) in the figure's title, subplot titles, axis
+    titles, colour-bar titles and legend entries, on screen as in an export."""
+    if fig.layout.title.text:
+        fig.layout.title.text = with_subscripts(fig.layout.title.text)
+    for annotation in fig.layout.annotations:
+        annotation.text = with_subscripts(annotation.text)
+    for name in _layout_keys(fig, ("xaxis", "yaxis")):
+        axis = fig.layout[name]
+        if axis.title.text:
+            axis.title.text = with_subscripts(axis.title.text)
+    for trace in fig.data:
+        if getattr(trace, "name", None):
+            trace.name = with_subscripts(trace.name)
+        colorbar = getattr(trace, "colorbar", None)
+        if colorbar is not None and colorbar.title.text:
+            colorbar.title.text = with_subscripts(colorbar.title.text)
+    return fig
+
+
 def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
     """In place: every title, axis title, subplot title, colour-bar title and legend entry with real
     subscripts; the figure's, the subplots' and the axes' titles wrapped to the length they have at
     `width_px`, and the rows of a grid of subplots moved apart by the lines the wrapping added."""
+    subscripted(fig)
     plot_width = width_px * 0.85  # the margins' share, roughly: titles wrap early rather than late
     height = fig.layout.height or 0.85 * width_px
     lines_before = {id(a): _lines(a.text) for a in fig.layout.annotations}
     for annotation in fig.layout.annotations:
         if annotation.text:
-            annotation.text = wrapped(with_subscripts(annotation.text), plot_width * _subplot_width(fig, annotation),
+            annotation.text = wrapped(annotation.text, plot_width * _subplot_width(fig, annotation),
                                       annotation.font.size or font_size)
     added_below = {}  # x axis name -> lines its title gained
     for name in _layout_keys(fig, ("xaxis", "yaxis")):
@@ -82,25 +103,19 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
             before = _lines(axis.title.text)
             d0, d1 = axis.domain or (0.0, 1.0)
             length = (plot_width if name.startswith("x") else 0.8 * height) * (d1 - d0)
-            axis.title.text = wrapped(with_subscripts(axis.title.text), length, axis.title.font.size or font_size)
+            axis.title.text = wrapped(axis.title.text, length, axis.title.font.size or font_size)
             added_below[name] = _lines(axis.title.text) - before
     _space_rows(fig, added_below, {id(a): _lines(a.text) - lines_before[id(a)] for a in fig.layout.annotations},
                 LINE * font_size)
     _thin_category_ticks(fig, plot_width, height, font_size)
     title = fig.layout.title.text
     if title:
-        title = wrapped(with_subscripts(title), plot_width, font_size + 1)
+        title = wrapped(title, plot_width, font_size + 1)
         # Room above the plot for the title's lines and the top row's subplot titles, which stand above it.
         top = [a for a in fig.layout.annotations if a.text and a.yref == "paper" and a.y is not None and a.y >= 0.999]
         below_title = max((_lines(a.text) for a in top), default=0) * LINE * font_size
         fig.update_layout(title=dict(text=title, y=1.0, yref="container", yanchor="top", pad=dict(t=font_size + 4)),
                           margin=dict(t=int(font_size + 16 + _lines(title) * LINE * (font_size + 1) + below_title)))
-    for trace in fig.data:
-        if getattr(trace, "name", None):
-            trace.name = with_subscripts(trace.name)
-        colorbar = getattr(trace, "colorbar", None)
-        if colorbar is not None and colorbar.title.text:
-            colorbar.title.text = with_subscripts(colorbar.title.text)
     return fig
 
 
