@@ -1,6 +1,7 @@
-"""Resource bombs: a few bytes that once hung the loader or cost gigabytes. Each runs in a fresh
-process under an address-space limit (1 GB above what the imports took) and a time-out that only
-a hang reaches; the process reports how much its peak memory grew."""
+"""Resource bombs: a few bytes that once hung the loader or cost gigabytes, read by the library's
+readers. Each runs in a fresh process under an address-space limit (1 GB above what the imports
+took) and a time-out that only a hang reaches; the process reports how much its peak memory grew.
+(The bombs a user meets through a command are in test_battery.py, under the same bounds.)"""
 
 from __future__ import annotations
 
@@ -47,10 +48,6 @@ try:
     elif what == "corpus":
         from damcha.inputs.datasets.benchmark_corpora import ENWIK8, load_benchmark_corpus
         load_benchmark_corpus(ENWIK8, path, 64, nonstandard_ok=sys.argv[3] == "nonstandard")
-        result = {"loaded": True}
-    elif what == "parquet":
-        from damcha.inputs.datasets.parquet_sets import parquet_text
-        parquet_text(path, 64)
         result = {"loaded": True}
     else:
         import_reference(path, Path(sys.argv[3]))
@@ -172,7 +169,7 @@ def _laughs(levels: int, width: int = 10) -> list:
     return value
 
 
-@pytest.mark.parametrize("field", ["epoch", "config", "off_diag_params"])
+@pytest.mark.parametrize("field", ["off_diag_params"])  # (epoch, config: in test_battery.py)
 def test_a_billion_laughs_pickle_is_refused_before_any_value_is_read(tmp_path, field):
     bomb = tmp_path / "checkpoint_epoch_1.pt"
     laughs = _laughs(12)
@@ -186,25 +183,6 @@ def test_a_billion_laughs_pickle_is_refused_before_any_value_is_read(tmp_path, f
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
 
 
-def test_deeply_nested_values_are_refused_by_their_depth(tmp_path):
-    deep = tmp_path / "deep.pt"
-    value: list = []
-    for _ in range(200):
-        value = [value]
-    torch.save({"model_state_dict": {"decoder.x": torch.zeros(4)}, "config": {"mlp_hidden": value}}, deep)
-    result = probe("import", deep, tmp_path / "out")
-    assert str(deep) in result["refused"] and "deeper than 32" in result["refused"]
-
-
-def test_a_zero_stride_view_standing_for_a_huge_tensor_is_refused_before_it_is_touched(tmp_path):
-    bomb = tmp_path / "checkpoint_epoch_1.pt"
-    torch.save({"model_state_dict": {"decoder.unknown": torch.zeros(1).expand(30000, 30000)}}, bomb)
-    assert bomb.stat().st_size < 2_000_000
-    result = probe("import", bomb, tmp_path / "out")
-    assert str(bomb) in result["refused"] and "(30000, 30000)" in result["refused"], result
-    assert "900,000,000 elements" in result["refused"] and "storage of 1" in result["refused"]
-
-
 def _zipped_corpus(path: Path, member_bytes: int, content: bytes) -> Path:
     with zipfile.ZipFile(path, "w") as out:
         info = zipfile.ZipInfo("enwik8")
@@ -215,7 +193,7 @@ def _zipped_corpus(path: Path, member_bytes: int, content: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("copy", ["standard", "nonstandard"])
+@pytest.mark.parametrize("copy", ["nonstandard"])  # (the standard copy: in test_battery.py)
 def test_a_corpus_zip_bomb_is_refused_before_anything_is_extracted(tmp_path, copy):
     bomb = _zipped_corpus(tmp_path / "enwik8.zip", 400 * 2**20, bytes(2**20))  # 400 MB of zeros, ~400 kB
     assert bomb.stat().st_size < 2_000_000
@@ -239,26 +217,3 @@ def test_a_corpus_member_of_another_size_is_refused_before_extraction_and_a_refu
     assert not [p for p in cache.rglob("*") if p.is_file()], "a refused copy was kept in the cache"
 
 
-def test_a_parquet_bomb_is_refused_before_a_row_is_decompressed(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
-    rows = pa.array(["a" * 100_000] * 600)  # 60 MB of one letter: a few kB compressed
-    bomb = tmp_path / "train.parquet"
-    pq.write_table(pa.table({"text": rows}), bomb, compression="zstd")
-    assert bomb.stat().st_size < 100_000
-    cache = tmp_path / "cache"
-    result = probe("parquet", bomb, env={"DAMCHA_CACHE": str(cache)})
-    assert str(bomb) in result["refused"] and "more than 100 to 1" in result["refused"], result
-    assert not [p for p in cache.rglob("*") if p.is_file()], "converted into the cache although refused"
-
-
-def test_a_trainer_state_of_millions_of_empty_entries_is_refused_before_it_is_parsed(tmp_path):
-    hf = pytest.importorskip("damcha.hf", reason="the Hugging Face extra (installed by requirements.txt)")
-    checkpoint = tmp_path / "trainer-run" / "checkpoint-1"
-    hf.export_run(SHIPPED / "digits-mha", checkpoint)
-    entries = 11_000_000  # 44 MB of "{}, "
-    (checkpoint / "trainer_state.json").write_text('{"epoch": 1.0, "log_history": [' + "{}, " * (entries - 1) + "{}]}")
-    assert (checkpoint / "trainer_state.json").stat().st_size > 40_000_000
-    result = probe("list", tmp_path)
-    assert result["runs"] == [] and "11,000,001 objects" in result["bad"][0], result
-    assert "refused before it is parsed" in result["bad"][0] and result["seconds"] < HANG_SECONDS / 4
