@@ -25,6 +25,7 @@ from damcha.runs.checkpoints import list_runs, load_model, load_run
 from damcha.runs.train import TrainConfig, train
 from damcha.views.export import data_csv, figure_data, read_data_csv
 from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
+from damcha.views.typesetting import with_subscripts
 from tests.support.app_views import every_view, in_every_view, z_of
 from tests.support.toy_mechanism import TOY_VARIANT, Tied
 from tests.support.units import losses_without_unit, shown_texts
@@ -102,6 +103,8 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def titled(figs: list[dict], start: str) -> dict:
+    """The first figure whose title starts with `start`, as the screen typesets it (m_i as m<sub>i</sub>)."""
+    start = with_subscripts(start)
     hits = [f for f in figs if f["layout"].get("title", {}).get("text", "").startswith(start)]
     assert hits, f"no figure titled {start!r}: {[f['layout'].get('title', {}).get('text') for f in figs]}"
     return hits[0]
@@ -176,11 +179,11 @@ def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task)
         panels = [a["text"] for a in fig["layout"].get("annotations", [])]
         if s.kind in (StructureKind.HEAD_GRID_MATRIX, StructureKind.HEAD_BY_HEAD, StructureKind.MATRIX,
                       StructureKind.TOKEN_GATES):
-            assert _axis_titles(fig) == (style.row_title, style.col_title), s.name
+            assert _axis_titles(fig) == (with_subscripts(style.row_title), with_subscripts(style.col_title)), s.name
         elif s.kind is StructureKind.PER_HEAD_FORMS:
-            assert fig["layout"]["yaxis"]["title"]["text"] == style.row_title, s.name
+            assert fig["layout"]["yaxis"]["title"]["text"] == with_subscripts(style.row_title), s.name
         if per_head(s):
-            expected = s.axis_labels(s.drawn[0], s.values.shape[-3], record.token_labels)
+            expected = [with_subscripts(t) for t in s.axis_labels(s.drawn[0], s.values.shape[-3], record.token_labels)]
             assert panels[:len(expected)] == expected, (s.name, panels)
         if s.kind is StructureKind.HEAD_BY_HEAD:
             trace = fig["data"][0]
@@ -197,7 +200,8 @@ def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task)
         bars = [t.get("colorbar", {}).get("exponentformat") for t in fig["data"] if t["type"] in MATRIX_TRACES]
         assert set(bars) == {"power"}, (s.name, "small values as powers of ten, not SI prefixes (100μ)")
         titles = {t.get("colorbar", {}).get("title", {}).get("text") for t in fig["data"] if t["type"] in MATRIX_TRACES}
-        assert titles == {s.colorbar_title} and "value" not in titles, (s.name, titles, "a colour bar says what it counts")
+        assert titles == {with_subscripts(s.colorbar_title)} and "value" not in titles, (s.name, titles,
+                                                                                          "a colour bar says what it counts")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

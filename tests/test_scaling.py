@@ -87,7 +87,7 @@ def test_evaluation_batches_shrink_with_the_metric_memory_and_give_the_same_loss
 
 def test_display_copy_thins_only_large_heatmaps_and_keeps_the_grid_aligned():
     small = metric_heatmap_figure(np.random.default_rng(0).normal(size=(16, 16)), 4)
-    assert display_copy(small) is small
+    np.testing.assert_array_equal(np.asarray(display_copy(small).data[0].z), np.asarray(small.data[0].z))  # whole
     M = np.random.default_rng(1).normal(size=(512, 512))
     fig = metric_heatmap_figure(M, 8)
     shown = display_copy(fig)
