@@ -20,6 +20,7 @@ import torch
 
 from tests.support.disks import fill
 from tests.support.folders import folder_digest
+from tests.support.hostile_files import cifar_with_a_bad_batch, zipped_corpus
 from tests.support.limited import GROWTH_LIMIT_MB, HANG_SECONDS, run_limited
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,17 +139,6 @@ def a_zero_stride_view_of_900_million_elements(tmp: Path) -> Case:
 
 # --- 5. data readers -----------------------------------------------------------------------------------
 
-def _zipped_corpus(path: Path, member_bytes: int, content: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w") as out:
-        info = zipfile.ZipInfo("enwik8")
-        info.compress_type = zipfile.ZIP_DEFLATED
-        with out.open(info, "w", force_zip64=True) as member:
-            for start in range(0, member_bytes, len(content)):
-                member.write(content[: member_bytes - start])
-    return path
-
-
 def _train(tmp: Path, dataset: str, data: Path, *words: str, flags: tuple[str, ...] = ()) -> Case:
     return Case(["train", "--dataset", dataset, "--data-path", data, *flags, "--epochs", "1", "--out", tmp / "run"],
                 [data], list(words), owned=[data if data.is_dir() else data.parent], absent=[tmp / "run"],
@@ -156,13 +146,13 @@ def _train(tmp: Path, dataset: str, data: Path, *words: str, flags: tuple[str, .
 
 
 def an_enwik8_zip_of_400_mb_of_zeros(tmp: Path) -> Case:
-    return _train(tmp, "enwik8", _zipped_corpus(tmp / "data" / "enwik8.zip", 400 * 2**20, bytes(2**20)),
+    return _train(tmp, "enwik8", zipped_corpus(tmp / "data" / "enwik8.zip", 400 * 2**20, bytes(2**20)),
                   "more than 20 to 1")
 
 
 def an_enwik8_zip_of_another_size(tmp: Path) -> Case:
     letters = np.random.default_rng(0).choice(np.frombuffer(b"abcdefghij klmnop<>", dtype=np.uint8), 3_000_000)
-    zipped = _zipped_corpus(tmp / "data" / "enwik8.zip", 3_000_000, b"<mediawiki> " + letters.tobytes())
+    zipped = zipped_corpus(tmp / "data" / "enwik8.zip", 3_000_000, b"<mediawiki> " + letters.tobytes())
     return _train(tmp, "enwik8", zipped, "not the published enwik8", "refused before extraction")
 
 
@@ -187,35 +177,18 @@ def a_parquet_file_that_expands_a_thousandfold(tmp: Path) -> Case:
     return _train(tmp, "parquet-text", bomb, "more than 100 to 1")
 
 
-def _cifar(tmp: Path, labels=None, fifo: str | None = None) -> Path:
-    import os
-    import pickle
-
-    from damcha.inputs.datasets.generated import write_standard_format_files
-
-    folder = write_standard_format_files(tmp / "data", images_per_batch=4)["cifar10"]
-    if labels is not None:
-        raw = pickle.loads((folder / "data_batch_2").read_bytes())
-        raw[b"labels"] = labels
-        (folder / "data_batch_2").write_bytes(pickle.dumps(raw, protocol=2))
-    if fifo:
-        (folder / fifo).unlink()
-        os.mkfifo(folder / fifo)
-    return folder
-
-
 def cifar_labels_an_integer(tmp: Path) -> Case:
-    return _train(tmp, "cifar10", _cifar(tmp, labels=7), "data_batch_2", "'labels' is int 7",
+    return _train(tmp, "cifar10", cifar_with_a_bad_batch(tmp, labels=7), "data_batch_2", "'labels' is int 7",
                   flags=("--nonstandard-data",))
 
 
 def cifar_labels_strings(tmp: Path) -> Case:
-    return _train(tmp, "cifar10", _cifar(tmp, labels=["cat", "dog", "cat", "dog"]), "data_batch_2",
+    return _train(tmp, "cifar10", cifar_with_a_bad_batch(tmp, labels=["cat", "dog", "cat", "dog"]), "data_batch_2",
                   "not 4 whole class numbers", flags=("--nonstandard-data",))
 
 
 def a_fifo_as_a_cifar_batch(tmp: Path) -> Case:
-    return _train(tmp, "cifar10", _cifar(tmp, fifo="data_batch_3"), "data_batch_3: a FIFO",
+    return _train(tmp, "cifar10", cifar_with_a_bad_batch(tmp, fifo="data_batch_3"), "data_batch_3: a FIFO",
                   flags=("--nonstandard-data",))
 
 

@@ -5,7 +5,6 @@ readers directly.)"""
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import zipfile
 from pathlib import Path
@@ -15,9 +14,9 @@ import pytest
 from damcha.inputs.datasets.base import DataError
 from damcha.inputs.datasets.benchmark_corpora import ENWIK8, load_benchmark_corpus
 from damcha.inputs.datasets.cifar import read_cifar_folder
-from damcha.inputs.datasets.generated import write_standard_format_files
 from damcha.runs import checkpoints
 from damcha.runs.checkpoints import CheckpointError, list_runs, load_run
+from tests.support.hostile_files import cifar_with_a_bad_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints" / "digits-mha"
@@ -38,24 +37,12 @@ def test_a_folder_this_process_may_not_enter_is_said_so_not_read_as_one_without_
     assert [(path.name, "permission denied" in why) for path, why in bad] == [("locked", True)]
 
 
-def _cifar(tmp_path: Path, labels=None, fifo: str | None = None) -> Path:
-    folder = write_standard_format_files(tmp_path / "data", images_per_batch=4)["cifar10"]
-    if labels is not None:
-        raw = pickle.loads((folder / "data_batch_2").read_bytes())
-        raw[b"labels"] = labels
-        (folder / "data_batch_2").write_bytes(pickle.dumps(raw, protocol=2))
-    if fifo:
-        (folder / fifo).unlink()
-        os.mkfifo(folder / fifo)
-    return folder
-
-
 @pytest.mark.parametrize("case, make, words", [
-    ("labels an integer", lambda t: _cifar(t, labels=7), ["data_batch_2", "'labels' is int 7"]),
-    ("labels strings", lambda t: _cifar(t, labels=["cat", "dog", "cat", "dog"]),
+    ("labels an integer", lambda t: cifar_with_a_bad_batch(t, labels=7), ["data_batch_2", "'labels' is int 7"]),
+    ("labels strings", lambda t: cifar_with_a_bad_batch(t, labels=["cat", "dog", "cat", "dog"]),
      ["data_batch_2", "'labels' holds", "not 4 whole class numbers"]),
-    ("labels out of range", lambda t: _cifar(t, labels=[1, 2, 3, 1000]), ["data_batch_2", "outside 0..99"]),
-    ("a FIFO as a batch", lambda t: _cifar(t, fifo="data_batch_3"), ["data_batch_3: a FIFO"]),
+    ("labels out of range", lambda t: cifar_with_a_bad_batch(t, labels=[1, 2, 3, 1000]), ["data_batch_2", "outside 0..99"]),
+    ("a FIFO as a batch", lambda t: cifar_with_a_bad_batch(t, fifo="data_batch_3"), ["data_batch_3: a FIFO"]),
 ])
 def test_a_cifar_folder_with_one_bad_batch_is_refused_naming_the_file_and_field(tmp_path, case, make, words):
     folder = make(tmp_path)

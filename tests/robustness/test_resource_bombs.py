@@ -17,27 +17,20 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.hostile_files import zipped_corpus
+from tests.support.limited import GROWTH_LIMIT_MB, HANG_SECONDS, LIMIT_PRELUDE
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints"
-HANG_SECONDS = 120  # far above any of these (each takes a second or two): reaching it means a hang
-GROWTH_LIMIT_MB = 300
 
 PROBE = r"""
-import json, resource, sys, time
+import json, sys
 from pathlib import Path
 from damcha.inputs.datasets.base import DataError
 from damcha.runs.checkpoints import CheckpointError, list_runs, load_run
 from damcha.runs.reference import ReferenceCheckpointError, import_reference
-
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-with open("/proc/self/status") as f:
-    vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize"))
-limit = vm + 2**30
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+""" + LIMIT_PRELUDE + r"""
 what, path = sys.argv[1], Path(sys.argv[2])
-before, t0 = peak_mb(), time.perf_counter()
 try:
     if what == "list":
         runs, bad = list_runs(path)
@@ -183,19 +176,9 @@ def test_a_billion_laughs_pickle_is_refused_before_any_value_is_read(tmp_path, f
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
 
 
-def _zipped_corpus(path: Path, member_bytes: int, content: bytes) -> Path:
-    with zipfile.ZipFile(path, "w") as out:
-        info = zipfile.ZipInfo("enwik8")
-        info.compress_type = zipfile.ZIP_DEFLATED
-        with out.open(info, "w", force_zip64=True) as member:
-            for start in range(0, member_bytes, len(content)):
-                member.write(content[: member_bytes - start])
-    return path
-
-
 @pytest.mark.parametrize("copy", ["nonstandard"])  # (the standard copy: in test_battery.py)
 def test_a_corpus_zip_bomb_is_refused_before_anything_is_extracted(tmp_path, copy):
-    bomb = _zipped_corpus(tmp_path / "enwik8.zip", 400 * 2**20, bytes(2**20))  # 400 MB of zeros, ~400 kB
+    bomb = zipped_corpus(tmp_path / "enwik8.zip", 400 * 2**20, bytes(2**20))  # 400 MB of zeros, ~400 kB
     assert bomb.stat().st_size < 2_000_000
     cache = tmp_path / "cache"
     result = probe("corpus", bomb, copy, env={"DAMCHA_CACHE": str(cache)})
@@ -206,12 +189,12 @@ def test_a_corpus_zip_bomb_is_refused_before_anything_is_extracted(tmp_path, cop
 def test_a_corpus_member_of_another_size_is_refused_before_extraction_and_a_refused_copy_leaves_the_cache(tmp_path):
     letters = np.random.default_rng(0).choice(np.frombuffer(b"abcdefghij klmnop<>", dtype=np.uint8), 3_000_000)
     text = b"<mediawiki> " + letters.tobytes()  # random letters: a ratio like the published zip's
-    other = _zipped_corpus(tmp_path / "enwik8.zip", 3_000_000, text)
+    other = zipped_corpus(tmp_path / "enwik8.zip", 3_000_000, text)
     cache = tmp_path / "cache"
     result = probe("corpus", other, "standard", env={"DAMCHA_CACHE": str(cache)})
     assert "not the published enwik8" in result["refused"] and "refused before extraction" in result["refused"]
     assert not [p for p in cache.rglob("*") if p.is_file()]
-    not_wiki = _zipped_corpus(tmp_path / "other.zip", 3_000_000, b"plain " + letters.tobytes())
+    not_wiki = zipped_corpus(tmp_path / "other.zip", 3_000_000, b"plain " + letters.tobytes())
     result = probe("corpus", not_wiki, "nonstandard", env={"DAMCHA_CACHE": str(cache)})
     assert "not enwik8 (it does not start with '<mediawiki')" in result["refused"], result
     assert not [p for p in cache.rglob("*") if p.is_file()], "a refused copy was kept in the cache"

@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 HANG_SECONDS = 120  # far above any refusal (each takes seconds): reaching it means a hang
 GROWTH_LIMIT_MB = 300
 
-_WRAPPER = r"""
-import json, os, resource, sys, time
-import damcha.__main__, damcha.runs.checkpoints  # the imports are not what is measured
+# The first lines of a limited process's script, after its imports: an address space of 1 GB more
+# than the imports took, and peak_mb() to measure the growth from `before`.
+LIMIT_PRELUDE = r"""
+import resource, time
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -27,6 +28,12 @@ with open("/proc/self/status") as f:
     vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize"))
 resource.setrlimit(resource.RLIMIT_AS, (vm + 2**30, vm + 2**30))
 before, t0 = peak_mb(), time.perf_counter()
+"""
+
+_WRAPPER = r"""
+import json, os, sys
+import damcha.__main__, damcha.runs.checkpoints  # the imports are not what is measured
+""" + LIMIT_PRELUDE + r"""
 try:
     code = damcha.__main__.main(sys.argv[1:])
 finally:
