@@ -120,9 +120,10 @@ def _clashes(boxes: list[dict]) -> list[tuple[str, str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("column", list(COLUMN_WIDTHS))
 @pytest.mark.parametrize(("run", "name"), [("digits-damcha", "attention"), ("images-damcha", "patch_error"),
-                                           ("digits-moa", "experts_used")])
+                                           ("digits-moa", "experts_used"), ("digits-moa", "attention_grid")])
 def test_colour_bar_titles_and_ticks_clash_with_nothing_at_either_column_width(run, name, column):
-    """Colour-bar titles stand along the bar: above it (plotly's default) the title runs into the top tick."""
+    """Colour-bar titles stand along the bar: above it (plotly's default) the title runs into the top tick;
+    eight heads' panel titles in one row ran into each other at a single column."""
     require_static_export()
     boxes = _text_boxes(figure_bytes(_named(run, name), "svg", ExportSettings.column(column)))
     assert {"colour bar", "colour bar tick"} <= {b["kind"] for b in boxes}

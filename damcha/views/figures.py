@@ -687,17 +687,21 @@ def grid_maps_figure(maps: np.ndarray, titles: Sequence[str], title: str = "", c
     """Small multiples of (n, rows, cols) maps over an image's patch or pixel grid (attention of each
     head over the keys, error per patch), one colour range; NaN cells are left blank."""
     n = maps.shape[0]
-    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.03)
+    cols = min(n, ATTENTION_PANELS_PER_ROW)  # as the attention maps: a single column holds four a row
+    rows = -(-n // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.03,
+                        vertical_spacing=0.3 / rows)
     finite = maps[np.isfinite(maps)]
     z = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
     scale = dict(zmin=0, zmax=z, colorscale=SEQUENTIAL) if sequential else dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
     for i in range(n):
+        row, col = i // cols + 1, i % cols + 1
         fig.add_trace(go.Heatmap(z=maps[i], **scale, showscale=i == n - 1, colorbar=colour_bar(colorbar_title),
-                                 hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"), row=1, col=i + 1)
+                                 hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"), row=row, col=col)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain",
-                         showticklabels=False, row=1, col=i + 1)
-        fig.update_xaxes(constrain="domain", showticklabels=False, row=1, col=i + 1)
-    fig.update_layout(title=title, margin=dict(l=20, r=40, t=70, b=20), height=120 + 900 // max(n, 3))
+                         showticklabels=False, row=row, col=col)
+        fig.update_xaxes(constrain="domain", showticklabels=False, row=row, col=col)
+    fig.update_layout(title=title, margin=dict(l=20, r=40, t=70, b=20), height=120 + rows * (900 // max(cols, 3)))
     return fig
 
 
