@@ -107,7 +107,7 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
             added_below[name] = _lines(axis.title.text) - before
     _space_rows(fig, added_below, {id(a): _lines(a.text) - lines_before[id(a)] for a in fig.layout.annotations},
                 LINE * font_size)
-    _thin_category_ticks(fig, plot_width, height, font_size)
+    _thin_listed_ticks(fig, plot_width, height, font_size)
     title = fig.layout.title.text
     if title:
         title = wrapped(title, plot_width, font_size + 1)
@@ -119,13 +119,14 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
     return fig
 
 
-def _thin_category_ticks(fig: go.Figure, plot_width: float, height: float, font_size: int) -> None:
-    """Keep every k-th label of a categorical axis with listed ticks, so neighbours stand at least a
-    line apart at the length the axis has at this width (a square panel, scaleanchor, is as long as its
-    shorter side). The screen's thinning was for the screen's size: a journal column is smaller."""
+def _thin_listed_ticks(fig: go.Figure, plot_width: float, height: float, font_size: int) -> None:
+    """Keep every k-th label of an axis with listed ticks, so neighbours do not touch at the length the
+    axis has at this width (a square panel, scaleanchor, is as long as its shorter side): a line apart
+    on a y axis or under rotated labels, a label's width apart under horizontal ones. The screen's
+    thinning was for the screen's size: a journal column is smaller."""
     for name in _layout_keys(fig, ("xaxis", "yaxis")):
         axis = fig.layout[name]
-        if axis.type != "category" or axis.tickvals is None or len(axis.tickvals) < 2:
+        if axis.tickvals is None or len(axis.tickvals) < 2:
             continue
         d0, d1 = axis.domain or (0.0, 1.0)
         length = (plot_width if name.startswith("x") else height) * (d1 - d0)
@@ -133,7 +134,10 @@ def _thin_category_ticks(fig: go.Figure, plot_width: float, height: float, font_
         if axis.scaleanchor or getattr(partner, "scaleanchor", None):  # square cells: the shorter side decides
             p0, p1 = partner.domain or (0.0, 1.0)
             length = min(length, (height if name.startswith("x") else plot_width) * (p1 - p0))
-        room = max(1, int(length // (LINE * font_size)))
+        labels = [str(t) for t in (axis.ticktext if axis.ticktext is not None else axis.tickvals)]
+        flat = name.startswith("x") and not axis.tickangle  # horizontal labels side by side
+        pitch = (max(map(len, labels)) * CHARACTER_WIDTH + 0.5) * font_size if flat else LINE * font_size
+        room = max(1, int(length // pitch))
         step = -(-len(axis.tickvals) // room)
         if step > 1:
             axis.tickvals = list(axis.tickvals)[::step]
