@@ -247,6 +247,11 @@ def _evidence(args) -> int:
     if args.restate:
         from damcha.evidence.runner import restate
 
+        launch = [f"--{n.replace('_', '-')}" for n in SLURM_FLAGS if getattr(args, n) is not None]
+        if args.launcher != "local" or launch:
+            raise ValueError(f"--restate trains nothing, so {', '.join(launch or ['--launcher ' + args.launcher])} "
+                             "does not apply: leave it out")
+
         doc = restate(args.out, "python -m damcha " + " ".join(sys.argv[1:]))
         for claim in doc["claims"]:
             print(f"{claim['verdict']:>28s}  {claim['title']}")

@@ -107,3 +107,13 @@ def test_a_work_folder_other_nodes_cannot_see_is_refused_on_a_cluster_of_several
         with pytest.raises(SlurmError, match=f"on a {file_system(work)} file system, which the cluster's other "
                                              "nodes cannot see \\(it has 2 nodes\\)"):
             check(SlurmSettings(), work)
+
+
+def test_launcher_flags_with_restate_are_refused_not_ignored(tmp_path, capsys):
+    from damcha.__main__ import main
+
+    for flags in (["--launcher", "slurm"], ["--slurm-partition", "gpu"]):
+        assert main(["evidence", "--restate", "--out", str(tmp_path / "out"), *flags]) == 2
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert said.startswith("error: --restate trains nothing") and flags[0] in said, said
+    assert not (tmp_path / "out").exists()
