@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from damcha.views.typesetting import subscripted
+from damcha.views.typesetting import has_raw_subscripts, subscripted
 
 DIVERGING = "RdBu_r"  # ColorBrewer RdBu: colour-blind safe, reversed so positive is red
 SEQUENTIAL = "Viridis"
@@ -722,8 +722,11 @@ def display_copy(fig: go.Figure, max_cells: dict[str, int] | None = None) -> go.
     limits = max_cells or MAX_DISPLAY_CELLS
     factors = pooling_factors([(t.type, np.asarray(t.z).size if t.type in limits and t.z is not None else None)
                                for t in fig.data], limits)
+    pools = any(f > 1 for f in factors)
+    if not pools and not has_raw_subscripts(fig):
+        return fig  # nothing to change: no copy on the way to the screen
     out = subscripted(go.Figure(fig))  # m_i as m with a subscript i on screen too, as in an export
-    if all(f <= 1 for f in factors):
+    if not pools:
         return out
     pooled = max(factors)
     for traces in [out.data, *(frame.data for frame in out.frames)]:  # animation frames: as their trace

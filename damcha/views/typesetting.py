@@ -64,23 +64,31 @@ def _layout_keys(fig: go.Figure, prefixes: tuple[str, ...]) -> list[str]:
     return [k for k in fig.layout.to_plotly_json() if k.startswith(prefixes)]
 
 
+def _typeset_texts(fig: go.Figure) -> list[tuple[object, str]]:
+    """(object, attribute) of every text that takes real subscripts: the figure's title, subplot titles,
+    axis titles, legend entries and colour-bar titles."""
+    parts = [(fig.layout.title, "text"), *((a, "text") for a in fig.layout.annotations),
+             *((fig.layout[name].title, "text") for name in _layout_keys(fig, ("xaxis", "yaxis")))]
+    for trace in fig.data:
+        parts.append((trace, "name"))
+        colorbar = getattr(trace, "colorbar", None)
+        if colorbar is not None:
+            parts.append((colorbar.title, "text"))
+    return parts
+
+
+def has_raw_subscripts(fig: go.Figure) -> bool:
+    """Whether subscripted() would change any of the figure's texts."""
+    return any((text := getattr(o, a, None)) and with_subscripts(text) != text for o, a in _typeset_texts(fig))
+
+
 def subscripted(fig: go.Figure) -> go.Figure:
     """In place: real subscripts (m_i -> m<sub>i</sub>) in the figure's title, subplot titles, axis
     titles, colour-bar titles and legend entries, on screen as in an export."""
-    if fig.layout.title.text:
-        fig.layout.title.text = with_subscripts(fig.layout.title.text)
-    for annotation in fig.layout.annotations:
-        annotation.text = with_subscripts(annotation.text)
-    for name in _layout_keys(fig, ("xaxis", "yaxis")):
-        axis = fig.layout[name]
-        if axis.title.text:
-            axis.title.text = with_subscripts(axis.title.text)
-    for trace in fig.data:
-        if getattr(trace, "name", None):
-            trace.name = with_subscripts(trace.name)
-        colorbar = getattr(trace, "colorbar", None)
-        if colorbar is not None and colorbar.title.text:
-            colorbar.title.text = with_subscripts(colorbar.title.text)
+    for obj, attribute in _typeset_texts(fig):
+        text = getattr(obj, attribute, None)
+        if text:
+            setattr(obj, attribute, with_subscripts(text))
     return fig
 
 
