@@ -1,5 +1,7 @@
 """Figure functions are pure: arrays in, a plotly Figure out, with the promised annotations."""
 
+from pathlib import Path
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -110,3 +112,31 @@ def test_the_screen_shows_real_subscripts_as_an_export_does_and_leaves_the_figur
     assert shown.layout.title.text == "Per-head metrics m<sub>i</sub> of W~<sub>Q</sub>"
     assert [a.text for a in shown.layout.annotations] == [f"m<sub>{i}</sub>" for i in (1, 2, 3, 4)]
     assert fig.layout.title.text == "Per-head metrics m_i of W~_Q"  # the figure itself (cached, exported) unchanged
+
+
+def test_losses_share_one_palette_and_the_comparison_draws_a_classifier_loss_as_a_bar_named_by_its_target():
+    """One palette for losses on every page and export (the training curves took the theme's colours,
+    the comparison its own blue); a classifier's one loss stood as a bar on a numeric axis from -0.5 to
+    0.5, and 64 positions' bars were hairlines at a journal's column."""
+    from damcha.analysis.inspection import inspect_input
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.comparison import compared_run, comparison_figure
+    from damcha.views.display_units import LOSS_COLOURS
+    from damcha.views.figures import token_loss_figure, training_curves_figure
+
+    curves = training_curves_figure([{"epoch": 0, "train_nll": 2.0, "val_nll": 2.1}])
+    assert [t.line.color for t in curves.data] == [LOSS_COLOURS["train"], LOSS_COLOURS["validation"]]
+    assert token_loss_figure(np.ones(4), list("abcd")).data[0].marker.color == LOSS_COLOURS["train"]
+    rows = []
+    for name in ("digits-cls-damcha", "digits-damcha"):
+        run = load_run(Path(__file__).resolve().parent.parent / "checkpoints" / name)
+        inp = validation_input(run, 0)
+        record = inspect_input(load_model(run), inp.tokens, inp.targets)
+        rows.append(compared_run(record, name))
+    fig = comparison_figure(rows)
+    classifier, sequence = fig.data[2], fig.data[5]
+    assert classifier.type == "bar" and list(classifier.x) == [f"target {rows[0].loss_labels[0]}"]
+    assert sequence.type == "scatter" and sequence.fill == "tozeroy" and len(sequence.x) == len(rows[1].loss)
+    np.testing.assert_allclose(np.asarray(sequence.y, dtype=float), np.nan_to_num(rows[1].loss))
+    assert {classifier.marker.color, sequence.line.color} == {LOSS_COLOURS["train"]}

@@ -11,6 +11,7 @@ import pytest
 from damcha.views.export import ExportSettings, figure_bytes, paper_style
 from damcha.views.typesetting import COLUMN_WIDTHS, with_subscripts, wrapped
 from tests.support.browser import CHROMIUM_ARGS, require_chromium, require_static_export
+from tests.support.rendered_boxes import clashes, measured
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -61,50 +62,64 @@ def test_the_paper_style_wraps_subplot_titles_at_a_single_column_and_less_at_a_d
         ExportSettings.column("triple column")
 
 
-def _text_boxes(svg: bytes) -> list[dict]:
-    """The rendered boxes of the figure's title, subplot titles, axis titles, colour-bar titles and tick
-    labels and legend entries, in Chromium (each with its kind)."""
-    from playwright.sync_api import sync_playwright
+@pytest.fixture(scope="module")
+def every_figure():
+    from tests.support.every_figure import every_named_figure
 
-    exe = require_chromium()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.set_content(f"<html><body style='margin:0'>{svg.decode()}</body></html>")
-        boxes = page.evaluate("""() => {
-            const svg = document.querySelector('svg').getBoundingClientRect();
-            const kinds = [['.gtitle, .annotation-text, .xtitle, .ytitle', 'title'], ['.cbtitle text', 'colour bar'],
-                           ['.colorbar .cbaxis text, .colorbar .tick text', 'colour bar tick'], ['.legendtext', 'legend'],
-                           ['.xtick text, .ytick text', 'tick']];
-            // (a rotated tick label's box is far larger than its glyphs: rotated tick labels are left out)
-            const level = (t, kind) => kind !== 'tick' || !(t.getAttribute('transform') || '').includes('rotate');
-            return kinds.flatMap(([selector, kind]) => [...document.querySelectorAll(selector)]
-                                 .filter(t => level(t, kind)).map(t => {
-                const r = t.getBoundingClientRect();
-                return {kind, text: t.textContent, x0: r.left - svg.left, x1: r.right - svg.left, y0: r.top - svg.top,
-                        y1: r.bottom - svg.top, width: svg.width};
-            })).filter(b => b.x1 - b.x0 > 0.5 && b.y1 - b.y0 > 0.5);
-        }""")
-        browser.close()
-    return boxes
-
-
-def _overlap(a: dict, b: dict) -> bool:
-    return min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > 1 and min(a["y1"], b["y1"]) - max(a["y0"], b["y0"]) > 1
+    require_chromium()
+    return every_named_figure()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("column", list(COLUMN_WIDTHS))
-def test_rendered_titles_neither_overlap_nor_leave_the_page_at_either_column_width(column):
-    require_static_export()
-    svg = figure_bytes(_comparison(), "svg", ExportSettings.column(column))
-    boxes = _text_boxes(svg)
-    assert len([b for b in boxes if b["kind"] == "title"]) >= 13  # the title and 4 runs x 3 subplot titles
-    assert {"colour bar", "colour bar tick"} <= {b["kind"] for b in boxes}
-    for box in boxes:
-        assert -1 <= box["x0"] and box["x1"] <= box["width"] + 1 and box["y0"] >= -1, box
-    clashes = [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
-    assert not clashes
+def test_every_named_figure_lays_out_at_either_column_width_with_no_text_on_another_or_on_a_panel(every_figure,
+                                                                                                 column):
+    """Every entry of every figure table, drawn from the shipped runs for each modality and mechanism
+    shape, typeset for a journal's column: no title, tick label, colour-bar title or tick or legend entry
+    on another, on a neighbouring panel, or off the page (at a single column the comparison's colour
+    bars sat on the next panel, a loss axis title ran into a colour bar, subplot titles on the ticks of
+    the row above, long arm names off the page)."""
+    settings = ExportSettings.column(column)
+    drawn = measured([paper_style(f, settings) for _, f in every_figure], settings.width)
+    assert len(drawn) >= 150
+    kinds = {b["kind"] for d in drawn for b in d.get("boxes", ())}
+    assert {"title", "tick", "colour bar", "colour bar tick", "legend", "label"} <= kinds
+    failures = {name: d.get("error") or clashes(d) for (name, _), d in zip(every_figure, drawn)}
+    assert not {name: f for name, f in failures.items() if f}
+
+
+@pytest.mark.slow
+def test_vector_heatmaps_lay_out_as_the_raster_figure_does(every_figure):
+    """A PDF with vector cells draws its panels where the raster export draws them (the carrier trace's
+    markers padded the axes and moved every panel)."""
+    from damcha.views.vector_heatmaps import vector_heatmaps
+
+    settings = ExportSettings.column("single column")
+    def small_heatmaps(fig) -> bool:  # cells as shapes: thousands make plotly.js slow, not different
+        maps = [t for t in fig.data if t.type == "heatmap"]
+        return bool(maps) and not any(t.texttemplate for t in maps) and sum(np.size(t.z) for t in maps) <= 1100
+
+    chosen = [f for _, f in every_figure if small_heatmaps(f)]
+    styled = [paper_style(f, settings) for f in chosen[:12]]
+    assert len(styled) >= 6
+    raster, vector = measured(styled, settings.width), measured([vector_heatmaps(f) for f in styled], settings.width)
+    for r, v in zip(raster, vector):
+        assert len(r["areas"]) == len(v["areas"])
+        for a, b in zip(r["areas"], v["areas"]):
+            assert all(abs(a[k] - b[k]) <= 2 for k in ("x0", "x1", "y0", "y1")), (a, b)
+        assert not clashes(v)
+
+
+def test_the_negative_controls_a_title_above_a_colour_bar_and_unwrapped_titles_clash():
+    """What the layout test can catch: a colour-bar title above the bar (plotly's default) runs into
+    its top tick; the comparison without the paper style runs its titles together at a single column."""
+    require_chromium()
+    fig = _named("digits-damcha", "attention")
+    fig.update_traces(colorbar_title_side="top")
+    settings = ExportSettings.column("single column")
+    above, unstyled = measured([paper_style(fig, settings), _comparison()], settings.width)
+    assert any("colour bar" in c for c in clashes(above))
+    assert clashes(unstyled)
 
 
 def _named(run: str, name: str):
@@ -115,50 +130,6 @@ def _named(run: str, name: str):
     loaded = load_run(SHIPPED / run)
     inp = validation_input(loaded, 0)
     return figure_set(loaded, [loaded.epochs[-1]], inp.tokens, inp.targets, names=[name])[0].figure
-
-
-def _clashes(boxes: list[dict]) -> list[tuple[str, str]]:
-    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("column", list(COLUMN_WIDTHS))
-@pytest.mark.parametrize(("run", "name"), [("digits-damcha", "attention"), ("images-damcha", "patch_error"),
-                                           ("digits-moa", "experts_used"), ("digits-moa", "attention_grid")])
-def test_colour_bar_titles_and_ticks_clash_with_nothing_at_either_column_width(run, name, column):
-    """Colour-bar titles stand along the bar: above it (plotly's default) the title runs into the top tick;
-    eight heads' panel titles in one row ran into each other at a single column."""
-    require_static_export()
-    boxes = _text_boxes(figure_bytes(_named(run, name), "svg", ExportSettings.column(column)))
-    assert {"colour bar", "colour bar tick"} <= {b["kind"] for b in boxes}
-    assert not _clashes(boxes)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("run", "name"), [("digits-damcha", "head_metrics"), ("digits-moa", "co_selection"),
-                                           ("digits-moa", "gates")])
-def test_listed_tick_labels_are_thinned_to_the_room_a_single_column_leaves(run, name):
-    """d 1 .. d 16 under 40 px panels, 'expert 1' .. 'expert 8' side by side: the screen's labels, thinned again."""
-    require_static_export()
-    boxes = _text_boxes(figure_bytes(_named(run, name), "svg", ExportSettings.column("single column")))
-    assert sum(b["kind"] == "tick" for b in boxes) >= 4
-    assert not _clashes(boxes)
-
-
-def test_the_negative_control_a_colour_bar_title_above_the_bar_runs_into_its_top_tick():
-    require_static_export()
-    fig = _named("digits-damcha", "attention")
-    fig.update_traces(colorbar_title_side="top")
-    assert _clashes(_text_boxes(figure_bytes(fig, "svg", ExportSettings.column("single column"))))
-
-
-def test_the_negative_control_unwrapped_titles_do_overlap_at_a_single_column():
-    """What the rendering test can catch: the same figure without the paper style's wrapping."""
-    require_static_export()
-    svg = figure_bytes(_comparison(), "svg", ExportSettings(width=460, paper_style=False))
-    boxes = _text_boxes(svg)
-    assert any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]) or \
-        any(b["x0"] < -1 or b["x1"] > b["width"] + 1 for b in boxes)
 
 
 def test_a_pdf_names_its_figure_in_its_document_information():

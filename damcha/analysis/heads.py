@@ -165,6 +165,14 @@ def head_effects(model: Transformer, tokens, targets, kind: str, reference=None)
     return HeadEffects(kind, changes, base)
 
 
+def logit_path_note(config) -> str | None:
+    """Why a head's direct path to the answer's logit is not a linear map in this config (None: it is)."""
+    if config.input_dim or config.norm_placement != "pre":
+        return ("direct logit attribution needs a pre-LN model with a token or class head "
+                "(this model predicts vectors or normalises after every block)")
+    return None
+
+
 @torch.no_grad()
 def direct_logit_attribution(model: Transformer, tokens, targets) -> np.ndarray:
     """(L, H) each head's direct contribution to the logit of the right answer, in logits: its output
@@ -174,9 +182,9 @@ def direct_logit_attribution(model: Transformer, tokens, targets) -> np.ndarray:
     Defined where the path from the residual to the logits is that linear map: a pre-LN model with a
     token or class head (a vector head predicts no logits; post-LN models normalise in every block)."""
     cfg = model.config
-    if cfg.input_dim or cfg.norm_placement != "pre":
-        raise ValueError("direct logit attribution needs a pre-LN model with a token or class head "
-                         "(this model predicts vectors or normalises after every block)")
+    why = logit_path_note(cfg)
+    if why:
+        raise ValueError(why)
     sites = head_sites(model)
     if sites is None:
         raise ValueError(model.mechanism.head_site_note(cfg))

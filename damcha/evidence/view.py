@@ -85,8 +85,8 @@ def _differences(claim):
     of = lambda c: c["metric"]
     return figures.interval_figure([f"{c['metric']}: {c['better']} vs {c['than']}" for c in rows],
                                    _scaled(rows, "gain", of), _scaled(rows, "low", of), _scaled(rows, "high", of),
-                                   "The verdict's differences, in the paper's direction (above 0: as the paper claims), "
-                                   "95% interval", difference_label(rows), zero_line=True)
+                                   "The verdict's differences, in the paper's direction (right of 0: as the paper claims), "
+                                   "95% interval", difference_label(rows), zero_line=True, horizontal=True)
 
 
 def _contrasts_figure(claim):
@@ -94,7 +94,7 @@ def _contrasts_figure(claim):
     of = lambda c: c["metric"]
     return figures.interval_figure([f"{c['measures']}: {c['better']} vs {c['than']}" for c in rows],
                                    _scaled(rows, "gain", of), _scaled(rows, "low", of), _scaled(rows, "high", of),
-                                   "Reported, not counted: the contrasts between the other arms (above 0: the first is "
+                                   "Reported, not counted: the contrasts between the other arms (right of 0: the first is "
                                    "better), 95% interval", difference_label(rows), zero_line=True, horizontal=True)
 
 

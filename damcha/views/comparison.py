@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 from damcha.analysis.inspection import InspectionRecord
 from damcha.model.mechanisms import Identifiability
 from damcha.views import figures
-from damcha.views.display_units import LossUnit
+from damcha.views.display_units import LOSS_COLOUR, LossUnit
 from damcha.views.figure_sets import drawn_matrix, grid_matrices, per_head, structure_index, structure_style
 
 PANELS = ("structure", "attention", "loss")
@@ -116,17 +116,29 @@ def panel_figure(run: ComparedRun, panel: str, loss_range: Sequence[float] | Non
     if panel == "loss":
         fig = go.Figure(_loss_bars(run))
         fig.update_layout(title=f"{run.label}: loss per position ({run.loss_unit})", margin=dict(l=60, r=20, t=50, b=50))
-        fig.update_xaxes(title="position")
+        fig.update_xaxes(title="position" if len(run.loss) > 1 else "")
         fig.update_yaxes(title=f"loss ({run.loss_unit})", **({"range": list(loss_range)} if loss_range else {}))
         return fig
     raise ValueError(f"unknown panel {panel!r}; expected one of {PANELS}")
 
 
-def _loss_bars(run: ComparedRun) -> go.Bar:
-    """The loss at each position (0 where there is no target), the target named on hover."""
-    return go.Bar(x=np.arange(len(run.loss)), y=np.nan_to_num(run.loss), customdata=list(run.loss_labels),
-                  showlegend=False, marker_color="#4c72b0",
-                  hovertemplate=f"position %{{x}}: target %{{customdata}}<br>%{{y:.3f}} {run.loss_unit}<extra></extra>")
+MOST_BARS = 16  # more positions than this read as a filled profile: single bars become hairlines in a column
+
+
+def _loss_bars(run: ComparedRun) -> go.Bar | go.Scatter:
+    """The loss at each position (0 where there is no target), the target named on hover: bars for a few
+    positions, a filled step profile for many; a classifier's one loss as a bar named by its target."""
+    hover = f"position %{{x}}: target %{{customdata}}<br>%{{y:.3f}} {run.loss_unit}<extra></extra>"
+    y = np.nan_to_num(run.loss)
+    if len(run.loss) == 1:
+        return go.Bar(x=[f"target {run.loss_labels[0]}"], y=y, showlegend=False, marker_color=LOSS_COLOUR, width=0.5,
+                      hovertemplate=f"%{{x}}: %{{y:.3f}} {run.loss_unit}<extra></extra>")
+    if len(run.loss) <= MOST_BARS:
+        return go.Bar(x=np.arange(len(run.loss)), y=y, customdata=list(run.loss_labels), showlegend=False,
+                      marker_color=LOSS_COLOUR, hovertemplate=hover)
+    return go.Scatter(x=np.arange(len(run.loss)), y=y, customdata=list(run.loss_labels), showlegend=False,
+                      mode="lines", line=dict(shape="hvh", width=1, color=LOSS_COLOUR), fill="tozeroy",
+                      hovertemplate=hover)
 
 
 def shared_loss_range(runs: Sequence[ComparedRun]) -> tuple[float, float]:
@@ -143,7 +155,9 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
         raise ValueError("no runs to compare")
     titles = [t for r in runs for t in (f"{r.label}: {r.structure_title}", r.attention_title, f"loss ({r.loss_unit})")]
     height = 120 + 380 * n
-    fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.09,
+    # Between two panels stand the left one's colour bar and the right one's tick labels (export widths
+    # set this gap in pixels: damcha.views.panel_spacing).
+    fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.13,
                         vertical_spacing=160 / height, column_widths=[0.36, 0.36, 0.28])  # room for wrapped titles
     loss_range = shared_loss_range(runs)
     for row, r in enumerate(runs, start=1):
@@ -158,15 +172,16 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
                                   thickness=10)
             fig.add_trace(trace, row=row, col=col)
             figures.style_axes(fig, style, M.shape, most=16, row=row, col=col)
-            if col == 2:  # its query labels would run into the structure's colour bar; the title and hover name them
-                fig.update_yaxes(showticklabels=False, title="", row=row, col=col)
+            if col == 2:  # the subplot title says query × key
+                fig.update_yaxes(title="", row=row, col=col)
             if style.grid:
                 k = "" if (row - 1) * 3 + col == 1 else str((row - 1) * 3 + col)
                 for shape in figures.grid_shapes(style.grid, M.shape[0] // style.grid, f"x{k}", f"y{k}"):
                     fig.add_shape(shape)
         fig.add_trace(_loss_bars(r), row=row, col=3)
-        fig.update_yaxes(range=list(loss_range), title=r.loss_unit, row=row, col=3)
-        fig.update_xaxes(title="position", row=row, col=3)
+        # The loss axis on the right, where nothing stands: the subplot title names the unit.
+        fig.update_yaxes(range=list(loss_range), side="right", row=row, col=3)
+        fig.update_xaxes(title="position" if len(r.loss) > 1 else "", row=row, col=3)
     fig.update_layout(title=title, height=height, margin=dict(l=60, r=30, t=80, b=40))
     fig.update_annotations(font_size=11)
     return fig

@@ -9,6 +9,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# One palette for losses on every page and in every export (colour-blind safe, Okabe-Ito): training blue,
+# validation orange; the loss of one input is drawn in the training blue.
+LOSS_COLOURS = {"train": "#0072B2", "validation": "#E69F00"}
+LOSS_COLOUR = LOSS_COLOURS["train"]
+
+
+def loss_colour(name: str) -> str:
+    """The palette's colour for a loss series named `name` (train_nll, val_nll, validation, ...)."""
+    return LOSS_COLOURS["validation"] if name.startswith("val") else LOSS_COLOUR
+
 
 @dataclass(frozen=True)
 class LossUnit:

@@ -102,8 +102,9 @@ def paper_template(font_size: int = 14) -> str:
         template.layout.update(
             paper_bgcolor="white", plot_bgcolor="white", font=dict(family=PAPER_FONT, size=font_size, color="black"),
             title=dict(font=dict(size=font_size + 1)), margin=dict(l=50, r=20, t=50, b=45),
-            xaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size))),
-            yaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size))),
+            # Tick labels stand off their axes, so the two axes' labels at a corner (0 and 0) do not touch.
+            xaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size)), ticklabelstandoff=2),
+            yaxis=dict(showgrid=False, zeroline=False, title=dict(font=dict(size=font_size)), ticklabelstandoff=4),
         )
         pio.templates[name] = template
     return name

@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from damcha.views.display_units import LOSS_COLOUR, loss_colour
 from damcha.views.typesetting import has_raw_subscripts, subscripted
 
 DIVERGING = "RdBu_r"  # ColorBrewer RdBu: colour-blind safe, reversed so positive is red
@@ -350,7 +351,7 @@ def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str 
                       unit: str = "bits per token") -> go.Figure:
     """Bar chart of the per-token loss in `unit` (already converted), labelled with the target tokens."""
     bits = np.asarray(token_loss, dtype=float)
-    fig = go.Figure(go.Bar(x=np.arange(len(bits)), y=bits, customdata=list(labels),
+    fig = go.Figure(go.Bar(x=np.arange(len(bits)), y=bits, customdata=list(labels), marker_color=LOSS_COLOUR,
                            hovertemplate="position %{x}: target %{customdata}<br>%{y:.3f} " + unit + "<extra></extra>"))
     positive = bits[bits > 0]
     spread = float(positive.max() / np.median(positive)) if positive.size else 1.0
@@ -386,7 +387,8 @@ def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, lev
         r, c = highlight
         fig.add_shape(type="rect", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color="#ff2d2d", width=3))
     if highlight_label:
-        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.06, showarrow=False)
+        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.02, yanchor="top",
+                           showarrow=False)  # under the picture, not on it
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False)
     fig.update_xaxes(showticklabels=False, constrain="domain")
     return fig
@@ -414,11 +416,12 @@ def training_curves_figure(metrics: Sequence[dict], keys: Sequence[str] = ("trai
         ys = [None if m.get(key) is None else m[key] * factor for m in metrics]
         if all(y is None for y in ys):
             continue
-        fig.add_trace(go.Scatter(x=epochs, y=ys, mode="lines", name=key))
+        fig.add_trace(go.Scatter(x=epochs, y=ys, mode="lines", name=key, line=dict(color=loss_colour(key))))
         marks = [(e, y) for e, y in zip(epochs, ys) if e in set(marked_epochs) and y is not None]
         if marks:
             fig.add_trace(go.Scatter(x=[e for e, _ in marks], y=[y for _, y in marks], mode="markers",
-                                     name=f"{key} (snapshots)", showlegend=False, marker=dict(size=7)))
+                                     name=f"{key} (snapshots)", showlegend=False,
+                                     marker=dict(size=7, color=loss_colour(key))))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(title="epoch")
     fig.update_yaxes(title=y_title, **(LOG_AXIS if log_y else {"type": "linear"}))
@@ -526,7 +529,8 @@ def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[fl
     if losses:
         k = len(names)
         for lname, ys in losses.items():
-            fig.add_trace(go.Scatter(x=list(epochs), y=list(ys), mode="lines+markers", name=lname),
+            fig.add_trace(go.Scatter(x=list(epochs), y=list(ys), mode="lines+markers", name=lname,
+                                     line=dict(color=loss_colour(lname))),
                           row=k // cols + 1, col=k % cols + 1)
     fig.update_xaxes(title="epoch")
     fig.update_layout(title=title, height=280 * rows + 80, margin=dict(l=50, r=20, t=80, b=40),
@@ -661,7 +665,8 @@ def rgb_image_figure(image: np.ndarray, title: str = "What the model sees", cell
                            y1=(r + 1) * step - 0.5, line=dict(color="#ff2d2d", width=3)))
     fig.update_layout(title=title, shapes=shapes, margin=dict(l=20, r=20, t=50, b=20), width=380, height=400)
     if highlight_label:
-        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.04, showarrow=False)
+        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.02, yanchor="top",
+                           showarrow=False)  # under the picture, not on it
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     return fig

@@ -171,9 +171,9 @@ def _completion_by_mode(values, params, where, factor, unit):
     images = {"truth": _as_rgb(values["truth"])}
     for o in values["outcomes"]:
         if o.completed_patches is not None:
-            images[o.mode] = patches_image(o.completed_patches)
+            images[o.mode.replace("_", " ")] = patches_image(o.completed_patches)
         elif o.completed is not None:
-            images[o.mode] = _as_rgb(o.completed)
+            images[o.mode.replace("_", " ")] = _as_rgb(o.completed)
     return figures.image_row_figure(images, "The bottom half completed from the true top half, under each metric mode")
 
 
@@ -295,6 +295,12 @@ def _needs_head_sites(record: InspectionRecord, config) -> str | None:
     return head_site_note(config)
 
 
+def _needs_logit_path(record: InspectionRecord, config) -> str | None:
+    from damcha.analysis.heads import logit_path_note
+
+    return logit_path_note(config) or _needs_head_sites(record, config)
+
+
 def _of_record(missing: Callable[[InspectionRecord], str | None]) -> Callable[[InspectionRecord, object], str | None]:
     return lambda record, config: missing(record)
 
@@ -391,7 +397,7 @@ MODEL_FIGURES: dict[str, ModelFigure] = {f.name: f for f in (
     ModelFigure("head_ablation", _needs_head_sites, _head_ablation_values, _head_ablation),
     ModelFigure("input_attribution", lambda record, config: None, _input_attribution_values, _input_attribution),
     ModelFigure("completion_by_mode", _completes, _completion_by_mode_values, _completion_by_mode),
-    ModelFigure("head_logit_attribution", _needs_head_sites, _head_logit_values, _head_logit),
+    ModelFigure("head_logit_attribution", _needs_logit_path, _head_logit_values, _head_logit),
     ModelFigure("structure_patching", _needs_structure_sites, _structure_patch_values, _structure_patch),
     ModelFigure("metric_contribution", _needs_metric, _metric_contribution_values, _metric_contribution),
     ModelFigure("contribution_blocks", _needs_metric, _metric_contribution_values, _contribution_blocks),

@@ -9,6 +9,8 @@ import textwrap
 
 import plotly.graph_objects as go
 
+from damcha.views.panel_spacing import space_columns
+
 # Sizes in CSS pixels at the export's 14 px text (see ExportSettings): a page prints 0.75 pt per px,
 # so 460 px scaled into a 3.3 in column and 940 px into a 7 in double column both print their text
 # at about 7.5 pt, the size journals ask for.
@@ -95,35 +97,46 @@ def subscripted(fig: go.Figure) -> go.Figure:
 def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
     """In place: every title, axis title, subplot title, colour-bar title and legend entry with real
     subscripts; the figure's, the subplots' and the axes' titles wrapped to the length they have at
-    `width_px`, and the rows of a grid of subplots moved apart by the lines the wrapping added."""
+    `width_px`; the columns of a grid of subplots set apart by what stands between them
+    (damcha.views.panel_spacing) and its rows until their titles and tick labels fit."""
     subscripted(fig)
-    plot_width = width_px * 0.85  # the margins' share, roughly: titles wrap early rather than late
+    for trace in fig.data:  # slim colour bars in slightly smaller type: a column has little room beside a panel
+        if getattr(trace, "colorbar", None) is not None:
+            trace.colorbar.update(thickness=min(trace.colorbar.thickness or 30, 10), tickfont_size=font_size - 2,
+                                  title_font_size=font_size - 2)
+    space_columns(fig, width_px, font_size, CHARACTER_WIDTH, LINE)
+    margin = fig.layout.margin
+    # The plot's width between the margins (the template's where the figure sets none), a little less:
+    # titles wrap early rather than late.
+    plot_width = 0.95 * (width_px - (margin.l if margin.l is not None else 50) - (margin.r if margin.r is not None else 20))
     height = fig.layout.height or 0.85 * width_px
-    lines_before = {id(a): _lines(a.text) for a in fig.layout.annotations}
+    tops = {round(float((fig.layout[n].domain or (0, 1))[1]), 6) for n in _layout_keys(fig, ("yaxis",))}
+    for annotation in fig.layout.annotations:  # a subplot title clears the top tick label, half a line above
+        if annotation.yref == "paper" and annotation.y is not None and round(float(annotation.y), 6) in tops \
+                and annotation.yanchor == "bottom":
+            annotation.yshift = (annotation.yshift or 0) + font_size * LINE / 2
     for annotation in fig.layout.annotations:
         if annotation.text:
             annotation.text = wrapped(annotation.text, plot_width * _subplot_width(fig, annotation),
                                       annotation.font.size or font_size)
-    added_below = {}  # x axis name -> lines its title gained
     for name in _layout_keys(fig, ("xaxis", "yaxis")):
         axis = fig.layout[name]
         if axis.title.text:  # wrapped to the axis's own length (a y axis's title runs along its height)
-            before = _lines(axis.title.text)
             d0, d1 = axis.domain or (0.0, 1.0)
             length = (plot_width if name.startswith("x") else 0.8 * height) * (d1 - d0)
             axis.title.text = wrapped(axis.title.text, length, axis.title.font.size or font_size)
-            added_below[name] = _lines(axis.title.text) - before
-    _space_rows(fig, added_below, {id(a): _lines(a.text) - lines_before[id(a)] for a in fig.layout.annotations},
-                LINE * font_size)
-    _thin_listed_ticks(fig, plot_width, height, font_size)
+    _wrap_category_labels(fig, width_px, font_size)
     title = fig.layout.title.text
     if title:
         title = wrapped(title, plot_width, font_size + 1)
         # Room above the plot for the title's lines and the top row's subplot titles, which stand above it.
         top = [a for a in fig.layout.annotations if a.text and a.yref == "paper" and a.y is not None and a.y >= 0.999]
-        below_title = max((_lines(a.text) for a in top), default=0) * LINE * font_size
+        below_title = (max((_lines(a.text) for a in top), default=0) + 0.5 * bool(top)) * LINE * font_size
         fig.update_layout(title=dict(text=title, y=1.0, yref="container", yanchor="top", pad=dict(t=font_size + 4)),
                           margin=dict(t=int(font_size + 16 + _lines(title) * LINE * (font_size + 1) + below_title)))
+    # After the title's margin is set: rows are spaced in the plot height that is left.
+    _space_rows(fig, LINE * font_size)
+    _thin_listed_ticks(fig, plot_width, height, font_size)
     return fig
 
 
@@ -156,27 +169,58 @@ def _lines(text: str | None) -> int:
     return text.count("<br>") + 1 if text else 0
 
 
-def _space_rows(fig: go.Figure, added_below: dict[str, int], added_above: dict[int, int], line_px: float) -> None:
-    """Move the rows of a subplot grid apart by the lines wrapping added between them (x-axis titles
-    of the row above, subplot titles of the row below), growing the figure by as much: rows keep
-    their height, everything placed in paper coordinates moves with its row."""
+def _wrap_category_labels(fig: go.Figure, width_px: int, font_size: int) -> None:
+    """Category names along a y axis (one row per arm or comparison) longer than 40% of the page wrapped
+    to that width, the figure growing by the lines they gained (unwrapped they ran off the page)."""
+    room = 0.4 * width_px
+    for name in _layout_keys(fig, ("yaxis",)):
+        axis, ref = fig.layout[name], "y" + name[5:]
+        if axis.tickvals is not None or axis.type not in (None, "-", "category"):
+            continue
+        names = list(dict.fromkeys(v for t in fig.data if (getattr(t, "yaxis", None) or "y") == ref
+                                   for v in (getattr(t, "y", None) or ()) if isinstance(v, str)))
+        if not names or max(map(len, names)) * CHARACTER_WIDTH * font_size <= room:
+            continue
+        labels = [wrapped(n, room, font_size) for n in names]
+        axis.update(tickmode="array", tickvals=names, ticktext=labels)
+        if fig.layout.height:
+            fig.layout.height += 1.5 * sum(_lines(t) - 1 for t in labels) * LINE * font_size  # with air between rows
+
+
+def _legend_below_px(fig: go.Figure, line_px: float) -> float:
+    """About how high a horizontal legend under the plot stands (one entry a line at a column's width)."""
+    legend = fig.layout.legend
+    if legend.orientation != "h" or legend.y is None or legend.y >= 0 or fig.layout.showlegend is False:
+        return 0.0
+    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    return entries * line_px
+
+
+def _space_rows(fig: go.Figure, line_px: float) -> None:
+    """Move the rows of a subplot grid apart until what stands between two rows fits (the upper row's
+    tick labels and x-axis titles, the lower row's subplot titles, as wrapped at this width), growing
+    the figure by as much: rows keep their height, everything placed in paper coordinates moves with
+    its row."""
     if not fig.layout.height:
         return
     domains = {n: tuple(fig.layout[n].domain or (0.0, 1.0)) for n in _layout_keys(fig, ("yaxis",))}
     rows = sorted({(round(d0, 6), round(d1, 6)) for d0, d1 in domains.values()}, key=lambda d: -d[1])
     if len(rows) < 2:
         return
-    extras = []
-    for upper, lower in zip(rows, rows[1:]):
-        below = max((k for n, k in added_below.items() if domains.get("y" + n[1:], (None, None))[1] is not None
-                     and round(domains["y" + n[1:]][1], 6) == upper[1]), default=0)
-        above = max((added_above[id(a)] for a in fig.layout.annotations
-                     if a.yref == "paper" and a.y is not None and abs(a.y - lower[1]) < 1e-3), default=0)
-        extras.append(max(0, below) * line_px + max(0, above) * line_px)
-    if not any(extras):
-        return
     margin = fig.layout.margin
     plot = fig.layout.height - (margin.t if margin.t is not None else 50) - (margin.b if margin.b is not None else 45)
+    plot -= _legend_below_px(fig, line_px)  # a legend under the plot pushes the bottom margin
+    extras = []
+    for upper, lower in zip(rows, rows[1:]):
+        below = max((_lines(fig.layout[n].title.text) for n in _layout_keys(fig, ("xaxis",))
+                     if round(domains.get("y" + n[1:], (None, None))[1] or -1, 6) == upper[1]), default=0)
+        above = max((_lines(a.text) for a in fig.layout.annotations
+                     if a.yref == "paper" and a.y is not None and abs(a.y - lower[1]) < 1e-3), default=0)
+        # tick labels, the x titles (standing off them), the subplot titles lifted half a line, some air
+        needed = (2 + below + above + 0.5) * line_px + 30
+        extras.append(max(0.0, needed - (upper[0] - lower[1]) * plot))
+    if not any(extras):
+        return
     grown = plot + sum(extras)
     edges = [(1 - lower[1]) * plot for lower in rows[1:]]  # from the top, the upper edge of each lower row
 

@@ -111,13 +111,31 @@ def vector_heatmaps(fig: go.Figure, max_cells: int = MAX_VECTOR_CELLS) -> go.Fig
     cells = sum(np.asarray(_array(t.z)).size for t in heatmaps)
     if not heatmaps or cells > max_cells:
         return fig
-    shapes, traces = list(fig.layout.shapes or ()), []
+    shapes, traces, extents = list(fig.layout.shapes or ()), [], {}
     for trace in fig.data:
         if trace.type == "heatmap" and trace.z is not None:
             cell_shapes, drawn = _vector_traces(trace)
             shapes = cell_shapes + shapes  # cells below the figure's own overlays (the head grid)
             traces += drawn
+            extents.update(_extents(trace, cell_shapes))
         else:
             traces.append(trace)
     layout = {**fig.layout.to_plotly_json(), "shapes": shapes}
+    # The axes span the cells exactly, as around a heatmap (the carrier's markers would pad them): the
+    # vector figure lays out as the raster one does.
+    for name, (low, high) in extents.items():
+        axis = layout.setdefault(name, {})
+        if axis.get("range") is None:
+            axis["range"] = [high, low] if axis.get("autorange") == "reversed" else [low, high]
+            axis.pop("autorange", None)
     return go.Figure(data=traces, layout=layout, frames=fig.frames)
+
+
+def _extents(trace: go.Heatmap, cells: list[dict]) -> dict[str, tuple[float, float]]:
+    """{layout axis name: (low, high)} the heatmap's cells cover."""
+    if not cells:
+        return {}
+    x_name = "xaxis" + (trace.xaxis or "x")[1:]
+    y_name = "yaxis" + (trace.yaxis or "y")[1:]
+    return {x_name: (min(c["x0"] for c in cells), max(c["x1"] for c in cells)),
+            y_name: (min(c["y0"] for c in cells), max(c["y1"] for c in cells))}
