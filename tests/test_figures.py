@@ -114,7 +114,7 @@ def test_the_screen_shows_real_subscripts_as_an_export_does_and_leaves_the_figur
     assert fig.layout.title.text == "Per-head metrics m_i of W~_Q"  # the figure itself (cached, exported) unchanged
 
 
-def test_losses_share_one_palette_and_the_comparison_draws_a_classifier_loss_as_a_bar_named_by_its_target():
+def test_losses_share_one_palette_and_the_comparison_draws_a_classifier_loss_as_one_named_bar():
     """One palette for losses on every page and export (the training curves took the theme's colours,
     the comparison its own blue); a classifier's one loss stood as a bar on a numeric axis from -0.5 to
     0.5, and 64 positions' bars were hairlines at a journal's column."""
@@ -136,7 +136,7 @@ def test_losses_share_one_palette_and_the_comparison_draws_a_classifier_loss_as_
         rows.append(compared_run(record, name))
     fig = comparison_figure(rows)
     classifier, sequence = fig.data[2], fig.data[5]
-    assert classifier.type == "bar" and list(classifier.x) == [f"target {rows[0].loss_labels[0]}"]
+    assert classifier.type == "bar" and list(classifier.x) == ["this input"] and len(rows[0].loss) == 1
     assert sequence.type == "scatter" and sequence.fill == "tozeroy" and len(sequence.x) == len(rows[1].loss)
     np.testing.assert_allclose(np.asarray(sequence.y, dtype=float), np.nan_to_num(rows[1].loss))
     assert {classifier.marker.color, sequence.line.color} == {LOSS_COLOURS["train"]}

@@ -127,11 +127,11 @@ MOST_BARS = 16  # more positions than this read as a filled profile: single bars
 
 def _loss_bars(run: ComparedRun) -> go.Bar | go.Scatter:
     """The loss at each position (0 where there is no target), the target named on hover: bars for a few
-    positions, a filled step profile for many; a classifier's one loss as a bar named by its target."""
+    positions, a filled step profile for many; a classifier's one loss as one bar named, not numbered."""
     hover = f"position %{{x}}: target %{{customdata}}<br>%{{y:.3f}} {run.loss_unit}<extra></extra>"
     y = np.nan_to_num(run.loss)
     if len(run.loss) == 1:
-        return go.Bar(x=[f"target {run.loss_labels[0]}"], y=y, showlegend=False, marker_color=LOSS_COLOUR, width=0.5,
+        return go.Bar(x=["this input"], y=y, showlegend=False, marker_color=LOSS_COLOUR, width=0.5,
                       hovertemplate=f"%{{x}}: %{{y:.3f}} {run.loss_unit}<extra></extra>")
     if len(run.loss) <= MOST_BARS:
         return go.Bar(x=np.arange(len(run.loss)), y=y, customdata=list(run.loss_labels), showlegend=False,
@@ -157,7 +157,7 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
     height = 120 + 380 * n
     # Between two panels stand the left one's colour bar and the right one's tick labels (export widths
     # set this gap in pixels: damcha.views.panel_spacing).
-    fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.13,
+    fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.2,
                         vertical_spacing=160 / height, column_widths=[0.36, 0.36, 0.28])  # room for wrapped titles
     loss_range = shared_loss_range(runs)
     for row, r in enumerate(runs, start=1):
