@@ -211,3 +211,23 @@ def test_a_log_axis_labels_every_tick_with_its_whole_value():
     values = [float(t.replace("−", "-")) for t in ticks]
     assert len(values) >= 3 and values == sorted(values) and len(set(values)) == len(values), ticks
     assert min(values) < 0.1 and max(values) >= 1, ticks  # decades apart, each read as itself
+
+
+def test_a_grid_with_array_data_is_spaced_and_long_names_on_a_y_axis_are_wrapped():
+    """Figures built with numpy arrays (not only their JSON round trip) are typeset: two panels set
+    apart by the colour bar between them, and a long arm name wrapped to 40% of the page."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from damcha.views.typesetting import typeset
+
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.02)
+    fig.add_trace(go.Heatmap(z=np.eye(4) - 0.5, colorbar=dict(x=0.5, title="metric entry")), row=1, col=1)
+    fig.add_trace(go.Bar(x=np.arange(4), y=np.ones(4)), row=1, col=2)
+    typeset(fig, 460, 14)
+    gap_px = (fig.layout.xaxis2.domain[0] - fig.layout.xaxis.domain[1]) * (460 - fig.layout.margin.l - fig.layout.margin.r)
+    assert gap_px > 60  # the bar (10), its ticks and its title stand there
+    named = go.Figure(go.Scatter(x=np.ones(1), y=["full-token MHA against the bilinear form: mha e=1.0 vs damcha"]))
+    named.update_layout(height=200)
+    typeset(named, 460, 14)
+    assert "<br>" in named.layout.yaxis.ticktext[0] and named.layout.height > 200

@@ -56,7 +56,7 @@ def _tick_label_chars(fig: go.Figure, axis_name: str, traces: list) -> int:
         return max((len(str(t)) for t in labels), default=0)
     letter = axis_name[0]
     values = [_trace_values(t, letter) for t in traces]
-    names = [v for t in traces for v in (getattr(t, letter, None) or []) if isinstance(v, str)]
+    names = [v for t in traces if getattr(t, letter, None) is not None for v in getattr(t, letter) if isinstance(v, str)]
     if names:
         return max(len(n) for n in names)
     numbers = np.concatenate(values) if values else np.array([])

@@ -173,12 +173,12 @@ def _wrap_category_labels(fig: go.Figure, width_px: int, font_size: int) -> None
     """Category names along a y axis (one row per arm or comparison) longer than 40% of the page wrapped
     to that width, the figure growing by the lines they gained (unwrapped they ran off the page)."""
     room = 0.4 * width_px
-    for name in _layout_keys(fig, ("yaxis",)):
+    for name in _layout_keys(fig, ("yaxis",)) or ["yaxis"]:
         axis, ref = fig.layout[name], "y" + name[5:]
         if axis.tickvals is not None or axis.type not in (None, "-", "category"):
             continue
         names = list(dict.fromkeys(v for t in fig.data if (getattr(t, "yaxis", None) or "y") == ref
-                                   for v in (getattr(t, "y", None) or ()) if isinstance(v, str)))
+                                   and getattr(t, "y", None) is not None for v in t.y if isinstance(v, str)))
         if not names or max(map(len, names)) * CHARACTER_WIDTH * font_size <= room:
             continue
         labels = [wrapped(n, room, font_size) for n in names]
