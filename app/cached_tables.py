@@ -22,3 +22,13 @@ def validation_table(run: Run, epoch: int, n: int) -> dict:
         return result
 
     return cached("validation_table", table_settings(n), [(run, epoch)], compute)
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
+def input_previews(run: Run, n: int) -> tuple[str, list[str]]:
+    """The kind ("image", "text" or "none") and a preview per row of the first n validation inputs."""
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.views.thumbnails import input_preview
+
+    previews = [input_preview(validation_input(run, i)) for i in range(n)]
+    return (previews[0][0] if previews else "none"), [p for _, p in previews]

@@ -79,10 +79,9 @@ results = [(r, inspection(r, epochs[r.name], inp, None, tuple(rec.positions.toli
            for r, rec in results]  # a layer beyond the inspection budget, fetched on demand
 
 st.subheader("The input and the losses")
-left, right = st.columns([1, 3])
-with left:
+with st.columns([2, 3])[0]:  # the picture at a readable size; the table below it, the page's whole width
     shown_input(results[0][0], epochs[results[0][0].name], results[0][1], inp)
-right.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True, width="stretch")
+st.dataframe(comparison_table([(r, epochs[r.name], rec) for r, rec in results]), hide_index=True, width="stretch")
 if inp.validation_index is None and results[0][1].modality.grid:  # how far the upload is, as the Inspector says
     try:
         near = input_familiarity(results[0][0], inp)

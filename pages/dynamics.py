@@ -22,6 +22,7 @@ from damcha.views.figure_sets import (
     per_head,
 )
 from damcha.views.readings import (
+    fixed_structure_sentence,
     generator_drift_sentence,
     one_snapshot_sentence,
     separation_sentence,
@@ -71,13 +72,17 @@ params.update(structure=name, layer=layer, position=pos, head=head)
 
 
 st.subheader("Over the epochs")
-kind = st.radio("View", ["heatmap", "contour", "surface"], horizontal=True, **bound("view"))
-st.caption("Press play or drag the slider; one colour range for every frame.")
-show_epoch_figure("epoch_animation", run, inp, {**params, "view": kind})
-
-st.subheader("Paper-style grids")
-chosen_epochs = st.multiselect("Epochs shown", epochs, default=spread_epochs(epochs), key="grid_epochs")
-if chosen_epochs:
+fixed = fixed_structure_sentence(chosen)
+if fixed:  # an animation of a constant would read as a structure training keeps in place
+    st.info(fixed)
+    show_record_figure(name, first, run, epochs[0], inp, params)
+else:
+    kind = st.radio("View", ["heatmap", "contour", "surface"], horizontal=True, **bound("view"))
+    st.caption("Press play or drag the slider; one colour range for every frame.")
+    show_epoch_figure("epoch_animation", run, inp, {**params, "view": kind})
+    st.subheader("Paper-style grids")
+    chosen_epochs = st.multiselect("Epochs shown", epochs, default=spread_epochs(epochs), key="grid_epochs")
+if not fixed and chosen_epochs:
     grids = {"First vs last (fig. 8)": "first_vs_last", "Contours (fig. 10)": "contours_grid",
              "3D surfaces (fig. 11)": "surfaces_grid"}
     for tab, fig_name in zip(st.tabs(list(grids), **bound("grid")), grids.values()):

@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from app.cached_tables import validation_table
+from app.cached_tables import input_previews, validation_table
 from app.run_picker import run_page
 from app.sharing import plain_text
 from damcha.analysis.data_table import ROWS, default_rows
@@ -43,10 +43,17 @@ if numeric and len(df):
         df = df[df[column].between(*chosen)]
 link = "inspector?" + urlencode({"dataset": run.dataset, "run": run.name, "epoch": epoch, "source": "Validation sample"}) + "&sample="
 df.insert(1, "open", [link + str(i) for i in df["input"]])
+preview_kind, previews = input_previews(run, n)
+if preview_kind != "none":  # what each input is, beside its numbers
+    df.insert(2, "preview", [previews[int(i)] for i in df["input"]])
 st.caption(f"{len(df)} of {n} inputs shown.")
 help_of = table["columns"]
 config = {c: st.column_config.Column(c, help=help_of.get(c)) for c in df.columns if c in help_of}
 config["open"] = st.column_config.LinkColumn("open", display_text="inspect", help="this input in the Inspector")
+if preview_kind == "image":
+    config["preview"] = st.column_config.ImageColumn("preview", help="what the model sees", width="small")
+elif preview_kind == "text":
+    config["preview"] = st.column_config.TextColumn("preview", help="the input's first characters (⏎: a line break)")
 picked = st.dataframe(df, hide_index=True, column_config=config, on_select="rerun", selection_mode="single-row",
                       key="validation_table", width="stretch", height=480)
 rows = picked.selection.rows if picked is not None else []

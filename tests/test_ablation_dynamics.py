@@ -181,7 +181,7 @@ def test_the_completions_under_each_mode_are_a_named_figure_rebuilt_from_its_pro
     inp = validation_input(run, 3)
     (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["completion_by_mode"])
     titles = [a["text"] for a in item.figure.to_dict()["layout"]["annotations"]]
-    assert titles == ["truth", *MODES]
+    assert titles == ["truth", *(m.replace("_", " ") for m in MODES)]  # the modes in words
     outcomes = input_under_modes(load_model(run), inp.tokens, inp.targets)
     shown = figure_data(item.figure)
     last = np.asarray(shown[sorted(shown)[-1]])  # the last mode's picture

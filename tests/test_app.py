@@ -234,7 +234,8 @@ def test_interventions_page_patches_each_mechanisms_own_structure(run):
     assert fig["data"][0]["x"] == [*patch.sites, *(["all at once"] if several else [])]
     assert "bits per pixel" in json.dumps(fig)
     expected = np.append(patch.changes, patch.all_sites) if several else patch.changes
-    np.testing.assert_allclose(z_of(fig)[0], expected / math.log(2), rtol=1e-6, atol=1e-9)
+    assert fig["data"][0]["type"] == "bar"  # a few numbers as bars, not a 1 x n heatmap
+    np.testing.assert_allclose(z_of(fig, key="y"), expected / math.log(2), rtol=1e-6, atol=1e-9)
 
 
 def test_interventions_page_on_damcha_and_on_a_comparison_run():
@@ -397,3 +398,15 @@ def test_controls_show_words_not_internal_names():
     assert_clean(at)
     modes = at.radio(key="mode")
     assert "off diagonal" in modes.options and "off_diagonal" not in modes.options, modes.options
+
+
+def test_dynamics_draws_a_fixed_structure_once_and_says_so_instead_of_animating_it():
+    """MMA's head masks are not trained: an animation of the same mask at every epoch read as a
+    structure training keeps in place. DAMCHA's M(x) is still animated."""
+    fixed = new_app("digits-mma", "dynamics")
+    assert_clean(fixed)
+    assert any("is fixed, not trained" in i.value for i in fixed.info)
+    assert not any(json.loads(c.proto.spec).get("frames") for c in fixed.get("plotly_chart"))
+    trained = new_app("digits-damcha", "dynamics")
+    assert not any("is fixed, not trained" in i.value for i in trained.info)
+    assert any(json.loads(c.proto.spec).get("frames") for c in trained.get("plotly_chart"))

@@ -86,6 +86,28 @@ def test_the_page_filters_and_keeps_the_table_on_disk(monkeypatch, tmp_path):
     at.toggle(key="table_wrong").set_value(False).run()
     at.multiselect(key="table_labels").set_value([3]).run()
     assert set(at.dataframe[0].value["label"]) == {3}
+    assert all(p.startswith("data:image/png;base64,") for p in df["preview"])  # each row shows its digit
+
+
+def test_a_rows_preview_is_the_picture_the_model_sees_or_the_texts_first_characters():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_run
+    from damcha.views.figure_sets import ink_dark
+    from damcha.views.thumbnails import SNIPPET_CHARS, input_preview
+
+    digit = validation_input(load_run(ROOT / "checkpoints" / "digits-damcha"), 5)
+    kind, url = input_preview(digit)
+    pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))))
+    assert kind == "image" and pixels.shape == (32, 32)
+    np.testing.assert_array_equal(pixels[::4, ::4], ink_dark(digit.levels))  # each level a 4 x 4 block
+    text = validation_input(load_run(ROOT / "checkpoints" / "text-damcha"), 0)
+    kind, snippet = input_preview(text)
+    assert kind == "text" and snippet.rstrip("…") == text.text.replace("\n", "⏎")[:SNIPPET_CHARS]
 
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)

@@ -140,3 +140,37 @@ def test_losses_share_one_palette_and_the_comparison_draws_a_classifier_loss_as_
     assert sequence.type == "scatter" and sequence.fill == "tozeroy" and len(sequence.x) == len(rows[1].loss)
     np.testing.assert_allclose(np.asarray(sequence.y, dtype=float), np.nan_to_num(rows[1].loss))
     assert {classifier.marker.color, sequence.line.color} == {LOSS_COLOURS["train"]}
+
+
+def test_values_along_the_input_are_lines_baselines_differ_and_interpolating_views_say_so():
+    """'Along the input' was a 64 x 4 heatmap; three null baselines were one dotted black line each in
+    one legend; contours drew shapes between unordered coordinates without a word; patch grids had no
+    axis labels and counted from 0."""
+    from damcha.analysis.inspection import sequence_profile
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views import figures
+    from damcha.views.model_figures import figure_set
+
+    run = load_run(Path(__file__).resolve().parent.parent / "checkpoints" / "digits-damcha")
+    inp = validation_input(run, 0)
+    (profile,) = sequence_profile(load_model(run), inp.tokens)[:1]
+    (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, params={"structure": profile.name},
+                         names=["sequence_profile"])
+    values = profile.at(layer=0)  # (T, k)
+    assert [t.type for t in item.figure.data] == ["scatter"] * values.shape[1]
+    for j, trace in enumerate(item.figure.data):
+        np.testing.assert_allclose(np.asarray(trace.y, dtype=float), values[:, j], rtol=1e-6)
+
+    baselines = {"a": (0.5, "first"), "b": (1.4, "second"), "c": (0.75, "third")}
+    fig = figures.statistic_curves_figure([0, 1], {k: [1.0, 2.0] for k in baselines}, baselines=baselines)
+    lines = {(t.line.dash, t.line.color) for t in fig.data if t.name in ("first", "second", "third")}
+    assert len(lines) == 3
+
+    M = np.arange(16.0).reshape(4, 4) - 8
+    assert figures.INTERPOLATION_NOTE in figures.contour_figure(M).layout.title.text
+    assert figures.INTERPOLATION_NOTE not in (figures.matrix_figure(M, figures.MatrixStyle()).layout.title.text or "")
+
+    grid = figures.grid_maps_figure(np.ones((2, 3, 4)), ["a", "b"])
+    assert list(grid.data[0].x) == [1, 2, 3, 4] and list(grid.data[0].y) == [1, 2, 3]
+    assert grid.layout.xaxis.title.text == "column" and grid.layout.yaxis.title.text == "row"

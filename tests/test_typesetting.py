@@ -110,6 +110,7 @@ def test_vector_heatmaps_lay_out_as_the_raster_figure_does(every_figure):
         assert not clashes(v)
 
 
+@pytest.mark.slow
 def test_the_negative_controls_a_title_above_a_colour_bar_and_unwrapped_titles_clash():
     """What the layout test can catch: a colour-bar title above the bar (plotly's default) runs into
     its top tick; the comparison without the paper style runs its titles together at a single column."""

@@ -102,7 +102,10 @@ def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int
 
 
 def _attention_style(run: ComparedRun) -> figures.MatrixStyle:
-    return figures.MatrixStyle("query", "key", run.token_labels, run.token_labels, "probability", "weight")
+    """Queries and keys named by position and token, as the attention figure names them (a text's
+    repeated characters are told apart by where they stand)."""
+    labels = tuple(f"{i} {label}".strip() for i, label in enumerate(run.token_labels))
+    return figures.MatrixStyle("query", "key", labels, labels, "probability", "weight")
 
 
 def panel_figure(run: ComparedRun, panel: str, loss_range: Sequence[float] | None = None) -> go.Figure:

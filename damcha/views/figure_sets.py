@@ -132,6 +132,9 @@ def structure_figure(s: Structure, record: InspectionRecord, index: dict, suffix
     if s.kind is StructureKind.PER_HEAD_FORMS:
         return figures.head_metrics_figure(values, title, shared_scale, style=style,
                                            panel_titles=panel_titles(s, record))
+    if s.kind is StructureKind.MATRIX and s.drawn[-2] == "token" and values.shape[-1] <= figures.PROFILE_LINES:
+        return figures.profile_figure(values, record.token_labels[:len(values)], style.col_labels, title, style.unit,
+                                      style.col_title)
     if s.kind in (StructureKind.TOKEN_GATES, StructureKind.MATRIX):
         return figures.labelled_matrix_figure(values, style.row_labels, style.col_labels, title, style.row_title,
                                               style.col_title, style.unit, style.value_kind)

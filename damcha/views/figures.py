@@ -135,12 +135,22 @@ def matrix_trace(M: np.ndarray, style: MatrixStyle, scale: dict, kind: str = "he
     raise ValueError(f"unknown matrix view {kind!r}; expected heatmap, contour or surface")
 
 
+# Contours and surfaces draw between neighbouring rows and columns as if they were ordered; heads and
+# the coordinates of a head have no order, so the shapes between them are the drawing's, not the model's.
+INTERPOLATION_NOTE = "contours and surfaces interpolate between neighbouring rows and columns, which have no order"
+
+
+def interpolation_noted(title: str, kind: str) -> str:
+    """The title, with the interpolation note under it for the kinds that interpolate."""
+    return f"{title}<br><sup>{INTERPOLATION_NOTE}</sup>" if kind in ("contour", "surface") else title
+
+
 def matrix_figure(M: np.ndarray, style: MatrixStyle, title: str = "", kind: str = "heatmap") -> go.Figure:
     """Any 2-D array drawn as its style says (axis titles and labels, colour scale, unit, head grid)."""
     M = np.asarray(M, dtype=float)
     scale = colour_scale(style.value_kind, M)
     fig = go.Figure(matrix_trace(M, style, scale, kind))
-    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_layout(title=interpolation_noted(title, kind), margin=dict(l=60, r=20, t=60, b=50))
     if kind == "surface":
         fig.update_layout(scene=dict(xaxis_title=style.col_title, yaxis_title=style.row_title, zaxis_title=style.unit,
                                      zaxis=dict(range=[scale["zmin"], scale["zmax"]])), margin=dict(l=0, r=0, t=50, b=0))
@@ -347,6 +357,26 @@ def labelled_matrix_figure(values: np.ndarray, row_labels: Sequence[str], column
     return fig
 
 
+PROFILE_LINES = 8  # a matrix along the input with at most this many columns reads as lines over positions
+
+
+def profile_figure(values: np.ndarray, position_labels: Sequence[str], line_names: Sequence[str], title: str = "",
+                   y_title: str = "value", line_title: str = "") -> go.Figure:
+    """(T, k) values along the input as k lines over the positions (a 64 x 4 heatmap hides them), each
+    position's label on hover."""
+    values = np.asarray(values, dtype=float)
+    fig = go.Figure()
+    for j, name in enumerate(line_names):
+        fig.add_trace(go.Scatter(x=np.arange(len(values)), y=values[:, j], mode="lines", name=str(name),
+                                 customdata=list(position_labels),
+                                 hovertemplate=f"{name}, position %{{x}} %{{customdata}}: %{{y:.4g}}<extra></extra>"))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50),
+                      legend=dict(orientation="h", y=-0.25, title=dict(text=line_title)))
+    fig.update_xaxes(title="position")
+    fig.update_yaxes(title=y_title)
+    return fig
+
+
 def token_loss_figure(token_loss: np.ndarray, labels: Sequence[str], title: str = "Loss per token",
                       unit: str = "bits per token") -> go.Figure:
     """Bar chart of the per-token loss in `unit` (already converted), labelled with the target tokens."""
@@ -436,13 +466,13 @@ def epoch_animation_figure(mats: np.ndarray, epochs: Sequence[int], style: Matri
     style = as_style(style)
     mats = np.asarray(mats, dtype=float)
     scale = colour_scale(style.value_kind, mats)
-    frames = [go.Frame(data=[matrix_trace(m, style, scale, kind)], name=str(e), layout=dict(title=f"{title}: epoch {e}"))
+    frames = [go.Frame(data=[matrix_trace(m, style, scale, kind)], name=str(e), layout=dict(title=interpolation_noted(f"{title}: epoch {e}", kind)))
               for m, e in zip(mats, epochs)]
     fig = go.Figure(data=[matrix_trace(mats[0], style, scale, kind)], frames=frames)
     steps = [dict(method="animate", label=str(e), args=[[str(e)], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
              for e in epochs]
     fig.update_layout(
-        title=f"{title}: epoch {epochs[0]}", margin=dict(l=60, r=20, t=60, b=140),
+        title=interpolation_noted(f"{title}: epoch {epochs[0]}", kind), margin=dict(l=60, r=20, t=70, b=140),
         updatemenus=[dict(type="buttons", x=0, y=-0.16, xanchor="left", yanchor="top", showactive=False, buttons=[
             dict(label="▶ play", method="animate", args=[None, dict(frame=dict(duration=700, redraw=True), fromcurrent=True)]),
             dict(label="❚❚", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))]),
@@ -489,8 +519,13 @@ def small_multiples_figure(mats: Sequence[np.ndarray], titles: Sequence[str], st
                 fig.update_xaxes(title=None, row=r, col=c)
         else:
             fig.update_scenes(zaxis=dict(range=[scale["zmin"], scale["zmax"]]), row=r, col=c)
-    fig.update_layout(title=title, shapes=shapes, margin=dict(l=50, r=40, t=70, b=30), height=320 * rows + 60)
+    fig.update_layout(title=interpolation_noted(title, kind), shapes=shapes, margin=dict(l=50, r=40, t=80, b=30),
+                      height=320 * rows + 60)
     return fig
+
+
+# Each null baseline its own line, so a legend of several tells them apart (Okabe-Ito colours).
+BASELINE_LINES = (("dot", "black"), ("dash", "#009E73"), ("dashdot", "#CC79A7"), ("longdash", "#56B4E9"))
 
 
 def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[float]],
@@ -523,8 +558,9 @@ def statistic_curves_figure(epochs: Sequence[int], curves: dict[str, Sequence[fl
                                  name="this input", showlegend=k == 0), row=r, col=c)
         if baselines and name in baselines:
             value, why = baselines[name]
+            dash, colour = BASELINE_LINES[list(baselines).index(name) % len(BASELINE_LINES)]
             fig.add_trace(go.Scatter(x=[epochs[0], epochs[-1]], y=[value, value], mode="lines", name=why,
-                                     line=dict(dash="dot", color="black"), hovertemplate=f"{why}: {value:.3f}<extra></extra>"),
+                                     line=dict(dash=dash, color=colour), hovertemplate=f"{why}: {value:.3f}<extra></extra>"),
                           row=r, col=c)
     if losses:
         k = len(names)
@@ -617,6 +653,22 @@ def digit_attribution_figure(attr: np.ndarray, levels: np.ndarray, title: str = 
     return fig
 
 
+def named_bars_figure(names: Sequence[str], values: Sequence[float], title: str = "", y_title: str = "value",
+                      x_title: str = "") -> go.Figure:
+    """One signed bar per name (a loss change per patched site), red raising and blue lowering, its value
+    written on it: a few numbers read better as bars than as a 1 x n heatmap."""
+    values = np.asarray(values, dtype=float)
+    fig = go.Figure(go.Bar(x=[str(n) for n in names], y=values, marker_color=["#b2182b" if v > 0 else "#2166ac"
+                                                                               for v in values],
+                           text=[f"{v:+.3g}" for v in values], textposition="outside", cliponaxis=False,
+                           hovertemplate="%{x}: %{y:.4g}<extra></extra>"))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(title=title, margin=dict(l=60, r=20, t=60, b=50))
+    fig.update_xaxes(title=x_title, type="category")
+    fig.update_yaxes(title=y_title)
+    return fig
+
+
 def token_attribution_figure(values: np.ndarray, labels: Sequence[str], title: str = "Attribution per token") -> go.Figure:
     """Bar chart of signed per-token attributions, coloured red (raises) / blue (lowers)."""
     colours = ["#b2182b" if v > 0 else "#2166ac" for v in values]
@@ -701,14 +753,19 @@ def grid_maps_figure(maps: np.ndarray, titles: Sequence[str], title: str = "", c
     finite = maps[np.isfinite(maps)]
     z = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
     scale = dict(zmin=0, zmax=z, colorscale=SEQUENTIAL) if sequential else dict(zmin=-z, zmax=z, zmid=0, colorscale=DIVERGING)
+    grid_rows, grid_cols = maps.shape[1:]
     for i in range(n):
         row, col = i // cols + 1, i % cols + 1
-        fig.add_trace(go.Heatmap(z=maps[i], **scale, showscale=i == n - 1, colorbar=colour_bar(colorbar_title),
-                                 hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra></extra>"), row=row, col=col)
+        # Rows and columns counted from 1, as heads and patches (r1c1) are; labelled on the outer panels.
+        fig.add_trace(go.Heatmap(z=maps[i], x=np.arange(1, grid_cols + 1), y=np.arange(1, grid_rows + 1), **scale,
+                                 showscale=i == n - 1, colorbar=colour_bar(colorbar_title),
+                                 hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>"), row=row, col=col)
         fig.update_yaxes(autorange="reversed", scaleanchor=f"x{'' if i == 0 else i + 1}", constrain="domain",
-                         showticklabels=False, row=row, col=col)
-        fig.update_xaxes(constrain="domain", showticklabels=False, row=row, col=col)
-    fig.update_layout(title=title, margin=dict(l=20, r=40, t=70, b=20), height=120 + rows * (900 // max(cols, 3)))
+                         showticklabels=col == 1, title="row" if col == 1 else None, nticks=4, row=row, col=col)
+        last_row = i + cols >= n
+        fig.update_xaxes(constrain="domain", showticklabels=last_row, title="column" if last_row else None, nticks=4,
+                         row=row, col=col)
+    fig.update_layout(title=title, margin=dict(l=50, r=40, t=70, b=40), height=160 + rows * (900 // max(cols, 3)))
     return fig
 
 

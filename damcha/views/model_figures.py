@@ -79,12 +79,10 @@ def _structure_patch(values, params, where, factor, unit):
     sites, changes = list(values["sites"]), np.asarray(values["changes"])
     if len(sites) > 1:  # one site patched alone is already all of them
         sites, changes = [*sites, "all at once"], np.append(changes, values["all_sites"])
-    style = figures.MatrixStyle("", "structure patched in", ("Δ loss",), tuple(sites), "signed", f"Δ loss ({unit})")
-    changes = changes[None] * factor  # (1, S or S + 1)
     first = values.get("first_positions")
     title = (f"Loss change with the structure of validation input {int(params.get('other', 1))}"
              + (f" (its first {first} positions)" if first else "") + f"; loss {values['base'] * factor:.4f} {unit}")
-    return figures.head_by_head_figure(changes, title, style=style)
+    return figures.named_bars_figure(sites, changes * factor, title, f"Δ loss ({unit})", "structure patched in")
 
 
 def _needs_structure_sites(record: InspectionRecord, config) -> str | None:

@@ -50,6 +50,16 @@ def statistics_caption(record: InspectionRecord) -> str:
                             "departure comes from the untrained residue alone."))
 
 
+def fixed_structure_sentence(structure) -> str | None:
+    """What the views across epochs say of a structure training does not change (None: it is trained)."""
+    from damcha.model.mechanisms import Identifiability
+
+    if structure.identifiability is not Identifiability.FIXED:
+        return None
+    return (f"{structure.title} is fixed, not trained: every snapshot holds the same, so it is drawn once here "
+            "instead of animated over the epochs.")
+
+
 def one_snapshot_sentence(epochs: Sequence[int]) -> str | None:
     """What a view across epochs says of a run with fewer than two snapshots (None: it has two or more)."""
     if len(epochs) >= 2:

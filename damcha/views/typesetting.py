@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-import textwrap
 
 import plotly.graph_objects as go
 
@@ -45,8 +44,24 @@ def wrapped(text: str | None, width_px: float, font_size: float) -> str | None:
     chars = max(8, int(width_px / (CHARACTER_WIDTH * font_size)))
     lines = []
     for part in re.split(r"<br\s*/?>", text):
-        lines += textwrap.wrap(part, chars, break_long_words=False, break_on_hyphens=False) or [""]
+        lines += _filled(part, chars) or [""]
     return "<br>".join(lines)
+
+
+def _visible(word: str) -> int:
+    """The characters a word shows (its markup, such as <sub>i</sub>'s tags, takes no room)."""
+    return len(re.sub(r"<[^>]+>", "", word))
+
+
+def _filled(text: str, chars: int) -> list[str]:
+    """Words filled into lines of at most `chars` visible characters (a longer word stands alone)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and _visible(lines[-1]) + 1 + _visible(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def _subplot_width(fig: go.Figure, annotation) -> float:
@@ -134,6 +149,7 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
         below_title = (max((_lines(a.text) for a in top), default=0) + 0.5 * bool(top)) * LINE * font_size
         fig.update_layout(title=dict(text=title, y=1.0, yref="container", yanchor="top", pad=dict(t=font_size + 4)),
                           margin=dict(t=int(font_size + 16 + _lines(title) * LINE * (font_size + 1) + below_title)))
+    _fit_square_row(fig, width_px, font_size)
     # After the title's margin is set: rows are spaced in the plot height that is left.
     _space_rows(fig, LINE * font_size)
     _thin_listed_ticks(fig, plot_width, height, font_size)
@@ -185,6 +201,29 @@ def _wrap_category_labels(fig: go.Figure, width_px: int, font_size: int) -> None
         axis.update(tickmode="array", tickvals=names, ticktext=labels)
         if fig.layout.height:
             fig.layout.height += 1.5 * sum(_lines(t) - 1 for t in labels) * LINE * font_size  # with air between rows
+
+
+def _fit_square_row(fig: go.Figure, width_px: int, font_size: int) -> None:
+    """A single row of square panels (heatmaps with square cells) gets the height its panels need at
+    this width, whatever height it had on screen: 100 px squares stood in a 400 px page,
+    their titles and a colour bar as long as the page far from them."""
+    xs = _layout_keys(fig, ("xaxis",))
+    ys = _layout_keys(fig, ("yaxis",))
+    if not xs or _layout_keys(fig, ("scene",)):
+        return
+    rows = {tuple(fig.layout[n].domain or (0.0, 1.0)) for n in ys}
+    if len(rows) != 1 or not all(fig.layout[n].scaleanchor for n in ys):
+        return
+    # Long or rotated tick labels push the margins by as much as plotly finds they need: left as they are.
+    labels = [str(t) for n in xs + ys for t in (fig.layout[n].ticktext or fig.layout[n].tickvals or ())]
+    if any(fig.layout[n].tickangle for n in xs) or max(map(len, labels), default=0) > 6:
+        return
+    margin = fig.layout.margin
+    plot_width = width_px - (margin.l if margin.l is not None else 50) - (margin.r if margin.r is not None else 20)
+    side = max((d1 - d0) for d0, d1 in (fig.layout[n].domain or (0.0, 1.0) for n in xs)) * plot_width
+    below = (1 + max((_lines(fig.layout[n].title.text) for n in xs), default=0)) * LINE * font_size + 24
+    top = margin.t if margin.t is not None else 50
+    fig.update_layout(height=int(top + side + below), margin=dict(b=int(below)))
 
 
 def _legend_below_px(fig: go.Figure, line_px: float) -> float:

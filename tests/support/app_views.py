@@ -47,10 +47,10 @@ def open_tab(at, label: str, key: str = "tab"):
     return at.run()
 
 
-def z_of(fig: dict, trace: int = 0) -> np.ndarray:
-    """A trace's z as numbers (plotly's JSON may hold it base64-encoded)."""
-    z = fig["data"][trace]["z"]
+def z_of(fig: dict, trace: int = 0, key: str = "z") -> np.ndarray:
+    """A trace's z (or another array, `key`) as numbers (plotly's JSON may hold it base64-encoded)."""
+    z = fig["data"][trace][key]
     if isinstance(z, dict):  # {"dtype", "bdata", "shape"}
-        shape = tuple(int(n) for n in str(z["shape"]).split(","))
-        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape).astype(float)
+        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).astype(float)
+        return flat.reshape(tuple(int(n) for n in str(z["shape"]).split(","))) if z.get("shape") else flat
     return np.asarray(z, dtype=float)
