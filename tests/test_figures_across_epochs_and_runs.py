@@ -15,6 +15,7 @@ from damcha.views.epoch_figures import EPOCH_FIGURES, epoch_figure_item
 from damcha.views.export import Provenance, figure_data
 from damcha.views.model_figures import MODEL_FIGURES
 from damcha.views.run_set_figures import RUN_SET_FIGURES, run_set_item, taken_from
+from tests.support.every_figure import epoch_params, model_params, run_set_params, run_set_runs
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -22,14 +23,6 @@ SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
 def _run_and_input(name: str):
     run = load_run(SHIPPED / name)
     return run, validation_input(run, 3)
-
-
-def _epoch_params(run) -> dict:
-    epochs = list(run.epochs)
-    return {"structure": "metric", "layer": 0, "position": 40, "head": 0, "options": {"metric_mode": "full"},
-            "positions": None, "view": "heatmap", "shown": epochs[::3], "diff_from": epochs[0], "diff_to": epochs[-1],
-            "inputs": 16, "projection": "pca", "epoch": epochs[-1], "mode": "full",
-            "method": "gradient_x_metric"}
 
 
 def _rebuilt_equal(item, root=None) -> None:
@@ -48,13 +41,13 @@ def _rebuilt_equal(item, root=None) -> None:
 @pytest.mark.parametrize("name", list(EPOCH_FIGURES))
 def test_every_figure_across_epochs_is_rebuilt_from_its_provenance(name):
     run, inp = _run_and_input("digits-damcha")
-    item = epoch_figure_item(name, run, inp.tokens, inp.targets, _epoch_params(run), inp.source)
+    item = epoch_figure_item(name, run, inp.tokens, inp.targets, epoch_params(run), inp.source)
     _rebuilt_equal(item)
 
 
 def test_the_animation_draws_each_snapshots_metric_and_the_statistics_losses_are_in_bits():
     run, inp = _run_and_input("digits-damcha")
-    params = _epoch_params(run)
+    params = epoch_params(run)
     frames = epoch_figure_item("epoch_animation", run, inp.tokens, inp.targets, params).figure.frames
     assert [f.name for f in frames] == [str(e) for e in run.epochs]
     for frame, epoch in zip(frames, run.epochs):
@@ -69,7 +62,7 @@ def test_the_animation_draws_each_snapshots_metric_and_the_statistics_losses_are
 
 def test_the_difference_between_two_epochs_is_their_metrics_difference():
     run, inp = _run_and_input("digits-damcha")
-    params = _epoch_params(run)
+    params = epoch_params(run)
     fig = epoch_figure_item("epoch_difference", run, inp.tokens, inp.targets, params).figure
     a, b = (inspect_input(load_model(run, e), inp.tokens, inp.targets) for e in (params["diff_from"], params["diff_to"]))
     at = {"layer": 0, "position": a.position_index(40)}
@@ -77,20 +70,12 @@ def test_the_difference_between_two_epochs_is_their_metrics_difference():
                                b.structure("metric").at(**at) - a.structure("metric").at(**at), rtol=1e-6, atol=1e-9)
 
 
-def _run_set(name: str):
-    """Runs for each figure of several runs: metric figures need two DAMCHA runs; the comparison any two."""
-    metric_runs = ("digits-damcha-static", "digits-damcha")
-    names = ("digits-damcha", "digits-mha") if name.startswith("comparison") else metric_runs
-    return [load_run(SHIPPED / n) for n in names]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUN_SET_FIGURES))
 def test_every_figure_of_several_runs_is_rebuilt_from_its_provenance(name):
-    runs = _run_set(name)
+    runs = run_set_runs(name)
     inp = validation_input(runs[0], 3)
-    params = {"layer": 0, "head": 1, "position": 40, "mode": "full", "method": "gradient_x_metric", "snapshots": 3,
-              "panel": "structure", "panel_run": f"{runs[1].name} @{runs[1].epochs[-1]}"}
+    params = run_set_params(runs)
     taken = taken_from(name, runs, [r.epochs[-1] for r in runs], inp.tokens, inp.targets, params)
     item = run_set_item(name, taken, inp.tokens, inp.targets, params, inp.source, root=SHIPPED)
     assert item.provenance.params["runs"] == [r.name for r in runs]  # named relative to the folder, as the app does
@@ -98,7 +83,7 @@ def test_every_figure_of_several_runs_is_rebuilt_from_its_provenance(name):
 
 
 def test_the_comparison_draws_each_runs_main_structure_and_a_missing_panel_run_is_refused():
-    runs = _run_set("comparison")
+    runs = run_set_runs("comparison")
     inp = validation_input(runs[0], 3)
     params = {"layer": 0, "head": 0, "position": 40}
     taken = taken_from("comparison", runs, [r.epochs[-1] for r in runs], inp.tokens, inp.targets, params)
@@ -134,24 +119,9 @@ def test_every_model_figure_that_applies_is_rebuilt_from_its_provenance(name):
             break
     else:
         pytest.fail(f"{name} applies to none of the shipped runs tried")
-    params = {"n_steps": 4, "n": 8, "layer": 0, "position": 40, "kind": "zero", "structure": record.structures[0].name,
-              **_declared_choices(name, run, inp)}
+    params = model_params(name, run, record, inp)
     (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, params=params, names=[name])
     _rebuilt_equal(item)
-
-
-def _declared_choices(name: str, run, inp) -> dict:
-    """What a model figure is drawn of that the run itself declares: a summary along the input, an
-    intervention taking another input (by its validation index)."""
-    from damcha.analysis.inspection import sequence_profile
-    from damcha.analysis.interventions import available_interventions
-
-    if name == "sequence_profile":
-        return {"structure": sequence_profile(load_model(run), inp.tokens)[0].name}
-    if name == "intervention":
-        iv = next(i for i in available_interventions(run.model_config) if any(p.kind == "input" for p in i.params))
-        return {"intervention": iv.name, "other": 5, "view": "token_loss", "applied": "with"}
-    return {}
 
 
 def test_losses_are_shown_in_the_runs_unit_and_tables_name_it():
@@ -205,7 +175,7 @@ def test_the_command_line_rebuilds_exports_of_several_runs_and_of_the_evidence_a
     from damcha.evidence.view import evidence_item
     from damcha.views.export import read_data_csv, write_item
 
-    runs = _run_set("comparison")
+    runs = run_set_runs("comparison")
     inp = validation_input(runs[0], 3)
     params = {"layer": 0, "head": 0, "position": 40}
     taken = taken_from("comparison", runs, [r.epochs[-1] for r in runs], inp.tokens, inp.targets, params)
@@ -238,7 +208,7 @@ def test_the_per_input_loss_scatter_draws_each_validation_inputs_loss_in_bits_un
     from damcha.analysis.interventions import batch_losses
     from damcha.inputs.model_inputs import validation_arrays
 
-    runs = _run_set("comparison")
+    runs = run_set_runs("comparison")
     inp = validation_input(runs[0], 0)
     taken = taken_from("losses_against", runs, [r.epochs[-1] for r in runs], inp.tokens, inp.targets, {"inputs": 32})
     fig = run_set_item("losses_against", taken, inp.tokens, inp.targets, {"inputs": 32}).figure

@@ -406,6 +406,16 @@ def share_bar_range(figs: Sequence[go.Figure]) -> None:
             f.update_yaxes(range=[0, max([max(tops) * 1.05, *fixed])])
 
 
+def _label_under(fig: go.Figure, text: str) -> None:
+    """A line of text under a picture, not on it."""
+    fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=-0.02, yanchor="top", showarrow=False)
+
+
+def _signed_colours(values: np.ndarray) -> list[str]:
+    """Red for a value that raises, blue for one that lowers (the diverging scale's ends)."""
+    return ["#b2182b" if v > 0 else "#2166ac" for v in values]
+
+
 def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, levels 0..16)",
                  highlight: tuple[int, int] | None = None, highlight_label: str = "") -> go.Figure:
     """An 8x8 digit, ink dark, as in scikit-learn's own plots; optionally one pixel outlined (the
@@ -417,8 +427,7 @@ def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, lev
         r, c = highlight
         fig.add_shape(type="rect", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color="#ff2d2d", width=3))
     if highlight_label:
-        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.02, yanchor="top",
-                           showarrow=False)  # under the picture, not on it
+        _label_under(fig, highlight_label)
     fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False)
     fig.update_xaxes(showticklabels=False, constrain="domain")
     return fig
@@ -658,8 +667,7 @@ def named_bars_figure(names: Sequence[str], values: Sequence[float], title: str 
     """One signed bar per name (a loss change per patched site), red raising and blue lowering, its value
     written on it: a few numbers read better as bars than as a 1 x n heatmap."""
     values = np.asarray(values, dtype=float)
-    fig = go.Figure(go.Bar(x=[str(n) for n in names], y=values, marker_color=["#b2182b" if v > 0 else "#2166ac"
-                                                                               for v in values],
+    fig = go.Figure(go.Bar(x=[str(n) for n in names], y=values, marker_color=_signed_colours(values),
                            text=[f"{v:+.3g}" for v in values], textposition="outside", cliponaxis=False,
                            hovertemplate="%{x}: %{y:.4g}<extra></extra>"))
     fig.add_hline(y=0, line=dict(color="black", width=1))
@@ -671,8 +679,7 @@ def named_bars_figure(names: Sequence[str], values: Sequence[float], title: str 
 
 def token_attribution_figure(values: np.ndarray, labels: Sequence[str], title: str = "Attribution per token") -> go.Figure:
     """Bar chart of signed per-token attributions, coloured red (raises) / blue (lowers)."""
-    colours = ["#b2182b" if v > 0 else "#2166ac" for v in values]
-    fig = go.Figure(go.Bar(x=np.arange(len(values)), y=values, marker_color=colours, customdata=list(labels),
+    fig = go.Figure(go.Bar(x=np.arange(len(values)), y=values, marker_color=_signed_colours(values), customdata=list(labels),
                            hovertemplate="%{x} '%{customdata}': %{y:.4g}<extra></extra>"))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=50, b=50))
     fig.update_xaxes(title="token position")
@@ -717,8 +724,7 @@ def rgb_image_figure(image: np.ndarray, title: str = "What the model sees", cell
                            y1=(r + 1) * step - 0.5, line=dict(color="#ff2d2d", width=3)))
     fig.update_layout(title=title, shapes=shapes, margin=dict(l=20, r=20, t=50, b=20), width=380, height=400)
     if highlight_label:
-        fig.add_annotation(text=highlight_label, xref="paper", yref="paper", x=0.5, y=-0.02, yanchor="top",
-                           showarrow=False)  # under the picture, not on it
+        _label_under(fig, highlight_label)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     return fig

@@ -24,7 +24,9 @@ RECORD_RUNS = ("digits-damcha", "digits-mha", "digits-moa", "digits-mma", "digit
                "text-damcha")
 
 
-def _model_params(name: str, run, record, inp) -> dict:
+def model_params(name: str, run, record, inp) -> dict:
+    """A model figure's parameters for this input, with what the run itself declares (a summary along
+    the input, an intervention taking another input by its validation index); {} where it declares none."""
     params = {"n_steps": 4, "n": 8, "layer": 0, "position": 40, "kind": "zero", "structure": record.structures[0].name}
     if name == "sequence_profile":
         from damcha.analysis.inspection import sequence_profile
@@ -53,33 +55,46 @@ def record_and_model_figures() -> list[tuple[str, go.Figure]]:
         record = inspect_input(model, inp.tokens, inp.targets)
         out += [(f"{run_name}:{name}", build_figure(name, record, {})) for name in available_figures(record)]
         for name, figure in MODEL_FIGURES.items():
-            params = _model_params(name, run, record, inp)
+            params = model_params(name, run, record, inp)
             if figure.missing(record, run.model_config) is None and params:
                 values = model_figure_values(name, model, run, inp.tokens, inp.targets, {**params, "mode": "full"})
                 out.append((f"{run_name}:{name}", model_figure(name, values, params, config=run.model_config)))
     return out
 
 
+def epoch_params(run) -> dict:
+    """The parameters every figure across a run's snapshots is drawn with."""
+    epochs = list(run.epochs)
+    return {"structure": "metric", "layer": 0, "position": 40, "head": 0, "options": {"metric_mode": "full"},
+            "positions": None, "view": "heatmap", "shown": epochs[::3], "diff_from": epochs[0], "diff_to": epochs[-1],
+            "inputs": 16, "projection": "pca", "epoch": epochs[-1], "mode": "full", "method": "gradient_x_metric"}
+
+
 def epoch_figures() -> list[tuple[str, go.Figure]]:
     run = load_run(SHIPPED / "digits-damcha")
     inp = validation_input(run, 3)
-    epochs = list(run.epochs)
-    params = {"structure": "metric", "layer": 0, "position": 40, "head": 0, "options": {"metric_mode": "full"},
-              "positions": None, "view": "heatmap", "shown": epochs[::3], "diff_from": epochs[0], "diff_to": epochs[-1],
-              "inputs": 16, "projection": "pca", "epoch": epochs[-1], "mode": "full", "method": "gradient_x_metric"}
-    return [(f"epochs:{name}", epoch_figure_item(name, run, inp.tokens, inp.targets, params).figure)
+    return [(f"epochs:{name}", epoch_figure_item(name, run, inp.tokens, inp.targets, epoch_params(run)).figure)
             for name in EPOCH_FIGURES]
+
+
+def run_set_runs(name: str) -> list:
+    """Runs for each figure of several runs: metric figures need two DAMCHA runs; the comparison any two."""
+    names = ("digits-damcha", "digits-mha") if name.startswith("comparison") else ("digits-damcha-static",
+                                                                                    "digits-damcha")
+    return [load_run(SHIPPED / n) for n in names]
+
+
+def run_set_params(runs) -> dict:
+    return {"layer": 0, "head": 1, "position": 40, "mode": "full", "method": "gradient_x_metric", "snapshots": 3,
+            "panel": "structure", "panel_run": f"{runs[1].name} @{runs[1].epochs[-1]}"}
 
 
 def run_set_figures() -> list[tuple[str, go.Figure]]:
     out = []
     for name in RUN_SET_FIGURES:
-        names = ("digits-damcha", "digits-mha") if name.startswith("comparison") else ("digits-damcha-static",
-                                                                                        "digits-damcha")
-        runs = [load_run(SHIPPED / n) for n in names]
+        runs = run_set_runs(name)
         inp = validation_input(runs[0], 3)
-        params = {"layer": 0, "head": 1, "position": 40, "mode": "full", "method": "gradient_x_metric", "snapshots": 3,
-                  "panel": "structure", "panel_run": f"{runs[1].name} @{runs[1].epochs[-1]}"}
+        params = run_set_params(runs)
         taken = taken_from(name, runs, [r.epochs[-1] for r in runs], inp.tokens, inp.targets, params)
         out.append((f"runs:{name}", run_set_item(name, taken, inp.tokens, inp.targets, params).figure))
     return out
