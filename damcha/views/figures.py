@@ -136,8 +136,10 @@ def matrix_trace(M: np.ndarray, style: MatrixStyle, scale: dict, kind: str = "he
 
 
 # Contours and surfaces draw between neighbouring rows and columns as if they were ordered; heads and
-# the coordinates of a head have no order, so the shapes between them are the drawing's, not the model's.
-INTERPOLATION_NOTE = "contours and surfaces interpolate between neighbouring rows and columns, which have no order"
+# the coordinates of a head have no order, so the shapes between them are the drawing's, not the model's
+# (positions do have one: the note says where it matters, not that it always does).
+INTERPOLATION_NOTE = ("contours and surfaces interpolate between neighbouring rows and columns: where their order is "
+                      "arbitrary (heads, a head's coordinates), so are the shapes between them")
 
 
 def interpolation_noted(title: str, kind: str) -> str:
