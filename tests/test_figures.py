@@ -136,7 +136,8 @@ def test_losses_share_one_palette_and_the_comparison_draws_a_classifier_loss_as_
         rows.append(compared_run(record, name))
     fig = comparison_figure(rows)
     classifier, sequence = fig.data[2], fig.data[5]
-    assert classifier.type == "bar" and list(classifier.x) == ["this input"] and len(rows[0].loss) == 1
+    assert classifier.type == "bar" and list(classifier.y) == ["this input"] and len(rows[0].loss) == 1
+    assert classifier.orientation == "h" and list(classifier.x) == list(rows[0].loss)
     assert sequence.type == "scatter" and sequence.fill == "tozeroy" and len(sequence.x) == len(rows[1].loss)
     np.testing.assert_allclose(np.asarray(sequence.y, dtype=float), np.nan_to_num(rows[1].loss))
     assert {classifier.marker.color, sequence.line.color} == {LOSS_COLOURS["train"]}

@@ -232,3 +232,69 @@ def test_a_grid_with_array_data_is_spaced_and_long_names_on_a_y_axis_are_wrapped
     named.update_layout(height=200)
     typeset(named, 460, 14)
     assert "<br>" in named.layout.yaxis.ticktext[0] and named.layout.height > 200
+
+
+def test_a_panel_under_two_columns_spans_both_after_the_columns_are_set_apart():
+    """A panel spanning two columns (the comparison's loss under its two heatmaps) was taken for a third
+    column: the grid was spaced as three and its panels squeezed to strips."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from damcha.views.typesetting import typeset
+
+    fig = make_subplots(rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], horizontal_spacing=0.02)
+    fig.add_trace(go.Heatmap(z=np.eye(4), colorbar=dict(x=0.5, title="weight")), row=1, col=1)
+    fig.add_trace(go.Heatmap(z=np.eye(4), showscale=False), row=1, col=2)
+    fig.add_trace(go.Scatter(x=np.arange(4), y=np.ones(4)), row=2, col=1)
+    typeset(fig, 460, 14)
+    left, right, under = fig.layout.xaxis.domain, fig.layout.xaxis2.domain, fig.layout.xaxis3.domain
+    assert under[0] == pytest.approx(left[0]) and under[1] == pytest.approx(right[1])
+    assert (right[0] - left[1]) * (460 - fig.layout.margin.l - fig.layout.margin.r) > 40  # the colour bar's room
+    assert right[1] - right[0] > 0.3  # two columns share the width, not three
+
+
+def test_rows_of_square_heatmaps_shrink_to_their_panels_and_the_other_rows_keep_their_height():
+    """A row laid out for the screen's height left a square heatmap, as high as a column's width allows,
+    small in a tall row, its colour bar the row's length; the figure is that much shorter."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from damcha.views.square_panels import fit_square_rows
+
+    fig = make_subplots(rows=3, cols=1, vertical_spacing=0.05)
+    for row in (1, 3):
+        d0, d1 = fig.get_subplot(row, 1).yaxis.domain  # each colour bar beside its panel, as long as the row
+        fig.add_trace(go.Heatmap(z=np.eye(8), colorbar=dict(y=(d0 + d1) / 2, len=d1 - d0)), row=row, col=1)
+        fig.update_yaxes(scaleanchor=f"x{'' if row == 1 else row}", row=row, col=1)
+    fig.add_scatter(x=[0, 1], y=[0, 1], row=2, col=1)
+    fig.update_layout(height=1500, width=400, margin=dict(l=50, r=50, t=50, b=50))
+    plot, width = 1400, 300
+    before = {n: tuple(fig.layout[n].domain) for n in ("yaxis", "yaxis2", "yaxis3")}
+    fit_square_rows(fig, 400)
+    grown = fig.layout.height - 100
+    for name in ("yaxis", "yaxis3"):
+        d0, d1 = fig.layout[name].domain
+        assert (d1 - d0) * grown == pytest.approx(width, abs=1.5)  # as high as the panel is wide
+    d0, d1 = fig.layout.yaxis2.domain
+    assert (d1 - d0) * grown == pytest.approx((before["yaxis2"][1] - before["yaxis2"][0]) * plot)
+    assert fig.layout.height == pytest.approx(1500 - 2 * ((before["yaxis"][1] - before["yaxis"][0]) * plot - width - 1))
+    for bar, name in ((fig.data[0].colorbar, "yaxis"), (fig.data[1].colorbar, "yaxis3")):  # bars shrink with their rows
+        d0, d1 = fig.layout[name].domain
+        assert bar.len == pytest.approx(d1 - d0) and bar.y == pytest.approx((d0 + d1) / 2)
+
+
+@pytest.mark.slow
+def test_the_comparison_at_a_single_column_draws_its_heatmaps_square_and_no_smaller_than_the_column_allows():
+    """Compare's export at a single column squeezed M(x) and attention into 60 x 360 px strips, three
+    panels abreast under titles of seven lines."""
+    require_chromium()
+    settings = ExportSettings.column("single column")
+    fig = _comparison(2)
+    (drawn,) = measured([paper_style(fig, settings)], settings.width)
+    maps = {(t.xaxis or "x") + (t.yaxis or "y") for t in fig.data if t.type == "heatmap"}
+    areas = [a for a in drawn["areas"] if a["name"] in maps]
+    assert len(areas) == 4
+    for a in areas:
+        w, h = a["x1"] - a["x0"], a["y1"] - a["y0"]
+        assert abs(w - h) <= 2 and w >= 80, a
+    assert not clashes(drawn)

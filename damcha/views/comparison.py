@@ -119,8 +119,7 @@ def panel_figure(run: ComparedRun, panel: str, loss_range: Sequence[float] | Non
     if panel == "loss":
         fig = go.Figure(_loss_bars(run))
         fig.update_layout(title=f"{run.label}: loss per position ({run.loss_unit})", margin=dict(l=60, r=20, t=50, b=50))
-        fig.update_xaxes(title="position" if len(run.loss) > 1 else "")
-        fig.update_yaxes(title=f"loss ({run.loss_unit})", **({"range": list(loss_range)} if loss_range else {}))
+        _loss_axes(fig, run, loss_range, title=f"loss ({run.loss_unit})")
         return fig
     raise ValueError(f"unknown panel {panel!r}; expected one of {PANELS}")
 
@@ -133,15 +132,26 @@ def _loss_bars(run: ComparedRun) -> go.Bar | go.Scatter:
     positions, a filled step profile for many; a classifier's one loss as one bar named, not numbered."""
     hover = f"position %{{x}}: target %{{customdata}}<br>%{{y:.3f}} {run.loss_unit}<extra></extra>"
     y = np.nan_to_num(run.loss)
-    if len(run.loss) == 1:
-        return go.Bar(x=["this input"], y=y, showlegend=False, marker_color=LOSS_COLOUR, width=0.5,
-                      hovertemplate=f"%{{x}}: %{{y:.3f}} {run.loss_unit}<extra></extra>")
+    if len(run.loss) == 1:  # lying along the panel's width, as long as the loss
+        return go.Bar(y=["this input"], x=y, orientation="h", showlegend=False, marker_color=LOSS_COLOUR, width=0.5,
+                      hovertemplate=f"%{{y}}: %{{x:.3f}} {run.loss_unit}<extra></extra>")
     if len(run.loss) <= MOST_BARS:
         return go.Bar(x=np.arange(len(run.loss)), y=y, customdata=list(run.loss_labels), showlegend=False,
                       marker_color=LOSS_COLOUR, hovertemplate=hover)
     return go.Scatter(x=np.arange(len(run.loss)), y=y, customdata=list(run.loss_labels), showlegend=False,
                       mode="lines", line=dict(shape="hvh", width=1, color=LOSS_COLOUR), fill="tozeroy",
                       hovertemplate=hover)
+
+
+def _loss_axes(fig: go.Figure, run: ComparedRun, loss_range: Sequence[float] | None, title: str = "", **where) -> None:
+    """The loss axis (y over positions, x along a classifier's one bar) on the shared range, named by
+    `title` (the comparison's subplot title names it there)."""
+    loss_axis = dict(title=title, **({"range": list(loss_range)} if loss_range else {}))
+    if len(run.loss) == 1:
+        fig.update_xaxes(**loss_axis, **where)
+    else:
+        fig.update_xaxes(title="position", **where)
+        fig.update_yaxes(**loss_axis, **where)
 
 
 def shared_loss_range(runs: Sequence[ComparedRun]) -> tuple[float, float]:
@@ -151,19 +161,22 @@ def shared_loss_range(runs: Sequence[ComparedRun]) -> tuple[float, float]:
 
 
 def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure:
-    """Every run as a row of three panels (structure, attention, loss per position), each heatmap
-    with its own colour bar beside it and the loss bars on one scale."""
+    """Every run as two square panels (structure, attention), each heatmap with its own colour bar beside
+    it, over the run's loss per position drawn the whole width and on one scale for every run. Two
+    columns, not three: at a journal's single column three panels abreast left each heatmap a strip."""
     n = len(runs)
     if not n:
         raise ValueError("no runs to compare")
     titles = [t for r in runs for t in (f"{r.label}: {r.structure_title}", r.attention_title, f"loss ({r.loss_unit})")]
-    height = 120 + 380 * n
-    # Between two panels stand the left one's colour bar and the right one's tick labels (export widths
-    # set this gap in pixels: damcha.views.panel_spacing).
-    fig = make_subplots(rows=n, cols=3, subplot_titles=titles, horizontal_spacing=0.2,
-                        vertical_spacing=160 / height, column_widths=[0.36, 0.36, 0.28])  # room for wrapped titles
+    height = 120 + 520 * n
+    # Between the two panels stand the left one's colour bar and the right one's tick labels (export widths
+    # set this gap in pixels: damcha.views.panel_spacing); each run's loss spans both columns.
+    fig = make_subplots(rows=2 * n, cols=2, subplot_titles=titles, horizontal_spacing=0.2,
+                        vertical_spacing=110 / height, row_heights=[1.0, 0.3] * n,
+                        specs=[[{}, {}], [{"colspan": 2}, None]] * n)
     loss_range = shared_loss_range(runs)
-    for row, r in enumerate(runs, start=1):
+    for i, r in enumerate(runs):
+        row = 2 * i + 1
         cells = [(r.structure, r.structure_style), (r.attention, _attention_style(r) if r.attention is not None else None)]
         for col, (M, style) in enumerate(cells, start=1):
             if M is None:
@@ -172,19 +185,19 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
             y0, y1 = sub.yaxis.domain
             trace = figures.matrix_trace(M, style, figures.colour_scale(style.value_kind, M))
             trace.colorbar = figures.colour_bar(style.unit, x=sub.xaxis.domain[1] + 0.005, y=(y0 + y1) / 2, len=y1 - y0,
-                                  thickness=10)
+                                                thickness=10)
             fig.add_trace(trace, row=row, col=col)
             figures.style_axes(fig, style, M.shape, most=16, row=row, col=col)
+            if figures.squarish(M.shape):  # square cells, as every other heatmap of a matrix
+                fig.update_yaxes(scaleanchor=sub.yaxis.anchor, row=row, col=col)
             if col == 2:  # the subplot title says query × key
                 fig.update_yaxes(title="", row=row, col=col)
             if style.grid:
-                k = "" if (row - 1) * 3 + col == 1 else str((row - 1) * 3 + col)
-                for shape in figures.grid_shapes(style.grid, M.shape[0] // style.grid, f"x{k}", f"y{k}"):
+                x, y = sub.yaxis.anchor, sub.xaxis.anchor
+                for shape in figures.grid_shapes(style.grid, M.shape[0] // style.grid, x, y):
                     fig.add_shape(shape)
-        fig.add_trace(_loss_bars(r), row=row, col=3)
-        # The loss axis on the right, where nothing stands: the subplot title names the unit.
-        fig.update_yaxes(range=list(loss_range), side="right", row=row, col=3)
-        fig.update_xaxes(title="position" if len(r.loss) > 1 else "", row=row, col=3)
+        fig.add_trace(_loss_bars(r), row=row + 1, col=1)
+        _loss_axes(fig, r, loss_range, row=row + 1, col=1)
     fig.update_layout(title=title, height=height, margin=dict(l=60, r=30, t=80, b=40))
     fig.update_annotations(font_size=11)
     return fig

@@ -4,7 +4,6 @@ each with a provenance JSON; ZIP bundles. Used by the app and by `python -m damc
 from __future__ import annotations
 
 import atexit
-import copy
 import datetime as _dt
 import io
 import json
@@ -115,7 +114,7 @@ def paper_style(fig: go.Figure, settings: ExportSettings | None = None) -> go.Fi
     exported at (titles wrapped, real subscripts: damcha.views.typesetting)."""
     settings = settings or ExportSettings()
     base = settings.font_size
-    out = go.Figure(copy.deepcopy(fig.to_dict()))
+    out = go.Figure(fig)  # a copy whose arrays stay arrays (to_dict encodes them as base64)
     # A figure's own margins and subplot axes were set for the screen: the template's take over.
     out.update_layout(template=paper_template(base), margin=None, font=None)
     out.update_annotations(font=dict(family=PAPER_FONT, size=base))  # subplot titles are annotations

@@ -79,14 +79,30 @@ def _colour_bar_px(trace, font_size: float, character_width: float, line: float)
     return BAR_PAD + (bar.thickness or 30) + TICK_PAD + ticks + title + BAR_PAD
 
 
-def _columns(fig: go.Figure) -> list[_Column]:
-    columns: dict[tuple[float, float], _Column] = {}
+def _columns(fig: go.Figure) -> tuple[list[_Column], list[tuple[str, int, int]]] | None:
+    """The grid's columns (the x domains that hold no other) and every x axis with the first and last
+    column it spans (a panel under two columns spans both); None where domains overlap in part."""
+    domains: dict[tuple[float, float], list[str]] = {}
     for name in fig.layout.to_plotly_json():
         if name.startswith("xaxis"):
             d = fig.layout[name].domain or (0.0, 1.0)
-            key = (round(float(d[0]), 6), round(float(d[1]), 6))
-            columns.setdefault(key, _Column(key)).axes.append(name)
-    return sorted(columns.values(), key=lambda c: c.domain[0])
+            domains.setdefault((round(float(d[0]), 6), round(float(d[1]), 6)), []).append(name)
+
+    def inside(inner: tuple[float, float], outer: tuple[float, float]) -> bool:
+        return outer[0] - 1e-6 <= inner[0] and inner[1] <= outer[1] + 1e-6
+
+    columns = sorted((_Column(d) for d in domains if not any(o != d and inside(o, d) for o in domains)),
+                     key=lambda c: c.domain[0])
+    placed = []
+    for domain, names in domains.items():
+        covered = [i for i, c in enumerate(columns) if inside(c.domain, domain)]
+        if not covered or any(not inside(c.domain, domain) and c.domain[0] < domain[1] and domain[0] < c.domain[1]
+                              for c in columns):
+            return None
+        for name in names:
+            columns[covered[0]].axes.append(name)
+            placed.append((name, covered[0], covered[-1]))
+    return columns, placed
 
 
 def _axis_ref(name: str) -> str:
@@ -97,27 +113,27 @@ def space_columns(fig: go.Figure, width_px: int, font_size: float, character_wid
     """In place: the grid's columns moved apart by what stands between them at `width_px` (x domains,
     colour bars, subplot titles and paper-placed shapes move with their column; margins take the outer
     columns' needs). Figures of one column, or with 3-D scenes, are left as they are."""
-    columns = _columns(fig)
-    if len(columns) < 2 or any(k.startswith("scene") for k in fig.layout.to_plotly_json()):
+    found = _columns(fig)
+    if found is None or len(found[0]) < 2 or any(k.startswith("scene") for k in fig.layout.to_plotly_json()):
         return
-    for column in columns:
-        for x_name in column.axes:
-            x_ref = _axis_ref(x_name)
-            y_ref = fig.layout[x_name].anchor or ("y" + x_ref[1:])
-            y_name = "yaxis" + y_ref[1:]
-            if y_name not in fig.layout.to_plotly_json():
-                continue
-            traces = [t for t in fig.data if (getattr(t, "xaxis", None) or "x") == x_ref]
-            y_axis = fig.layout[y_name]
-            labels = _text_px(_tick_label_chars(fig, y_name, traces), font_size, character_width) + TICK_PAD
-            title = (y_axis.title.text.count("<br>") + 1) * line * font_size + BAR_PAD if y_axis.title.text else 0.0
-            if y_axis.side == "right":
-                column.right = max(column.right, labels + title + BAR_PAD)
-            else:
-                column.left = max(column.left, labels + title + BAR_PAD)
-            for t in traces:
-                if getattr(t, "colorbar", None) is not None and t.showscale is not False and t.colorbar.x is not None:
-                    column.right = max(column.right, _colour_bar_px(t, font_size, character_width, line))
+    columns, placed = found
+    for x_name, first, last in placed:
+        x_ref = _axis_ref(x_name)
+        y_ref = fig.layout[x_name].anchor or ("y" + x_ref[1:])
+        y_name = "yaxis" + y_ref[1:]
+        if y_name not in fig.layout.to_plotly_json():
+            continue
+        traces = [t for t in fig.data if (getattr(t, "xaxis", None) or "x") == x_ref]
+        y_axis = fig.layout[y_name]
+        labels = _text_px(_tick_label_chars(fig, y_name, traces), font_size, character_width) + TICK_PAD
+        title = (y_axis.title.text.count("<br>") + 1) * line * font_size + BAR_PAD if y_axis.title.text else 0.0
+        if y_axis.side == "right":
+            columns[last].right = max(columns[last].right, labels + title + BAR_PAD)
+        else:
+            columns[first].left = max(columns[first].left, labels + title + BAR_PAD)
+        for t in traces:
+            if getattr(t, "colorbar", None) is not None and t.showscale is not False and t.colorbar.x is not None:
+                columns[last].right = max(columns[last].right, _colour_bar_px(t, font_size, character_width, line))
     margin = fig.layout.margin
     left_margin = max(margin.l if margin.l is not None else 50, columns[0].left)
     right_margin = max(margin.r if margin.r is not None else 20, columns[-1].right)
@@ -133,28 +149,31 @@ def space_columns(fig: go.Figure, width_px: int, font_size: float, character_wid
         new.append((x, x + share))
         x += share + (gaps[k] / plot if k < len(gaps) else 0.0)
     fig.update_layout(margin=dict(l=int(left_margin), r=int(right_margin)))
-    _move(fig, columns, new, plot)
+    _move(fig, columns, placed, new, plot)
 
 
-def _move(fig: go.Figure, columns: list[_Column], new: list[tuple[float, float]], plot: float) -> None:
-    def moved(x: float) -> float:
-        """A paper x inside (or just right of) an old column's domain, at the same place in its new one."""
-        for column, (a, b) in zip(columns, new):
-            d0, d1 = column.domain
+def _move(fig: go.Figure, columns: list[_Column], placed: list[tuple[str, int, int]], new: list[tuple[float, float]],
+          plot: float) -> None:
+    spans = {(columns[first].domain[0], columns[last].domain[1]): (new[first][0], new[last][1])
+             for _, first, last in placed if first != last}
+
+    def moved(x: float, beside: bool = False) -> float:
+        """A paper x inside an old column's domain (or a spanning panel's, unless it is a colour bar beside
+        a column), at the same place in its new one; a colour bar just right of its column."""
+        for (d0, d1), (a, b) in [*zip((c.domain for c in columns), new), *([] if beside else spans.items())]:
             if d0 - 1e-6 <= x <= d1 + 1e-6:
                 return a + (x - d0) / (d1 - d0) * (b - a)
-        for column, (_, b) in zip(reversed(columns), reversed(new)):  # a colour bar beside its column
+        for column, (_, b) in zip(reversed(columns), reversed(new)):
             if x > column.domain[1]:
                 return b + BAR_PAD / plot
         return x
 
-    for column, domain in zip(columns, new):
-        for name in column.axes:
-            fig.layout[name].domain = [min(1.0, max(0.0, v)) for v in domain]
+    for name, first, last in placed:
+        fig.layout[name].domain = [min(1.0, max(0.0, v)) for v in (new[first][0], new[last][1])]
     for trace in fig.data:
         bar = getattr(trace, "colorbar", None)
         if bar is not None and bar.x is not None:
-            bar.x = moved(bar.x)
+            bar.x = moved(bar.x, beside=True)
             bar.xanchor, bar.xpad = "left", 0
     for annotation in fig.layout.annotations:
         if annotation.xref == "paper" and annotation.x is not None:

@@ -9,6 +9,7 @@ import re
 import plotly.graph_objects as go
 
 from damcha.views.panel_spacing import space_columns
+from damcha.views.square_panels import fit_square_rows
 
 # Sizes in CSS pixels at the export's 14 px text (see ExportSettings): a page prints 0.75 pt per px,
 # so 460 px scaled into a 3.3 in column and 940 px into a 7 in double column both print their text
@@ -134,12 +135,7 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
         if annotation.text:
             annotation.text = wrapped(annotation.text, plot_width * _subplot_width(fig, annotation),
                                       annotation.font.size or font_size)
-    for name in _layout_keys(fig, ("xaxis", "yaxis")):
-        axis = fig.layout[name]
-        if axis.title.text:  # wrapped to the axis's own length (a y axis's title runs along its height)
-            d0, d1 = axis.domain or (0.0, 1.0)
-            length = (plot_width if name.startswith("x") else 0.8 * height) * (d1 - d0)
-            axis.title.text = wrapped(axis.title.text, length, axis.title.font.size or font_size)
+    _wrap_axis_titles(fig, plot_width, height, font_size)
     _wrap_category_labels(fig, width_px, font_size)
     title = fig.layout.title.text
     if title:
@@ -152,8 +148,19 @@ def typeset(fig: go.Figure, width_px: int, font_size: int) -> go.Figure:
     _fit_square_row(fig, width_px, font_size)
     # After the title's margin is set: rows are spaced in the plot height that is left.
     _space_rows(fig, LINE * font_size)
-    _thin_listed_ticks(fig, plot_width, height, font_size)
+    fit_square_rows(fig, width_px)
+    _thin_listed_ticks(fig, plot_width, fig.layout.height or height, font_size)
     return fig
+
+
+def _wrap_axis_titles(fig: go.Figure, plot_width: float, height: float, font_size: int) -> None:
+    """Axis titles wrapped to their axis's own length (a y axis's title runs along its height)."""
+    for name in _layout_keys(fig, ("xaxis", "yaxis")):
+        axis = fig.layout[name]
+        if axis.title.text:
+            d0, d1 = axis.domain or (0.0, 1.0)
+            length = (plot_width if name.startswith("x") else 0.8 * height) * (d1 - d0)
+            axis.title.text = wrapped(axis.title.text, length, axis.title.font.size or font_size)
 
 
 def _thin_listed_ticks(fig: go.Figure, plot_width: float, height: float, font_size: int) -> None:
