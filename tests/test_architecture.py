@@ -3,6 +3,7 @@ nothing in damcha/ imports the UI. Every import counts, module-level or inside a
 those under `if TYPE_CHECKING:` (annotations only)."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -75,19 +76,91 @@ def _loaded_by(statement: str) -> list[str]:
     return out.stdout.split()
 
 
+def _module_path(module: str) -> Path | None:
+    parts = module.split(".")[1:]
+    for candidate in (PACKAGE.joinpath(*parts, "__init__.py"), PACKAGE.joinpath(*parts).with_suffix(".py")):
+        if parts and candidate.is_file() or not parts and candidate.name == "__init__.py" and candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def _imported_on_import(path: Path) -> frozenset[str]:
+    """The damcha modules a module's import runs: its statements outside functions and classes (and
+    outside `if TYPE_CHECKING:`), a `from package import name` counting the submodule `name` where
+    there is one."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+
+    def visit(nodes) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("damcha"):
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names if _module_path(f"{node.module}.{a.name}"))
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("damcha"))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                visit(getattr(node, field, []) or [])
+
+    visit(tree.body)
+    return frozenset(found)
+
+
+def _loaded_on_import(module: str) -> set[str]:
+    """Every damcha module `import module` loads, from the import statements alone: each module's
+    packages first (their __init__ runs), then what each module imports as it is imported."""
+    loaded, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for k in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:k])
+            path = _module_path(prefix)
+            if prefix in loaded or path is None:
+                continue
+            loaded.add(prefix)
+            todo += sorted(_imported_on_import(path))
+    return loaded
+
+
 # The package face runs the worker guard before anything else (damcha.runs.workers, standard library only).
 FACE = {"damcha", "damcha.runs", "damcha.runs.workers"}
+LAYER_FACES = {"model": "damcha.model.config", "inputs": "damcha.inputs.model_inputs", "runs": "damcha.runs.train",
+               "analysis": "damcha.analysis.inspection", "views": "damcha.views.figure_sets",
+               "evidence": "damcha.evidence.runner", "hf": "damcha.hf.config", "interop": "damcha.interop"}
 
 
-@pytest.mark.parametrize("layer", LAYERS)
-def test_importing_a_layer_through_the_package_face_loads_no_layer_above_it(layer):
-    """`import damcha.<layer>...` goes through damcha/__init__.py: the face must not pull the house in."""
-    module = {"model": "damcha.model.config", "inputs": "damcha.inputs.model_inputs", "runs": "damcha.runs.train",
-              "analysis": "damcha.analysis.inspection", "views": "damcha.views.figure_sets",
-              "evidence": "damcha.evidence.runner", "hf": "damcha.hf.config", "interop": "damcha.interop"}[layer]
-    above = [m for m in _loaded_by(f"import {module}") if m not in FACE and layer_of(m) is not None
-             and LAYERS.index(layer_of(m)) > LAYERS.index(layer)]
-    assert not above, f"import {module} loads {above}"
+def _above(layer: str, modules) -> list[str]:
+    return sorted(m for m in modules if m not in FACE and layer_of(m) is not None
+                  and LAYERS.index(layer_of(m)) > LAYERS.index(layer))
+
+
+def test_importing_a_layer_through_the_package_face_loads_no_layer_above_it():
+    """`import damcha.<layer>...` goes through damcha/__init__.py: the face must not pull the house in.
+    Every module of every layer, from the import graph; one fresh interpreter checks the graph holds
+    what Python loads."""
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        module = ".".join(("damcha", *rel.parts)).removesuffix(".__init__")
+        above = _above(layer_of(module), _loaded_on_import(module)) if layer_of(module) else []
+        if above:
+            offenders[module] = above
+    assert not offenders, offenders
+    spot = LAYER_FACES["views"]
+    assert set(_loaded_by(f"import {spot}")) == _loaded_on_import(spot)
+
+
+def test_the_import_graph_sees_a_module_pulling_in_a_layer_above(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nfrom damcha.views import figures\ndef f():\n    from damcha.evidence import runner\n")
+    assert _imported_on_import(bad) == {"damcha.views", "damcha.views.figures"}  # not the import inside f
+    assert "damcha.views.figures" in _loaded_on_import("damcha.views.figure_sets")
 
 
 def test_the_public_names_resolve_lazily_and_all_of_them_exist():

@@ -235,19 +235,19 @@ def test_mechanism_settings_are_validated_and_reach_the_layers():
         config("tha", attention_options={"tha_init": "zeros"})
 
 
-def test_cli_trains_a_comparison_variant_with_a_setting(tmp_path):
+def test_cli_trains_a_comparison_variant_with_a_setting(tmp_path, capsys):
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
+
+    from damcha.__main__ import main
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "damcha", "train", "--dataset", "digits", "--variant", "colmha", "--option",
-           "colmha_dk=16", "--n-layer", "1", "--n-embd", "16", "--epochs", "1", "--out", str(out)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
-    assert result.returncode == 0, result.stderr
+    args = ["train", "--dataset", "digits", "--variant", "colmha", "--option", "colmha_dk=16", "--n-layer", "1",
+            "--n-embd", "16", "--epochs", "1", "--train-limit", "64", "--completion-images", "4",
+            "--completion-samples", "1"]
+    assert main([*args, "--out", str(out)]) == 0
     model = json.loads((out / "config.json").read_text())["model"]
     assert model["attention"] == "colmha" and model["attention_options"] == {"colmha_dk": 16, "colmha_init": "concatenate"}
-    bad = subprocess.run(cmd[:-2] + ["--option", "nope=1", "--out", str(tmp_path / "bad")], capture_output=True, text=True,
-                         timeout=300, cwd=Path(__file__).resolve().parents[1])
-    assert bad.returncode == 2 and "has no settings ['nope']" in bad.stderr and "Traceback" not in bad.stderr
+    capsys.readouterr()
+    assert main([*args, "--option", "nope=1", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "has no settings ['nope']" in err and "Traceback" not in err

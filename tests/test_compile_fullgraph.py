@@ -2,13 +2,14 @@
 with and without padding, decoder and classifier — or the mechanism declares why it cannot
 (`Mechanism.graph_break`) and is held to it. Captured with the aot_eager backend (AOTAutograd traces
 the backward too, without generating code, so the walk takes seconds); inductor's generated code is
-checked against eager in tests/test_fast_path.py."""
+checked against eager for DAMCHA's training step (the train CLI's --compile) at the end."""
 
 import pytest
 import torch
 
 from damcha import ModelConfig, variant_config, variant_names
 from damcha.model.transformer import build_model
+from tests.support.models import tiny_model
 
 PAD = 10
 
@@ -56,3 +57,20 @@ def test_every_mechanism_compiles_as_one_graph(variant, case):
     assert grads.keys() == eager_grads.keys() and grads
     for name in grads:
         torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_compiled_training_step_matches_eager():
+    """torch.compile (the train CLI's --compile) must change speed only: same loss and gradients."""
+    model = tiny_model("damcha", True, dtype=torch.float32, dropout=0.0)
+    tokens = torch.randint(0, 11, (4, 12))
+    compiled = torch.compile(model)
+    results = []
+    for m in (model, compiled):
+        model.zero_grad()
+        loss = m(tokens, targets=tokens).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (le, ge), (lc, gc) = results
+    torch.testing.assert_close(lc, le, atol=1e-5, rtol=1e-5)
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

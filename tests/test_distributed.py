@@ -30,37 +30,42 @@ def largest_difference(a: Path, b: Path) -> float:
 
 
 STRATEGIES = pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+EPOCHS = ["--epochs", "3", "--snapshot-epochs", "1"]
 
 
-@STRATEGIES
-def test_two_gloo_processes_end_with_the_weights_of_one(tmp_path, strategy):
-    args = [*TRAIN, "--epochs", "1", "--snapshot-epochs", "1"]
-    one = subprocess.run([sys.executable, "-m", "damcha", *args, "--out", str(tmp_path / "one")], cwd=ROOT,
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    """The same training in one process, the reference both strategies are held to."""
+    out = tmp_path_factory.mktemp("one-process")
+    one = subprocess.run([sys.executable, "-m", "damcha", *TRAIN, *EPOCHS, "--out", str(out)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run(torchrun(*args, "--strategy", strategy, "--out", str(tmp_path / "two"), "--log-dir",
-                                  str(tmp_path / "tb")), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stderr
-    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1  # rank 0 alone logs
-    diff = largest_difference(tmp_path / "one" / "epoch_0001.safetensors", tmp_path / "two" / "epoch_0001.safetensors")
-    assert diff < 1e-5  # float summation order only
-    rows = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
-    assert len(rows) == 2  # rank 0 alone wrote the metrics
-    sharded_state = (tmp_path / "two" / "training_state_fsdp").is_dir()
-    assert sharded_state == (strategy == "fsdp") and (tmp_path / "two" / "training_state.safetensors").exists() != sharded_state
+    return out
 
 
 @STRATEGIES
-def test_a_run_killed_under_torchrun_resumes_to_the_same_weights(tmp_path, strategy):
-    args = [*TRAIN, "--epochs", "3", "--snapshot-epochs", "3", "--strategy", strategy]
-    straight = subprocess.run(torchrun(*args, "--out", str(tmp_path / "straight")), cwd=ROOT, capture_output=True,
-                              text=True, timeout=300)
+def test_two_gloo_processes_end_with_the_weights_of_one_and_a_killed_run_resumes_to_them(tmp_path, one_process,
+                                                                                       strategy):
+    """Two ranks train the weights of one process (float summation order only), rank 0 alone logs and
+    writes; a run killed after its first epoch resumes to the very weights of the run never killed."""
+    args = [*TRAIN, *EPOCHS, "--strategy", strategy]
+    straight = subprocess.run(torchrun(*args, "--out", str(tmp_path / "straight"), "--log-dir", str(tmp_path / "tb")),
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert straight.returncode == 0, straight.stderr
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 1  # rank 0 alone logs
+    for epoch in ("epoch_0001", "epoch_0003"):
+        assert largest_difference(one_process / f"{epoch}.safetensors", tmp_path / "straight" / f"{epoch}.safetensors") < 1e-5
+    rows = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 4  # epochs 0 to 3, written by rank 0 alone
+    sharded_state = (tmp_path / "straight" / "training_state_fsdp").is_dir()
+    assert sharded_state == (strategy == "fsdp")
+    assert (tmp_path / "straight" / "training_state.safetensors").exists() != sharded_state
+
     out = tmp_path / "killed"
     proc = subprocess.Popen(torchrun(*args, "--out", str(out)), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 240
     metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:  # epoch 1 written
             break
