@@ -11,7 +11,7 @@ changing one thing at a time: the learning rate, a linear warm-up, and the start
 m_i; w/o f(x) starts at the identity). It prints the test accuracy per seed and how many seeds pass
 the evidence's bound (0.5), beside w/o f(x) and MHA at the same rate: a finding about this
 implementation's start and schedule, not about the paper (whose initialisation is not in what we have).
-The identity start is also DAMCHA's setting `generator_start='identity'` (tests/test_benchmarks.py ties
+The identity start is also DAMCHA's setting `generator_start='identity'` (tests/integration/test_benchmarks.py ties
 the two); here it is applied after the build, so the read-out can be scaled as well.
 """
 

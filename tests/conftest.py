@@ -75,15 +75,18 @@ LONGEST_FIRST = ("test_every_mechanism.py",  # 265 s: a tiny run per variant and
                  "test_interop_docs.py",  # docs/interop.md's examples
                  "test_lens.py",  # TransformerLens's hooks on every variant
                  "test_nnsight.py")
-# The slow tier: every module above. `pytest -m "not slow"` (the inner loop: the mechanisms, their
-# recomputations and fast paths, training, inspection, figures, data) leaves them out; CI and the
-# README's test command run everything.
-SLOW_MODULES = frozenset(LONGEST_FIRST)
+def pytest_addoption(parser):
+    parser.addini("slow_folders", type="args", default=[],
+                  help="folders under tests/ whose modules form the slow tier (marked slow)")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    """The slow tier by folder (pyproject.toml's slow_folders: integration, app, browser, robustness);
+    tests/unit is the inner loop, with the few single tests marked slow there by name."""
+    slow_folders = set(config.getini("slow_folders"))
+    tests = Path(__file__).resolve().parent
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within a module stays
     for item in items:
-        if item.path.name in SLOW_MODULES:
+        if item.path.resolve().relative_to(tests).parts[0] in slow_folders:
             item.add_marker(pytest.mark.slow)

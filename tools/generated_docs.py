@@ -1,7 +1,7 @@
 """The lists in the docs that the registries decide: variants, mechanism settings and data sets.
 
 The docs hold each between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; `python
-tools/generated_docs.py` rewrites them from the registries, and tests/test_generated_docs.py fails
+tools/generated_docs.py` rewrites them from the registries, and tests/unit/test_generated_docs.py fails
 when a block differs from what the registries give (a data set, variant or setting added or
 renamed without the docs following).
 """

@@ -20,7 +20,7 @@ from damcha.runs.hf_folders import CODE_FILES, OWN_AUTO_MAP
 PACKAGE = Path(__file__).resolve().parents[1]  # damcha/
 BUNDLE_FILE, CONFIG_CODE, MODEL_CODE = CODE_FILES
 # The classes' whole import closure: the model layer imports nothing outside itself; the two Hugging Face
-# modules import the model layer only (tests/test_hf_remote_code.py loads every variant without the package).
+# modules import the model layer only (tests/integration/test_hf_remote_code.py loads every variant without the package).
 BUNDLED_FILES = ("model", "hf/config.py", "hf/models.py")
 # These two run heavy imports (the whole Hugging Face layer, a worker guard): bundled as bare packages.
 BARE_PACKAGES = {"damcha": "DAMCHA Lab's modules bundled into a Hugging Face folder.",

@@ -242,7 +242,7 @@ def test_every_generated_corruption_of_a_run_folder_is_handled(tmp_path, capsys)
     root.mkdir()
     pristine = tmp_path / "pristine"
     # The run's files; its shipped tables (derived/, a folder that cannot be hard-linked) are read only
-    # through the cache and have their own broken-entry tests (tests/test_shipped_tables.py).
+    # through the cache and have their own broken-entry tests (tests/unit/test_shipped_tables.py).
     shutil.copytree(SHIPPED, pristine, ignore=shutil.ignore_patterns(SHIPPED_FOLDER))
     cases = all_run_cases()
     tally: dict[str, int] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import ARTIFACTS, CHROMIUM_ARGS, free_port, require_chromium, wait_until_healthy
+from tests.support.browser import ARTIFACTS, CHROMIUM_ARGS, free_port, require_chromium, settled, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "checkpoints"
@@ -49,7 +49,7 @@ def type_folder(page, folder: str) -> None:
         page.get_by_text("Checkpoint folder").click()
     field.fill(folder)
     field.press("Enter")
-    page.wait_for_timeout(1500)
+    settled(page)
     page.wait_for_function("!document.querySelector(\"[data-testid='stStatusWidget']\")", timeout=60_000)
 
 

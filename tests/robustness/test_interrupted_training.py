@@ -19,12 +19,23 @@ ARGS = ["--dataset", "digits", "--variant", "damcha", "--n-layer", "1", "--n-hea
         "--generator-widths", "16", "--epochs", "3", "--batch-size", "128", "--dropout", "0.1", "--device", "cpu"]
 
 
-def _train(out: Path, kill_after: float | None = None) -> int:
+def _train(out: Path, kill: tuple[int, float] | None = None) -> int:
+    """Train to the end, or (kill = (rows, delay)) kill the run `delay` seconds after it has written `rows`
+    new rows of metrics: after an event of training, never while the interpreter is still importing."""
+    metrics = out / "metrics.jsonl"
+
+    def written() -> int:
+        return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+    before = written()
     cmd = [sys.executable, "-m", "damcha", "train", *ARGS, "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if kill_after is None:
+    if kill is None:
         return proc.wait(timeout=600)
-    time.sleep(kill_after)
+    rows, delay = kill
+    while proc.poll() is None and written() < before + rows:
+        time.sleep(0.02)
+    time.sleep(delay)  # somewhere in the epoch that follows, or in its writes
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     return proc.wait(timeout=60)
@@ -42,8 +53,8 @@ def test_kill_at_random_points_then_resume(tmp_path):
     for seed in range(2):
         out = tmp_path / f"killed{seed}"
         rng = random.Random(seed)
-        for _ in range(2):
-            _train(out, kill_after=rng.uniform(2.0, 7.0))
+        for _ in range(2):  # killed after its k-th new row of metrics (an epoch's evaluation), then a random delay
+            _train(out, kill=(rng.randint(1, 2), rng.uniform(0.0, 1.5)))
             if list(out.glob("epoch_*.safetensors")):
                 run = load_run(out)  # every snapshot on disk after a kill is complete and loads
                 for e in run.epochs:

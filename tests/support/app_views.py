@@ -6,8 +6,16 @@ each structure), one rerun each, and reads what every view rendered."""
 
 import base64
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from app.navigation import PAGES as NAVIGATION
+
+APP = str(Path(__file__).resolve().parents[2] / "app" / "streamlit_app.py")
+# Pages that show the sidebar's run (the others, the evidence, read no run and have tests of their own).
+RUN_PAGES = [e.path.stem for e in NAVIGATION if any(w in e.path.read_text() for w in ("selected_run(", "run_page(", '"selection"'))]
 
 TAB_KEYS = ("tab", "grid")  # the URL keys of the pages' tab groups (the Inspector's, Training dynamics')
 CHOICE_KEYS = ("shown", "drawn")  # controls inside a tab that choose one of several figures
@@ -54,3 +62,16 @@ def z_of(fig: dict, trace: int = 0, key: str = "z") -> np.ndarray:
         flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).astype(float)
         return flat.reshape(tuple(int(n) for n in str(z["shape"]).split(","))) if z.get("shape") else flat
     return np.asarray(z, dtype=float)
+
+
+def page_app(root: Path, run: str, page: str, compare_with: list[str] | None = None, **params) -> AppTest:
+    """A page of the app, run once on `run` of the checkpoint folder `root` (query parameters as given)."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["checkpoint_root"] = str(root)
+    at.session_state["table_rows"] = 8  # the data table of a few validation inputs: every variant, in seconds
+    at.session_state["compare_runs"] = compare_with or [run]  # all runs at once in a test of their own
+    at.query_params["run"] = run
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    at.switch_page(f"../pages/{page}.py")
+    return at.run()

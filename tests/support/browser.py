@@ -104,3 +104,17 @@ def wait_for_figures(pg, n: int, timeout_s: float = 90) -> int:
             return count
         pg.wait_for_timeout(500)
     return count
+
+
+SCRIPT_STATE = "document.querySelector(\"[data-testid='stApp']\")?.getAttribute('data-test-script-state')"
+
+
+def settled(pg, timeout_s: float = 90) -> None:
+    """Wait for the rerun an action asked for to end (Streamlit marks its app root with the script's
+    state): first for it to start, a moment at most (it may have run already, or need no rerun), then
+    for it to finish. An event, not a fixed pause."""
+    try:
+        pg.wait_for_function(f"{SCRIPT_STATE} === 'running'", timeout=2_000)
+    except Exception:  # noqa: BLE001 — playwright's TimeoutError: the run ended before we looked, or none began
+        pass
+    pg.wait_for_function(f"{SCRIPT_STATE} === 'notRunning'", timeout=timeout_s * 1000)

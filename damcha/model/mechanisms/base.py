@@ -195,7 +195,7 @@ class Mechanism:
     # of maps, a learned collapse): summaries that read them as probabilities (entropies) do not apply.
     signed_attention: ClassVar[bool] = False
     # Why torch.compile cannot capture this mechanism's forward and backward as one graph ('' when it
-    # can: every registered mechanism today); tests/test_compile_fullgraph.py holds every one to it.
+    # can: every registered mechanism today); tests/integration/test_compile_fullgraph.py holds every one to it.
     graph_break: ClassVar[str] = ""
     # Methods of the shared module (build_shared) called other than through forward: FSDP registers
     # them so they gather the module's sharded weights too.

@@ -1,0 +1,119 @@
+"""`evidence --launcher slurm` on a real one-node Slurm cluster (tests/support/slurm.py): the tiny scale's
+units as job-array elements, one running job cancelled with scancel and resubmitted, and results.json
+equal to the local launcher's, value for value; refusals before anything is submitted. In CI the
+cluster must start (.ci/run installs slurm-wlm and munge); elsewhere the test skips with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from damcha.inputs.datasets.generated import write_standard_format_files
+from tests.support.slurm import missing, one_node_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAIM = "table5_text@enwik8"  # four arms, one seed each: four jobs (not tuned at this scale)
+
+
+def _require_slurm() -> None:
+    why = missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"a one-node Slurm cluster must run in CI: {why}")
+        pytest.skip(f"no Slurm here: {why}")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    _require_slurm()
+    with one_node_cluster(tmp_path / "cluster") as env:
+        yield env
+
+
+def _evidence(data: Path, out: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "damcha", "evidence", "--scale", "tiny", "--only", CLAIM, "--seeds", "1",
+            "--data-dir", str(data), "--out", str(out), *flags]
+
+
+def _values(out: Path) -> dict:
+    doc = json.loads((out / "results.json").read_text())
+    return {c["key"]: c["values"] for c in doc["claims"]} | {"tuning": doc.get("tuning")}
+
+
+def _running_job(env: dict, timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["squeue", "-h", "-r", "-t", "R", "-o", "%i"], capture_output=True, text=True, env=env)
+        if listed.stdout.split():
+            return listed.stdout.split()[0]
+        time.sleep(0.2)
+    raise AssertionError("no job of the evidence ever ran")
+
+
+def test_evidence_through_slurm_survives_a_cancelled_job_and_equals_the_local_launcher(cluster, tmp_path):
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    env = {k: v for k, v in cluster.items() if k != "DAMCHA_CACHE"}
+    local = subprocess.run(_evidence(data, tmp_path / "local", "--workers", "2"), cwd=ROOT, capture_output=True,
+                           text=True, timeout=900, env=env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    command = subprocess.Popen(_evidence(data, tmp_path / "slurm", "--launcher", "slurm"), cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        cancelled = _running_job(cluster)
+        subprocess.run(["scancel", cancelled], check=True, env=cluster)
+        stdout, stderr = command.communicate(timeout=900)
+    finally:
+        command.kill()
+    assert command.returncode == 0, stderr[-3000:]
+    assert f"{cancelled} left the queue without a result: submitted again" in stderr, stderr[-3000:]
+    assert _values(tmp_path / "slurm") == _values(tmp_path / "local")
+    doc = json.loads((tmp_path / "slurm" / "results.json").read_text())
+    assert doc["complete"] and doc["calls"][-1]["launcher"] == "slurm"
+    assert list((tmp_path / "slurm" / "work" / "slurm").iterdir()), "the jobs' logs are kept beside the units"
+
+
+def test_a_slurm_launch_that_cannot_work_is_refused_before_anything_is_submitted(cluster, tmp_path):
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    unknown = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--slurm-partition", "gpu-huge"),
+                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=cluster)
+    assert unknown.returncode == 2 and "not a partition of this cluster (it has: debug)" in unknown.stderr
+    no_slurm = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm"), cwd=ROOT, capture_output=True,
+                              text=True, timeout=300, env={**cluster, "PATH": str(Path(sys.executable).parent)})
+    assert no_slurm.returncode == 2 and "sbatch is not on PATH" in no_slurm.stderr
+    ignored = subprocess.run(_evidence(data, tmp_path / "out", "--slurm-partition", "debug"), cwd=ROOT,
+                             capture_output=True, text=True, timeout=300, env=cluster)
+    assert ignored.returncode == 2 and "--slurm-partition only apply with --launcher slurm" in ignored.stderr
+    for refused in (unknown, no_slurm, ignored):
+        assert "Traceback" not in refused.stderr and refused.stderr.strip().splitlines()[-1].startswith("error: ")
+    queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster)
+    assert queue.stdout.strip() == "" and not (tmp_path / "out" / "work" / "slurm").exists()  # nothing submitted
+
+
+def test_a_work_folder_other_nodes_cannot_see_is_refused_on_a_cluster_of_several_nodes(tmp_path, monkeypatch):
+    from damcha.evidence.slurm import SlurmError, SlurmSettings, check, file_system
+
+    _require_slurm()
+    work = tmp_path / "work"
+    with one_node_cluster(tmp_path / "cluster", ghost_node=True) as env:
+        monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
+        with pytest.raises(SlurmError, match=f"on a {file_system(work)} file system, which the cluster's other "
+                                             "nodes cannot see \\(it has 2 nodes\\)"):
+            check(SlurmSettings(), work)
+
+
+def test_launcher_flags_with_restate_are_refused_not_ignored(tmp_path, capsys):
+    from damcha.__main__ import main
+
+    for flags in (["--launcher", "slurm"], ["--slurm-partition", "gpu"]):
+        assert main(["evidence", "--restate", "--out", str(tmp_path / "out"), *flags]) == 2
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert said.startswith("error: --restate trains nothing") and flags[0] in said, said
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,145 @@
+"""The evidence at another scale: claims moved onto the standard data sets at the scale's model size, the
+files located and checked and the budget held to, all before anything trains."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from damcha.__main__ import main
+from damcha.evidence.catalogue import claims
+from damcha.evidence.scales import PAPER, SCALES, TINY, Setting, budget, check_data, locate_data, scale_claims
+from damcha.evidence.units import model_parameters
+from damcha.inputs.datasets import DataError
+from damcha.inputs.datasets.generated import write_standard_format_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("standard-formats")
+    write_standard_format_files(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny(data_dir):
+    return Setting(TINY, locate_data(TINY, data_dir))
+
+
+def test_a_scale_moves_each_claim_onto_the_data_its_demo_data_stand_for(tiny):
+    moved = {c.key: c for c in scale_claims(TINY, tiny)}
+    assert set(moved) == {"table1_images@cifar10", "table2_efficiency@tiny", "table4_ablations@cifar10",
+                          "table5_text@enwik8", "table5_text@text8"}
+    demo = {c.key: c for c in claims(TINY.smoke)}
+    for key, claim in moved.items():
+        base = demo[key.split("@")[0]]
+        assert [a.name for a in claim.arms] == [a.name for a in base.arms]  # the same arms, seeds and verdict rule
+        assert (claim.reference, claim.verdict_against, claim.controls, claim.min_seeds) == \
+               (base.reference, base.verdict_against, base.controls, base.min_seeds)
+        for arm in claim.arms:
+            if arm.kind == "train":
+                assert arm.dataset == key.split("@")[1]
+                assert dict(arm.overrides).items() >= {k: v for k, v in TINY.model.items() if k != "n_embd"}.items()
+    table4 = moved["table4_ablations@cifar10"]  # digits' likelihood becomes CIFAR's squared error
+    assert table4.metric == "val_mse" and table4.compared == ("val_mse",) and "val_completion_mse" in table4.columns
+    assert moved["table5_text@text8"].metric == "val_bits_per_char"
+    assert dict(moved["table5_text@enwik8"].arms[0].overrides)["block_size"] == TINY.place("enwik8").block_size
+
+
+def test_the_capacity_matched_arm_is_matched_again_at_the_scale(tiny):
+    table4 = next(c for c in scale_claims(TINY, tiny) if c.key == "table4_ablations@cifar10")
+    matched = next(a for a in table4.arms if a.name.startswith("MHA at"))
+    params = model_parameters(matched.variant, "cifar10", matched.overrides, tiny)
+    target = model_parameters("damcha", "cifar10", TINY.model_overrides("cifar10"), tiny)
+    narrower = model_parameters("mha", "cifar10", (*matched.overrides, ("n_embd", dict(matched.overrides)["n_embd"] - 4)), tiny)
+    assert abs(params - target) <= abs(narrower - target) and abs(params - target) / target < 0.05
+
+
+def test_every_missing_file_is_named_at_once_before_anything_trains(tmp_path):
+    (tmp_path / "text8").write_bytes(b"a b " * 100)
+    with pytest.raises(DataError, match=r"lacks what --scale paper reads: cifar10 \(cifar-10-batches-py\), "
+                                        r"enwik8 \(enwik8 or enwik8\.zip\)"):
+        locate_data(PAPER, tmp_path)
+    with pytest.raises(DataError, match="needs --data-dir"):
+        locate_data(PAPER, None)
+    assert locate_data(PAPER, tmp_path, ["table5_text@text8"]) == (("text8", str(tmp_path / "text8")),)
+
+
+def test_copies_that_are_not_the_published_files_are_refused_at_paper_scale(data_dir, tmp_path, capsys):
+    with pytest.raises(DataError) as refused:
+        check_data(Setting(PAPER, locate_data(PAPER, data_dir)))
+    said = str(refused.value)
+    assert "nothing was trained" in said and "not the published cifar10 data_batch_1" in said
+    assert "not the published enwik8" in said and "not the published text8" in said  # every file, at once
+    out = tmp_path / "out"
+    code = main(["evidence", "--scale", "paper", "--data-dir", str(data_dir), "--out", str(out)])
+    assert code == 2 and "not the published" in capsys.readouterr().err
+    assert not (out / "work" / "runs").exists()
+
+
+def test_too_little_data_for_a_batch_is_refused(tmp_path):
+    write_standard_format_files(tmp_path, images_per_batch=2, corpus_bytes=3_000)
+    with pytest.raises(DataError, match=r"cifar10: \d+ training samples are fewer than one batch of 16"):
+        check_data(Setting(TINY, locate_data(TINY, tmp_path)))
+
+
+def test_the_budget_counts_each_run_once_at_the_measured_rates_and_is_held_to(data_dir, tmp_path, capsys, tiny):
+    rows = {r["claim"]: r for r in budget(tiny, scale_claims(TINY, tiny), 2)}
+    assert rows["table4_ablations@cifar10"]["runs"] == 2 * 3  # DAMCHA's runs are Table 1's, counted there
+    assert rows["table2_efficiency@tiny"]["hours"] == 0  # timed on the CPU, not training
+    hours, measured = TINY.run_hours("damcha", "enwik8")
+    assert measured and hours == pytest.approx(4 * 8 * 64 / TINY.tokens_per_second["damcha"] / 3600)
+    assert TINY.run_hours("dcmha", "enwik8") == (pytest.approx(4 * 8 * 64 / 20_000 / 3600), False)  # the slowest rate
+    out = tmp_path / "out"
+    code = main(["evidence", "--scale", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--budget", "0"])
+    said = capsys.readouterr()
+    assert code == 2 and "more than --budget 0" in said.err
+    assert "table5_text@enwik8" in said.out and "standard files: no" in said.out
+    assert not (out / "work").exists()
+
+
+def test_the_paper_budget_rests_on_the_measured_h200_step():
+    rows = json.loads((ROOT / "benchmarks" / "results" / "scale-h200.json").read_text())["rows"]
+    compiled = next(r for r in rows if r["case"].startswith("paper-size training step (bf16, compiled"))
+    assert PAPER.tokens_per_second == pytest.approx({"damcha": compiled["damcha_tokens_per_s"],
+                                                     "mha": compiled["mha_tokens_per_s"]}, rel=1e-6)
+    assert PAPER.run_hours("damcha", "enwik8")[0] == pytest.approx(100_000 * 16 * 1024 / compiled["damcha_tokens_per_s"] / 3600)
+    assert PAPER.model_overrides("enwik8") == (("n_layer", 10), ("n_head", 8), ("n_embd", 512),
+                                               ("generator_widths", (256, 512)), ("block_size", 1024))
+    assert set(SCALES) >= {"tiny", "paper"}
+
+
+def test_the_page_shows_a_scales_results_beside_the_demos(tmp_path, monkeypatch):
+    """A results folder of `--scale tiny` beside the demo's: a column of the summary, a section under the
+    claim it covers, greyed as a rehearsal; a scale folder that cannot be read is named, the rest shown."""
+    import shutil
+
+    from streamlit.testing.v1 import AppTest
+
+    shipped = ROOT / "checkpoints" / "evidence"
+    demo = tmp_path / "evidence"
+    shutil.copytree(shipped, demo)
+    doc = json.loads((shipped / "results.json").read_text())
+    table5 = next(c for c in doc["claims"] if c["key"] == "table5_text")
+    at_scale = {**table5, "key": "table5_text@enwik8", "title": table5["title"] + " — on enwik8"}
+    (tmp_path / "evidence-tiny").mkdir()
+    (tmp_path / "evidence-tiny" / "results.json").write_text(json.dumps({**doc, "scale": "tiny", "claims": [at_scale]}))
+    (tmp_path / "evidence-paper").mkdir()
+    (tmp_path / "evidence-paper" / "results.json").write_text("{not json")
+    monkeypatch.setenv("DAMCHA_EVIDENCE", str(demo))
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120)
+    at.switch_page("../pages/evidence.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("results at the paper scale cannot be shown" in w.value for w in at.warning)
+    summary = at.dataframe[0].value
+    column = dict(zip(summary["claim"], summary["tiny scale"], strict=True))
+    assert column[table5["title"]].startswith("enwik8: ") and column[table5["title"]].endswith("(rehearsal)")
+    assert sum(v == "not run" for v in column.values()) == len(doc["claims"]) - 1
+    at.selectbox(key="claim").set_value(table5["title"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at_scale["title"] + ", at the tiny scale (a rehearsal of the code path: not evidence)" in \
+        [s.value for s in at.subheader]
+    assert any(":gray-badge[" in m.value and "(rehearsal)" in m.value for m in at.markdown)

@@ -1,0 +1,57 @@
+"""House rules a machine can check: ruff is clean, and the core never imports the UI."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ruff_is_clean():
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "damcha", "app", "pages", "tests", "benchmarks"],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_core_does_not_import_streamlit():
+    offenders = [p.name for p in (ROOT / "damcha").rglob("*.py") if "import streamlit" in p.read_text()
+                 or "from streamlit" in p.read_text()]
+    assert not offenders
+
+
+def test_no_public_function_is_left_unreferenced():
+    """Every public function and method of damcha/ and app/ is named somewhere else (code, tests, docs), or
+    overrides a method of a class it inherits from (a framework's hook such as Hugging Face's
+    get_input_embeddings): dead code is deleted, not kept."""
+    import ast
+    import importlib
+    import re
+    from collections import Counter
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [p for pattern in ("damcha/**/*.py", "app/**/*.py", "pages/*.py", "tests/**/*.py", "benchmarks/**/*.py",
+                                 "examples/*", "docs/*.md") for p in root.glob(pattern) if p.is_file()]
+    words = Counter(re.findall(r"\w+", "\n".join(p.read_text(errors="ignore") for p in sources)))
+    dead = []
+    for path in [*root.glob("damcha/**/*.py"), *root.glob("app/**/*.py")]:
+        tree = ast.parse(path.read_text())
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        for node in tree.body:
+            named = []
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                named.append((node.name, None))
+            if isinstance(node, ast.ClassDef):
+                named += [(sub.name, node.name) for sub in node.body
+                          if isinstance(sub, ast.FunctionDef) and not sub.name.startswith("_")]
+            for name, owner in named:
+                if words[name] > 1:
+                    continue
+                if owner is not None:  # an override of an inherited method is called by whoever defined it
+                    try:
+                        cls = getattr(importlib.import_module(module.removesuffix(".__init__")), owner)
+                    except ImportError:  # an optional extra that is not installed: its overrides are its own
+                        continue
+                    if any(hasattr(base, name) for base in cls.__mro__[1:]):
+                        continue
+                dead.append(f"{path.relative_to(root)}: {owner + '.' if owner else ''}{name}")
+    assert dead == []
