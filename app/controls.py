@@ -31,55 +31,68 @@ UPLOAD_LIMIT_NOTE = (f"Files up to {MAX_UPLOAD_BYTES / 1e6:g} MB ({MAX_UPLOAD_BY
                      "then keeps waiting for a file.")
 
 
+def _validation_sample(run: Run) -> ModelInput:
+    n = validation_count(run)
+    return validation_input(run, url_number_input(st, f"Validation index (0..{n - 1})", 0, n - 1, 0, "sample"))
+
+
+def _uploaded(label: str, kind: str, key: str, note: str, read) -> ModelInput | None:
+    up = st.file_uploader(label, type=UPLOAD_TYPES[kind], key=key)
+    if up is None:
+        st.info(note + " " + UPLOAD_LIMIT_NOTE)
+        return None
+    return read(up)
+
+
+def _uploaded_digit(run: Run) -> ModelInput | None:
+    return _uploaded("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)", "image", "upload_image",
+                     "Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels.",
+                     lambda up: input_from_image(run, up.getvalue(), up.name))
+
+
+def _uploaded_photo(run: Run) -> ModelInput | None:
+    return _uploaded("A colour photo (PNG, JPEG, GIF, BMP, WebP)", "image", "upload_photo",
+                     "Upload any colour photo; it is turned upright, centre-cropped to a square and resized to "
+                     "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels.",
+                     lambda up: input_from_photo(run, up.getvalue(), up.name))
+
+
+def _uploaded_text(run: Run) -> ModelInput | None:
+    return _uploaded("UTF-8 text file", "text", "upload_text",
+                     "Upload a UTF-8 text file; the model reads its first bytes, up to its context length.",
+                     lambda up: input_from_text(run, up.getvalue(), f"file {up.name}"))
+
+
+def _typed_ids(run: Run) -> ModelInput:
+    default = " ".join(str(i % run.model_config.vocab_size) for i in range(1, 33))
+    return input_from_token_ids(run, typed_text_area(st, "Token ids (spaces or commas)", default, "ids"))
+
+
+def _typed_text(run: Run) -> ModelInput:
+    text = typed_text_area(st, "Text", "The metric of each head is computed from the context.", "text")
+    return input_from_text(run, text.encode("utf-8"), "typed text")
+
+
+INPUT_SOURCES = {"Validation sample": _validation_sample, "Upload an image": _uploaded_digit,
+                 "Upload a colour photo": _uploaded_photo, "Upload a text file": _uploaded_text,
+                 "Type token ids": _typed_ids, "Type text": _typed_text}
+# A modality's upload kind: the sources offered before the validation sample, and after it.
+SOURCES_OF_UPLOAD = {"image": ((), ("Upload an image",)), "photo": ((), ("Upload a colour photo",)),
+                     "text": (("Type text", "Upload a text file"), ()), "ids": (("Type token ids",), ())}
+
+
 def input_picker(run: Run) -> ModelInput | None:
     """Upload, type, or pick a validation sample, as the run's modality allows; returns the model
     input or None (with a message shown). The source, validation index and typed text are in the URL."""
     modality = run_modality(run)
-    sources = ["Validation sample"] if bundled(run.dataset) else []
-    if modality.upload == "image":
-        sources.append("Upload an image")
-    elif modality.upload == "photo":
-        sources.append("Upload a colour photo")
-    elif modality.upload == "text":
-        sources = ["Type text", "Upload a text file", *sources]
-    elif modality.upload == "ids":
-        sources = ["Type token ids", *sources]
+    before, after = SOURCES_OF_UPLOAD.get(modality.upload, ((), ()))
+    sources = [*before, *(["Validation sample"] if bundled(run.dataset) else []), *after]
     if not sources:
         st.info(f"{plain_text(run.name)} reads {modality.title} from local files ({plain_text(run.dataset)}) and takes no uploads.")
         return None
     source = st.radio("Input", sources, horizontal=True, **bound("source"))
     try:
-        if source == "Validation sample":
-            n = validation_count(run)
-            return validation_input(run, url_number_input(st, f"Validation index (0..{n - 1})", 0, n - 1, 0, "sample"))
-        if source == "Upload an image":
-            up = st.file_uploader("Image of one handwritten digit (PNG, JPEG, GIF, BMP, WebP)",
-                                  type=UPLOAD_TYPES["image"], key="upload_image")
-            if up is None:
-                st.info("Upload a photo or scan of one digit; it is cropped, centred and reduced to 8x8 grey levels. "
-                        + UPLOAD_LIMIT_NOTE)
-                return None
-            return input_from_image(run, up.getvalue(), up.name)
-        if source == "Upload a colour photo":
-            up = st.file_uploader("A colour photo (PNG, JPEG, GIF, BMP, WebP)", type=UPLOAD_TYPES["image"],
-                                  key="upload_photo")
-            if up is None:
-                st.info("Upload any colour photo; it is turned upright, centre-cropped to a square and resized to "
-                        "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels. " + UPLOAD_LIMIT_NOTE)
-                return None
-            return input_from_photo(run, up.getvalue(), up.name)
-        if source == "Upload a text file":
-            up = st.file_uploader("UTF-8 text file", type=UPLOAD_TYPES["text"], key="upload_text")
-            if up is None:
-                st.info("Upload a UTF-8 text file; the model reads its first bytes, up to its context length. "
-                        + UPLOAD_LIMIT_NOTE)
-                return None
-            return input_from_text(run, up.getvalue(), f"file {up.name}")
-        if source == "Type token ids":
-            default = " ".join(str(i % run.model_config.vocab_size) for i in range(1, 33))
-            return input_from_token_ids(run, typed_text_area(st, "Token ids (spaces or commas)", default, "ids"))
-        text = typed_text_area(st, "Text", "The metric of each head is computed from the context.", "text")
-        return input_from_text(run, text.encode("utf-8"), "typed text")
+        return INPUT_SOURCES[source](run)
     except InputError as e:
         st.error(f"Cannot use this input: {e}")
         return None

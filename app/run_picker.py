@@ -33,44 +33,11 @@ def run_picker() -> tuple[Run | None, int | None]:
     if warning:
         sb.warning(warning)
     st.session_state["listing"] = Listing()
-    root = root_picker(sb)
-    if root is None:
-        return None, None
-    if is_reference_source(root):  # checkpoints of the authors' code: converted once, then opened as runs
-        try:
-            root = reference_root(root, *reference_reading(sb), reference_stamp(root))
-        except (CheckpointError, ValueError, OSError) as e:
-            sb.error(f"{redacted(str(e), root)}. Pick another folder above.")
-            return None, None
-    try:
-        runs, bad = cached_runs(str(root))
-    except CheckpointError as e:
-        sb.error(f"{redacted(str(e), root)}. Pick another folder above.")
-        return None, None
-    st.session_state["listing"] = Listing(root, runs, bad)
-    for path, why in bad:
-        sb.warning(skipped_line(path, why, root))
+    runs, root = _listed_runs(sb)
     if not runs:
-        sb.info("No runs in this folder. Train one with `python -m damcha train --out DIR`.")
         return None, None
-
     by_name = {r.name: r for r in runs}
-    datasets = sorted({r.dataset for r in runs})
-    first_visit = "run" not in st.session_state
-    linked = st.query_params.get("run")
-    if first_visit and linked is not None and linked not in by_name:
-        sb.warning(f"The link's run {plain_text(linked[:100])} is not in this folder; another run is shown.")
-    seed_from_url("run", by_name)
-    seed_from_url("dataset", datasets)
-    if first_visit and st.session_state.get("run") in by_name:  # a link's run decides its data set
-        st.session_state["dataset"] = by_name[st.session_state["run"]].dataset
-    if st.session_state.get("dataset") not in datasets:
-        st.session_state["dataset"] = datasets[0]
-    dataset = sb.selectbox("Data set", datasets, key="dataset")
-    names = [r.name for r in runs if r.dataset == dataset]
-    if st.session_state.get("run") not in names:
-        st.session_state["run"] = names[0]
-    name = sb.selectbox("Run", names, key="run")
+    dataset, name = _chosen_run(sb, by_name)
     run = by_name[name]
     sb.caption(f"{plain_text(run.variant)}: {run.model_config.mechanism.title}")
     for epoch, why in run.bad_snapshots:
@@ -83,6 +50,48 @@ def run_picker() -> tuple[Run | None, int | None]:
     for key, value in (("dataset", dataset), ("run", name), ("epoch", epoch)):
         keep_in_url(key, value)
     return run, epoch
+
+
+def _listed_runs(sb) -> tuple[list[Run], Path | None]:
+    """The runs of the chosen folder (the authors' checkpoints converted once first), each folder that is
+    not a run named in the sidebar; no runs, with the message shown, where there are none to open."""
+    root = root_picker(sb)
+    if root is None:
+        return [], None
+    try:
+        if is_reference_source(root):  # checkpoints of the authors' code: converted once, then opened as runs
+            root = reference_root(root, *reference_reading(sb), reference_stamp(root))
+        runs, bad = cached_runs(str(root))
+    except (CheckpointError, ValueError, OSError) as e:
+        sb.error(f"{redacted(str(e), root)}. Pick another folder above.")
+        return [], root
+    st.session_state["listing"] = Listing(root, runs, bad)
+    for path, why in bad:
+        sb.warning(skipped_line(path, why, root))
+    if not runs:
+        sb.info("No runs in this folder. Train one with `python -m damcha train --out DIR`.")
+    return runs, root
+
+
+def _chosen_run(sb, by_name: dict[str, Run]) -> tuple[str, str]:
+    """(data set, run name) as the sidebar's selects hold them, seeded from the URL: a link's run decides
+    its data set (and one not in this folder is said to be missing)."""
+    datasets = sorted({r.dataset for r in by_name.values()})
+    first_visit = "run" not in st.session_state
+    linked = st.query_params.get("run")
+    if first_visit and linked is not None and linked not in by_name:
+        sb.warning(f"The link's run {plain_text(linked[:100])} is not in this folder; another run is shown.")
+    seed_from_url("run", by_name)
+    seed_from_url("dataset", datasets)
+    if first_visit and st.session_state.get("run") in by_name:
+        st.session_state["dataset"] = by_name[st.session_state["run"]].dataset
+    if st.session_state.get("dataset") not in datasets:
+        st.session_state["dataset"] = datasets[0]
+    dataset = sb.selectbox("Data set", datasets, key="dataset")
+    names = [r.name for r in by_name.values() if r.dataset == dataset]
+    if st.session_state.get("run") not in names:
+        st.session_state["run"] = names[0]
+    return dataset, sb.selectbox("Run", names, key="run")
 
 
 def root_picker(sb) -> Path | None:

@@ -133,24 +133,23 @@ def _figures_parser(sub) -> None:
 
 
 def _figures(args) -> int:
-    import json
-    from pathlib import Path
-
     from tqdm import tqdm
 
-    from damcha.evidence.view import regenerate  # every named figure, the evidence's included
-    from damcha.inputs.model_inputs import input_from_image, input_from_photo, input_from_text, validation_input
-    from damcha.runs.checkpoints import load_run
-    from damcha.views.export import (
-        ALL_FORMATS,
-        STATIC_FORMATS,
-        ExportSettings,
-        Provenance,
-        static_export_status,
-        write_item,
-    )
-    from damcha.views.model_figures import figure_set
-    from damcha.views.run_set_figures import paper_figures
+    from damcha.views.export import write_item
+
+    formats, settings = _export_settings(args)
+    items, settings = _provenance_items(args, settings) if args.from_provenance else (_input_items(args), settings)
+    written = []
+    for item in tqdm(items, desc="writing figures"):
+        written += write_item(item, args.out, formats, settings)
+    print(f"wrote {len(written)} files for {len(items)} figures to {args.out}")
+    return 0
+
+
+def _export_settings(args):
+    """The formats asked for (static ones dropped, with a warning, where no Chromium can draw them) and the
+    export settings (a column preset over --width)."""
+    from damcha.views.export import ALL_FORMATS, STATIC_FORMATS, ExportSettings, static_export_status
 
     formats = [f for f in args.formats.split(",") if f]
     bad = set(formats) - set(ALL_FORMATS)
@@ -166,51 +165,65 @@ def _figures(args) -> int:
     if args.column:
         settings = ExportSettings.column(f"{args.column} column", height=args.height or None, scale=args.scale,
                                          paper_style=not args.no_paper_style, vector_heatmaps=args.vector_heatmaps)
-    if args.from_provenance:
-        path = Path(args.from_provenance)
-        if not path.is_file():
-            raise ValueError(f"{path}: no such provenance file")
+    return formats, settings
+
+
+def _provenance_items(args, settings):
+    """The one figure a provenance file names, rebuilt, and the settings it was exported with."""
+    import json
+    from pathlib import Path
+
+    from damcha.evidence.view import regenerate  # every named figure, the evidence's included
+    from damcha.views.export import ExportSettings, Provenance
+
+    path = Path(args.from_provenance)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such provenance file")
+    try:
+        raw = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a provenance JSON ({e})") from None
+    prov = Provenance.from_dict(raw)
+    root = args.run_root
+    named = prov.run or prov.params.get("results")  # a run, or the evidence folder
+    if root is None and named and not Path(named).is_absolute() and not Path(named).exists():
+        root = Path(__file__).resolve().parent.parent / "checkpoints"
+    return [regenerate(prov, root)], ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
+
+
+def _input_items(args) -> list:
+    """The figure set of a run (or the paper's figures of several) for the input asked for."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from damcha.inputs.model_inputs import input_from_image, input_from_photo, input_from_text, validation_input
+    from damcha.runs.checkpoints import load_run
+    from damcha.views.model_figures import figure_set
+    from damcha.views.run_set_figures import paper_figures
+
+    if not args.run and not args.paper:
+        raise ValueError("--run is required (or --from-provenance, or --paper)")
+    paper_runs = [load_run(p) for p in args.paper.split(",") if p] if args.paper else []
+    run = paper_runs[0] if paper_runs else load_run(args.run)
+    if args.image or args.text:
+        path = Path(args.image or args.text)
+        read = input_from_text if args.text else input_from_photo if run.model_config.input_dim else input_from_image
         try:
-            raw = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not a provenance JSON ({e})") from None
-        prov = Provenance.from_dict(raw)
-        root = args.run_root
-        named = prov.run or prov.params.get("results")  # a run, or the evidence folder
-        if root is None and named and not Path(named).is_absolute() and not Path(named).exists():
-            root = Path(__file__).resolve().parent.parent / "checkpoints"
-        items = [regenerate(prov, root)]
-        settings = ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
+            inp = read(run, _input_file_bytes(path), path.name)
+        except InputError as e:
+            raise InputError(f"{path}: {e}") from None
     else:
-        if not args.run and not args.paper:
-            raise ValueError("--run is required (or --from-provenance, or --paper)")
-        paper_runs = [load_run(p) for p in args.paper.split(",") if p] if args.paper else []
-        run = paper_runs[0] if paper_runs else load_run(args.run)
-        if args.image or args.text:
-            path = Path(args.image or args.text)
-            read = (input_from_text if args.text else input_from_photo if run.model_config.input_dim
-                    else input_from_image)
-            try:
-                inp = read(run, _input_file_bytes(path), path.name)
-            except InputError as e:
-                raise InputError(f"{path}: {e}") from None
-        else:
-            inp = validation_input(run, args.val_index or 0)
-        if paper_runs:
-            items = paper_figures(paper_runs, inp.tokens, inp.targets, inp.source)
-        else:
-            epochs = args.epochs or run.epochs
-            names = [n for n in args.figures.split(",") if n] or None
-            bar = tqdm(total=len(epochs), desc="inspecting snapshots")
-            items = figure_set(run, epochs, inp.tokens, inp.targets, args.mode,
-                               {"layer": args.layer, "position": args.position}, names, inp.source,
-                               progress=lambda k, n: bar.update(1))
-            bar.close()
-    written = []
-    for item in tqdm(items, desc="writing figures"):
-        written += write_item(item, args.out, formats, settings)
-    print(f"wrote {len(written)} files for {len(items)} figures to {args.out}")
-    return 0
+        inp = validation_input(run, args.val_index or 0)
+    if paper_runs:
+        return paper_figures(paper_runs, inp.tokens, inp.targets, inp.source)
+    epochs = args.epochs or run.epochs
+    names = [n for n in args.figures.split(",") if n] or None
+    bar = tqdm(total=len(epochs), desc="inspecting snapshots")
+    items = figure_set(run, epochs, inp.tokens, inp.targets, args.mode, {"layer": args.layer, "position": args.position},
+                       names, inp.source, progress=lambda k, n: bar.update(1))
+    bar.close()
+    return items
 
 
 def _import_reference(args) -> int:

@@ -111,21 +111,12 @@ def validation_table(model: Transformer, inputs, targets, labels=None, mean_inpu
         acts_on = iv.default_parameters(intervention)
         name = f"Δ loss ({unit}): {intervention.title}" + (f" ({acts_on})" if acts_on else "")
         columns[name] = f"{intervention.description} Loss with it − loss of the model, in {unit}."
-        options = iv.intervention_options(model, intervention, x[0], mbar=mbar)
-        changed = iv.batch_losses(model, x, y, options)
+        changed = iv.batch_losses(model, x, y, iv.intervention_options(model, intervention, x[0], mbar=mbar))
         for i in range(n):
             rows[i][name] = float(changed[i] - base[i]) * factor
         tick()
     for i in range(n):
-        target = int(y[i]) if cfg.n_classes else y[i]
-        record = inspect_input(model, x[i], target, positions=[len(x[i]) - 1] if cfg.causal else None)
-        if cfg.n_classes:
-            rows[i]["prediction"] = int(record.logits.argmax())
-            rows[i]["right"] = rows[i]["prediction"] == target
-        accuracy = _next_token_accuracy(record)
-        if accuracy is not None:
-            rows[i]["next-token accuracy"] = accuracy
-        rows[i].update(structure_summaries(record))
+        rows[i].update(_read_off(model, x[i], int(y[i]) if cfg.n_classes else y[i]))
         tick()
     if cfg.n_classes:
         columns.update(prediction="the most probable class", right="whether it is the input's class")
@@ -133,16 +124,38 @@ def validation_table(model: Transformer, inputs, targets, labels=None, mean_inpu
         columns["next-token accuracy"] = "share of positions whose most probable next token is the true one"
     for name in rows[0]:
         columns.setdefault(name, "at layer 1 and the last position (structures per position)")
-    constant = {}
-    for name in list(columns):
-        values = [r.get(name) for r in rows]
-        # a few float32 ulps of a loss of a few bits (one ulp of 3.5 is 2.4e-7): noise, not a difference
-        if name != "input" and n > 1 and all(isinstance(v, float) for v in values) and np.ptp(values) < 5e-6:
-            constant[name] = values[0]
-    for r in rows:
-        for name in constant:
-            r.pop(name, None)
+    constant = _constant_columns(rows, columns)
     first = [c for c in ("input", "label", "prediction", "right", f"loss ({unit})") if c in columns]  # read first
     order = first + [c for c in columns if c not in first]
     rows = [{c: r[c] for c in order if c in r} for r in rows]
     return {"rows": rows, "columns": {k: columns[k] for k in order if k not in constant}, "constant": constant}
+
+
+def _read_off(model: Transformer, tokens, target) -> dict:
+    """One input's columns read off its inspection: the prediction (a classifier), the next-token accuracy,
+    and its structures' summaries at layer 1 and the last position."""
+    cfg = model.config
+    record = inspect_input(model, tokens, target, positions=[len(tokens) - 1] if cfg.causal else None)
+    row = {}
+    if cfg.n_classes:
+        row["prediction"] = int(record.logits.argmax())
+        row["right"] = row["prediction"] == target
+    accuracy = _next_token_accuracy(record)
+    if accuracy is not None:
+        row["next-token accuracy"] = accuracy
+    return {**row, **structure_summaries(record)}
+
+
+def _constant_columns(rows: list[dict], columns: dict) -> dict:
+    """{column: value} of the float columns the same for every row (a static mechanism's structures),
+    taken out of the rows."""
+    constant = {}
+    for name in list(columns):
+        values = [r.get(name) for r in rows]
+        # a few float32 ulps of a loss of a few bits (one ulp of 3.5 is 2.4e-7): noise, not a difference
+        if name != "input" and len(rows) > 1 and all(isinstance(v, float) for v in values) and np.ptp(values) < 5e-6:
+            constant[name] = values[0]
+    for r in rows:
+        for name in constant:
+            r.pop(name, None)
+    return constant

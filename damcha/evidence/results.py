@@ -149,23 +149,9 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
         for arm, vs in metric_values(claim, values, metric).items():
             m, lo, hi = _interval(claim, metric, vs)
             details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
-    groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
     against = _against_trivial_baselines(claim, values)
     unbeaten = {metric for metric, (_, _, worse, top, _) in against.items() if top in worse}
-    comparisons = []
-    for metric in claim.compared:
-        by_arm = metric_values(claim, values, metric)
-        for group in groups:
-            ref, *others = group
-            for other in others:
-                if not _measured(by_arm[other]) or not _measured(by_arm[ref]):
-                    continue
-                control = ref in claim.controls or other in claim.controls
-                comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
-                                    "counted": claim.counts(other) and not control and metric not in unbeaten})
-        for better, than, measures in claim.pairs:
-            comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
-                                "measures": measures})
+    comparisons = _comparisons(claim, values, unbeaten)
     for c in comparisons:
         c.update(_papers_effect(claim, c))
     construction = _construction_checks(claim, comparisons)
@@ -190,6 +176,26 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
     if result["sanity_failures"]:
         result["verdict"] = SANITY_FAILED
     return result
+
+
+def _comparisons(claim: Claim, values: dict[str, list[dict]], unbeaten: set[str]) -> list[dict]:
+    """Each compared metric's comparisons: within each group (its first arm the reference), counted unless
+    a control or a metric no arm beats the trivial baseline on, and the claim's reported pairs (never counted)."""
+    groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
+    comparisons = []
+    for metric in claim.compared:
+        by_arm = metric_values(claim, values, metric)
+        for ref, *others in groups:
+            for other in others:
+                if not _measured(by_arm[other]) or not _measured(by_arm[ref]):
+                    continue
+                control = ref in claim.controls or other in claim.controls
+                comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
+                                    "counted": claim.counts(other) and not control and metric not in unbeaten})
+        for better, than, measures in claim.pairs:
+            comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
+                                "measures": measures})
+    return comparisons
 
 
 def _families(claim: Claim, comparisons: list[dict]) -> list[dict]:

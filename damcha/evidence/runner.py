@@ -174,171 +174,251 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     in the same order, and rank 0 alone writes, then times and scores what trains nothing. slurm: run
     the tasks as Slurm job-array elements instead (damcha.evidence.slurm; efficiency units are still
     timed here, alone), each result recorded by the same code as a local worker's."""
-    from damcha import __version__
     from damcha.runs import distributed
     from damcha.runs.train import pick_device
-    from damcha.runs.workers import workers_die_with_this_process
 
     quick = setting.scale.smoke if setting.scale else quick
     proc = distributed.start(distributed.device_for(pick_device(setting.device)))
     if slurm is not None and proc.distributed:
         raise ValueError("--launcher slurm submits the units as Slurm jobs: start the command itself without torchrun")
-    workers = 1 if proc.distributed else workers
-    out, work = Path(out), Path(work)
-    if proc.main:
-        out.mkdir(parents=True, exist_ok=True)
-        work.mkdir(parents=True, exist_ok=True)
-    distributed.barrier(proc)
-    done_path = work / "units.jsonl"
-    done, seconds = {}, {}
-    for row in read_jsonl(done_path):
-        if isinstance(row, dict) and isinstance(row.get("value"), dict):  # (a bare number: an older format, redone)
-            done[row["unit"]], seconds[row["unit"]] = row["value"], row.get("seconds", 0.0)
-    distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
-    previous = json.loads(Path(reuse).read_text()) if reuse is not None else None
-    carried = {row["unit"] for row in read_jsonl(done_path) if isinstance(row, dict) and row.get("reused_from")}
+    run = _EvidenceRun.planned(Path(out), Path(work), quick, seeds, only, setting, proc,
+                               _Launch(command, 1 if proc.distributed else workers, progress, slurm),
+                               json.loads(Path(reuse).read_text()) if reuse is not None else None, reuse, tuple(redo))
+    run.start_document(recorded)
+    run.compute({**run.timings(), **run.by_run(run.fits().values())})  # the timings and the first tuning seed's fits:
+    while pending := run.by_run(run.fits().values()):  # the reported seeds train at the rates they choose; each
+        run.compute(pending)  # later seed fits the best
+    run.compute(run.reported_units())
+    if proc.distributed and not proc.main:
+        return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
+    run.record([])
+    with (run.work / "calls.jsonl").open("a") as f:  # wall time over a run resumed in several calls
+        f.write(json.dumps(run.doc["calls"][-1]) + "\n")
+    return run.doc
 
-    def take_over(units: dict[str, dict]) -> None:
-        new = {unit: value for unit, value in units.items() if unit not in done}
-        if proc.main:  # written before it is counted as done: a full disk keeps only what was written
-            append_lines(done_path, [{"unit": unit, "value": value, "seconds": 0.0, "reused_from": str(reuse)}
-                                     for unit, value in new.items()])
+
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """How a call runs its tasks and says where it is."""
+
+    command: str
+    workers: int
+    progress: Callable[[str, int], None] | None
+    slurm: SlurmSettings | None
+
+
+Tasks = dict[str, dict[str, tuple[Arm, int]]]  # run -> unit -> (arm, seed)
+
+
+@dataclasses.dataclass
+class _EvidenceRun:
+    """One call of the evidence command: what is done (read from the work folder, taken over from an
+    earlier results.json, computed here), what is left, and the document written as units come in."""
+
+    out: Path
+    work: Path
+    quick: bool
+    seeds: int
+    setting: Setting
+    proc: object  # damcha.runs.distributed.Process
+    launch: _Launch
+    known: list[Claim]
+    chosen: list[Claim]
+    done: dict[str, dict]
+    seconds: dict[str, float]
+    carried: set[str]
+    previous: dict | None
+    reuse: Path | None
+    redo: tuple[str, ...]
+    earlier_calls: list[dict]
+    t0: float = dataclasses.field(default_factory=time.perf_counter)
+    claims_now: list[Claim] = dataclasses.field(default_factory=list)
+    claim_units: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)  # once the rates are chosen
+    written: dict[str, dict] = dataclasses.field(default_factory=dict)
+    doc: dict = dataclasses.field(default_factory=dict)
+    total: int = 0
+    fresh: int = 0  # units computed in this call
+
+    @classmethod
+    def planned(cls, out: Path, work: Path, quick: bool, seeds: int, only: list[str] | None, setting: Setting, proc,
+                launch: _Launch, previous: dict | None, reuse: Path | None, redo: tuple[str, ...]) -> _EvidenceRun:
+        """The claims chosen, the units done (a bare number in units.jsonl: an older format, redone), and
+        what an earlier results.json gives that trains nothing, and its fits."""
+        from damcha.runs import distributed
+
+        if proc.main:
+            out.mkdir(parents=True, exist_ok=True)
+            work.mkdir(parents=True, exist_ok=True)
+        distributed.barrier(proc)
+        rows = [row for row in read_jsonl(work / "units.jsonl") if isinstance(row, dict)]
+        done = {row["unit"]: row["value"] for row in rows if isinstance(row.get("value"), dict)}
+        seconds = {row["unit"]: row.get("seconds", 0.0) for row in rows if isinstance(row.get("value"), dict)}
+        distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
+        known = evidence_claims(quick, setting)
+        chosen = [c for c in known if chosen_by(c.key, only)]
+        unknown = sorted(set(only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
+        if unknown or not chosen:
+            raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
+        run = cls(out, work, quick, seeds, setting, proc, launch, known, chosen, done, seconds,
+                  {row["unit"] for row in rows if row.get("reused_from")}, previous, reuse, redo,
+                  [c for c in read_jsonl(work / "calls.jsonl") if isinstance(c, dict)], claims_now=chosen)
+        if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
+            untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not a.trains)) for c in chosen]
+            run.take_over(reusable_units(previous, quick, redo, setting, untrained))
+            run.take_over(reusable_tuning(previous, quick, redo, setting, chosen))
+        run.total = run.remaining_units()
+        return run
+
+    @property
+    def tuned_here(self) -> bool:
+        return bool(tuning.tuning_arms(self.chosen))  # (a scale's claims train untuned)
+
+    def start_document(self, recorded: dict | None) -> None:
+        from damcha import __version__
+
+        self.doc = {"command": self.launch.command, "quick": self.quick, "seeds": list(range(self.seeds)),
+                    "workers": self.launch.workers, "units": 0,
+                    "scale": self.setting.scale.name if self.setting.scale else "demo", **(recorded or {}),
+                    "versions": {"damcha": __version__, "torch": torch.__version__,
+                                 "python": platform.python_version()},
+                    "verdict_rule": VERDICT_RULE, "sanity": sanity_checks(),
+                    **({"tuning_rule": tuning.RULE} if self.tuned_here else {}), "reused_units": 0}
+
+    def take_over(self, units: dict[str, dict]) -> None:
+        """Units of an earlier results.json, written before they count as done (a full disk keeps only
+        what was written)."""
+        new = {unit: value for unit, value in units.items() if unit not in self.done}
+        if self.proc.main:
+            append_lines(self.work / "units.jsonl", [{"unit": unit, "value": value, "seconds": 0.0,
+                                                      "reused_from": str(self.reuse)} for unit, value in new.items()])
         for unit, value in new.items():
-            done[unit], seconds[unit] = value, 0.0
-            carried.add(unit)
+            self.done[unit], self.seconds[unit] = value, 0.0
+            self.carried.add(unit)
 
-    calls_path = work / "calls.jsonl"
-    earlier_calls = [c for c in read_jsonl(calls_path) if isinstance(c, dict)]
-    t0 = time.perf_counter()
-    known = evidence_claims(quick, setting)
-    chosen = [c for c in known if chosen_by(c.key, only)]
-    unknown = sorted(set(only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
-    if unknown or not chosen:
-        raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
-    tuned_here = bool(tuning.tuning_arms(chosen))  # (a scale's claims train untuned)
-
-    def fits() -> dict[str, tuple[Arm, int]]:
+    def fits(self) -> dict[str, tuple[Arm, int]]:
         """The learning-rate choice's fits, before the reported seeds: as far as the done ones decide them."""
-        return tuning.tuning_units(chosen, quick, done)
-    if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
-        untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not a.trains)) for c in chosen]
-        take_over(reusable_units(previous, quick, tuple(redo), setting, untrained))
-        take_over(reusable_tuning(previous, quick, tuple(redo), setting, chosen))
+        return tuning.tuning_units(self.chosen, self.quick, self.done)
 
-    def by_run(pairs) -> dict[str, dict[str, tuple[Arm, int]]]:
-        """run -> unit -> (arm, seed) of the (arm, seed) pairs not done yet; a unit shared by claims once."""
-        tasks: dict[str, dict[str, tuple[Arm, int]]] = {}
+    def by_run(self, pairs) -> Tasks:
+        """The (arm, seed) pairs not done yet by the run they train; a unit shared by claims once."""
+        tasks: Tasks = {}
         for arm, seed in pairs:
-            if arm.unit(seed, quick) not in done:
-                tasks.setdefault(arm.run_name(seed, quick), {})[arm.unit(seed, quick)] = (arm, seed)
+            if arm.unit(seed, self.quick) not in self.done:
+                tasks.setdefault(arm.run_name(seed, self.quick), {})[arm.unit(seed, self.quick)] = (arm, seed)
         return tasks
 
-    def todo(claims_: list[Claim]) -> dict[str, dict[str, tuple[Arm, int]]]:
-        return by_run((arm, seed) for claim in claims_ for arm in claim.arms for seed in range(claim.seeds(seeds, quick)))
+    def todo(self, claims_: list[Claim]) -> Tasks:
+        return self.by_run((arm, seed) for claim in claims_ for arm in claim.arms
+                           for seed in range(claim.seeds(self.seeds, self.quick)))
 
-    def tuned_claims() -> list[Claim]:
-        return tuning.tuned(chosen, tuning.tuning_table(chosen, quick, done))
+    def tuned_claims(self) -> list[Claim]:
+        return tuning.tuned(self.chosen, tuning.tuning_table(self.chosen, self.quick, self.done))
 
-    def remaining_units() -> int:
-        return sum(u not in done for u in fits()) + sum(len(t) for t in todo(tuned_claims()).values())
+    def remaining_units(self) -> int:
+        return sum(u not in self.done for u in self.fits()) + sum(len(t) for t in self.todo(self.tuned_claims()).values())
 
-    total, fresh = remaining_units(), 0  # to compute in this call
-    written: dict[str, dict] = {}
-    claim_units: dict[str, dict[str, list[str]]] = {}  # claim -> arm -> units, once the rates are chosen
-    sanity = sanity_checks()
+    def timings(self) -> Tasks:
+        return {k: t for k, t in self.todo(self.chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
 
-    def used_units() -> set[str]:
+    def reported_units(self) -> Tasks:
+        """The claims at their chosen rates: their units (taken over from an earlier document where it has
+        them), counted in the document, and those left to compute."""
+        self.claims_now = self.tuned_claims()
+        if self.previous is not None:
+            self.take_over(reusable_units(self.previous, self.quick, self.redo, self.setting, self.claims_now))
+        self.total = self.fresh + self.remaining_units()  # (the reported units at their rates: some are taken over)
+        self.claim_units.update({c.key: {a.name: [a.unit(s, self.quick) for s in range(c.seeds(self.seeds, self.quick))]
+                                         for a in c.arms} for c in self.claims_now})
+        self.doc["units"] = len(self.used_units())
+        return self.todo(self.claims_now)
+
+    def used_units(self) -> set[str]:
         """The tuning fits and the reported units the claims use (those known once the rates are chosen)."""
-        return {*fits(), *(u for arms in claim_units.values() for us in arms.values() for u in us)}
+        return {*self.fits(), *(u for arms in self.claim_units.values() for us in arms.values() for u in us)}
 
-    def record(results: list[tuple[str, dict, float]]) -> None:
-        nonlocal fresh
-        for unit, value, took in results:  # every rank keeps what is done (the rates are chosen from it)
-            done[unit], seconds[unit] = value, took
-        if not proc.main:
+    def record(self, results: list[tuple[str, dict, float]]) -> None:
+        """Units computed: kept by every rank (the rates are chosen from them); rank 0 appends them to the
+        work folder, writes each claim whose last unit is in, and the document after every task (a stopped
+        run still shows)."""
+        for unit, value, took in results:
+            self.done[unit], self.seconds[unit] = value, took
+        if not self.proc.main:
             return
-        append_lines(done_path, [{"unit": unit, "value": value, "seconds": took} for unit, value, took in results])
+        append_lines(self.work / "units.jsonl", [{"unit": u, "value": v, "seconds": took} for u, v, took in results])
         for unit, _, _ in results:
-            fresh += 1
-            if progress:
+            self.fresh += 1
+            if self.launch.progress:
                 (name, *_), seed = json.loads(unit)[:2]
-                progress(f"{name}, seed {seed}", total)
-        for claim in claims_now:  # a claim is written as soon as its last unit is in
-            units = claim_units.get(claim.key, {})
-            if units and claim.key not in written and all(u in done for us in units.values() for u in us):
-                values = {arm: [done[u] for u in us] for arm, us in units.items()}
-                written[claim.key] = claim_record(claim, values, claim.seeds(seeds, quick), sanity, setting)
-                write_csv(out / f"{claim.key}.csv", written[claim.key])
-        doc["claims"] = [written[c.key] for c in chosen if c.key in written]
-        if tuned_here:
-            doc["tuning"] = tuning.tuning_table(chosen, quick, done)
-        this_call = {"command": command, "wall_seconds": round(time.perf_counter() - t0, 1), "units_computed": fresh,
-                     "workers": workers, "launcher": "slurm" if slurm else "local",
-                     **({"processes": proc.world} if proc.distributed else {})}
-        counted = used_units()
-        doc.update(wall_seconds=this_call["wall_seconds"], calls=[*earlier_calls, this_call],
-                   wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in [*earlier_calls, this_call]), 1),
-                   compute_seconds=round(sum(seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
-                   units_computed_in_this_call=fresh,  # the rest were resumed from the work folder
-                   reused_units=len(carried & counted),  # of the units used, those taken over from an earlier
-                   # results.json (compute not counted again)
-                   complete=len(written) == len(chosen),
-                   not_run=[c.key for c in known if c.key not in written])
-        write_text_atomic(out / "results.json", json.dumps(doc, indent=2))  # after every task: a stopped run still shows
+                self.launch.progress(f"{name}, seed {seed}", self.total)
+        self._write_finished_claims()
+        self._update_document()
+        write_text_atomic(self.out / "results.json", json.dumps(self.doc, indent=2))
 
-    def compute(tasks: dict[str, dict[str, tuple[Arm, int]]]) -> None:
+    def _write_finished_claims(self) -> None:
+        for claim in self.claims_now:
+            units = self.claim_units.get(claim.key, {})
+            if units and claim.key not in self.written and all(u in self.done for us in units.values() for u in us):
+                values = {arm: [self.done[u] for u in us] for arm, us in units.items()}
+                self.written[claim.key] = claim_record(claim, values, claim.seeds(self.seeds, self.quick),
+                                                       self.doc["sanity"], self.setting)
+                write_csv(self.out / f"{claim.key}.csv", self.written[claim.key])
+
+    def _update_document(self) -> None:
+        doc = self.doc
+        doc["claims"] = [self.written[c.key] for c in self.chosen if c.key in self.written]
+        if self.tuned_here:
+            doc["tuning"] = tuning.tuning_table(self.chosen, self.quick, self.done)
+        this_call = {"command": self.launch.command, "wall_seconds": round(time.perf_counter() - self.t0, 1),
+                     "units_computed": self.fresh, "workers": self.launch.workers,
+                     "launcher": "slurm" if self.launch.slurm else "local",
+                     **({"processes": self.proc.world} if self.proc.distributed else {})}
+        calls = [*self.earlier_calls, this_call]
+        counted = self.used_units()
+        doc.update(wall_seconds=this_call["wall_seconds"], calls=calls,
+                   wall_seconds_all_calls=round(sum(c["wall_seconds"] for c in calls), 1),
+                   compute_seconds=round(sum(self.seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
+                   units_computed_in_this_call=self.fresh,  # the rest were resumed from the work folder
+                   reused_units=len(self.carried & counted),  # of the units used, those taken over from an earlier
+                   # results.json (compute not counted again)
+                   complete=len(self.written) == len(self.chosen),
+                   not_run=[c.key for c in self.known if c.key not in self.written])
+
+    def compute(self, tasks: Tasks) -> None:
         """Run the tasks: under torchrun the training ones on every rank together (DDP), then rank 0 alone
         the rest; efficiency units timed first, alone, before any training competes for the cores; the
-        rest in `workers` processes."""
-        if proc.distributed:
+        rest as Slurm jobs, in `workers` processes, or here."""
+        if self.proc.distributed:
             for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].trains]:
-                record(run_task(list(tasks.pop(key).values()), quick, work, setting))
-            if not proc.main:
+                self.record(run_task(list(tasks.pop(key).values()), self.quick, self.work, self.setting))
+            if not self.proc.main:
                 return
         for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]:
-            record(run_task(list(tasks.pop(key).values()), quick, work, setting))
-        if slurm is not None and tasks:
+            self.record(run_task(list(tasks.pop(key).values()), self.quick, self.work, self.setting))
+        for results in self._results(list(tasks.values())):
+            self.record(results)
+
+    def _results(self, tasks: list[dict[str, tuple[Arm, int]]]):
+        """Each task's results as it finishes: Slurm job-array elements, worker processes, or one by one here."""
+        if self.launch.slurm is not None and tasks:
             from damcha.evidence.slurm import run_tasks
 
-            for results in run_tasks([list(t.values()) for t in tasks.values()], quick, work, setting, slurm):
-                record(results)
-        elif workers > 1 and len(tasks) > 1:
+            yield from run_tasks([list(t.values()) for t in tasks], self.quick, self.work, self.setting,
+                                 self.launch.slurm)
+        elif self.launch.workers > 1 and len(tasks) > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            with workers_die_with_this_process(), ProcessPoolExecutor(
-                    workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker) as pool:
-                for future in as_completed([pool.submit(run_task, list(t.values()), quick, work, setting)
-                                            for t in tasks.values()]):
-                    record(future.result())
-        else:
-            for task in tasks.values():
-                record(run_task(list(task.values()), quick, work, setting))
+            from damcha.runs.workers import workers_die_with_this_process
 
-    doc = {"command": command, "quick": quick, "seeds": list(range(seeds)), "workers": workers,
-           "units": 0, "scale": setting.scale.name if setting.scale else "demo", **(recorded or {}),
-           "versions": {"damcha": __version__, "torch": torch.__version__, "python": platform.python_version()},
-           "verdict_rule": VERDICT_RULE, "sanity": sanity,
-           **({"tuning_rule": tuning.RULE} if tuned_here else {}), "reused_units": 0}
-    claims_now = chosen
-    timed = {k: t for k, t in todo(chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
-    compute({**timed, **by_run(fits().values())})  # the timings and the first tuning seed's fits: the reported
-    while pending := by_run(fits().values()):  # seeds train at the rates they choose; each later seed fits the best
-        compute(pending)
-    claims_now = tuned_claims()
-    if previous is not None:
-        take_over(reusable_units(previous, quick, tuple(redo), setting, claims_now))
-    total = fresh + remaining_units()  # (the reported units at their rates: some are taken over)
-    claim_units.update({c.key: {a.name: [a.unit(s, quick) for s in range(c.seeds(seeds, quick))] for a in c.arms}
-                        for c in claims_now})
-    doc["units"] = len(used_units())
-    compute(todo(claims_now))
-    if proc.distributed and not proc.main:
-        return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
-    record([])
-    with (work / "calls.jsonl").open("a") as f:  # wall time over a run resumed in several calls
-        f.write(json.dumps(doc["calls"][-1]) + "\n")
-    return doc
+            with workers_die_with_this_process(), ProcessPoolExecutor(
+                    self.launch.workers, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_start_worker) as pool:
+                for future in as_completed([pool.submit(run_task, list(t.values()), self.quick, self.work,
+                                                        self.setting) for t in tasks]):
+                    yield future.result()
+        else:
+            for task in tasks:
+                yield run_task(list(task.values()), self.quick, self.work, self.setting)
 
 
 def _start_worker() -> None:

@@ -518,26 +518,34 @@ def list_runs(root: str | Path) -> tuple[list[Run], list[tuple[Path, str]]]:
         if not _has(child, CONFIG_FILE) and not hf_folders.holds_trainer_checkpoints(child):
             candidates.extend(subdirs(child))
     for path in candidates:
-        try:
-            inside = path.resolve().is_relative_to(root)
-        except (RuntimeError, OSError):
-            continue
-        if not inside:
-            continue
-        if not os.access(path, os.R_OK | os.X_OK):
-            bad.append((path, unopenable(path)))
-            continue
-        if not _has(path, CONFIG_FILE) and not hf_folders.holds_trainer_checkpoints(path):
-            if _holds_run_files(path):
-                bad.append((path, f"{path}: no {CONFIG_FILE} (its snapshots cannot be read without the config)"))
-            continue
-        try:
-            runs.append(load_run(path, root))
-        except CheckpointError as e:
-            bad.append((path, str(e)))
-        except Exception as e:  # noqa: BLE001 — whatever a foreign folder holds, it is this run's problem only
-            bad.append((path, f"{path}: unreadable run ({type(e).__name__}: {str(e)[:200]})"))
+        run, problem = _run_in(path, root)
+        if run is not None:
+            runs.append(run)
+        elif problem:
+            bad.append((path, problem))
     return runs, bad
+
+
+def _run_in(path: Path, root: Path) -> tuple[Run | None, str]:
+    """The run a candidate folder under root holds, or why it holds none ("" for a folder that is not a
+    run at all, or resolves outside root)."""
+    try:
+        inside = path.resolve().is_relative_to(root)
+    except (RuntimeError, OSError):
+        return None, ""
+    if not inside:
+        return None, ""
+    if not os.access(path, os.R_OK | os.X_OK):
+        return None, unopenable(path)
+    if not _has(path, CONFIG_FILE) and not hf_folders.holds_trainer_checkpoints(path):
+        held = _holds_run_files(path)
+        return None, f"{path}: no {CONFIG_FILE} (its snapshots cannot be read without the config)" if held else ""
+    try:
+        return load_run(path, root), ""
+    except CheckpointError as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 — whatever a foreign folder holds, it is this run's problem only
+        return None, f"{path}: unreadable run ({type(e).__name__}: {str(e)[:200]})"
 
 
 def _reason(e: BaseException) -> str:

@@ -194,100 +194,164 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     proc = distributed.start(device)  # one process, or this process's rank in a torchrun job
     progress = progress and proc.main
     # the data first: a file refused (wrong checksum, missing, damaged) leaves nothing behind
-    data = load_dataset(tcfg.dataset, tcfg.data_path, model_config.block_size, tcfg.split_seed, tcfg.nonstandard_data)
+    data = _training_data(tcfg, model_config.block_size)
     out.mkdir(parents=True, exist_ok=True)
     if proc.main:
         remove_stale_temp_files(out)
-    if tcfg.tuning_holdout:
-        data = data.held_out_for_tuning(tcfg.tuning_holdout)
-    if tcfg.train_limit and not data.stream:
-        data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
     mcfg = model_config_for(data, model_config)
-    config = run_config_dict(mcfg, tcfg, data)
-    config_path = out / CONFIG_FILE
-
-    if strategy not in sharded.STRATEGIES:
-        raise ValueError(f"strategy must be one of {sharded.STRATEGIES}")
-    fsdp = strategy == "fsdp" and proc.distributed
-    model = build_model(mcfg, seed=tcfg.seed).to(device)
-    if activation_checkpointing:
-        sharded.checkpoint_activations(model)
-    evaluated = model  # what rank 0 evaluates and snapshots: under fsdp an unsharded copy it gathers into
-    if fsdp:
-        evaluated = build_model(mcfg).to(device) if proc.main else None
-        sharded.shard(model, device)
-        step_model = model
-    else:
-        step_model = torch.nn.parallel.DistributedDataParallel(model) if proc.distributed else model
-    step_model = torch.compile(step_model) if compile_model else step_model
-    opt = make_optimizer(model, tcfg)
-    start_epoch, step = 0, 0
-    metrics: list[dict] = []
+    models = _Models.built(mcfg, tcfg, device, proc, strategy, activation_checkpointing, compile_model)
+    opt = make_optimizer(models.trained, tcfg)
     distributed.barrier(proc)  # every rank sees the same files before deciding to resume
-    if config_path.exists():
-        existing = json.loads(config_path.read_text())
-        fresh = json.loads(json.dumps(config))
-        if isinstance(existing.get("train"), dict):  # a setting added since the run was saved: its default then
-            existing["train"] = {**TRAIN_DEFAULTS, **existing["train"]}
-        if any(existing.get(k) != fresh[k] for k in ("model", "train", "data")):
-            raise CheckpointError(f"{out}: holds a different run (config differs); choose another output directory")
-        done = read_metrics(out)
-        if not (out / STATE_FILE).exists() and done and done[-1]["epoch"] >= tcfg.epochs:
-            if progress:
-                print(f"{out}: already complete ({tcfg.epochs} epochs)")
-            if observer is not None:
-                observer.close()
-            return TrainResult(out, done, 0.0)
-        whole_state, sharded_state = (out / STATE_FILE).exists(), sharded.has_state(out)
-        own_state = sharded_state if fsdp else whole_state
-        if not own_state and (whole_state or sharded_state):
-            raise CheckpointError(f"{out}: its training state was saved by the other strategy; resume it with "
-                                  f"--strategy {'ddp' if fsdp else 'fsdp'} (under torchrun for fsdp)")
-        if own_state:
-            last, step = sharded.load_state(out, model, opt) if fsdp else load_training_state(out, model, opt)
-            metrics = [m for m in done if m["epoch"] <= last]  # rows past the last saved state are redone
-            start_epoch = last + 1
-            if progress:
-                print(f"resuming {out} after epoch {last}")
-        # else: killed before epoch 0 was complete: start afresh over the partial files
-        if proc.main:
-            write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in metrics))
-    elif proc.main:
-        write_text_atomic(config_path, json.dumps(config, indent=2))
-        write_text_atomic(out / METRICS_FILE, "")
+    start = _resume_point(out, run_config_dict(mcfg, tcfg, data), tcfg, models, opt, proc, progress)
     distributed.barrier(proc)
-
-    snapshots = set(tcfg.snapshots())
-    steps_per_epoch = _steps_per_epoch(data, tcfg)
-    total_steps = steps_per_epoch * tcfg.epochs
     observer = observer if proc.main else None
+    if start.complete:
+        if observer is not None:
+            observer.close()
+        return TrainResult(out, start.metrics, 0.0)
     t0 = time.perf_counter()
     try:
-        for epoch in range(start_epoch, tcfg.epochs + 1):
-            te = time.perf_counter()
-            running = running_aux = None
-            if epoch > 0:
-                running, running_aux, step = _train_one_epoch(step_model, opt, data, tcfg, epoch, step, total_steps,
-                                                              steps_per_epoch, device, progress, proc, observer)
-            train_seconds = time.perf_counter() - te
-            if fsdp:  # every rank takes part in gathering the full weights into rank 0's copy
-                sharded.gather_full_weights(model, evaluated)
-            if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
-                metrics.append(_record_epoch(evaluated, None if fsdp else opt, data, tcfg, out, epoch, step, running,
-                                             running_aux, te, train_seconds, snapshots, mcfg, progress, metrics,
-                                             evaluate_every_epoch or epoch == tcfg.epochs))
-                if observer is not None:
-                    with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
-                        observer.epoch(metrics[-1], evaluated, data, epoch in snapshots)
-            if fsdp:  # each rank writes its shards of the state (after the row, as one process does)
-                sharded.save_state(out, model, opt, epoch, step, proc)
-            distributed.barrier(proc)
-            if stop_after_epoch is not None and epoch >= stop_after_epoch:
-                break
+        metrics = _run_epochs(_Training(out, tcfg, mcfg, data, device, proc, progress, models, opt, observer), start,
+                              stop_after_epoch, evaluate_every_epoch)
     finally:
         if observer is not None:
             observer.close()
     return TrainResult(out, metrics, time.perf_counter() - t0)
+
+
+def _training_data(tcfg: TrainConfig, block_size: int) -> DataSet:
+    """The run's data: its tuning hold-out taken out and its training set cut to train_limit, as asked."""
+    data = load_dataset(tcfg.dataset, tcfg.data_path, block_size, tcfg.split_seed, tcfg.nonstandard_data)
+    if tcfg.tuning_holdout:
+        data = data.held_out_for_tuning(tcfg.tuning_holdout)
+    if tcfg.train_limit and not data.stream:
+        data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
+    return data
+
+
+@dataclass
+class _Models:
+    """The model a run trains, the one rank 0 evaluates and snapshots (under fsdp an unsharded copy it
+    gathers into; None on the other ranks) and the one the steps call (DDP- or compile-wrapped)."""
+
+    trained: Transformer
+    evaluated: Transformer | None
+    stepped: torch.nn.Module
+    fsdp: bool
+
+    @classmethod
+    def built(cls, mcfg: ModelConfig, tcfg: TrainConfig, device, proc: distributed.Process, strategy: str,
+              activation_checkpointing: bool, compile_model: bool) -> _Models:
+        if strategy not in sharded.STRATEGIES:
+            raise ValueError(f"strategy must be one of {sharded.STRATEGIES}")
+        fsdp = strategy == "fsdp" and proc.distributed
+        model = build_model(mcfg, seed=tcfg.seed).to(device)
+        if activation_checkpointing:
+            sharded.checkpoint_activations(model)
+        evaluated, stepped = model, model
+        if fsdp:
+            evaluated = build_model(mcfg).to(device) if proc.main else None
+            sharded.shard(model, device)
+        elif proc.distributed:
+            stepped = torch.nn.parallel.DistributedDataParallel(model)
+        return cls(model, evaluated, torch.compile(stepped) if compile_model else stepped, fsdp)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where a run starts: the first epoch to run, the step count and the rows kept before it; complete:
+    the run is done already (metrics: all its rows)."""
+
+    epoch: int = 0
+    step: int = 0
+    metrics: list[dict] = field(default_factory=list)
+    complete: bool = False
+
+
+def _resume_point(out: Path, config: dict, tcfg: TrainConfig, models: _Models, opt, proc: distributed.Process,
+                  progress: bool) -> _Start:
+    """A new run writes its config; an existing one must be the same run, and resumes after its last
+    saved training state (loaded into the model and optimiser) with the rows up to it."""
+    config_path = out / CONFIG_FILE
+    if not config_path.exists():
+        if proc.main:
+            write_text_atomic(config_path, json.dumps(config, indent=2))
+            write_text_atomic(out / METRICS_FILE, "")
+        return _Start()
+    existing = json.loads(config_path.read_text())
+    fresh = json.loads(json.dumps(config))
+    if isinstance(existing.get("train"), dict):  # a setting added since the run was saved: its default then
+        existing["train"] = {**TRAIN_DEFAULTS, **existing["train"]}
+    if any(existing.get(k) != fresh[k] for k in ("model", "train", "data")):
+        raise CheckpointError(f"{out}: holds a different run (config differs); choose another output directory")
+    done = read_metrics(out)
+    if not (out / STATE_FILE).exists() and done and done[-1]["epoch"] >= tcfg.epochs:
+        if progress:
+            print(f"{out}: already complete ({tcfg.epochs} epochs)")
+        return _Start(metrics=done, complete=True)
+    whole_state, sharded_state = (out / STATE_FILE).exists(), sharded.has_state(out)
+    own_state = sharded_state if models.fsdp else whole_state
+    if not own_state and (whole_state or sharded_state):
+        raise CheckpointError(f"{out}: its training state was saved by the other strategy; resume it with "
+                              f"--strategy {'ddp' if models.fsdp else 'fsdp'} (under torchrun for fsdp)")
+    start = _Start()  # killed before epoch 0 was complete: start afresh over the partial files
+    if own_state:
+        last, step = (sharded.load_state(out, models.trained, opt) if models.fsdp
+                      else load_training_state(out, models.trained, opt))
+        start = _Start(last + 1, step, [m for m in done if m["epoch"] <= last])  # rows past the state are redone
+        if progress:
+            print(f"resuming {out} after epoch {last}")
+    if proc.main:
+        write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in start.metrics))
+    return start
+
+
+@dataclass
+class _Training:
+    """What every epoch of a run uses."""
+
+    out: Path
+    tcfg: TrainConfig
+    mcfg: ModelConfig
+    data: DataSet
+    device: torch.device
+    proc: distributed.Process
+    progress: bool
+    models: _Models
+    opt: torch.optim.Optimizer
+    observer: TrainingObserver | None
+
+
+def _run_epochs(run: _Training, start: _Start, stop_after_epoch: int | None, evaluate_every_epoch: bool) -> list[dict]:
+    """Epochs start.epoch .. tcfg.epochs (epoch 0: evaluated before any step): train, then rank 0 evaluates,
+    writes the row, the snapshot and the state (under fsdp every rank its shards); the rows written."""
+    tcfg, models, proc = run.tcfg, run.models, run.proc
+    snapshots = set(tcfg.snapshots())
+    steps_per_epoch = _steps_per_epoch(run.data, tcfg)
+    metrics, step = list(start.metrics), start.step
+    for epoch in range(start.epoch, tcfg.epochs + 1):
+        te = time.perf_counter()
+        running = running_aux = None
+        if epoch > 0:
+            running, running_aux, step = _train_one_epoch(models.stepped, run.opt, run.data, tcfg, epoch, step,
+                                                          steps_per_epoch * tcfg.epochs, steps_per_epoch, run.device,
+                                                          run.progress, proc, run.observer)
+        train_seconds = time.perf_counter() - te
+        if models.fsdp:  # every rank takes part in gathering the full weights into rank 0's copy
+            sharded.gather_full_weights(models.trained, models.evaluated)
+        if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
+            metrics.append(_record_epoch(models.evaluated, None if models.fsdp else run.opt, run.data, tcfg, run.out,
+                                         epoch, step, running, running_aux, te, train_seconds, snapshots, run.mcfg,
+                                         run.progress, metrics, evaluate_every_epoch or epoch == tcfg.epochs))
+            if run.observer is not None:
+                with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
+                    run.observer.epoch(metrics[-1], models.evaluated, run.data, epoch in snapshots)
+        if models.fsdp:  # each rank writes its shards of the state (after the row, as one process does)
+            sharded.save_state(run.out, models.trained, run.opt, epoch, step, proc)
+        distributed.barrier(proc)
+        if stop_after_epoch is not None and epoch >= stop_after_epoch:
+            break
+    return metrics
 
 
 def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, train_seconds, snapshots, mcfg,

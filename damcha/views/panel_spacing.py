@@ -156,28 +156,32 @@ def _move(fig: go.Figure, columns: list[_Column], placed: list[tuple[str, int, i
           plot: float) -> None:
     spans = {(columns[first].domain[0], columns[last].domain[1]): (new[first][0], new[last][1])
              for _, first, last in placed if first != last}
-
-    def moved(x: float, beside: bool = False) -> float:
-        """A paper x inside an old column's domain (or a spanning panel's, unless it is a colour bar beside
-        a column), at the same place in its new one; a colour bar just right of its column."""
-        for (d0, d1), (a, b) in [*zip((c.domain for c in columns), new), *([] if beside else spans.items())]:
-            if d0 - 1e-6 <= x <= d1 + 1e-6:
-                return a + (x - d0) / (d1 - d0) * (b - a)
-        for column, (_, b) in zip(reversed(columns), reversed(new)):
-            if x > column.domain[1]:
-                return b + BAR_PAD / plot
-        return x
-
+    olds = [c.domain for c in columns]
     for name, first, last in placed:
         fig.layout[name].domain = [min(1.0, max(0.0, v)) for v in (new[first][0], new[last][1])]
     for trace in fig.data:
         bar = getattr(trace, "colorbar", None)
         if bar is not None and bar.x is not None:
-            bar.x = moved(bar.x, beside=True)
+            bar.x = _moved_x(bar.x, list(zip(olds, new)), olds, new, plot)
             bar.xanchor, bar.xpad = "left", 0
+    inside = [*zip(olds, new), *spans.items()]
     for annotation in fig.layout.annotations:
         if annotation.xref == "paper" and annotation.x is not None:
-            annotation.x = moved(annotation.x)
+            annotation.x = _moved_x(annotation.x, inside, olds, new, plot)
     for shape in fig.layout.shapes:
         if shape.xref == "paper":
-            shape.x0, shape.x1 = moved(shape.x0), moved(shape.x1)
+            shape.x0, shape.x1 = (_moved_x(x, inside, olds, new, plot) for x in (shape.x0, shape.x1))
+
+
+def _moved_x(x: float, inside: list, olds: list[tuple[float, float]], new: list[tuple[float, float]],
+             plot: float) -> float:
+    """A paper x inside one of the old domains of `inside` (old -> new pairs: the columns, and for what is
+    not a colour bar the spanning panels) at the same place in the new one; else just right of the column
+    it stands beside (a colour bar)."""
+    for (d0, d1), (a, b) in inside:
+        if d0 - 1e-6 <= x <= d1 + 1e-6:
+            return a + (x - d0) / (d1 - d0) * (b - a)
+    for (_, d1), (_, b) in zip(reversed(olds), reversed(new)):
+        if x > d1:
+            return b + BAR_PAD / plot
+    return x

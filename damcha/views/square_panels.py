@@ -50,37 +50,53 @@ def fit_square_rows(fig: go.Figure, width_px: int) -> None:
     margin = fig.layout.margin
     width = width_px - (margin.l if margin.l is not None else 50) - (margin.r if margin.r is not None else 20)
     plot = fig.layout.height - (margin.t if margin.t is not None else 50) - (margin.b if margin.b is not None else 45)
-    rows: dict[tuple[float, float], list[str]] = {}
-    for x_name in _keys(fig, "xaxis"):
-        y_axis = fig.layout["yaxis" + (fig.layout[x_name].anchor or "y")[1:]]
-        d = y_axis.domain or (0.0, 1.0)
-        rows.setdefault((round(float(d[0]), 6), round(float(d[1]), 6)), []).append(x_name)
-    if len(rows) < 2 or any(a[0] < b[1] - 1e-6 and b[0] < a[1] - 1e-6 for a in rows for b in rows if a != b):
-        return  # one row (typesetting's own fit), or rows that overlap: not a grid
+    rows = _rows(fig)
+    if rows is None:
+        return
     old, new = [], []  # breakpoints, bottom to top, in pixels from the plot's bottom
     shrunk = 0.0
-    for (d0, d1) in sorted(rows):
-        need = _row_need_px(fig, rows[(d0, d1)], width, plot)
+    for (d0, d1), x_names in sorted(rows.items()):
+        need = _row_need_px(fig, x_names, width, plot)
         taken = (d1 - d0) * plot if need is None else min(need + 1, (d1 - d0) * plot)
-        bottom = d0 * plot - shrunk
         old += [d0 * plot, d1 * plot]
-        new += [bottom, bottom + taken]
+        new += [d0 * plot - shrunk, d0 * plot - shrunk + taken]
         shrunk += (d1 - d0) * plot - taken
-    if shrunk < 1:
-        return
-    grown = plot - shrunk
+    if shrunk >= 1:
+        move_rows(fig, lambda y: _mapped(y * plot, old, new) / (plot - shrunk))
+        fig.layout.height = fig.layout.height - shrunk
 
-    def moved(y: float) -> float:
-        px = y * plot
-        if px >= old[-1]:
-            return (new[-1] + px - old[-1]) / grown
-        if px <= old[0]:
-            return (new[0] - (old[0] - px)) / grown
-        return float(np.interp(px, old, new)) / grown
 
+def _rows(fig: go.Figure) -> dict[tuple[float, float], list[str]] | None:
+    """{y domain: its panels' x axes} of a grid of two rows or more; None for one row (typesetting fits
+    that itself) or rows that overlap (not a grid)."""
+    rows: dict[tuple[float, float], list[str]] = {}
+    for x_name in _keys(fig, "xaxis"):
+        d = fig.layout["yaxis" + (fig.layout[x_name].anchor or "y")[1:]].domain or (0.0, 1.0)
+        rows.setdefault((round(float(d[0]), 6), round(float(d[1]), 6)), []).append(x_name)
+    if len(rows) < 2 or any(a[0] < b[1] - 1e-6 and b[0] < a[1] - 1e-6 for a in rows for b in rows if a != b):
+        return None
+    return rows
+
+
+def _mapped(px: float, old: list[float], new: list[float]) -> float:
+    """A height in the plot (px from its bottom) where the rows' breakpoints moved from old to new: linear
+    inside the rows, shifted in the gaps, above the top and below the bottom."""
+    if px >= old[-1]:
+        return new[-1] + px - old[-1]
+    if px <= old[0]:
+        return new[0] - (old[0] - px)
+    return float(np.interp(px, old, new))
+
+
+def move_rows(fig: go.Figure, moved) -> None:
+    """Y domains (of axes and 3-D scenes), paper-placed annotations and shapes, and colour bars (centre
+    and length) moved by `moved` (a paper y to its new paper y): rows moved apart or shrunk."""
     for name in _keys(fig, "yaxis"):
         d0, d1 = fig.layout[name].domain or (0.0, 1.0)
         fig.layout[name].domain = [max(0.0, moved(d0)), min(1.0, moved(d1))]
+    for name in _keys(fig, "scene"):
+        d0, d1 = fig.layout[name].domain.y or (0.0, 1.0)
+        fig.layout[name].domain.y = [max(0.0, moved(d0)), min(1.0, moved(d1))]
     for annotation in fig.layout.annotations:
         if annotation.yref == "paper" and annotation.y is not None:
             annotation.y = moved(annotation.y)
@@ -94,4 +110,3 @@ def fit_square_rows(fig: go.Figure, width_px: int) -> None:
             continue
         top, bottom = moved(bar.y + bar.len / 2), moved(bar.y - bar.len / 2)
         bar.y, bar.len = (top + bottom) / 2, top - bottom
-    fig.layout.height = fig.layout.height - shrunk

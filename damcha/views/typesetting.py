@@ -9,7 +9,7 @@ import re
 import plotly.graph_objects as go
 
 from damcha.views.panel_spacing import space_columns
-from damcha.views.square_panels import fit_square_rows
+from damcha.views.square_panels import fit_square_rows, move_rows
 
 # Sizes in CSS pixels at the export's 14 px text (see ExportSettings): a page prints 0.75 pt per px,
 # so 460 px scaled into a 3.3 in column and 940 px into a 7 in double column both print their text
@@ -274,20 +274,7 @@ def _space_rows(fig: go.Figure, line_px: float) -> None:
         u = (1 - y) * plot
         return 1 - (u + sum(e for edge, e in zip(edges, extras) if edge <= u + 0.5)) / grown
 
-    for name, (d0, d1) in domains.items():
-        fig.layout[name].domain = [moved(d0), moved(d1)]
-    for name in _layout_keys(fig, ("scene",)):
-        d0, d1 = fig.layout[name].domain.y or (0.0, 1.0)
-        fig.layout[name].domain.y = [moved(d0), moved(d1)]
-    for annotation in fig.layout.annotations:
-        if annotation.yref == "paper" and annotation.y is not None:
-            annotation.y = moved(annotation.y)
-    for trace in fig.data:
-        colorbar = getattr(trace, "colorbar", None)
-        if colorbar is not None and colorbar.y is not None:
-            colorbar.y = moved(colorbar.y)
-            if colorbar.len is not None and colorbar.lenmode in (None, "fraction"):
-                colorbar.len = colorbar.len * plot / grown
+    move_rows(fig, moved)
     fig.layout.height = fig.layout.height + sum(extras)
 
 
