@@ -5,7 +5,10 @@ run's unit, and its export rebuilds it with `damcha figures --from-provenance`."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+import functools
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from app.cache import figure_over_epochs, model_figure_values
 from app.export_widgets import provenance, show
@@ -75,3 +78,21 @@ def shown_input(run: Run, epoch: int, record: InspectionRecord, inp: ModelInput)
         show_record_figure("input", record, run, epoch, inp, {"highlight": False}, "compared_input", width="content")
     elif inp.text is not None:
         st.code(inp.text[:2000], language=None, wrap_lines=True)
+
+
+PAGES_FOLDER = Path(__file__).resolve().parent.parent / "pages"
+
+
+@functools.cache
+def placed_by_pages() -> frozenset[str]:
+    """Every string a page's source writes: among them the names of the figures the pages place
+    themselves (passed to a show function, or listed for a control to choose among). Read from the
+    pages, so no list is kept by hand."""
+    return frozenset(node.value for path in PAGES_FOLDER.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+
+
+def not_placed(names: Iterable[str]) -> list[str]:
+    """The figure names no page places: a page offers those of its table under "More figures", so a
+    figure added to a table as docs/extending.md says appears without a page edited."""
+    return [name for name in names if name not in placed_by_pages()]

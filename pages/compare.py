@@ -2,15 +2,16 @@
 
 import streamlit as st
 
-from app.cache import input_familiarity, inspection, validation_losses
+from app.cache import input_familiarity, inspection, model_for, validation_losses
 from app.controls import bounded_slider, input_picker, over_validation_inputs
-from app.named_figures import show_run_set_figure, shown_input
+from app.named_figures import not_placed, show_run_set_figure, shown_input
 from app.run_picker import each_run, listing, selected_run
 from app.sharing import plain_text
 from app.url_state import bound
 from damcha.analysis.comparison import comparison_table, why_input_does_not_fit
 from damcha.inputs.uploads import InputError
 from damcha.views.comparison import PANELS, compared_run, head_grid_caption, metric_parts
+from damcha.views.run_set_figures import RUN_SET_FIGURES, taken_from
 
 st.title("Compare mechanisms")
 run, epoch = selected_run()
@@ -122,3 +123,21 @@ if len(results) > 1:
         show_run_set_figure("losses_against", losses, inp, {"inputs": 256})
 else:
     st.caption("Pick two runs or more.")
+
+more = not_placed(RUN_SET_FIGURES)
+if more:
+    st.subheader("More figures of these runs")
+    st.caption(f"Every other named figure of several runs ({', '.join(more)}), as its table declares it, of the "
+               "runs above at their epochs.")
+    if st.toggle("Draw them (each inspects every run again, some at several snapshots)", value=False,
+                 key="compare_more_on"):
+        runs, taken_by = [r for r, _ in results], {}  # figures that take the same from each run take it once
+        for more_name in more:
+            try:
+                per_run = RUN_SET_FIGURES[more_name].per_run
+                if per_run not in taken_by:
+                    taken_by[per_run] = taken_from(more_name, runs, [epochs[r.name] for r in runs], inp.tokens,
+                                                   inp.targets, params, load=model_for)
+                show_run_set_figure(more_name, taken_by[per_run], inp, params)
+            except ValueError as e:  # a figure that does not apply to these runs says why
+                st.info(f"{more_name}: {e}")

@@ -11,12 +11,13 @@ from app.controls import (
     option_choices,
     over_validation_inputs,
 )
-from app.named_figures import show_epoch_figure, show_model_figure, show_record_figure
+from app.named_figures import not_placed, show_epoch_figure, show_model_figure, show_record_figure
 from app.run_picker import listed_root, listing, run_page
 from app.sharing import failure_text, plain_text
 from app.url_state import bound
 from damcha.analysis.dynamics import spread_epochs
 from damcha.analysis.inspection import matrices_fit, residue_caveat, residue_learned
+from damcha.views.epoch_figures import EPOCH_FIGURES
 from damcha.views.figure_sets import (
     panel_titles,
     per_head,
@@ -161,3 +162,13 @@ if first.has_metric and over_validation_inputs(run, "Project the metrics of vali
     if not residue_learned(first):
         st.caption("The projection is of the full M(x), residue included. " + residue_caveat("of these metrics"))
     st.markdown(separation_sentence(class_separations(run, n, layer)))
+
+more = not_placed(EPOCH_FIGURES)
+if more:
+    st.subheader("More figures across the snapshots")
+    st.caption("Every other named figure of a run across its snapshots, as its table declares it.")
+    for more_name in more:
+        try:
+            show_epoch_figure(more_name, run, inp, params)
+        except ValueError as e:  # a figure that does not apply to this run says why
+            st.info(f"{more_name}: {e}")

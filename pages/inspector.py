@@ -4,7 +4,7 @@ import streamlit as st
 
 from app.cache import input_familiarity, inspection, sequence_profile, validation_losses
 from app.controls import bounded_slider, holds_validation_inputs, input_picker, option_choices, position_in_context
-from app.named_figures import show_model_figure, show_record_figure
+from app.named_figures import not_placed, show_model_figure, show_record_figure
 from app.run_picker import run_page
 from app.sharing import plain_text
 from app.url_state import bound
@@ -16,6 +16,7 @@ from damcha.inputs.model_inputs import validation_input
 from damcha.inputs.uploads import InputError
 from damcha.views.display_units import LossUnit
 from damcha.views.figure_sets import (
+    RECORD_FIGURES,
     available_figures,
     fixed_position_note,
     grid_matrices,
@@ -24,7 +25,7 @@ from damcha.views.figure_sets import (
     prediction_takes_position,
     uses_positions,
 )
-from damcha.views.model_figures import named_figure_applies
+from damcha.views.model_figures import MODEL_FIGURES, named_figure_applies
 from damcha.views.readings import decomposition_readings
 from damcha.views.token_view import TOKEN_VIEW_TITLE, token_view_html
 
@@ -136,6 +137,10 @@ tab_labels["attention"] = "Attention"
 if not record.modality.grid and record.attention_layers:
     tab_labels["tokens"] = "Attention as text"
 tab_labels["loss"] = "Loss & prediction"
+more_figures = [n for n in not_placed(RECORD_FIGURES) if n in figures_here]
+more_model_figures = [n for n in not_placed(MODEL_FIGURES) if named_figure_applies(n, record, cfg)]
+if more_figures or more_model_figures:
+    tab_labels["more"] = "More figures"
 # Decomposition (M(x), its learned part and its residue on one scale) first where it exists: it is the view
 # that says what a reader may take from every other.
 first_tab = tab_labels.get("decomposition", next(iter(tab_labels.values())))
@@ -222,3 +227,10 @@ if opened("loss"):
             st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
                        "patch fed back as the next input.")
             show_model_figure("completion", run, epoch, inp, {"mode": record.metric_mode})
+if opened("more"):
+    with tabs["more"]:
+        st.caption("Every other named figure that applies to this input, as its table declares it.")
+        for name in more_figures:
+            named(name)
+        for name in more_model_figures:
+            show_model_figure(name, run, epoch, inp, {**params, "options": choices})

@@ -413,3 +413,28 @@ def test_dynamics_draws_a_fixed_structure_once_and_says_so_instead_of_animating_
     trained = new_app("digits-damcha", "dynamics")
     assert not any("is fixed, not trained" in i.value for i in trained.info)
     assert any(json.loads(c.proto.spec).get("frames") for c in trained.get("plotly_chart"))
+
+
+def test_compare_draws_the_papers_figures_of_several_runs_on_request_and_says_why_not_for_others():
+    """Figures 8, 10 and 11 of the paper (a table's figures of several runs no page placed) are offered on
+    Compare: drawn for DAMCHA runs from their metrics, refused in words where a run has no M(x)."""
+    from damcha.views.run_set_figures import PAPER_FIGURES
+
+    def compared(runs: list[str]) -> AppTest:
+        at = AppTest.from_file(APP, default_timeout=180)
+        at.query_params["run"] = runs[0]
+        at.query_params["compare_runs"] = runs
+        at.switch_page("../pages/compare.py")
+        at.run()
+        assert_clean(at)
+        assert "More figures of these runs" in [h.value for h in at.subheader]
+        at.toggle(key="compare_more_on").set_value(True).run()
+        assert_clean(at)
+        return at
+
+    at = compared(["digits-damcha-static", "digits-damcha"])
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("paper fig. 8" in s for s in specs) and sum("digits-damcha" in s for s in specs) >= 3
+    at = compared(["digits-damcha", "digits-mha"])
+    refused = [i.value for i in at.info if "the paper's metric figures need DAMCHA runs" in i.value]
+    assert [r.split(":")[0] for r in refused] == list(PAPER_FIGURES)

@@ -207,8 +207,34 @@ def test_the_documented_figure_example_is_listed_exported_and_rebuilt_from_its_p
         assert figure_data(again.figure).keys() == figure_data(item.figure).keys()
         for k, v in figure_data(item.figure).items():
             np.testing.assert_array_equal(figure_data(again.figure)[k], v)
+        # and the Inspector offers it, under More figures, though no page names it
+        from streamlit.testing.v1 import AppTest
+
+        at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120)
+        at.query_params["run"] = "digits-damcha"
+        at.switch_page("../pages/inspector.py")
+        at.run()
+        assert "More figures" in [t.label for t in at.tabs]
+        at.session_state["tab"] = "More figures"
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("Attention entropy, layer 1" in c.proto.spec for c in at.get("plotly_chart"))
     finally:
         RECORD_FIGURES.pop("attention_entropy", None)
+
+
+def test_the_pages_offer_every_figure_of_their_tables_that_no_page_places():
+    """What the pages place is read from their source; the rest of each table is offered under More figures
+    (today the paper's figures 8, 10 and 11 of several runs, on Compare, which had been the CLI's alone)."""
+    from app.named_figures import not_placed, placed_by_pages
+    from damcha.views.figure_sets import RECORD_FIGURES
+    from damcha.views.model_figures import MODEL_FIGURES
+    from damcha.views.run_set_figures import PAPER_FIGURES, RUN_SET_FIGURES
+
+    assert {"decomposition", "attention", "epoch_animation", "comparison"} <= placed_by_pages()
+    assert not_placed([*RECORD_FIGURES, *MODEL_FIGURES]) == []
+    assert not_placed(RUN_SET_FIGURES) == list(PAPER_FIGURES)
+    assert not_placed(["a_figure_no_page_names"]) == ["a_figure_no_page_names"]
 
 
 @pytest.mark.parametrize("run_name", ["digits-damcha", "digits-cls-mha", "text-mha", "images-damcha"])
