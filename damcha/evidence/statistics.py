@@ -15,8 +15,9 @@ VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: t
                 "ratios, shown as geometric means. A comparison holds when its interval lies wholly on the paper's "
                 "side of zero. A claim holds when every counted comparison holds (an intersection-union test: no "
                 "correction needed); it does not hold when a counted comparison goes against the paper and stays "
-                "significant after Holm's correction over the claim's counted comparisons (family-wise 5%); otherwise "
-                "it is inconclusive at this scale, and the minimum difference these seeds could detect (80% power, "
+                "significant after Holm's correction over the claim's counted comparisons (family-wise 5%); it has "
+                "no verdict when none of its counted comparisons was measured; otherwise it is inconclusive at this "
+                "scale, and the minimum difference these seeds could detect (80% power, "
                 "5% two-sided, exact on the noncentral t) is shown beside the observed one and, where the paper "
                 "gives both numbers, beside the paper's own difference with the seeds needed to detect it. Control "
                 "arms, and contrasts between other arms, are reported, never counted. A claim whose task fails a "
@@ -25,6 +26,7 @@ VERDICT_RULE = ("For each arm compared with the reference arm, paired by seed: t
                 "that misses it is a reported finding with its seeds. A claim whose outcome the arithmetic of the "
                 "mechanism fixes is counted apart from learned results, in a neutral colour: confirmed or not.")
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this scale"
+NO_VERDICT = "no verdict"  # a claim with no counted comparison measured: nothing was tested, nothing is unclear
 SANITY_FAILED = "not tested: the sanity check failed"
 CONFIRMED, NOT_CONFIRMED = "confirmed by construction", "construction not confirmed"  # outcomes fixed in advance
 BY_CONSTRUCTION, LEARNED = "by construction", "learned"  # what a claim's verdict is: kept apart in every tally
@@ -151,9 +153,11 @@ def reading(comparison: dict) -> str:
 
 
 def claim_verdict(comparisons: list[dict]) -> str:
-    """comparisons: the counted ones, each with its verdict, mean gain and p. All hold -> holds; one
-    against the paper and rejected under Holm -> does not hold; else inconclusive."""
-    if comparisons and all(c["verdict"] == HOLDS for c in comparisons):
+    """comparisons: the counted ones, each with its verdict, mean gain and p. None -> no verdict; all
+    hold -> holds; one against the paper and rejected under Holm -> does not hold; else inconclusive."""
+    if not comparisons:
+        return NO_VERDICT
+    if all(c["verdict"] == HOLDS for c in comparisons):
         return HOLDS
     rejected = holm([c["p"] for c in comparisons])
     if any(r and c["gain"] < 0 for r, c in zip(rejected, comparisons)):

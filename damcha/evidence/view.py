@@ -14,7 +14,15 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
-from damcha.evidence.statistics import BY_CONSTRUCTION, CONFIRMED, FAILS, HOLDS, NOT_CONFIRMED, SANITY_FAILED
+from damcha.evidence.statistics import (
+    BY_CONSTRUCTION,
+    CONFIRMED,
+    FAILS,
+    HOLDS,
+    NO_VERDICT,
+    NOT_CONFIRMED,
+    SANITY_FAILED,
+)
 from damcha.views import figures
 
 
@@ -197,6 +205,8 @@ def verdict_words(claim: dict) -> tuple[str, str]:
     seeds can see); a claim whose sanity check failed is not tested (grey)."""
     if claim["verdict"] == SANITY_FAILED:
         return "gray", "not tested: a sanity check failed"
+    if claim["verdict"] == NO_VERDICT:
+        return "gray", "no verdict: none of the comparisons it counts was measured"
     if claim.get("verdict_kind") == BY_CONSTRUCTION:
         confirmed = claim["verdict"] in (HOLDS, CONFIRMED)
         return "blue", "confirmed, as its construction predicts" if confirmed else "not confirmed, against its construction"
@@ -211,14 +221,16 @@ def verdict_words(claim: dict) -> tuple[str, str]:
 def verdict_tally(claims: list[dict]) -> str:
     """Learned results counted apart from results the construction fixes and from claims not tested."""
     learned = [c for c in claims if c.get("verdict_kind") != BY_CONSTRUCTION and c["verdict"] != SANITY_FAILED]
-    count = {v: sum(c["verdict"] == v for c in learned) for v in (HOLDS, FAILS)}
+    count = {v: sum(c["verdict"] == v for c in learned) for v in (HOLDS, FAILS, NO_VERDICT)}
     built = [c for c in claims if c.get("verdict_kind") == BY_CONSTRUCTION]
     untested = sum(c["verdict"] == SANITY_FAILED for c in claims)
     checks = [k for c in learned for k in c.get("construction_checks", [])]
     within = (f" Within the learned claims, {len(checks)} comparisons fixed by construction are checks, not counted "
               f"({sum(k['outcome'] in ('confirmed', 'tie confirmed') for k in checks)} confirmed)." if checks else "")
     return (f"Learned results ({len(learned)} claims): {count[HOLDS]} hold, {count[FAILS]} do not hold, "
-            f"{len(learned) - count[HOLDS] - count[FAILS]} inconclusive. Expected by construction, not evidence "
+            f"{len(learned) - count[HOLDS] - count[FAILS] - count[NO_VERDICT]} inconclusive"
+            f"{f', {count[NO_VERDICT]} without a verdict (no counted comparison measured)' if count[NO_VERDICT] else ''}"
+            ". Expected by construction, not evidence "
             f"({len(built)}): {sum(c['verdict'] in (HOLDS, CONFIRMED) for c in built)} confirmed"
             f"{'' if all(c['verdict'] != NOT_CONFIRMED for c in built) else ', the rest not'}. Not tested (a sanity "
             f"check failed): {untested}.{within}")

@@ -174,6 +174,19 @@ def test_results_fixed_by_construction_are_counted_apart_in_a_neutral_colour():
         "(1): 1 confirmed. Not tested (a sanity check failed): 1.")
 
 
+def test_a_claim_with_no_counted_comparison_has_no_verdict_not_an_inconclusive_one():
+    """A claim none of whose counted comparisons was measured (the tiny scale's Table 1 on CIFAR-10) read
+    'inconclusive': nothing was tested, so nothing can be unclear. It has no verdict, in grey, counted apart."""
+    from damcha.evidence.statistics import NO_VERDICT, claim_verdict
+    from damcha.evidence.view import verdict_tally, verdict_words
+
+    assert claim_verdict([]) == NO_VERDICT
+    empty = {"verdict": claim_verdict([]), "verdict_kind": "learned", "comparisons": []}
+    assert verdict_words(empty) == ("gray", "no verdict: none of the comparisons it counts was measured")
+    unclear = {"verdict": INCONCLUSIVE, "verdict_kind": "learned", "comparisons": []}
+    assert "1 inconclusive, 1 without a verdict (no counted comparison measured)" in verdict_tally([empty, unclear])
+
+
 @pytest.mark.parametrize("quick", [False, True])
 def test_sanity_gates_sit_on_instruments_never_on_the_arm_under_judgement(quick):
     from damcha.evidence.catalogue import claims
@@ -269,7 +282,7 @@ def test_evidence_command_runs_every_claim_and_takes_units_over_from_results(tmp
     assert 0 < doc["units_computed_in_this_call"] <= doc["units"]  # an arm shared by two claims runs once
     assert doc["compute_seconds"] > 0 and not doc["not_run"]
     for claim in doc["claims"]:
-        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, SANITY_FAILED)
+        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED)
         assert all(len(v) == 2 for v in claim["values"].values())
         baselines = {a.name for a in known_quick[claim["key"]].arms if a.kind == "baseline"}
         for metric in (claim["metric"], *claim["columns"]):  # every reported metric was measured for every arm

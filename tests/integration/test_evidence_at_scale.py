@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from damcha.evidence.statistics import FAILS, HOLDS, INCONCLUSIVE, SANITY_FAILED
+from damcha.evidence.statistics import FAILS, HOLDS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED
 from damcha.inputs.datasets.generated import write_standard_format_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
                                                  "table4_ablations@cifar10", "table5_text@enwik8", "table5_text@text8"]
     assert {d: r["standard_files"] for d, r in doc["data"].items()} == {"cifar10": False, "enwik8": False, "text8": False}
     for claim in doc["claims"]:
-        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, SANITY_FAILED)
+        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED)
         assert all(len(v) == 2 for v in claim["values"].values())
         assert all(claim["metric"] in row or "constant" in row for rows in claim["values"].values() for row in rows)
     runs = sorted((out / "work" / "runs").iterdir())
