@@ -18,6 +18,7 @@ from damcha.evidence.statistics import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
+    NO_VERDICT,
     SANITY_FAILED,
     claim_verdict,
     holm,
@@ -177,7 +178,6 @@ def test_results_fixed_by_construction_are_counted_apart_in_a_neutral_colour():
 def test_a_claim_with_no_counted_comparison_has_no_verdict_not_an_inconclusive_one():
     """A claim none of whose counted comparisons was measured (the tiny scale's Table 1 on CIFAR-10) read
     'inconclusive': nothing was tested, so nothing can be unclear. It has no verdict, in grey, counted apart."""
-    from damcha.evidence.statistics import NO_VERDICT, claim_verdict
     from damcha.evidence.view import verdict_tally, verdict_words
 
     assert claim_verdict([]) == NO_VERDICT
