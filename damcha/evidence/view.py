@@ -154,18 +154,48 @@ def tuning_rows(doc: dict) -> list[dict]:
 
 
 def grid_edge_warning(doc: dict) -> str | None:
-    """Which run configurations chose their grid's top or bottom rate: the best rate may lie beyond the
-    grid, so those arms may be under-tuned. None when every choice is inside its grid."""
+    """Which run configurations, and which synthetic units (each chooses its rate on its own validation
+    set), chose their grid's top or bottom rate: the best rate may lie beyond the grid, so those arms may
+    be under-tuned. None when every choice is inside its grid."""
     ends = {"top": [], "bottom": []}
     for row in doc.get("tuning", []):
         rates = sorted(float(lr) for lr in row["losses"])
         if len(rates) > 1 and row["chosen"] in (rates[0], rates[-1]):
             ends["top" if row["chosen"] == rates[-1] else "bottom"].append(f"{row['run']} ({row['chosen']:g})")
     said = [f"the {end} rate: {', '.join(runs)}" for end, runs in ends.items() if runs]
-    if not said:
+    runs = (f"{sum(map(len, ends.values()))} of {len(doc['tuning'])} run configurations chose the edge of the grid, "
+            f"{'; '.join(said)}." if said else "")
+    edges, units, sizes = synthetic_grid_edges(doc)
+    synthetic = (f"{sum(n for ends in edges.values() for n, _ in ends.values())} of {units} synthetic units chose an edge of "
+                 f"their grid of {' or '.join(map(str, sorted(sizes)))} rates"
+                 f"{' (two rates have no inside)' if min(sizes, default=3) == 2 else ''}: "
+                 + "; ".join(f"{variant} " + ", ".join(f"{end} {n} of {of}" for end, (n, of) in ends.items() if n)
+                             for variant, ends in edges.items()) + "." if edges else "")
+    if not runs and not synthetic:
         return None
-    return (f"{sum(map(len, ends.values()))} of {len(doc['tuning'])} run configurations chose the edge of the grid, "
-            f"{'; '.join(said)}. A rate beyond it was not tried, so these arms may be under-tuned.")
+    return " ".join(filter(None, (runs, synthetic))) + " A rate beyond it was not tried, so these arms may be under-tuned."
+
+
+def synthetic_grid_edges(doc: dict) -> tuple[dict[str, dict[str, tuple[int, int]]], int, set[int]]:
+    """({variant: {"bottom"/"top": (its units at that end, its units)}}, synthetic units with a grid, the
+    grids' sizes): the synthetic units whose chosen rate is the lowest or highest of the rates they tried
+    (a variant is an arm's name up to its level, 'damcha' of 'damcha e=0.5')."""
+    counts: dict[str, dict[str, list[int]]] = {}
+    units, sizes = 0, set()
+    for claim in doc.get("claims", []):
+        for arm, rows in claim.get("values", {}).items():
+            for row in rows:
+                rates = sorted({float(k.rsplit("_lr=", 1)[1]) for k in row if k.startswith("validation_") and "_lr=" in k})
+                if len(rates) < 2 or "lr" not in row:
+                    continue
+                units, sizes = units + 1, sizes | {len(rates)}
+                at = counts.setdefault(arm.split(" ")[0], {"bottom": [0, 0], "top": [0, 0]})
+                for end, rate in (("bottom", rates[0]), ("top", rates[-1])):
+                    at[end][0] += row["lr"] == rate
+                    at[end][1] += 1
+    edges = {v: {end: (n, of) for end, (n, of) in ends.items()} for v, ends in counts.items()
+             if any(n for n, _ in ends.values())}
+    return edges, units, sizes
 
 
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:

@@ -689,3 +689,24 @@ def test_the_page_draws_nlls_in_bits_as_every_other_page_and_differences_on_thei
     ratio = next(c for c in claims if c["metric"] in ("relative_mse", "time_ratio")
                  and any(x.get("counted", True) for x in c["comparisons"]))
     assert "log ratio" in dict(evidence_figures(ratio))["evidence_differences"].to_json()
+
+
+def test_synthetic_units_at_the_edge_of_their_rate_grid_are_warned_of_as_run_configurations_are():
+    """Each synthetic unit picks its rate on its own validation set: DAMCHA sat at the bottom of its grid in
+    every shipped unit with no warning, while run configurations at an edge were named."""
+    from damcha.evidence.view import grid_edge_warning, synthetic_grid_edges
+
+    def unit(lr: float, grid=(0.001, 0.003, 0.01)) -> dict:
+        return {"relative_mse": 0.5, "lr": lr, **{f"validation_relative_mse_lr={r:g}": 0.5 for r in grid}}
+
+    doc = {"tuning": [], "claims": [{"key": "fig12_regression", "values": {
+        "damcha e=0.0": [unit(0.001), unit(0.001)], "damcha e=1.0": [unit(0.003)], "mha e=0.0": [unit(0.01), unit(0.003)],
+        "mean": [{"relative_mse": 1.0}]}}]}
+    edges, units, sizes = synthetic_grid_edges(doc)
+    assert units == 5 and sizes == {3}
+    assert edges == {"damcha": {"bottom": (2, 3), "top": (0, 3)}, "mha": {"bottom": (0, 2), "top": (1, 2)}}
+    assert grid_edge_warning(doc) == ("3 of 5 synthetic units chose an edge of their grid of 3 rates: damcha bottom 2 "
+                                      "of 3; mha top 1 of 2. A rate beyond it was not tried, so these arms may be "
+                                      "under-tuned.")
+    inside = {"tuning": [], "claims": [{"key": "k", "values": {"damcha e=0.0": [unit(0.003)]}}]}
+    assert grid_edge_warning(inside) is None
