@@ -128,6 +128,9 @@ def vector_heatmaps(fig: go.Figure, max_cells: int = MAX_VECTOR_CELLS) -> go.Fig
         if axis.get("range") is None:
             axis["range"] = [high, low] if axis.get("autorange") == "reversed" else [low, high]
             axis.pop("autorange", None)
+            # a fixed range under square cells (scaleanchor) is kept by shrinking the panel, as an autoranged
+            # heatmap's is, not widened past the cells
+            axis.setdefault("constrain", "domain")
     return go.Figure(data=traces, layout=layout, frames=fig.frames)
 
 
