@@ -68,4 +68,16 @@ from damcha.views.figures.style import (
     symmetric_limit,
 )
 
-__all__ = ["ATTENTION_PANELS_PER_ROW", "BASELINE_LINES", "DIVERGING", "GREYS", "INTERPOLATION_NOTE", "LOG_AXIS", "LOG_AXIS_SPREAD", "MAX_DISPLAY_CELLS", "MatrixStyle", "PROFILE_LINES", "SEQUENTIAL", "SMALL_PANEL_CELLS", "as_style", "attention_figure", "block_means", "colour_bar", "colour_scale", "contour_figure", "curve_figure", "digit_attribution_figure", "digit_figure", "display_copy", "epoch_animation_figure", "grid_maps_figure", "grid_shapes", "head_by_head_figure", "head_metrics_figure", "highlighted_text_html", "image_row_figure", "interpolation_noted", "interval_cell", "interval_figure", "labelled_matrix_figure", "matrix_figure", "matrix_trace", "metric_heatmap_figure", "metric_panels_figure", "named_bars_figure", "paired_scatter_figure", "pooling_factors", "probabilities_figure", "profile_figure", "projection_figure", "rgb_image_figure", "share_bar_range", "small_multiples_figure", "spectrum_figure", "squarish", "statistic_curves_figure", "style_axes", "surface_figure", "symmetric_limit", "token_attribution_figure", "token_loss_figure", "training_curves_figure"]
+__all__ = [
+    "ATTENTION_PANELS_PER_ROW", "BASELINE_LINES", "DIVERGING", "GREYS", "INTERPOLATION_NOTE", "LOG_AXIS",
+    "LOG_AXIS_SPREAD", "MAX_DISPLAY_CELLS", "MatrixStyle", "PROFILE_LINES", "SEQUENTIAL", "SMALL_PANEL_CELLS",
+    "as_style", "attention_figure", "block_means", "colour_bar", "colour_scale", "contour_figure",
+    "curve_figure", "digit_attribution_figure", "digit_figure", "display_copy", "epoch_animation_figure",
+    "grid_maps_figure", "grid_shapes", "head_by_head_figure", "head_metrics_figure", "highlighted_text_html",
+    "image_row_figure", "interpolation_noted", "interval_cell", "interval_figure", "labelled_matrix_figure",
+    "matrix_figure", "matrix_trace", "metric_heatmap_figure", "metric_panels_figure", "named_bars_figure",
+    "paired_scatter_figure", "pooling_factors", "probabilities_figure", "profile_figure", "projection_figure",
+    "rgb_image_figure", "share_bar_range", "small_multiples_figure", "spectrum_figure", "squarish",
+    "statistic_curves_figure", "style_axes", "surface_figure", "symmetric_limit", "token_attribution_figure",
+    "token_loss_figure", "training_curves_figure",
+]
