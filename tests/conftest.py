@@ -43,38 +43,42 @@ def _single_thread_determinism():
 
 # The longest modules first: pytest-xdist (--dist loadfile) hands modules to the workers in
 # collection order, so the run ends on short ones rather than one worker finishing a long module
-# alone. Scheduling only: every test still runs. Measured with --durations (seconds summed over a
-# module's tests, full suite on two cores with CI=true, 4 December 2026).
-LONGEST_FIRST = ("test_every_mechanism.py",  # 265 s: a tiny run per variant and task, every page
-                 "test_evidence.py",  # 230 s: evidence --quick end to end (run, resume, reuse)
-                 "test_distributed.py",  # 225 s: DDP and FSDP2 under torchrun
-                 "test_browser.py",  # 198 s
-                 "test_app.py",  # 180 s
-                 "test_benchmarks.py",  # 96 s
-                 "test_evidence_at_scale.py",  # 93 s: --scale tiny end to end, and under torchrun
-                 "test_package_install.py",  # 80 s in CI (a fresh environment); skipped elsewhere
-                 "test_interrupted_training.py",  # 56 s
-                 "test_url_fuzz.py",  # 53 s
-                 "test_compile_fullgraph.py",  # 50 s: every mechanism traced whole, forward and backward
-                 "test_browser_workflows.py",  # 50 s
-                 "test_export.py",  # 46 s
-                 "test_hf_runs.py",  # 40 s: exported and Trainer folders on every page
-                 "test_broken_runs.py",  # 33 s
-                 "test_resource_bombs.py",  # 23 s
-                 "test_owned_folders.py",  # 10 s: writers on a real small tmpfs, killed writers
-                 "test_battery.py",  # 100 s: every hostile command in its own memory-limited process
-                 "test_messages.py",  # 5 s: readers given one value wrong
-                 "test_fence_browser.py",  # 20 s
-                 "test_corrupted_files.py",  # 19 s
-                 "test_reference_configs.py",  # 16 s
-                 "test_worker_death.py",  # 13 s
-                 "test_hf.py",  # 12 s: every variant as Hugging Face classes, every token run exported
-                 "test_evidence_slurm.py",  # 30 s: a real one-node Slurm cluster, a job cancelled and resubmitted
-                 "test_hf_remote_code.py",  # 10 s: folders with their code, loaded in a venv without the package
-                 "test_hf_swap.py",  # every variant swapped into GPT-2, Llama and ViT, trained
+# alone. Scheduling only: every test still runs. Seconds summed over a module's tests, full suite on
+# two cores (5 December 2026; "after": the same module measured once its cuts were made).
+LONGEST_FIRST = ("test_every_mechanism.py",  # 305 s: a tiny run per variant and task, every page
+                 "test_app.py",  # 195 s
+                 "test_browser.py",  # 185 s
+                 "test_evidence.py",  # 243 s, after ~140 s: evidence --quick end to end (run, take over)
+                 "test_browser_workflows.py",  # 113 s
+                 "test_benchmarks.py",  # 100 s
+                 "test_battery.py",  # 97 s: every hostile command in its own memory-limited process
+                 "test_distributed.py",  # 175 s, after ~80 s: DDP and FSDP2 under torchrun
+                 "test_typesetting.py",  # 80 s: every named figure laid out in Chromium at two widths
+                 "test_evidence_at_scale.py",  # 72 s: --scale tiny end to end, and under torchrun
+                 "test_compile_fullgraph.py",  # 63 s, and inductor's compiled step (25-50 s uncached)
+                 "test_package_install.py",  # 63 s in CI (a fresh environment); skipped elsewhere
+                 "test_interrupted_training.py",  # 49 s
+                 "test_evidence_slurm.py",  # 45 s: a real one-node Slurm cluster, a job cancelled and resubmitted
+                 "test_url_fuzz.py",  # 39 s
+                 "test_export.py",  # 36 s
+                 "test_hf_runs.py",  # 34 s: exported and Trainer folders on every page
+                 "test_broken_runs.py",  # 27 s
+                 "test_resource_bombs.py",  # 25 s
+                 "test_fence_browser.py",  # 18 s
+                 "test_hf.py",  # 17 s: every variant as Hugging Face classes, every token run exported
+                 "test_corrupted_files.py",  # 17 s
+                 "test_image_pages.py",  # 12 s: every page on a colour-image patch run
+                 "test_hf_remote_code.py",  # 13 s: folders with their code, loaded in a venv without the package
+                 "test_hf_swap.py",  # 12 s: every variant swapped into GPT-2, Llama and ViT, trained
+                 "test_worker_death.py",  # 11 s
+                 "test_reference_configs.py",  # 10 s
+                 "test_owned_folders.py",  # writers on a real small tmpfs, killed writers
+                 "test_messages.py",  # readers given one value wrong
                  "test_interop_docs.py",  # docs/interop.md's examples
                  "test_lens.py",  # TransformerLens's hooks on every variant
                  "test_nnsight.py")
+
+
 def pytest_addoption(parser):
     parser.addini("slow_folders", type="args", default=[],
                   help="folders under tests/ whose modules form the slow tier (marked slow)")

@@ -189,8 +189,8 @@ def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
     assert not [t for t in shipped.toggle if t.key == "table_on"] and len(shipped.dataframe) == 3
     monkeypatch.setenv("DAMCHA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("damcha.runs.disk_cache.SHIPPED_FOLDER", "not-shipped")  # runs made without their tables
-    root = tmp_path / "runs"  # two digit runs (one of each score form; one with a layer per metric) and a text run
-    for name in ("digits-damcha-bilinear", "digits-damcha-unshared", "text-damcha"):
+    root = tmp_path / "runs"  # two digit runs (one of each score form, one with a static metric) and a text run
+    for name in ("digits-damcha-bilinear", "digits-damcha-static", "text-damcha"):
         shutil.copytree(SHIPPED / name, root / name)
     at = new_app("digits-damcha-bilinear", "ablation", root)
     assert_clean(at)
@@ -199,14 +199,14 @@ def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
     assert_clean(at)
     frames = [d.value for d in at.dataframe]
     per_run = frames[-1]
-    assert set(per_run["run"]) == {"digits-damcha-bilinear", "digits-damcha-unshared"}
+    assert set(per_run["run"]) == {"digits-damcha-bilinear", "digits-damcha-static"}
     assert set(per_run["mode"]) == {m.value for m in __import__("damcha").MetricMode}
     assert "completion_mse" in per_run.columns
     assert "delta_interval" not in per_run.columns and "Δ nll 95% low" in per_run.columns  # flat, as in the CSV
     ablated = per_run[per_run["mode"] != "full"]  # full has no Δ
     assert (ablated["Δ nll 95% low"] <= ablated["Δ nll 95% high"]).all() and per_run["Δ nll 95% low"].notna().any()
     assert any("Bilinear runs" in m.value for m in at.markdown)
-    again = new_app("digits-damcha-unshared", "ablation", root)  # a new session: read from the disk, no toggle needed
+    again = new_app("digits-damcha-static", "ablation", root)  # a new session: read from the disk, no toggle needed
     assert_clean(again)
     assert not [t for t in again.toggle if t.key == "table_on"]
     assert set(again.dataframe[-1].value["run"]) == set(per_run["run"])
