@@ -117,6 +117,9 @@ class Claim:
     arms: tuple[Arm, ...]
     reference: str  # the arm the paper says is better (DAMCHA); with `groups`, each group's first arm is its reference
     paper: dict = field(default_factory=dict)  # arm name -> the paper's number for `metric`, where it has one
+    # the paper's row (a data set's `paper_row`: 'Text8') -> its numbers, for the claim at a scale on that data
+    # set (none given: none shown; a data set never borrows another's numbers)
+    paper_on: dict = field(default_factory=dict)
     note: str = ""
     groups: tuple[tuple[str, ...], ...] = ()  # comparisons within groups (synthetic levels), each with its first arm; () = all vs reference
     verdict_against: tuple[str, ...] = ()  # only comparisons with arms of these variants (Arm.counted_as) count; () = all

@@ -181,7 +181,7 @@ def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) ->
     spec = data_set_spec(target)
     return dataclasses.replace(
         claim, key=f"{claim.key}@{target}", title=f"{claim.title} — on {spec.title}",
-        metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms),
+        metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms), paper=claim.paper_on.get(spec.paper_row, {}),
         columns=tuple(dict.fromkeys(renamed(c) for c in claim.columns if renamed(c) != renamed(claim.metric))),
         verdict_metrics=tuple(renamed(m) for m in claim.verdict_metrics), scale=scale.description,
         note=f"The demo's {demo} data are {spec.title} here. {claim.note}")

@@ -48,6 +48,25 @@ def test_a_scale_moves_each_claim_onto_the_data_its_demo_data_stand_for(tiny):
     assert dict(moved["table5_text@enwik8"].arms[0].overrides)["block_size"] == TINY.place("enwik8").block_size
 
 
+def test_each_data_set_at_a_scale_stands_beside_its_own_published_numbers_never_another_s(tiny):
+    """text8 was compared with enwik8's published cross-entropies: a scale's claim on a data set carries
+    the paper's numbers for that data set, or none."""
+    import math
+
+    from damcha.inputs.datasets import DATA_SETS, data_set_spec
+
+    moved = {c.key: c for c in scale_claims(TINY, tiny)}
+    in_bits = {m: round(v / math.log(2), 4) for m, v in {"mha": 1.06, "dcmha": 1.05, "damcha": 1.03}.items()}
+    assert moved["table5_text@text8"].paper == in_bits  # the paper's Table 5 row for Text8
+    assert moved["table5_text@enwik8"].paper["mha"] == round(1.07 / math.log(2), 4)
+    assert moved["table1_images@cifar10"].paper["mha"] == 0.1260  # Table 1 is CIFAR-10's
+    assert moved["table4_ablations@cifar10"].paper == {}  # the paper gives none there
+    demo = {c.key: c for c in claims(TINY.smoke)}
+    for key, claim in moved.items():
+        row = data_set_spec(key.split("@")[1]).paper_row if key.split("@")[1] in DATA_SETS else ""
+        assert claim.paper == demo[key.split("@")[0]].paper_on.get(row, {}), key
+
+
 def test_the_capacity_matched_arm_is_matched_again_at_the_scale(tiny):
     table4 = next(c for c in scale_claims(TINY, tiny) if c.key == "table4_ablations@cifar10")
     matched = next(a for a in table4.arms if a.name.startswith("MHA at"))

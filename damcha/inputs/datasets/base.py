@@ -104,7 +104,8 @@ class DataSetSpec:
     ships with the install (Python, scikit-learn or this repository), so the app can offer its
     validation samples. needs_path: what --data-path must point to ('' when none is needed).
     demo_train: TrainConfig fields of a demo-size run (the evidence's runs). scales: its place in the
-    evidence at the scales that run on it (`AtScale`)."""
+    evidence at the scales that run on it (`AtScale`). paper_row: how the paper's tables name it
+    ('Enwik8', 'CIFAR-10'; '' where they do not), so a claim on it shows the paper's own numbers."""
 
     name: str
     title: str
@@ -116,6 +117,7 @@ class DataSetSpec:
     demo_train: dict = field(default_factory=dict)
     published: str = ""
     scales: dict[str, AtScale] = field(default_factory=dict)  # scale name -> its place in the evidence there
+    paper_row: str = ""
 
     def __post_init__(self):
         if self.modality not in MODALITIES:

@@ -213,7 +213,7 @@ def _spec(corpus: BenchmarkCorpus) -> DataSetSpec:
                            corpus, path, block_size, nonstandard_ok),
                        needs_path=f"the {name} file or {name}.zip",
                        published=f"{corpus.published.name}: {corpus.published.expected()} ({corpus.published.source})",
-                       scales=_at_scale(name))
+                       scales=_at_scale(name), paper_row=name.capitalize())  # the paper's Table 5: Enwik8, Text8
 
 
 SPECS = (_spec(ENWIK8), _spec(TEXT8))

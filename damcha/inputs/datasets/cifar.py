@@ -159,5 +159,5 @@ SPECS = tuple(
                 lambda path, block_size, seed, nonstandard_ok=False, name=name: cifar_dataset(name, path, seed, nonstandard_ok),
                 needs_path="the extracted python-batches folder",
                 published=f"the {name} python batches' MD5s ({KRIZHEVSKY})",
-                scales=CIFAR10_AT_SCALE if name == "cifar10" else {})
+                scales=CIFAR10_AT_SCALE if name == "cifar10" else {}, paper_row=name.upper().replace("CIFAR", "CIFAR-"))
     for name in ("cifar10", "cifar100"))
