@@ -238,6 +238,7 @@ class _EvidenceRun:
     doc: dict = dataclasses.field(default_factory=dict)
     total: int = 0
     fresh: int = 0  # units computed in this call
+    tuned_here: bool = False  # whether any chosen claim's arms choose their rate (a scale's train untuned)
 
     @classmethod
     def planned(cls, out: Path, work: Path, quick: bool, seeds: int, only: list[str] | None, setting: Setting, proc,
@@ -261,17 +262,14 @@ class _EvidenceRun:
             raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
         run = cls(out, work, quick, seeds, setting, proc, launch, known, chosen, done, seconds,
                   {row["unit"] for row in rows if row.get("reused_from")}, previous, reuse, redo,
-                  [c for c in read_jsonl(work / "calls.jsonl") if isinstance(c, dict)], claims_now=chosen)
+                  [c for c in read_jsonl(work / "calls.jsonl") if isinstance(c, dict)], claims_now=chosen,
+                  tuned_here=bool(tuning.tuning_arms(chosen)))
         if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
             untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not a.trains)) for c in chosen]
             run.take_over(reusable_units(previous, quick, redo, setting, untrained))
             run.take_over(reusable_tuning(previous, quick, redo, setting, chosen))
         run.total = run.remaining_units()
         return run
-
-    @property
-    def tuned_here(self) -> bool:
-        return bool(tuning.tuning_arms(self.chosen))  # (a scale's claims train untuned)
 
     def start_document(self, recorded: dict | None) -> None:
         from damcha import __version__
