@@ -6,7 +6,7 @@ import streamlit as st
 
 from app.cache import HASH_FUNCS, inspection, model_for
 from app.run_picker import each_run
-from damcha.analysis.ablation import ABLATION_KEY, ABLATION_SETTINGS
+from damcha.analysis.ablation import ABLATION_SETTINGS, ablation_key
 from damcha.analysis.inspection import inspect_input
 from damcha.analysis.interventions import MEAN_INPUTS
 from damcha.inputs.datasets import bundled
@@ -99,7 +99,7 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
 def ablation_cached(run: Run) -> bool:
     from damcha.runs.disk_cache import is_cached
 
-    return is_cached("validation_ablation", ABLATION_KEY, [(run, run.epochs[-1])])
+    return is_cached("validation_ablation", ablation_key(run.model_config), [(run, run.epochs[-1])])
 
 
 def ablation_table(runs: list[Run]) -> list[dict]:
@@ -123,7 +123,7 @@ def ablation_table(runs: list[Run]) -> list[dict]:
         return rows
 
     def one(r: Run) -> list[dict]:
-        rows = cached("validation_ablation", ABLATION_KEY, [(r, r.epochs[-1])], lambda: compute(r))
+        rows = cached("validation_ablation", ablation_key(r.model_config), [(r, r.epochs[-1])], lambda: compute(r))
         left = len(todo) - computed
         eta = f", about {spent / computed * left:.0f} s left" if computed and left > 0 else ""
         bar.progress(min(1.0, (runs.index(r) + 1) / len(runs)), text=f"{r.name} done ({runs.index(r) + 1}/{len(runs)}{eta})")

@@ -98,12 +98,12 @@ def input_picker(run: Run) -> ModelInput | None:
         return None
 
 
-def option_choices(run: Run, container=None) -> dict[str, str]:
+def option_choices(run: Run, container=None, horizontal: bool = False) -> dict[str, str]:
     """A control for each per-call choice the run's mechanism declares (DAMCHA: the metric mode),
     with its help, in the URL under its declared key: {choice name: chosen value}."""
     where = container or st
     return {c.name: where.radio(c.label, list(c.values), format_func=lambda v: str(v).replace("_", " "),
-                                **bound(c.url_key), help=c.help)
+                                **bound(c.url_key), help=c.help, horizontal=horizontal)
             for c in run.model_config.mechanism.option_choices}
 
 

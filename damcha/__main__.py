@@ -12,17 +12,22 @@ from damcha.inputs.datasets import DataError
 from damcha.inputs.uploads import InputError
 from damcha.model.config import variant_config
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variants
-from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.runs.checkpoints import CheckpointError
 from damcha.runs.reference import READINGS
 from damcha.runs.train_flags import add_settings_flags, ints, settings_from
 
 
-def _option(text: str) -> tuple[str, object]:
-    """NAME=VALUE, the value read as an integer or a number when it is one."""
+def _choice(text: str) -> tuple[str, str]:
+    """NAME=VALUE, the value kept as the word it is (a per-call choice)."""
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _option(text: str) -> tuple[str, object]:
+    """NAME=VALUE, the value read as an integer or a number when it is one (a setting)."""
+    name, value = _choice(text)
     for kind in (int, float):
         try:
             return name, kind(value)
@@ -112,7 +117,10 @@ def _figures_parser(sub) -> None:
     src.add_argument("--text", help="UTF-8 text file (text runs)")
     src.add_argument("--val-index", type=int, default=None, help="validation sample index")
     p.add_argument("--figures", default="", help="comma-separated names (default: all that apply)")
-    p.add_argument("--mode", default="full", choices=[m.value for m in MetricMode])
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", type=_choice,
+                   help="a per-call choice of the run's mechanism (repeatable; default: the model as trained): "
+                        + "; ".join(f"{c.name} ({m.name}): {'|'.join(c.values)}"
+                                    for m in map(get_mechanism, mechanism_names()) for c in m.option_choices))
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--position", type=int, default=-1, help="query position index (causal runs), -1: last")
     p.add_argument("--formats", default="png,svg,pdf,html,csv,npz")
@@ -220,8 +228,9 @@ def _input_items(args) -> list:
     epochs = args.epochs or run.epochs
     names = [n for n in args.figures.split(",") if n] or None
     bar = tqdm(total=len(epochs), desc="inspecting snapshots")
-    items = figure_set(run, epochs, inp.tokens, inp.targets, args.mode, {"layer": args.layer, "position": args.position},
-                       names, inp.source, progress=lambda k, n: bar.update(1))
+    params = {"layer": args.layer, "position": args.position, "options": dict(args.option)}
+    run.model_config.mechanism.options_from(params["options"])  # a choice the mechanism lacks is refused before any work
+    items = figure_set(run, epochs, inp.tokens, inp.targets, params, names, inp.source, progress=lambda k, n: bar.update(1))
     bar.close()
     return items
 

@@ -11,7 +11,7 @@ from app.controls import computed_on_request, input_picker
 from app.named_figures import show_model_figure
 from app.run_picker import listing, run_page
 from app.sharing import plain_text
-from damcha.analysis.ablation import has_metric_modes, long_form, modes_by_run
+from damcha.analysis.ablation import has_ablation_modes, long_form, modes_by_run
 from damcha.analysis.heads import head_site_note
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
@@ -21,16 +21,8 @@ from damcha.views.display_units import mode_outcome_rows
 
 run, epoch = run_page("Metric ablations")
 cfg = run.model_config
-ROW_SUM_NOTE = ("**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "
-                "off-diagonal-only metric is (H−1)/H · m_i minus that residue. Neither 'the diagonal' nor 'the "
-                "off-diagonal' was learned as such, so a gap between them measures the random residue and the "
-                "1 : (H−1) scaling, not what cross-head blocks learned. The mode diagonal_scaled (H · M_ii = m_i + "
-                "H · residue) restores the scale: where it ties with full, the diagonal-only loss is that arithmetic.")
-BILINEAR_NOTE = ("**Bilinear runs:** every block M_ij is trained for its own role (head i's queries against head j's "
-                 "keys), so the diagonal/off-diagonal split is meaningful there.")
 
-
-if not has_metric_modes(cfg):
+if not has_ablation_modes(cfg):
     offered = available_interventions(cfg)
     heads = head_site_note(cfg) is None  # every head's output can be ablated, patched and attributed
     st.info(f"{cfg.mechanism.title} has no metric modes to ablate: this page is about DAMCHA-style metrics. "
@@ -44,7 +36,7 @@ if not has_metric_modes(cfg):
         st.page_link(str(Path(__file__).resolve().parent / "interventions.py"), label="Interventions on this run", icon=":material/science:")
 else:
     st.info(identifiability_note(cfg))
-    st.markdown(ROW_SUM_NOTE if cfg.score_form == "row_sum" else BILINEAR_NOTE)
+    st.markdown(cfg.mechanism.inference_ablation.note(cfg))
 
     st.subheader("This input under each metric mode")
     inp = input_picker(run)
@@ -65,7 +57,7 @@ else:
 
 st.subheader("Validation set, every run on this data set")
 runs = listing().runs
-ablated = [r for r in runs if r.dataset == run.dataset and has_metric_modes(r.model_config)]
+ablated = [r for r in runs if r.dataset == run.dataset and has_ablation_modes(r.model_config)]
 ready = sum(ablation_cached(r) for r in ablated)
 st.caption(f"{len(ablated)} runs of {plain_text(run.dataset)} have metric modes; {ready} of them are evaluated already (shipped "
            "with the run or kept on disk, keyed by the snapshot's content). Each other run takes one pass over the "
@@ -92,8 +84,8 @@ if table:
     with st.expander("Every run × mode and every measure (long form, as in the CSV)", expanded=not metric):
         st.dataframe(df, hide_index=True, width="stretch")
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv", on_click="ignore")
-    forms = set(df["score_form"]) if "score_form" in df else set()
-    if len(forms) > 1 or (forms and not has_metric_modes(cfg)):  # the note(s) not shown above
-        shown = {cfg.score_form} if has_metric_modes(cfg) else set()
-        st.markdown("\n\n".join(note for form, note in (("row_sum", ROW_SUM_NOTE), ("bilinear", BILINEAR_NOTE))
-                                if form in forms - shown))
+    shown = {cfg.mechanism.inference_ablation.note(cfg)} if has_ablation_modes(cfg) else set()
+    notes = dict.fromkeys(r.model_config.mechanism.inference_ablation.note(r.model_config) for r in ablated)
+    unshown = [note for note in notes if note not in shown]
+    if unshown:
+        st.markdown("\n\n".join(unshown))

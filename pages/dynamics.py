@@ -31,6 +31,7 @@ from damcha.views.readings import (
 )
 
 run, epoch = run_page("Training dynamics", all_epochs=True)
+cfg = run.model_config
 if one_snapshot_sentence(run.epochs):
     st.info(one_snapshot_sentence(run.epochs))
     st.stop()
@@ -91,7 +92,7 @@ if not fixed and chosen_epochs:
             with tab:
                 show_epoch_figure(fig_name, run, inp, {**params, "shown": sorted(chosen_epochs)})
 
-if first.has_metric:
+if cfg.mechanism.metric(cfg) is not None:
     st.subheader("Statistics of M(x) over the epochs")
     with_band = holds_validation_inputs(run) and \
         st.toggle("Band over validation inputs (64 samples)", value=not is_large(run), key="band")
@@ -127,7 +128,7 @@ else:
     where = {"layer": layer, "position": pos, "named_run": True}
     left, right = st.columns(2)
     with left:
-        show_record_figure(name, this, run, this_epoch, inp, {**where, "mode": this.metric_mode}, "comparison_this")
+        show_record_figure(name, this, run, this_epoch, inp, {**where, "options": choices}, "comparison_this")
     with right:
         if theirs is None:
             pass
@@ -137,8 +138,7 @@ else:
             s = theirs.structure(their_name)
             st.caption(f"{plain_text(other.name)}, epoch {other_epoch}: {s.description} "
                        f"**{s.identifiability.capitalize()}.**")
-            show_record_figure(their_name, theirs, other, other_epoch, inp, {**where, "mode": theirs.metric_mode},
-                               "comparison_other")
+            show_record_figure(their_name, theirs, other, other_epoch, inp, where, "comparison_other")
 
 st.subheader("Averaged over validation inputs")
 st.caption("Each structure averaged over the first validation inputs at this epoch (for MoA: expert usage and "
@@ -149,7 +149,7 @@ mean_epoch = m2.select_slider("Epoch", epochs, value=epoch if epoch in epochs el
 if over_validation_inputs(run, "Average over validation inputs", "mean_on"):
     show_model_figure("structure_mean", run, mean_epoch, inp, {**params, "n": n_mean}, where=f"epoch {mean_epoch}")
 
-if first.has_metric and over_validation_inputs(run, "Project the metrics of validation inputs", "geometry_on"):
+if cfg.mechanism.metric(cfg) is not None and over_validation_inputs(run, "Project the metrics of validation inputs", "geometry_on"):
     st.subheader("Data-set geometry")
     st.caption("M(x) of validation inputs (last position for causal models), projected to 2D. Does the metric "
                "adapt to the input, and from which epoch?")

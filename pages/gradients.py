@@ -3,13 +3,12 @@
 import streamlit as st
 
 from app.cache import inspection, model_figure_values
-from app.controls import bounded_slider, computed_on_request, input_picker
+from app.controls import bounded_slider, computed_on_request, input_picker, option_choices
 from app.named_figures import show_epoch_figure, show_model_figure, show_run_set_figure
 from app.run_picker import each_run, listing, run_page
 from app.url_state import bound
 from damcha.analysis.attribution import TARGET_NAMES, attribution_targets, baseline_description
 from damcha.analysis.inspection import identifiability_note, residue_caveat, residue_learned
-from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.views import figures
 from damcha.views.display_units import attribution_sentence
 from damcha.views.epoch_figures import frozen
@@ -23,7 +22,7 @@ if inp is None:
     st.stop()
 record = inspection(run, epoch, inp, None)
 
-if not record.has_metric:
+if cfg.mechanism.metric(cfg) is None:
     st.info(f"{cfg.mechanism.title} has no metric M(x): the contribution maps of M(x) are for DAMCHA runs. "
             "The attribution to the input below works for every mechanism.")
 else:
@@ -34,17 +33,16 @@ else:
         c1, c2, c3 = st.columns(3)
         method = c1.radio("Method", ["gradient_x_metric", "gradient"], **bound("method"),
                           format_func=lambda m: {"gradient_x_metric": "gradient × metric", "gradient": "|gradient|"}[m])
-        mode = c2.radio("Metric mode", [m.value for m in MetricMode], horizontal=True, **bound("mode"),
-                        format_func=lambda m: m.replace("_", " "))  # the URL keeps the value, the page its words
+        choices = option_choices(run, c2, horizontal=True)
         T = len(inp.tokens)
         where = c3.selectbox("Query position", ["sum over positions", *range(T)], key="grad_position") if record.causal \
             else "whole input"
-        layer = c3.selectbox("Layer", list(range(1, record.metric_layers + 1)), **bound("layer")) - 1 \
-            if record.metric_layers > 1 else 0
+        layer = c3.selectbox("Layer", list(range(1, record.structure_layers + 1)), **bound("layer")) - 1 \
+            if record.structure_layers > 1 else 0
         if inp.targets is None:
             st.warning("This input has no target (an uploaded image for a classifier): there is no loss to differentiate.")
             st.stop()
-        params = {"method": method, "mode": mode, "position": where, "layer": layer}
+        params = {"method": method, "options": choices, "position": where, "layer": layer}
         values = model_figure_values(run, epoch, inp, "metric_contribution", frozen(params))
         left, right = st.columns([3, 2])
         for column, name in ((left, "metric_contribution"), (right, "contribution_blocks")):  # one values function
@@ -61,7 +59,8 @@ else:
 
         runs = listing().runs
         siblings = [r for r in runs if r.dataset == run.dataset and r.name != run.name]
-        partners = [r for r, rec in each_run(siblings, lambda r: inspection(r, r.epochs[-1], inp, None)) if rec.has_metric]
+        partners = [r for r, rec in each_run(siblings, lambda r: inspection(r, r.epochs[-1], inp, None))
+                    if r.model_config.mechanism.metric(r.model_config) is not None]
         if partners:
             st.subheader("Side by side with another run")
             ours = cfg.mechanism.settings(cfg)

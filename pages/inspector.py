@@ -102,10 +102,10 @@ if viewed_only or uses_positions(record):
 else:
     pos = 0
     c2.caption(fixed_position_note(record))
-n_layers = record.metric_layers
+n_layers = record.structure_layers
 layer = c3.selectbox("Layer", list(range(1, n_layers + 1)), **bound("layer")) - 1 if n_layers > 1 else 0
 shared_scale = c4.toggle("One colour scale for all panels", value=True, key="shared_scale")
-params = {"layer": layer, "position": pos, "shared_scale": shared_scale, "mode": record.metric_mode}
+params = {"layer": layer, "position": pos, "shared_scale": shared_scale, "options": choices}
 for note in record.notes:
     st.info(note)
 if "input" in figures_here:
@@ -226,7 +226,7 @@ if opened("loss"):
         if named_figure_applies("completion", record, run.model_config):
             st.caption("Generation as in the paper: the bottom half completed from the true top half, each predicted "
                        "patch fed back as the next input.")
-            show_model_figure("completion", run, epoch, inp, {"mode": record.metric_mode})
+            show_model_figure("completion", run, epoch, inp, {"options": choices})
 if opened("more"):
     with tabs["more"]:
         st.caption("Every other named figure that applies to this input, as its table declares it.")

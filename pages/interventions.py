@@ -145,7 +145,7 @@ if rows:
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"interventions-{run.name}-e{epoch}.csv",
                        "text/csv", on_click="ignore")
 
-if after.has_metric:
+if run.model_config.mechanism.metric(run.model_config) is not None:
     st.subheader("What the model uses of M(x)")
     if not computed_on_request(run, "Compute block grids, curves and the adaptivity gap", "uses_on"):
         st.stop()

@@ -1,5 +1,6 @@
-"""Inference with the full, diagonal-only, off-diagonal-only and H-scaled diagonal metric (paper table 3, and the
-control of its row-sum arithmetic), per input and per run."""
+"""A run under each value of the per-call choice its mechanism declares for ablation (`InferenceAblation`;
+DAMCHA: the full, diagonal-only, off-diagonal-only and H-scaled diagonal metric, the paper's Table 3 and
+the control of its row-sum arithmetic), per input and per run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import torch
 from damcha.analysis.intervals import mean_interval
 from damcha.inputs.modalities import task_of
 from damcha.inputs.model_inputs import validation_arrays
-from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.model.transformer import Transformer
 from damcha.runs.checkpoints import Run
 from damcha.runs.evaluation import (
@@ -26,16 +26,25 @@ from damcha.runs.evaluation import (
     patch_completion_errors,
 )
 
-MODES = tuple(m.value for m in MetricMode)
 ABLATION_SETTINGS = {"completion_images": 64, "completion_samples": 4}
-# What a run's table is kept under (disk cache, shipped with the run): every mode there is now; version 2
-# added the paired intervals of each mode's change from full.
-ABLATION_KEY = {**ABLATION_SETTINGS, "modes": list(MODES), "version": 2}
 
 
-def has_metric_modes(config) -> bool:
-    """Whether a run's mechanism has metric modes to ablate (DAMCHA-style metrics)."""
-    return config.mechanism.choice("metric_mode") is not None
+def ablation_modes(config) -> tuple[str, ...]:
+    """The values of the choice a run's mechanism declares for ablation, the model as trained first
+    (empty: it declares none)."""
+    ablation = config.mechanism.inference_ablation
+    return () if ablation is None else config.mechanism.choice(ablation.choice).values
+
+
+def has_ablation_modes(config) -> bool:
+    """Whether a run's mechanism declares a choice to ablate (DAMCHA: its metric modes)."""
+    return bool(ablation_modes(config))
+
+
+def ablation_key(config) -> dict:
+    """What a run's table is kept under (disk cache, shipped with the run): every mode there is now; version 2
+    added the paired intervals of each mode's change from full."""
+    return {**ABLATION_SETTINGS, "modes": list(ablation_modes(config)), "version": 2}
 
 
 def completed_digit(model: Transformer, tokens: np.ndarray, targets: np.ndarray, mode: str, samples: int = 16,
@@ -47,7 +56,7 @@ def completed_digit(model: Transformer, tokens: np.ndarray, targets: np.ndarray,
 
 
 @torch.no_grad()
-def greedy_continuation(model: Transformer, tokens: np.ndarray, n: int = 40, mode: str = "full") -> bytes:
+def greedy_continuation(model: Transformer, tokens: np.ndarray, n: int, mode: str) -> bytes:
     """The n most likely next bytes, one at a time, from the end of `tokens` (context cut to the block size)."""
     seq = torch.as_tensor(tokens, dtype=torch.long)[None]
     out = []
@@ -70,12 +79,13 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
     unit = run.data.get("unit", "token")
     rows = []
     full_losses = None
-    for k, mode in enumerate(MODES):
+    modes = ablation_modes(run.model_config)
+    for k, mode in enumerate(modes):
         options = _options(model, mode)
         res = evaluate(model, xt, yt, options=options, per_input=True)
-        row = {"run": run.name, "variant": run.variant, "score_form": run.model_config.score_form, "mode": mode,
-               "inputs": len(res["per_input"])}
-        if mode == MetricMode.FULL.value:
+        row = {"run": run.name, "variant": run.variant, **run.model_config.mechanism.inference_ablation.row(run.model_config),
+               "mode": mode, "inputs": len(res["per_input"])}
+        if k == 0:
             full_losses = res["per_input"]
         elif full_losses is not None:
             _, low, high = mean_interval(res["per_input"] - full_losses)  # nats (or squared error)
@@ -93,23 +103,27 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
             row["completion_mse"] = completion_mse(model, xt, yt, completion_images, completion_samples, options)
         rows.append(row)
         if progress:
-            progress(k + 1, len(MODES))
+            progress(k + 1, len(modes))
     return rows
 
 
 
 def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
     """The paper's Table 3 shape from validation_ablation rows: one row per run, the metric under
-    the full metric, then each other mode as its value, its change from full (Δ) and that change's
-    95% interval paired over the validation inputs (where the rows carry one)."""
+    the full metric (a run's first row: the model as trained), then each other mode as its value, its
+    change from full (Δ) and that change's 95% interval paired over the validation inputs (where the
+    rows carry one)."""
     out: dict[str, dict] = {}
-    full = {r["run"]: r.get(metric) for r in rows if r["mode"] == MetricMode.FULL.value}
+    first: dict[str, dict] = {}
+    for r in rows:
+        first.setdefault(r["run"], r)
+    full = {run: r.get(metric) for run, r in first.items()}
     for r in rows:
         if r.get(metric) is None:
             continue
         row = out.setdefault(r["run"], {"run": r["run"], "variant": r["variant"]})
         row[r["mode"]] = r[metric]
-        if r["mode"] != MetricMode.FULL.value and full.get(r["run"]) is not None:
+        if r is not first[r["run"]] and full.get(r["run"]) is not None:
             row[f"Δ {r['mode']}"] = r[metric] - full[r["run"]]
             interval = r.get("delta_interval", {}).get(metric)
             if interval is not None:
@@ -130,7 +144,18 @@ def long_form(rows: list[dict]) -> list[dict]:
 
 
 def _options(model: Transformer, mode: str):
-    return model.mechanism.options_from({"metric_mode": mode})
+    return mode_options(model.mechanism, mode)
+
+
+def mode_options(mechanism, mode: str | None):
+    """A mechanism's options under one value of the choice it declares for ablation (None: the model as
+    trained); a mode for a mechanism that declares none is refused."""
+    if mode is None:
+        return mechanism.options(None)
+    ablation = mechanism.inference_ablation
+    if ablation is None:
+        raise ValueError(f"{mechanism.title} declares no choice to ablate: it has no mode {mode!r}")
+    return mechanism.options_from({ablation.choice: mode})
 
 
 @dataclass(frozen=True)
@@ -149,15 +174,16 @@ class ModeOutcome:
     class_probability: float | None = None
 
 
-def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tuple[str, ...] = MODES,
+def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tuple[str, ...] | None = None,
                       continuation_bytes: int = 40) -> list[ModeOutcome]:
-    """One input under each metric mode: the loss, and the prediction the modality calls for (the
-    completed bottom half of a digit, or the next bytes and a greedy continuation of a text)."""
+    """One input under each metric mode (default: every mode of ablation_modes): the loss, and the prediction
+    the modality calls for (the completed bottom half of a digit, or the next bytes and a greedy
+    continuation of a text)."""
     from damcha.analysis.inspection import inspect_input, next_token_probabilities
 
     cfg = model.config
     outcomes = []
-    for mode in modes:
+    for mode in ablation_modes(cfg) if modes is None else modes:
         record = inspect_input(model, tokens, targets, options=_options(model, mode))
         extra = {}
         if record.task == "classification":

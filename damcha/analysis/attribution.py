@@ -20,9 +20,6 @@ from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerInte
 
 from damcha.inputs.modalities import modality_named
 from damcha.model.batching import as_model_input
-from damcha.model.mechanisms import DamchaOptions
-from damcha.model.mechanisms.damcha.layer import metric_sources
-from damcha.model.mechanisms.damcha.metric import MetricMode, as_blocks
 from damcha.model.transformer import Transformer, sequence_losses
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
@@ -105,15 +102,10 @@ def _private_copy(model: Transformer) -> Transformer:
     return clone
 
 
-def _metric_modules(model: Transformer) -> list[torch.nn.Module]:
-    """The module whose output is M (flattened for f, (D, D) for a static metric), per generator."""
-    return [src.generator if src.static else src.generator.out for src in metric_sources(model)]
-
-
-def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode | str = "full",
+def metric_contributions(model: Transformer, tokens, targets, choices: dict | None = None,
                          method: str = "gradient_x_metric") -> MetricContribution:
-    """Contribution of each entry of M(x) to the loss, with captum's LayerGradientXActivation
-    (multiply_by_inputs=False for the plain gradient)."""
+    """Contribution of each entry of M(x) to the loss under the mechanism's named per-call choices, with
+    captum's LayerGradientXActivation (multiply_by_inputs=False for the plain gradient)."""
     if model.mechanism.metric(model.config) is None:
         raise ValueError(f"{model.mechanism.title} has no metric M(x)")
     if method not in ("gradient_x_metric", "gradient"):
@@ -125,12 +117,14 @@ def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode |
     if net.config.n_classes:
         tgt = tgt[:, 0]
     D = net.config.n_embd
+    access = net.mechanism.metric_access()
+    options = access.explicit(choices)
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
-        return net(x, targets=tgt, options=DamchaOptions(mode, explicit=True), stochastic=False).loss.reshape(1)
+        return net(x, targets=tgt, options=options, stochastic=False).loss.reshape(1)
 
     out = []
-    for module in _metric_modules(net):
+    for module in access.output_modules(net):
         attr = LayerGradientXActivation(loss_of, module, multiply_by_inputs=method == "gradient_x_metric")
         a = attr.attribute(tok)  # (1, P, D*D) for f, (D, D) for a static metric
         out.append(a.detach().reshape(-1, D, D).cpu().numpy())  # (P, D, D)
@@ -139,23 +133,24 @@ def metric_contributions(model: Transformer, tokens, targets, mode: MetricMode |
 
 def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, position: int = -1, layer: int = 0,
                   block: tuple[int, int] = (0, 1), head: int = 0, targets: torch.Tensor | None = None,
-                  mode: MetricMode | str = "full") -> torch.Tensor:
+                  choices: dict | None = None) -> torch.Tensor:
     """A scalar of M(x) per sequence, differentiable in the embeddings: (B,).
 
     loss: the model's loss; off_diagonal_energy: Σ_{i≠j} ‖M_ij‖²; block_norm: ‖M_ij‖;
-    head_metric_norm: ‖m_i‖ (under `mode`). Taken at query `position` (causal) of metric `layer`.
+    head_metric_norm: ‖m_i‖ (under the mechanism's named per-call `choices`). Taken at query `position`
+    (causal) of metric `layer`.
     """
     if target == "loss":  # the model's own loss per sequence: the mean over the positions that have a target
-        options = model.mechanism.options_from({"metric_mode": mode})
-        out = model(tokens, targets=targets, options=options, stochastic=False)
+        out = model(tokens, targets=targets, options=model.mechanism.options_from(choices or {}), stochastic=False)
         return sequence_losses(out.token_loss, targets)  # (B,): a short text has no target at its end
-    out = model(tokens, options=DamchaOptions(mode, explicit=True), need_intermediates=True, stochastic=False)
-    layers = [out.layers[0]] if model.metric_source is not None else out.layers
-    hm = layers[layer].internals
+    access = model.mechanism.metric_access()
+    out = model(tokens, options=access.explicit(choices), need_intermediates=True, stochastic=False)
+    hm = access.records(model, out.layers)[layer]
     H = model.config.n_head
     full = hm.full[:, position] if hm.full.shape[1] > 1 else hm.full[:, 0]  # (B or 1, D, D)
     full = full.expand(tokens.shape[0], *full.shape[1:])
-    blocks = as_blocks(full, H)  # (B, H, d, H, d)
+    d = full.shape[-1] // H
+    blocks = full.reshape(-1, H, d, H, d)  # (B, H, d, H, d): block (i, j) is [:, i, :, j, :]
     norms = blocks.pow(2).sum(dim=(2, 4))  # (B, H, H) squared block norms
     if target == "off_diagonal_energy":
         eye = torch.eye(H, dtype=torch.bool, device=norms.device)

@@ -10,7 +10,6 @@ import torch
 
 from damcha.analysis.inspection import InspectionRecord, inspect_input
 from damcha.model.mechanisms import ForwardOptions
-from damcha.model.mechanisms.damcha.layer import metric_sources
 from damcha.model.transformer import Transformer
 from damcha.runs.checkpoints import Run
 
@@ -128,16 +127,8 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
     out = []
     for i in range(0, len(x), batch_size):
         res = model(x[i:i + batch_size], need_intermediates=True, stochastic=False)
-        layers = [res.layers[0]] if model.metric_source is not None else res.layers
-        mats = []
-        for src, layer in zip(metric_sources(model), layers):
-            ctx = layer.internals.context
-            if ctx is None:  # static metric
-                mats.append(src.full_metric(torch.zeros(len(res.logits), cfg.n_embd)))
-            else:
-                c = ctx[:, position] if ctx.shape[1] > 1 else ctx[:, 0]  # (B, D)
-                mats.append(src.full_metric(c))  # (B, D, D)
-        out.append(torch.stack(mats, dim=1).numpy())  # (B, L_m, D, D)
+        metrics = cfg.mechanism.metric_access().metrics_at(model, res.layers, position, len(res.logits))  # (B, L_m, D, D)
+        out.append(metrics.numpy())
     return np.concatenate(out)
 
 
@@ -240,19 +231,7 @@ def generator_weight_drift(models: Sequence[Transformer]) -> dict[str, np.ndarra
     summed over generators. Under the row sum with Adam the residual stays at 0 (to float
     rounding) while the row mean moves; under the bilinear form both move.
     """
-    from damcha.model.mechanisms.damcha.metric import within_row_residual
-
-    cfg = models[0].config
-    def parts(model):
-        res, mean = [], []
-        for src in metric_sources(model):
-            for t in src.last_layer():
-                if t is None:
-                    continue
-                r = within_row_residual(t.detach().double(), cfg.n_embd, cfg.n_head)
-                res.append(r)
-                mean.append(t.detach().double().reshape(r.shape) - r)
-        return res, mean
+    parts = models[0].mechanism.metric_access().parameter_split
     r0, m0 = parts(models[0])
     n_r = float(np.sqrt(sum(float((r**2).sum()) for r in r0))) or 1.0
     n_m = float(np.sqrt(sum(float((m**2).sum()) for m in m0))) or 1.0

@@ -86,22 +86,8 @@ class InspectionRecord:
         s = self.structure(name)
         return None if s is None else s.values
 
-    # DAMCHA's structures by name (None for other mechanisms), for the metric-specific views.
-    metric = property(lambda self: self.values("metric"))
-    metric_learned = property(lambda self: self.values("metric_learned"))
-    metric_residue = property(lambda self: self.values("metric_residue"))
-    head_metrics = property(lambda self: self.values("head_metrics"))
-
     @property
-    def metric_mode(self) -> str:
-        return str(getattr(self.options, "metric_mode", "full"))
-
-    @property
-    def has_metric(self) -> bool:
-        return self.structure("metric") is not None
-
-    @property
-    def metric_layers(self) -> int:
+    def structure_layers(self) -> int:
         """How many layers the per-layer structures have (1 when shared across layers)."""
         return max((s.size("layer") for s in self.structures), default=1)
 

@@ -27,14 +27,13 @@ import numpy as np
 import torch
 
 from damcha.model.batching import as_model_input
-from damcha.model.mechanisms import DamchaOptions, ForwardOptions, Intervention
-from damcha.model.mechanisms.damcha.interventions import (  # noqa: F401 — part of this module's API
+from damcha.model.mechanisms import ForwardOptions, Intervention, MetricAccess
+from damcha.model.mechanisms.metric_interventions import (  # noqa: F401 — part of this module's API
     ADAPTIVITY_GAP_READING,
     align_reference,
     alignment_note,
     block_scale_matrix,
     input_metric,
-    metric_interventions,
 )
 from damcha.model.transformer import Transformer, sequence_losses
 
@@ -79,20 +78,26 @@ def batch_losses(model: Transformer, inputs, targets, options: ForwardOptions | 
     return np.concatenate(out)
 
 
-# ----------------------------------------------------------------------------- DAMCHA's metric
+# ----------------------------------------------------------------------------- a D x D metric (DAMCHA's M(x))
+
+def _access(model: Transformer) -> MetricAccess:
+    access = model.mechanism.metric_access()
+    if access is None:
+        raise ValueError(f"{model.mechanism.title} has no metric M(x) to intervene on")
+    return access
+
 
 @torch.no_grad()
 def mean_metric(model: Transformer, inputs, batch_size: int = 128,
                 progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """M-bar: the mean of M(x) over inputs of one length, per metric source and position: (L_m, P, D, D)."""
-    cfg = model.config
+    cfg, access = model.config, _access(model)
     x = torch.as_tensor(np.asarray(inputs), dtype=torch.float32 if cfg.input_dim else torch.long)
     total, n = None, 0
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size]
-        out = model(xb, options=DamchaOptions(explicit=True), need_intermediates=True, stochastic=False)
-        layers = [out.layers[0]] if model.metric_source is not None else out.layers
-        M = torch.stack([layer.internals.full.expand(len(xb), *layer.internals.full.shape[1:]) for layer in layers])
+        out = model(xb, options=access.explicit(), need_intermediates=True, stochastic=False)
+        M = torch.stack([r.full.expand(len(xb), *r.full.shape[1:]) for r in access.records(model, out.layers)])
         total = M.sum(1) if total is None else total + M.sum(1)  # (L_m, P, D, D)
         n += len(xb)
         if progress:
@@ -104,11 +109,11 @@ def block_grid(model: Transformer, tokens, targets, keep: bool = False,
                progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """(H, H) loss change when block M_ij is zeroed (or is the only block kept), for one input."""
     H = model.config.n_head
-    base = evaluate(model, tokens, targets, DamchaOptions()).loss
+    base = evaluate(model, tokens, targets).loss
     grid = np.zeros((H, H))
     for k, (i, j) in enumerate((i, j) for i in range(H) for j in range(H)):
         S = block_scale_matrix(H, keep=(i, j)) if keep else block_scale_matrix(H, zero=(i, j))
-        grid[i, j] = evaluate(model, tokens, targets, DamchaOptions(block_scales=S)).loss - base
+        grid[i, j] = evaluate(model, tokens, targets, _access(model).blocks_scaled(S)).loss - base
         if progress:
             progress(k + 1, H * H)
     return grid
@@ -122,7 +127,7 @@ def block_grid_over(model: Transformer, inputs, targets, keep: bool = False,
     grid = np.zeros((H, H))
     for k, (i, j) in enumerate((i, j) for i in range(H) for j in range(H)):
         S = block_scale_matrix(H, keep=(i, j)) if keep else block_scale_matrix(H, zero=(i, j))
-        grid[i, j] = batch_losses(model, inputs, targets, DamchaOptions(block_scales=S)).mean() - base
+        grid[i, j] = batch_losses(model, inputs, targets, _access(model).blocks_scaled(S)).mean() - base
         if progress:
             progress(k + 1, H * H)
     return grid
@@ -132,53 +137,55 @@ def head_ablation(model: Transformer, tokens, targets) -> np.ndarray:
     """(H,) loss change when head i's metric m_i is zeroed (the head then attends uniformly)."""
     H = model.config.n_head
     base = evaluate(model, tokens, targets).loss
-    return np.array([evaluate(model, tokens, targets, DamchaOptions(block_scales=block_scale_matrix(H, head=i))).loss
-                     - base for i in range(H)])
+    scaled = _access(model).blocks_scaled
+    return np.array([evaluate(model, tokens, targets, scaled(block_scale_matrix(H, head=i))).loss - base for i in range(H)])
 
 
 def metric_swap(model: Transformer, tokens, targets, reference: torch.Tensor, alpha: float = 0.0) -> Outcome:
     """The input run with M' = reference + alpha (M(x) - reference): alpha 0 is the reference's metric
     (another input's, or M-bar), alpha 1 the input's own (positions aligned as align_reference says)."""
     reference, _ = align_reference(model, tokens, reference)
-    return evaluate(model, tokens, targets, DamchaOptions(reference=reference, alpha=alpha))
+    return evaluate(model, tokens, targets, _access(model).with_reference(reference, alpha))
 
 
 def interpolation_curve(model: Transformer, tokens, targets, reference: torch.Tensor,
                         alphas: Sequence[float] = ALPHAS) -> np.ndarray:
     """Loss at M_alpha = reference + alpha (M(x) - reference) for each alpha. (len(alphas),)"""
     reference, _ = align_reference(model, tokens, reference)
-    return np.array([evaluate(model, tokens, targets, DamchaOptions(reference=reference, alpha=float(a))).loss
-                     for a in alphas])
+    access = _access(model)
+    return np.array([evaluate(model, tokens, targets, access.with_reference(reference, float(a))).loss for a in alphas])
 
 
 def off_diagonal_curve(model: Transformer, tokens, targets, gammas: Sequence[float] = GAMMAS) -> np.ndarray:
     """Loss when every off-diagonal block is scaled by gamma (1: the model, 0: diagonal-only)."""
-    H = model.config.n_head
-    return np.array([evaluate(model, tokens, targets,
-                              DamchaOptions(block_scales=block_scale_matrix(H, off_diagonal=float(g)))).loss
+    H, scaled = model.config.n_head, _access(model).blocks_scaled
+    return np.array([evaluate(model, tokens, targets, scaled(block_scale_matrix(H, off_diagonal=float(g)))).loss
                      for g in gammas])
 
 
 @dataclass(frozen=True)
 class ResidueCheck:
     """Dropping the residue (keeping only the learned part of M): the largest change of any logit
-    and the change of the loss. Under the row sum both are float rounding; under the bilinear form not."""
+    and the change of the loss. Where the loss cannot reach the residue (DAMCHA's row sum) both are float
+    rounding; where it is learned (the bilinear form) not. form: the metric's scoring form in words."""
 
     max_logit_change: float
     loss_change: float
-    score_form: str
+    residue_learned: bool
+    form: str
 
 
 def residue_check(model: Transformer, tokens, targets) -> ResidueCheck:
-    plain = evaluate(model, tokens, targets, DamchaOptions(explicit=True))
-    dropped = evaluate(model, tokens, targets, DamchaOptions(drop_residue=True))
+    access = _access(model)
+    plain = evaluate(model, tokens, targets, access.explicit())
+    dropped = evaluate(model, tokens, targets, access.learned_only())
     return ResidueCheck(float(np.abs(dropped.logits - plain.logits).max()), dropped.loss - plain.loss,
-                        model.config.score_form)
+                        access.residue_learned(model.config), access.scoring_form(model.config))
 
 
 def adaptivity_gap(model: Transformer, inputs, targets, mbar: torch.Tensor) -> np.ndarray:
     """loss(M-bar) - loss(M(x)) for each input (N,): > 0 where the input dependence of M helps."""
-    with_mean = batch_losses(model, inputs, targets, DamchaOptions(reference=mbar, alpha=0.0))
+    with_mean = batch_losses(model, inputs, targets, _access(model).with_reference(mbar, 0.0))
     return with_mean - batch_losses(model, inputs, targets)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from damcha.analysis.ablation import ABLATION_KEY, ABLATION_SETTINGS, has_metric_modes, validation_ablation
+from damcha.analysis.ablation import ABLATION_SETTINGS, ablation_key, has_ablation_modes, validation_ablation
 from damcha.analysis.data_table import default_rows, run_validation_table, table_settings
 from damcha.runs.checkpoints import Run, load_model
 from damcha.runs.disk_cache import is_cached, ship
@@ -19,8 +19,8 @@ def shipped_tables(run: Run) -> dict[str, tuple[dict, list]]:
     """kind -> (settings, snapshots) of every table a run ships: what the app reads."""
     last = [(run, run.epochs[-1])]
     tables = {"validation_table": (table_settings(default_rows(run)), last)}
-    if has_metric_modes(run.model_config):
-        tables["validation_ablation"] = (ABLATION_KEY, last)
+    if has_ablation_modes(run.model_config):
+        tables["validation_ablation"] = (ablation_key(run.model_config), last)
     return tables
 
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 TRAINING_KINDS = ("train", "adaptivity")  # arms that evaluate a model trained on a data set
+AS_TRAINED = "full"  # an arm's mode when it evaluates the model as trained (DAMCHA's full metric)
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Arm:
     variant: str = "damcha"
     dataset: str = "digits"
     overrides: tuple = ()  # ModelConfig fields (name, value)
-    mode: str = "full"
+    mode: str = AS_TRAINED
     task: str = ""
     level: float = 0.0
     # synthetic: a learning-rate grid, the best on a validation set kept per unit (() = 3e-3); train and

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import torch
 
+from damcha.analysis.ablation import mode_options
 from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps
-from damcha.evidence.records import Arm
+from damcha.evidence.records import AS_TRAINED, Arm
 from damcha.evidence.scales import DEMO, Setting
 from damcha.evidence.tuning import HOLDOUT
 from damcha.inputs.datasets import data_set_spec
@@ -70,7 +71,7 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
         return {"gap_nats": float(adaptivity_gap(model, x, y, mean_metric(model, x)).mean())}
     from damcha.runs.evaluation import validation_metrics
 
-    options = model.mechanism.options_from({"metric_mode": arm.mode})
+    options = mode_options(model.mechanism, None if arm.mode == AS_TRAINED else arm.mode)
     tcfg = tcfg if quick or setting.scale else dataclasses.replace(tcfg, **EVALUATION)
     return {k: float(v) for k, v in validation_metrics(model, data, tcfg, options).items()}
 

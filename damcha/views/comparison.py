@@ -81,7 +81,7 @@ def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int
     s = record.structure(structure or main_structure_name(record) or "")
     if s is None:
         raise ValueError(f"{record.variant} has no structure {structure!r}: it has {[x.name for x in record.structures]}")
-    index = structure_index(record, min(layer, record.metric_layers - 1), position)
+    index = structure_index(record, min(layer, record.structure_layers - 1), position)
     taken_head = min(head, s.at(**index).shape[0] - 1) if per_head(s) else None
     where = f", head {taken_head + 1}" if taken_head is not None else ""
     where += f", {record.where(index['position'])}" if "position" in s.index_axes else ""

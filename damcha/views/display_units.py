@@ -112,10 +112,10 @@ def residue_check_sentence(check, config) -> str:
     """What keeping only the learned part of M(x) changed (damcha.analysis.interventions.residue_check),
     the loss change in the run's unit."""
     unit = LossUnit.of(config)
-    row_sum = check.score_form == "row_sum"
-    kept = ("Keeping only the learned part of M(x) (each block m_i / H, the unidentifiable residue dropped; row sum "
+    row_sum = not check.residue_learned
+    kept = (f"Keeping only the learned part of M(x) (each block m_i / H, the unidentifiable residue dropped; {check.form} "
             "form)" if row_sum else "Keeping only each block row's mean m_i / H (its learned deviation from the mean "
-            f"dropped; {check.score_form.replace('_', ' ')} form)")
+            f"dropped; {check.form} form)")
     unchanged = check.max_logit_change < 1e-4
     verdict = ("unchanged up to float rounding, as the identifiability statement says" if unchanged and row_sum
                else "unchanged up to float rounding" if unchanged

@@ -127,7 +127,7 @@ def _adaptivity_gaps(run, load, tokens, targets, params, progress):
 
 SOURCES = {s.name: s for s in (
     EpochSource("sweep", ("options", "positions"), _sweep),
-    EpochSource("contributions", ("mode", "method", "layer", "position"), _contribution_maps),
+    EpochSource("contributions", ("options", "method", "layer", "position"), _contribution_maps),
     EpochSource("validation_metrics", ("inputs",), _validation_metrics, of_input=False),
     EpochSource("adaptivity_gaps", ("inputs",), _adaptivity_gaps, of_input=False),
 )}

@@ -257,7 +257,7 @@ def build_figure(name: str, record: InspectionRecord, params: dict, epoch: int |
     at = f",{run} epoch {epoch}" if epoch is not None else ""
     structure = record.structure(name)
     if structure is not None:
-        suffix = f" ({record.metric_mode}){at}" if name == "head_metrics" else at
+        suffix = f" ({structure.drawn_under}){at}" if structure.drawn_under else at
         return structure_figure(structure, record, index, suffix, bool(params.get("shared_scale", True)))
     if name not in RECORD_FIGURES:
         raise ValueError(f"unknown figure {name!r}; expected one of {available_figures(record)}")

@@ -219,7 +219,7 @@ def _off_diagonal_values(model, run, tokens, targets, params, progress=None):
 def _completion_values(model, run, tokens, targets, params, progress=None):
     from damcha.runs.evaluation import complete_patches
 
-    options = model.mechanism.options_from({"metric_mode": params.get("mode", "full")})
+    options = _options(model, params)
     x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
     return np.stack([np.asarray(targets), complete_patches(model, x, options)[0].numpy()])
 
@@ -256,11 +256,11 @@ def _completion(values, params, where, factor, unit):
 def contribution_map(model, tokens, targets, params: dict) -> np.ndarray:
     """The contribution of M(x) to the loss in nats, (D, D) at params' layer and query position (an
     int; anything else: summed over positions), by params' method (gradient_x_metric | gradient)
-    and metric mode."""
+    and per-call choices (`options`)."""
     from damcha.analysis.attribution import metric_contributions
 
     where = params.get("position")
-    contribution = metric_contributions(model, tokens, targets, params.get("mode", "full"),
+    contribution = metric_contributions(model, tokens, targets, dict(params.get("options") or {}),
                                         params.get("method", "gradient_x_metric"))
     return contribution.map(int(params.get("layer", 0)), where if isinstance(where, int) else None)
 
@@ -303,7 +303,7 @@ def _of_record(missing: Callable[[InspectionRecord], str | None]) -> Callable[[I
     return lambda record, config: missing(record)
 
 
-_needs_metric = _of_record(unless(lambda r: r.has_metric, "{record.variant} has no explicit metric M(x) to intervene on"))
+_needs_metric = _of_record(unless(lambda r: r.structure("metric") is not None, "{record.variant} has no explicit metric M(x) to intervene on"))
 
 
 def _options(model, params: dict):
@@ -442,27 +442,27 @@ def named_figure_applies(name: str, record: InspectionRecord, config) -> bool:
     return name in available_figures(record)
 
 
-def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, mode: str = "full",
-               params: dict | None = None, names: Sequence[str] | None = None, input_source: str = "",
+def figure_set(run: Run, epochs: Sequence[int], tokens: np.ndarray, targets, params: dict | None = None,
+               names: Sequence[str] | None = None, input_source: str = "",
                progress: Callable[[int, int], None] | None = None) -> list[ExportItem]:
-    """Every named figure (or `names`) of one input at each epoch, with provenance."""
+    """Every named figure (or `names`) of one input at each epoch, with provenance; params' `options`: the
+    mechanism's per-call choices by name (as the pages' controls give them)."""
     params = dict(params or {})
     items = []
     for k, epoch in enumerate(epochs):
         model = load_model(run, epoch)
-        options = model.mechanism.options_from({"metric_mode": mode})
+        options = _options(model, params)
         record = inspect_input(model, tokens, targets, options=options)
         for name in names or available_figures(record):
             if name in MODEL_FIGURES:
                 why = MODEL_FIGURES[name].missing(record, run.model_config)
                 if why:
                     raise ValueError(why)
-                values = model_figure_values(name, model, run, tokens, targets, {**params, "mode": mode})
+                values = model_figure_values(name, model, run, tokens, targets, params)
                 fig = model_figure(name, values, params, config=run.model_config)
             else:
                 fig = build_figure(name, record, params, epoch)
-            prov = Provenance.of(name, run, epoch, tokens, targets, input_source, {**params, "mode": mode},
-                                 regenerable=True)
+            prov = Provenance.of(name, run, epoch, tokens, targets, input_source, params, regenerable=True)
             items.append(ExportItem(f"{run.name}_e{epoch:04d}_{name}", fig, prov))
         if progress:
             progress(k + 1, len(epochs))

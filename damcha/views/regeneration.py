@@ -31,14 +31,25 @@ def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportIt
     tokens, targets = (prov.tokens_array(), prov.targets_array()) if of_input else (None, None)
     if prov.figure in RUN_SET_FIGURES:
         runs = [load_run(resolved(name, run_root)) for name in params.pop("runs")]
+        params = with_options(params, runs[0].model_config.mechanism)
         taken = taken_from(prov.figure, runs, params.pop("epochs"), tokens, targets, params)
         return run_set_item(prov.figure, taken, tokens, targets, params, prov.input_source, root=run_root)
     run = load_run(resolved(prov.run, run_root))
+    params = with_options(params, run.model_config.mechanism)
     if prov.figure in EPOCH_FIGURES:
         return epoch_figure_item(prov.figure, run, tokens, targets, params, prov.input_source)
-    mode = params.pop("mode", "full")
-    (item,) = figure_set(run, [prov.epoch], tokens, targets, mode, params, [prov.figure], prov.input_source)
+    (item,) = figure_set(run, [prov.epoch], tokens, targets, params, [prov.figure], prov.input_source)
     return item
+
+
+def with_options(params: dict, mechanism) -> dict:
+    """Params of a provenance with the per-call choices as `options`: files written before the choices had
+    one name keep the ablated choice's value under "mode" (the model as trained for a mechanism without one)."""
+    params = dict(params)
+    mode = params.pop("mode", None)
+    if mode is not None and mechanism.inference_ablation is not None:
+        params["options"] = {mechanism.inference_ablation.choice: mode, **(params.get("options") or {})}
+    return params
 
 
 def python_to_rebuild(prov: Provenance, provenance_file: str, run_root: str | Path = "checkpoints",

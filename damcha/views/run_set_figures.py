@@ -81,7 +81,7 @@ def _metric_snapshots(run, epoch, load, tokens, targets, params):
     """M(x) at the last query position at `snapshots` epochs spread over training: (epochs, (S, D, D))."""
     chosen = spread_epochs(list(run.epochs), int(params.get("snapshots", 5)))
     records = [inspect_input(load(run, e), tokens, targets, positions=[len(tokens) - 1]) for e in chosen]
-    if not records[0].has_metric:
+    if records[0].structure("metric") is None:
         raise ValueError(f"{run.name} has no metric M(x): the paper's metric figures need DAMCHA runs")
     return chosen, np.stack([r.structure("metric").at(layer=0, position=0) for r in records])
 

@@ -22,9 +22,9 @@ def _job(model, run, k):
     kind = k % 3
     if kind == 0:
         r = inspect_input(model, inp.tokens, inp.targets, options=opts(model, mode))
-        return ("inspect", r.metric, r.attention, r.loss)
+        return ("inspect", r.values("metric"), r.attention, r.loss)
     if kind == 1:
-        c = metric_contributions(model, inp.tokens, inp.targets, mode)
+        c = metric_contributions(model, inp.tokens, inp.targets, {"metric_mode": mode})
         return ("contrib", c.values)
     a = token_attributions(model, inp.tokens, 0, "loss", inp.targets, n_steps=4)
     return ("ig", a.values, a.delta)

@@ -57,7 +57,7 @@ def record_and_model_figures() -> list[tuple[str, go.Figure]]:
         for name, figure in MODEL_FIGURES.items():
             params = model_params(name, run, record, inp)
             if figure.missing(record, run.model_config) is None and params:
-                values = model_figure_values(name, model, run, inp.tokens, inp.targets, {**params, "mode": "full"})
+                values = model_figure_values(name, model, run, inp.tokens, inp.targets, {**params, "options": {}})
                 out.append((f"{run_name}:{name}", model_figure(name, values, params, config=run.model_config)))
     return out
 
@@ -67,7 +67,7 @@ def epoch_params(run) -> dict:
     epochs = list(run.epochs)
     return {"structure": "metric", "layer": 0, "position": 40, "head": 0, "options": {"metric_mode": "full"},
             "positions": None, "view": "heatmap", "shown": epochs[::3], "diff_from": epochs[0], "diff_to": epochs[-1],
-            "inputs": 16, "projection": "pca", "epoch": epochs[-1], "mode": "full", "method": "gradient_x_metric"}
+            "inputs": 16, "projection": "pca", "epoch": epochs[-1], "method": "gradient_x_metric"}
 
 
 def epoch_figures() -> list[tuple[str, go.Figure]]:
@@ -85,7 +85,7 @@ def run_set_runs(name: str) -> list:
 
 
 def run_set_params(runs) -> dict:
-    return {"layer": 0, "head": 1, "position": 40, "mode": "full", "method": "gradient_x_metric", "snapshots": 3,
+    return {"layer": 0, "head": 1, "position": 40, "options": {}, "method": "gradient_x_metric", "snapshots": 3,
             "panel": "structure", "panel_run": f"{runs[1].name} @{runs[1].epochs[-1]}"}
 
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from damcha import ModelConfig, inspect_input, variant_config
-from damcha.analysis.ablation import MODES, validation_ablation
+from damcha.analysis.ablation import ablation_modes, validation_ablation
 from damcha.analysis.dynamics import generator_weight_drift, metric_statistics, symmetric_spectrum
 from damcha.analysis.intervals import mean_interval
+from damcha.model.mechanisms.damcha.metric import MetricMode
 from damcha.model.mechanisms.mha import qk_forms
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.train import TrainConfig, train
@@ -40,7 +41,7 @@ def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tm
         assert row["delta_interval"]["nll"] == pytest.approx([low, high], rel=1e-5)
         assert row["delta_interval"]["bits_per_pixel"] == pytest.approx([low / math.log(2), high / math.log(2)], rel=1e-5)
         assert low <= row["nll"] - full["nll"] <= high and row["inputs"] == len(d.val_inputs)
-    assert len({round(r["nll"], 6) for r in rows}) == len(rows) == len(MODES)  # the modes do differ
+    assert len({round(r["nll"], 6) for r in rows}) == len(rows) == len(MetricMode)  # the modes do differ
 
 
 def test_statistics_on_known_matrices():
@@ -170,7 +171,7 @@ def test_the_completions_under_each_mode_are_a_named_figure_rebuilt_from_its_pro
     image per metric mode, as input_under_modes computes them, rebuilt from the exported provenance."""
     from pathlib import Path
 
-    from damcha.analysis.ablation import MODES, input_under_modes
+    from damcha.analysis.ablation import input_under_modes
     from damcha.inputs.model_inputs import validation_input
     from damcha.runs.checkpoints import load_model, load_run
     from damcha.views.export import figure_data
@@ -181,7 +182,7 @@ def test_the_completions_under_each_mode_are_a_named_figure_rebuilt_from_its_pro
     inp = validation_input(run, 3)
     (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["completion_by_mode"])
     titles = [a["text"] for a in item.figure.to_dict()["layout"]["annotations"]]
-    assert titles == ["truth", *(m.replace("_", " ") for m in MODES)]  # the modes in words
+    assert titles == ["truth", *(m.replace("_", " ") for m in ablation_modes(run.model_config))]  # the modes in words
     outcomes = input_under_modes(load_model(run), inp.tokens, inp.targets)
     shown = figure_data(item.figure)
     last = np.asarray(shown[sorted(shown)[-1]])  # the last mode's picture

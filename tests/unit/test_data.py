@@ -145,7 +145,7 @@ def test_cifar_next_patch_training_end_to_end(tmp_path):
     model = load_model(run)
     ds = load_dataset("cifar10", str(d), nonstandard_ok=True)
     rec = inspect_input(model, ds.val_inputs[0].numpy(), ds.val_targets[0].numpy())
-    assert rec.metric.shape == (1, 64, 16, 16) and rec.token_loss.shape == (64,)
+    assert rec.values("metric").shape == (1, 64, 16, 16) and rec.token_loss.shape == (64,)
     with torch.no_grad():
         direct = float(((model(ds.val_inputs[:1]).logits - ds.val_targets[:1]) ** 2).mean())
     assert rec.loss == pytest.approx(direct, rel=1e-5)

@@ -62,9 +62,9 @@ def test_inspection_residue_is_the_frozen_readout_of_the_generator_features():
         feats = src.generator.features(c, False)  # (T, w)
         expected = torch.einsum("ipjqk,tk->tipjq", res_w, feats) + res_b[..., 0]  # (T, H, d, H, d)
     expected = expected.reshape(len(tokens), cfg.n_embd, cfg.n_embd).numpy()
-    np.testing.assert_allclose(record.metric_residue[0], expected, atol=1e-10)
-    np.testing.assert_allclose(record.metric_learned[0] + record.metric_residue[0], record.metric[0], atol=1e-12)
-    blocks = record.metric_residue[0].reshape(len(tokens), cfg.n_head, cfg.head_dim, cfg.n_head, cfg.head_dim)
+    np.testing.assert_allclose(record.values("metric_residue")[0], expected, atol=1e-10)
+    np.testing.assert_allclose(record.values("metric_learned")[0] + record.values("metric_residue")[0], record.values("metric")[0], atol=1e-12)
+    blocks = record.values("metric_residue")[0].reshape(len(tokens), cfg.n_head, cfg.head_dim, cfg.n_head, cfg.head_dim)
     np.testing.assert_allclose(blocks.mean(axis=3), 0, atol=1e-12)  # zero row mean
     assert record.structure("metric_residue").identifiability == "unidentifiable"
 

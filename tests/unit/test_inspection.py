@@ -47,8 +47,8 @@ def test_record_shapes_and_loss():
     targets = [1, 2, 3, 4, 5, 6, 7, 8, -100]
     rec = inspect_input(model, tokens, targets, positions=[0, 4, 8])
     L, H, D, d = 2, 4, 16, 4
-    assert rec.metric.shape == (L, 3, D, D)
-    assert rec.head_metrics.shape == (L, 3, H, d, d)
+    assert rec.values("metric").shape == (L, 3, D, D)
+    assert rec.values("head_metrics").shape == (L, 3, H, d, d)
     assert rec.values("block_norms_learned").shape == rec.values("block_norms_residue").shape == (L, 3, H, H)
     assert rec.attention.shape == (L, H, T, T)
     assert rec.logits.shape == (T, 11)
@@ -56,7 +56,7 @@ def test_record_shapes_and_loss():
     assert rec.loss == pytest.approx(np.nanmean(rec.token_loss))
     np.testing.assert_allclose(rec.attention.sum(-1), 1.0, atol=1e-12)
     full = inspect_input(model, tokens)
-    np.testing.assert_allclose(rec.metric, full.metric[:, [0, 4, 8]], atol=1e-12)
+    np.testing.assert_allclose(rec.values("metric"), full.values("metric")[:, [0, 4, 8]], atol=1e-12)
     for part in ("learned", "residue"):  # block norms of each part, apart: never of their mix
         values = full.values(f"metric_{part}")
         norms = np.sqrt((values.reshape(L, T, H, d, H, d) ** 2).sum(axis=(3, 5)))
@@ -77,7 +77,7 @@ def test_bad_positions_and_empty_input_are_clear_errors():
 
 def test_mha_record_has_no_metric_and_notes_differ():
     rec = inspect_input(tiny_model("mha"), [1, 2, 3])
-    assert rec.metric is None and not rec.has_metric
+    assert rec.values("metric") is None and rec.structure("metric") is None
     assert [s.name for s in rec.structures] == ["qk_forms"]
     notes = {identifiability_note(tiny_model(v).config) for v in ("damcha", "damcha-bilinear", "mha")}
     assert len(notes) == 3

@@ -88,12 +88,12 @@ def test_metric_modes_use_exactly_the_named_blocks(variant, causal):
     for mode in MODES:
         # Per-layer metrics depend on earlier layers, hence on the mode: compare within one pass.
         record = inspect_input(model, tokens, options=opts(model, mode))
-        M = record.metric  # (L_m, P, D, D)
+        M = record.values("metric")  # (L_m, P, D, D)
         blocks = M.reshape(*M.shape[:2], H, d, H, d)
         diag = np.stack([blocks[:, :, i, :, i, :] for i in range(H)], axis=2)  # (L_m, P, H, d, d)
         total = blocks.sum(axis=4)  # (L_m, P, H, d, d)
         expected = {"full": total, "diagonal": diag, "off_diagonal": total - diag, "diagonal_scaled": H * diag}[mode]
-        np.testing.assert_allclose(record.head_metrics, expected, atol=1e-12)
+        np.testing.assert_allclose(record.values("head_metrics"), expected, atol=1e-12)
 
 
 def test_bilinear_metric_modes_scale_the_named_blocks():
@@ -101,10 +101,10 @@ def test_bilinear_metric_modes_scale_the_named_blocks():
     H, d = model.config.n_head, model.config.head_dim
     rec_full = inspect_input(model, [1, 2, 3])
     rec_diag = inspect_input(model, [1, 2, 3], options=opts(model, "diagonal"))
-    rows = rec_full.head_metrics.reshape(*rec_full.head_metrics.shape[:4], H, d)  # (L, P, H, d, H, d)
+    rows = rec_full.values("head_metrics").reshape(*rec_full.values("head_metrics").shape[:4], H, d)  # (L, P, H, d, H, d)
     for i in range(H):
         for j in range(H):
-            got = rec_diag.head_metrics.reshape(rows.shape)[:, :, i, :, j, :]
+            got = rec_diag.values("head_metrics").reshape(rows.shape)[:, :, i, :, j, :]
             np.testing.assert_allclose(got, rows[:, :, i, :, j, :] if i == j else 0 * got, atol=1e-12)
 
 
@@ -121,8 +121,8 @@ def test_future_tokens_change_no_earlier_output(variant):
         assert torch.allclose(la[:, :7], lb[:, :7], atol=1e-12)
         assert not torch.allclose(la[:, 7:], lb[:, 7:])  # the test can fail: later outputs do change
     if model.mechanism.metric(model.config) is not None:
-        ma = inspect_input(model, a[0]).head_metrics[:, :7]
-        mb = inspect_input(model, b[0]).head_metrics[:, :7]
+        ma = inspect_input(model, a[0]).values("head_metrics")[:, :7]
+        mb = inspect_input(model, b[0]).values("head_metrics")[:, :7]
         np.testing.assert_allclose(ma, mb, atol=1e-12)
 
 

@@ -49,7 +49,7 @@ def test_converted_reference_model_computes_what_theirs_computes(tmp_path, gener
         c = (X + theirs.decoder.pe.pe[:T])[0].mean(0)
         with torch.no_grad():
             M = theirs.decoder.shared_mlp_module.metric(c, 0)
-        np.testing.assert_allclose(record.metric[0, 0], M.numpy(), atol=2e-5)
+        np.testing.assert_allclose(record.values("metric")[0, 0], M.numpy(), atol=2e-5)
 
 
 def test_cli_converts_a_folder_of_epochs_and_the_app_opens_it(tmp_path):

@@ -37,7 +37,7 @@ def test_a_registered_toy_mechanism_builds_runs_and_is_inspected_generically(tie
 
     record = inspect_input(model.eval(), [1, 2, 3, 4], [2, 3, 4, 5])
     assert [s.name for s in record.structures] == ["mix", "forms"]
-    assert record.structure("mix").at(layer=1).shape == (4, 4) and record.metric is None
+    assert record.structure("mix").at(layer=1).shape == (4, 4) and record.values("metric") is None
     for name in available_figures(record):
         fig = build_figure(name, record, {"layer": 1})
         assert fig.data, name

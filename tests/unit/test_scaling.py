@@ -49,7 +49,7 @@ def test_defaults_stay_within_the_budget(monkeypatch):
 def test_sequence_profile_matches_the_full_matrices_in_any_chunking(variant):
     model = tiny_model(variant)
     record = inspect_input(model, TOKENS)
-    M = torch.as_tensor(record.metric)  # (L_m, T, D, D)
+    M = torch.as_tensor(record.values("metric"))  # (L_m, T, D, D)
     H = record.n_head
     total = M.pow(2).sum((-2, -1))
     residue = learned_and_residue(M, H)[1].pow(2).sum((-2, -1)) / total
@@ -62,7 +62,7 @@ def test_sequence_profile_matches_the_full_matrices_in_any_chunking(variant):
         shares = profile["metric_shares"].values  # (L_m, T, 2)
         np.testing.assert_allclose(shares[..., 0], residue.numpy(), rtol=1e-9)
         np.testing.assert_allclose(shares[..., 1], off.numpy(), rtol=1e-9)
-        norms = np.linalg.norm(record.head_metrics.reshape(*record.head_metrics.shape[:3], -1), axis=-1)
+        norms = np.linalg.norm(record.values("head_metrics").reshape(*record.values("head_metrics").shape[:3], -1), axis=-1)
         np.testing.assert_allclose(profile["head_metric_norms"].values, norms, rtol=1e-9)
         assert steps[-1][0] == steps[-1][1] == M.shape[0] * -(-len(TOKENS) // chunk)
 

@@ -12,12 +12,15 @@ register it here (or, from outside the package, call `register` before building 
 from __future__ import annotations
 
 from damcha.model.mechanisms.base import (
+    DEFAULT_CHOICES,
     AttentionOutput,
     Choice,
     ForwardOptions,
+    InferenceAblation,
     Intervention,
     LayerCall,
     Mechanism,
+    MetricAccess,
     Param,
     Setting,
     Variant,
@@ -43,6 +46,7 @@ _VARIANTS: dict[str, Variant] = {}
 def register(mechanism: Mechanism, *variants: Variant) -> None:
     """Add a mechanism (replacing one of the same name) and its variants."""
     _MECHANISMS[mechanism.name] = mechanism
+    DEFAULT_CHOICES.update({c.name: c.values[0] for c in mechanism.option_choices})
     for v in variants:
         if v.mechanism != mechanism.name:
             raise ValueError(f"variant {v.name} names mechanism {v.mechanism}, not {mechanism.name}")
@@ -119,7 +123,7 @@ register(KnockingHeads(), Variant("knocking", "knocking", {}, "knocking heads: o
 
 __all__ = [
     "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "LayerCall",
-    "Mechanism", "Param", "Setting",
+    "InferenceAblation", "Mechanism", "MetricAccess", "Param", "Setting",
     "Structure",
     "StructureKind", "ValueKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
     "register", "unregister", "variant_names", "variants",

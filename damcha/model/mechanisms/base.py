@@ -173,6 +173,70 @@ class Choice:
         return self.name.replace("_", " ").capitalize()
 
 
+@dataclass(frozen=True)
+class InferenceAblation:
+    """A per-call choice whose every value the Ablation page and its shipped table evaluate on the validation
+    set (DAMCHA: its metric modes, the paper's Table 3). choice: one of the mechanism's option_choices, whose
+    first value is the model as trained. note(config): what the page says beside the results of a run with
+    this config (its form of scoring decides how to read them). row(config): the columns a table row of
+    such a run carries besides its measures."""
+
+    choice: str
+    note: Callable[[Any], str]
+    row: Callable[[Any], dict] = lambda config: {}
+
+
+class MetricAccess:
+    """How analyses reach the D x D metric M of a mechanism that scores with one (Mechanism.metric is
+    not None): the options that intervene on M, the modules whose output is M, and M itself, so the
+    attribution, intervention and dynamics code holds no mechanism's types. A metric source is one
+    generator of M: one for a stack that shares it, else one per layer."""
+
+    def explicit(self, choices: dict[str, Any] | None = None) -> ForwardOptions:
+        """Options (under the named per-call choices) of a call that computes M as a module's output,
+        so a hook can read and differentiate it."""
+        raise NotImplementedError
+
+    def blocks_scaled(self, scales: np.ndarray) -> ForwardOptions:
+        """Options scaling each (H, H) block M_ij of the metric by scales[i, j]."""
+        raise NotImplementedError
+
+    def with_reference(self, reference: torch.Tensor, alpha: float) -> ForwardOptions:
+        """Options using reference + alpha (M(x) - reference) for M; reference (L_m, P, D, D)."""
+        raise NotImplementedError
+
+    def learned_only(self) -> ForwardOptions:
+        """Options keeping only the part of M the loss can reach (DAMCHA's row sum: each block m_i / H)."""
+        raise NotImplementedError
+
+    def scoring_form(self, config: ModelConfig) -> str:
+        """How M scores, in words for the sentences beside the numbers ("row sum", "bilinear")."""
+        raise NotImplementedError
+
+    def residue_learned(self, config: ModelConfig) -> bool:
+        """Whether the part of M that `learned_only` drops is trained (False: the loss cannot reach it)."""
+        raise NotImplementedError
+
+    def output_modules(self, model: nn.Module) -> list[nn.Module]:
+        """Per metric source, the module whose output is M (flattened per position, or (D, D) when static)."""
+        raise NotImplementedError
+
+    def records(self, model: nn.Module, layers: Sequence[Any]) -> list[Any]:
+        """Per metric source, its layer's internals from a forward pass under `explicit` options (with
+        .full (B, P, D, D) and .head (B, P, H, d, d))."""
+        raise NotImplementedError
+
+    def metrics_at(self, model: nn.Module, layers: Sequence[Any], position: int, batch: int) -> torch.Tensor:
+        """M of each of a batch's `batch` inputs at one query position, per metric source: (B, L_m, D, D),
+        from the layers of a forward pass with its internals."""
+        raise NotImplementedError
+
+    def parameter_split(self, model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The weights that produce M split into the part the loss cannot reach and the rest (DAMCHA's row
+        sum: the within-row residual of f's last layer and its row mean), per source; float64."""
+        raise NotImplementedError
+
+
 # ----------------------------------------------------------------------------- the protocol
 
 class Mechanism:
@@ -256,7 +320,7 @@ class Mechanism:
         not have is refused unless it asks for that choice's default (the whole model)."""
         own = {f.name for f in dataclasses.fields(self.options_type)}
         for name, value in choices.items():
-            if name not in own and str(value) != _default_choice(name):
+            if name not in own and str(value) != DEFAULT_CHOICES.get(name):
                 raise ValueError(f"{self.title} has no option {name!r}: only the default applies")
         return self.options_type(**{k: v for k, v in choices.items() if k in own})
 
@@ -288,6 +352,13 @@ class Mechanism:
         (layer, token, ...)), computed `chunk` positions at a time so no per-position matrix exists whole;
         the cheap overview of a long input whose full structures are taken only where viewed."""
         return []
+
+    # The per-call choice the Ablation page evaluates on the validation set, or None (see InferenceAblation).
+    inference_ablation: ClassVar[InferenceAblation | None] = None
+
+    def metric_access(self) -> MetricAccess | None:
+        """How analyses reach this mechanism's metric M, where `metric` is not None."""
+        return None
 
     def metric(self, config: ModelConfig) -> str | None:
         """Whether the mechanism scores with a D x D metric M whose layer internals expose it (`.full`,
@@ -344,12 +415,9 @@ class Mechanism:
         return ""
 
 
-_CHOICE_DEFAULTS = {"metric_mode": "full"}
-
-
-def _default_choice(name: str) -> str | None:
-    """The value of a per-call choice that means 'the model as trained' for mechanisms without it."""
-    return _CHOICE_DEFAULTS.get(name)
+# Each registered per-call choice's value that means "the model as trained" (its first), which every other
+# mechanism accepts as its own model: filled by the registry (damcha.model.mechanisms.register).
+DEFAULT_CHOICES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ class Structure:
     axis_titles: what a drawn axis means (axis name -> title); default `AXIS_TITLES`.
     value_kind: what the values are (decides the colour scale); unit: what they are measured in
         (the colour bar's title; default: the structure's name).
+    drawn_under: the per-call choice the values were taken under, where it changes them (DAMCHA's m_i:
+        the metric mode); figure titles name it.
     """
 
     name: str
@@ -89,6 +91,7 @@ class Structure:
     value_kind: ValueKind = ValueKind.SIGNED
     unit: str = ""
     axis_titles: dict = field(default_factory=dict)
+    drawn_under: str = ""
 
     def __post_init__(self) -> None:
         if len(self.axes) != self.values.ndim:

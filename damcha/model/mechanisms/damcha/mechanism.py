@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import Choice, Mechanism, Setting
+from damcha.model.mechanisms.base import Choice, InferenceAblation, Mechanism, Setting
+from damcha.model.mechanisms.damcha.access import DamchaMetricAccess
 from damcha.model.mechanisms.damcha.interventions import metric_interventions
 from damcha.model.mechanisms.damcha.layer import (
     METRIC_INPUTS,
@@ -25,6 +26,17 @@ from damcha.model.mechanisms.damcha.layer import (
 from damcha.model.mechanisms.damcha.metric import HeadMetric, MetricMode, MetricSource, block_norms, learned_and_residue
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
 
+# How to read the validation set under each metric mode (the Ablation page), by the run's score form.
+ABLATION_NOTES = {
+    "row_sum": "**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "
+               "off-diagonal-only metric is (H−1)/H · m_i minus that residue. Neither 'the diagonal' nor 'the "
+               "off-diagonal' was learned as such, so a gap between them measures the random residue and the "
+               "1 : (H−1) scaling, not what cross-head blocks learned. The mode diagonal_scaled (H · M_ii = m_i + "
+               "H · residue) restores the scale: where it ties with full, the diagonal-only loss is that arithmetic.",
+    "bilinear": "**Bilinear runs:** every block M_ij is trained for its own role (head i's queries against head j's "
+                "keys), so the diagonal/off-diagonal split is meaningful there.",
+}
+
 
 class Damcha(Mechanism):
     rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
@@ -37,6 +49,8 @@ class Damcha(Mechanism):
     option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
                              "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
                              "Σ_{j≠i} M_ij.", "mode"),)
+    inference_ablation = InferenceAblation("metric_mode", lambda config: ABLATION_NOTES[config.score_form],
+                                           lambda config: {"score_form": config.score_form})
     # Fields of ModelConfig itself (every shipped run has them there), declared here like any setting.
     declared_settings = (
         Setting("metric_sharing", str, "shared", "one generator f for the whole stack (the paper) or one per layer",
@@ -146,8 +160,11 @@ class Damcha(Mechanism):
                       mode_part, labels={"head": [f"m_{i + 1}" for i in range(H)]},
                       axis_titles={"d": "query coordinate of head i's slice",
                                    "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
-                      unit="metric entry"),
+                      unit="metric entry", drawn_under=str(options.metric_mode)),
         ]
+
+    def metric_access(self) -> DamchaMetricAccess:
+        return DamchaMetricAccess()
 
     def metric(self, config) -> str:
         return config.metric_input
