@@ -10,7 +10,7 @@ from app.named_figures import show_evidence_figures
 from app.roots import SHIPPED_ROOT
 from app.url_state import bound
 from damcha.evidence.catalogue import claims
-from damcha.evidence.results import EvidenceFileError, load_results
+from damcha.evidence.results import EvidenceFileError, load_results, wall_seconds_of_every_call
 from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.statistics import BY_CONSTRUCTION, HOLDS, LEARNED, SANITY_FAILED
 from damcha.evidence.view import (
@@ -43,7 +43,8 @@ results_name = run_name_in(folder, SHIPPED_ROOT)  # as a provenance names it: ne
 if doc is None:
     try:  # what the shipped run took, as its results record it (no number typed by hand)
         shipped = load_results(SHIPPED_ROOT / "evidence")
-        took = f"the shipped run took {shipped['wall_seconds'] / 60:.0f} minutes of wall time" if shipped else ""
+        took = (f"the shipped results took {wall_seconds_of_every_call(shipped) / 60:.0f} minutes of wall time"
+                if shipped else "")
     except EvidenceFileError:
         took = ""
     st.info(f"No stored results in {folder}: run `python -m damcha evidence` ({took + ', ' if took else ''}see "
@@ -58,6 +59,9 @@ st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds_said},
            f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
            f"{compute}, versions {doc['versions']}"
            + (f"; {doc['reused_units']} units taken over from an earlier run's results (`--reuse`)"
+              + (f", computed by `{doc['reused_from'].get('command')}` in {doc['reused_from'].get('wall_seconds_all_calls')} "
+                 f"s of wall time and {doc['reused_from'].get('compute_seconds')} s of compute"
+                 if doc.get("reused_from") else "")
               if doc.get("reused_units") else "") + "." + (" **A quick run: its numbers are a smoke test, not evidence.**"
                                                          if doc["quick"] else ""))
 if doc.get("restated"):

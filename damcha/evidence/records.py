@@ -138,11 +138,28 @@ class Claim:
     # (label, variants): the reference against these variants' arms read as a family of their own (Holm over
     # it, each comparison worded), beside the verdict and never part of it
     families: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # arm name -> whether the arm can represent its task at its level, declared where the task's function class
+    # is known (synthetic tasks). The same rule decides both sides: a comparison of two declared arms of which
+    # only one can represent the task is a construction check, whichever side it favours; one where neither can
+    # measures approximation, not what the claim is about: reported, never counted. Only comparisons of two arms
+    # that both can (or an arm not declared) are learned results.
+    represents: dict = field(default_factory=dict)
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""
         arm = next(a for a in self.arms if a.name == arm_name)
         return arm_name not in self.controls and (not self.verdict_against or arm.counted_as in self.verdict_against)
+
+    def representability(self, better: str, than: str) -> str | None:
+        """What the declared representability fixes in a comparison: "ahead" or "behind" (only one of the
+        arms can represent the task there), "neither" (no arm can), or None (both can, or one is not
+        declared: the comparison measures learning)."""
+        a, b = self.represents.get(better), self.represents.get(than)
+        if a is None or b is None or (a and b):
+            return None
+        if a == b:
+            return "neither"
+        return "ahead" if a else "behind"
 
     @property
     def compared(self) -> tuple[str, ...]:

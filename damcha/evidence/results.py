@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from damcha.evidence.efficiency import EFFICIENCY_BESIDE
-from damcha.evidence.records import Claim
+from damcha.evidence.records import Claim, ConstructionCheck
 from damcha.evidence.sanity import failed_checks
 from damcha.evidence.statistics import (
     BY_CONSTRUCTION,
@@ -112,11 +112,34 @@ def _papers_effect(claim: Claim, comparison: dict) -> dict:
     return {"paper_gain": gain, "seeds_for_paper_gain": seeds_to_detect(gain, comparison["sd"])}
 
 
+UNREPRESENTED = ("neither arm can represent the task here: the comparison measures how each approximates it, "
+                 "not what the claim is about")
+
+
+def representability_checks(claim: Claim) -> tuple[ConstructionCheck, ...]:
+    """The comparisons the claim would count whose outcome its declared representability fixes (only one
+    arm can represent the task there), as construction checks, whichever side they favour; those the
+    claim declares itself are kept as declared."""
+    declared = {(c.better, c.than) for c in claim.construction_checks}
+    groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
+    checks = []
+    for ref, *others in groups:
+        for other in others:
+            fixed = claim.representability(ref, other)
+            counted = claim.counts(other) and ref not in claim.controls and other not in claim.controls
+            if fixed in ("ahead", "behind") and counted and (ref, other) not in declared:
+                able, unable = (ref, other) if fixed == "ahead" else (other, ref)
+                checks.append(ConstructionCheck(ref, other, fixed, f"{able} can represent the task here and {unable} "
+                                                "cannot: what the arms can represent fixes the outcome, whichever side "
+                                                "it favours."))
+    return tuple(checks)
+
+
 def _construction_checks(claim: Claim, comparisons: list[dict]) -> list[dict]:
-    """Mark the comparisons the claim's construction checks name as checks, never counted, and
-    return each check's prediction, outcome and reason."""
+    """Mark the comparisons the claim's construction checks name (declared, and those its representability
+    fixes) as checks, never counted, and return each check's prediction, outcome and reason."""
     checks, seen = [], set()
-    for check in claim.construction_checks:
+    for check in (*claim.construction_checks, *representability_checks(claim)):
         for c in comparisons:
             if (c["better"], c["than"]) != (check.better, check.than):
                 continue
@@ -190,11 +213,16 @@ def _comparisons(claim: Claim, values: dict[str, list[dict]], unbeaten: set[str]
                 if not _measured(by_arm[other]) or not _measured(by_arm[ref]):
                     continue
                 control = ref in claim.controls or other in claim.controls
+                fixed = claim.representability(ref, other)
                 comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
-                                    "counted": claim.counts(other) and not control and metric not in unbeaten})
+                                    "counted": claim.counts(other) and not control and metric not in unbeaten
+                                    and fixed is None,
+                                    **({"not_counted": UNREPRESENTED} if fixed == "neither" else {})})
         for better, than, measures in claim.pairs:
             comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
-                                "measures": measures})
+                                "measures": measures,
+                                **({"not_counted": UNREPRESENTED} if claim.representability(better, than) == "neither"
+                                   else {})})
     return comparisons
 
 
@@ -230,6 +258,19 @@ def write_csv(path: Path, result: dict) -> None:
         f"{c.get('holm_rejected', '')},{c['mdd']},{c['sd']},{c['n']},{c['counted']},{c['verdict']}"
         for c in result["comparisons"]]
     write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def compute_record(doc: dict) -> dict:
+    """What an earlier results document records of the calls that computed it (its own earlier documents
+    included), kept in a document that takes its units over so their measured cost is not lost."""
+    return {k: doc[k] for k in ("command", "units", "wall_seconds_all_calls", "compute_seconds", "reused_from") if k in doc}
+
+
+def wall_seconds_of_every_call(doc: dict) -> float:
+    """Wall time of every call that computed a results document's units, through the documents it reused."""
+    earlier = doc.get("reused_from")
+    return doc.get("wall_seconds_all_calls", doc.get("wall_seconds", 0.0)) + (
+        wall_seconds_of_every_call(earlier) if earlier else 0.0)
 
 
 class EvidenceFileError(ValueError):

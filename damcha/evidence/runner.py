@@ -15,7 +15,7 @@ from damcha.evidence import tuning
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
 from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
-from damcha.evidence.results import append_lines, load_results, read_jsonl, summarise, write_csv
+from damcha.evidence.results import append_lines, compute_record, load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.scales import DEMO, Setting, chosen_by, scale_claims, scale_named
 from damcha.evidence.slurm import SlurmSettings
@@ -377,7 +377,8 @@ class _EvidenceRun:
                    compute_seconds=round(sum(self.seconds.get(u, 0.0) for u in counted), 1),  # every call, all workers
                    units_computed_in_this_call=self.fresh,  # the rest were resumed from the work folder
                    reused_units=len(self.carried & counted),  # of the units used, those taken over from an earlier
-                   # results.json (compute not counted again)
+                   # results.json (compute not counted again: that document's record is kept under reused_from)
+                   **({"reused_from": compute_record(self.previous)} if self.previous and self.carried & counted else {}),
                    complete=len(self.written) == len(self.chosen),
                    not_run=[c.key for c in self.known if c.key not in self.written])
 

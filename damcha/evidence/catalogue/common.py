@@ -37,13 +37,16 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
                     label: str, levels: tuple, mechs: tuple[str, ...], note: str, sanity: Sanity,
                     requires: tuple[str, ...] = (), pairs: tuple = (), grids: dict[str, tuple[float, ...]] | None = None,
                     against: tuple[str, ...] = ("mha",), reference: str = "damcha",
-                    construction: tuple = (), cannot_speak_to: tuple[str, ...] = ()) -> Claim:
+                    construction: tuple = (), cannot_speak_to: tuple[str, ...] = (),
+                    represents: dict[str, tuple | None] | None = None) -> Claim:
     """A synthetic task over levels: every model at every level, compared with `reference` (a variant)
     within a level (the verdict counts the comparisons with the variants `against` names); `pairs`
     (better, than, what it measures) are reported at every level, never counted. grids: mechanism ->
     its learning-rate grid (a mechanism not in it trains at the default rate). construction: (better,
     than, levels, predicted, why, margin) — comparisons at those levels (None: every level) whose
-    outcome the task's construction fixes: construction checks, not counted (records.ConstructionCheck)."""
+    outcome the task's construction fixes: construction checks, not counted (records.ConstructionCheck).
+    represents: mechanism -> the levels at which it can represent the task (None: every level), for the
+    mechanisms whose function class on this task is known (Claim.represents)."""
     def name(m, level):
         return f"{m} {label}={level}"
     return Claim(key, title, statement, metric, lower_is_better,
@@ -56,6 +59,8 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
                              if a in mechs and b in mechs),
                  columns=("parameters", "lr"), scale=SYNTHETIC_SCALE,
                  cannot_speak_to=cannot_speak_to,
+                 represents={name(m, v): at is None or v in at for m, at in (represents or {}).items() if m in mechs
+                             for v in levels},
                  construction_checks=tuple(ConstructionCheck(name(a, v), name(b, v), predicted, why, margin)
                                            for a, b, at, predicted, why, margin in construction
                                            for v in levels if (at is None or v in at) and a in mechs and b in mechs))

@@ -56,5 +56,7 @@ def claim(quick: bool) -> Claim:
         pairs=(("damcha-static-bilinear", "mha-slice", "cross-head capacity (static)"),
                ("damcha", "mha-slice", "row sum against the diagonal blocks (predicted tie)"),
                ("mha", "damcha-static-bilinear", "full-token MHA against the bilinear form"),
-               ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)")), cannot_speak_to=CANNOT_SPEAK_TO)
+               ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)")), cannot_speak_to=CANNOT_SPEAK_TO,
+        represents={"mha": None, "mha-slice": levels[:1], "damcha": levels[:1], "damcha-static": levels[:1],
+                    "damcha-bilinear": None, "damcha-static-bilinear": None})
     return regression

@@ -26,5 +26,6 @@ def claim(quick: bool) -> Claim:
                tuple(f"{m} e={spread[0]}" for m in cls_arms if m != "mha-slice")),
         construction=(("damcha", "mha", spread[1:], "behind", ROW_SUM_CANNOT_CROSS + " For e > 0 the class subspace "
                        "reaches into every slice.", 0.0),),
-        **fig13_shared(quick), cannot_speak_to=CANNOT_SPEAK_TO)
+        **fig13_shared(quick), cannot_speak_to=CANNOT_SPEAK_TO,
+        represents={"mha": None, "mha-slice": spread[:1], "damcha": spread[:1]})
     return entanglement
