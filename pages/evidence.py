@@ -26,6 +26,7 @@ from damcha.evidence.view import (
     scale_verdict_words,
     scale_words,
     tuning_rows,
+    unrepresented_comparisons,
     verdict_tally,
     verdict_words,
 )
@@ -120,8 +121,10 @@ shown = st.selectbox("Claim shown in full (its statement, verdict, figures and t
 for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"] if c["title"] == shown]:
     st.header(claim["title"])
     st.markdown(f"> {claim['statement']}")
+    unrepresented = unrepresented_comparisons(claim)
     kind = {BY_CONSTRUCTION: " Expected by construction, not evidence for the mechanism: "
-            + (claim.get("by_construction") or "every comparison it would count is a construction check (below).")}
+            + (claim.get("by_construction") or "every comparison it would count is a construction check (below)"
+               + (" or compares arms that cannot represent the task (reported, not counted)." if unrepresented else "."))}
     seeds = f" {claim['seeds']} {samples_word(claim)}." if claim.get("seeds") else ""
     colour, words = verdict_words(claim)
     st.markdown(f"**Verdict:** :{colour}-badge[{words}]."
@@ -147,6 +150,9 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
                    "paper's direction (log ratios for ratio metrics); 'ahead'/'behind': the 95% interval wholly on that "
                    "side of zero; 'tie': two one-sided t-tests within the margin at 5%.")
         st.dataframe(pd.DataFrame(checks), hide_index=True)
+    if unrepresented:
+        st.caption(f"Reported, not counted — neither arm can represent the task there, so these measure how each "
+                   f"approximates it, not what the claim is about: {'; '.join(unrepresented)}.")
     families = family_table(claim)
     if families:
         st.subheader("Beside the verdict: families of comparisons (reported, not counted)")

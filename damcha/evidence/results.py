@@ -35,8 +35,11 @@ from damcha.runs.checkpoints import write_text_atomic
 
 
 def metric_values(claim: Claim, values: dict[str, list[dict]], metric: str) -> dict[str, list[float]]:
-    """arm -> per-seed values of one metric (a constant arm has its level for every metric)."""
-    return {arm: [row.get(metric, row.get("constant", math.nan)) for row in rows] for arm, rows in values.items()}
+    """arm -> per-seed values of one metric (a constant arm has its level for every metric the claim compares,
+    and nothing for the others: a threshold has no parameters or learning rate)."""
+    level = math.nan if metric not in (claim.metric, *claim.compared) else None
+    return {arm: [row.get(metric, row.get("constant", math.nan) if level is None else level) for row in rows]
+            for arm, rows in values.items()}
 
 
 RATIO_METRICS = ("params_ratio", "flops_ratio", "time_ratio", "memory_ratio", "relative_mse", *EFFICIENCY_BESIDE)

@@ -287,6 +287,13 @@ def family_table(claim: dict) -> list[dict]:
     return claim.get("families", [])
 
 
+def unrepresented_comparisons(claim: dict) -> list[str]:
+    """The comparisons a claim reports but does not count because neither arm can represent its task there
+    (records.Claim.represents), once each."""
+    return list(dict.fromkeys(f"{c['better']} vs {c['than']}" for c in claim["comparisons"]
+                              if c.get("not_counted") and not c.get("measures")))
+
+
 def construction_table(claim: dict) -> list[dict]:
     """One row per construction check of a claim: the prediction, what was seen, and whether it held."""
     return [{"compared": f"{k['better']} vs {k['than']}", "metric": metric_label(k["metric"]),

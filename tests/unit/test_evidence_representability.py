@@ -79,3 +79,19 @@ def test_the_within_slice_task_counts_what_f_learns_and_checks_what_representabi
     counted = [(c["better"], c["than"]) for c in summarise(claim, _values(claim))["comparisons"] if c["counted"]]
     bound = next(a.name for a in claim.arms if a.kind == "constant")
     assert counted == [("damcha K=4", bound), ("damcha K=16", bound)]
+
+
+def test_the_shipped_results_read_the_synthetic_tasks_by_the_rule():
+    from pathlib import Path
+
+    from damcha.evidence.results import load_results
+    from damcha.evidence.view import unrepresented_comparisons
+
+    shipped = {c["key"]: c for c in load_results(Path(__file__).resolve().parents[2] / "checkpoints" / "evidence")["claims"]}
+    permutation, within = shipped["permutation_relations"], shipped["within_slice_codes"]
+    assert permutation["verdict_kind"] == "by construction" and not any(c["counted"] for c in permutation["comparisons"])
+    assert {"damcha K=4 vs mha K=4", "damcha K=24 vs mha K=24", "damcha K=1 vs damcha-static K=1"} <= \
+        set(unrepresented_comparisons(permutation))
+    assert within["verdict"] == "holds" and within["verdict_kind"] == "learned"
+    assert all(c["than"].startswith("learns the codes") for c in within["comparisons"] if c["counted"])
+    assert not unrepresented_comparisons(within)
