@@ -21,6 +21,7 @@ from damcha.evidence.view import (
     detectable_sentence,
     family_table,
     grid_edge_warning,
+    implementation_bound_sentence,
     results_at_other_scales,
     samples_word,
     scale_verdict_words,
@@ -160,6 +161,9 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
                    "the family: 'ahead'/'behind' where it still rejects, 'nominally' where only the unadjusted "
                    "interval excludes zero, 'exact' for metrics with no spread over repeats.")
         st.dataframe(pd.DataFrame(families), hide_index=True)
+    bound = implementation_bound_sentence(claim)
+    if bound:
+        st.warning(bound)
     show_evidence_figures(claim, results_name)
     a, b = st.columns(2)
     a.dataframe(pd.DataFrame(arm_table(claim)), hide_index=True)

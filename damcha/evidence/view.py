@@ -294,6 +294,33 @@ def unrepresented_comparisons(claim: dict) -> list[str]:
                               if c.get("not_counted") and not c.get("measures")))
 
 
+# An arm whose time against MHA is this many times its FLOPs against MHA is read as slowed by its implementation
+# here (an unfused form, a loop), not by its arithmetic: its times are not the method's.
+IMPLEMENTATION_BOUND = 2.5
+
+
+def implementation_bound_sentence(claim: dict) -> str | None:
+    """For a claim that times arms against MHA and counts their FLOPs: the arms whose time ratio is more than
+    IMPLEMENTATION_BOUND times their FLOP ratio, in words with their numbers and how far every other arm is;
+    None when there is none."""
+    means: dict[str, dict[str, float]] = {}
+    for row in claim.get("details", []):
+        if row["metric"] in ("time_ratio", "flops_ratio"):
+            means.setdefault(row["arm"], {})[row["metric"]] = row["mean"]
+    kinds = {arm: spec[1] for arm, spec in claim.get("arms", {}).items()}
+    per_flop = {arm: m["time_ratio"] / m["flops_ratio"] for arm, m in means.items()
+                if kinds.get(arm) != "constant" and {"time_ratio", "flops_ratio"} <= m.keys()
+                and m["flops_ratio"] > 0 and math.isfinite(m["time_ratio"])}
+    bound = {arm: r for arm, r in per_flop.items() if r > IMPLEMENTATION_BOUND}
+    if not bound:
+        return None
+    rest = max((r for arm, r in per_flop.items() if arm not in bound), default=math.nan)
+    said = "; ".join(f"{arm} takes {means[arm]['time_ratio']:.2g}x MHA's time for {means[arm]['flops_ratio']:.3g}x its "
+                     f"FLOPs ({ratio:.2g}x MHA's time per FLOP)" for arm, ratio in bound.items())
+    return (f"{said}; every other arm is within {rest:.2g}x. That time is this implementation's, not the method's: read "
+            "the arm on FLOPs, and its time comparisons as a bound on this code, not on the mechanism.")
+
+
 def construction_table(claim: dict) -> list[dict]:
     """One row per construction check of a claim: the prediction, what was seen, and whether it held."""
     return [{"compared": f"{k['better']} vs {k['than']}", "metric": metric_label(k["metric"]),

@@ -20,6 +20,11 @@ Linear(tanh(Linear(x_t))) (router rank max(4, H/2), both with biases; the H² ou
 source-major, as theirs), blended with the unmixed logits by a per-head sigmoid gate,
 (1 - g) J + g alpha^T J; then the mask and the softmax. No post-softmax compose, no key-wise term.
 Outside inspection its scores are computed a block of queries at a time (damcha.model.mechanisms.blocked).
+
+Deviation in cost, not in arithmetic: the form that runs here (one attention of width 2D per head, below;
+docs/mechanisms.md) takes far more time than the method's FLOPs need, which only a kernel applying the rank-2
+maps inside the attention loop would meet; the Evidence page reads DCMHA's times as this code's, on FLOPs
+(damcha.evidence.view.implementation_bound_sentence).
 """
 
 from __future__ import annotations
