@@ -60,6 +60,8 @@ seeds_said = (f"seeds {doc['seeds']} by default, up to {most_seeds} where a clai
 st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds_said}, {doc['wall_seconds']} s for "
            f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
            f"{compute}, versions {doc['versions']}"
+           + (f", CPU kernels {doc['machine']['cpu_kernels']} on {doc['machine']['architecture']} "
+              f"({doc['machine']['of']}; units rerun bit-identical only where these match)" if doc.get("machine") else "")
            + (f"; {doc['reused_units']} units taken over from an earlier run's results (`--reuse`)"
               + (f", computed by `{doc['reused_from'].get('command')}` in {doc['reused_from'].get('wall_seconds_all_calls')} "
                  f"s of wall time and {doc['reused_from'].get('compute_seconds')} s of compute"

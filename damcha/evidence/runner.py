@@ -279,6 +279,12 @@ class _EvidenceRun:
                     "scale": self.setting.scale.name if self.setting.scale else "demo", **(recorded or {}),
                     "versions": {"damcha": __version__, "torch": torch.__version__,
                                  "python": platform.python_version()},
+                    # what float rounding depends on beyond the versions: units rerun bit-identical only where
+                    # these match (docs/evidence.md, "What reproduces where")
+                    "machine": {"architecture": platform.machine(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+                                "threads_per_unit": self.launch.slurm.cpus_per_unit if self.launch.slurm else 1,
+                                "of": "the submitting host; the units ran on the cluster's nodes" if self.launch.slurm
+                                else "the machine the units ran on"},
                     "verdict_rule": VERDICT_RULE, "sanity": sanity_checks(),
                     **({"tuning_rule": tuning.RULE} if self.tuned_here else {}), "reused_units": 0}
 

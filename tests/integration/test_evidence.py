@@ -2,6 +2,7 @@
 
 import json
 import math
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,12 @@ from damcha.evidence.catalogue import claims
 from damcha.evidence.results import summarise
 from damcha.evidence.runner import evidence_claims
 from damcha.evidence.statistics import (
+    CONFIRMED,
     FAILS,
     HOLDS,
     INCONCLUSIVE,
     NO_VERDICT,
+    NOT_CONFIRMED,
     SANITY_FAILED,
     claim_verdict,
     holm,
@@ -281,8 +284,10 @@ def test_evidence_command_runs_every_claim_and_takes_units_over_from_results(tmp
                                                  "permutation_relations", "fig13_classification", "fig13_entanglement"}
     assert 0 < doc["units_computed_in_this_call"] <= doc["units"]  # an arm shared by two claims runs once
     assert doc["compute_seconds"] > 0 and not doc["not_run"]
+    assert doc["machine"] == {"architecture": platform.machine(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+                              "threads_per_unit": 1, "of": "the machine the units ran on"}
     for claim in doc["claims"]:
-        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED)
+        assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED, CONFIRMED, NOT_CONFIRMED)
         assert all(len(v) == 2 for v in claim["values"].values())
         baselines = {a.name for a in known_quick[claim["key"]].arms if a.kind == "baseline"}
         for metric in (claim["metric"], *claim["columns"]):  # every reported metric was measured for every arm
@@ -618,7 +623,6 @@ def test_equivalence_is_two_one_sided_t_tests():
 
 def test_comparisons_fixed_by_construction_are_checked_apart_and_never_counted():
     from damcha.evidence.records import Arm, Claim, ConstructionCheck
-    from damcha.evidence.statistics import CONFIRMED
 
     arms = (Arm("damcha"), Arm("mha", variant="mha"), Arm("mha-slice", variant="mha-slice"))
     values = {"damcha": [{"loss": v} for v in (1.0, 1.1, 1.05)], "mha": [{"loss": v} for v in (0.2, 0.25, 0.22)],
