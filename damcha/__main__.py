@@ -50,9 +50,11 @@ def _train_parser(sub) -> None:
     add_settings_flags(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the training step (20-40 s to compile; pays for long runs of large models)")
-    p.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+    p.add_argument("--strategy", choices=("ddp", "fsdp", "auto"), default="ddp",
                    help="under torchrun: ddp (every process holds the model) or fsdp (FSDP2: each holds a shard "
-                        "of the weights and optimiser state); the same steps either way")
+                        "of the weights and optimiser state); the same steps either way. auto: ddp where one device "
+                        "holds the whole model and its optimiser state, else fsdp. Either way a run that does not "
+                        "fit its device is refused, with its estimated memory, before anything is allocated")
     p.add_argument("--activation-checkpointing", action="store_true",
                    help="recompute each block's and the shared metric's activations in the backward pass: "
                         "less memory, more compute")
@@ -333,6 +335,7 @@ def _evidence_setting(args, seeds: int):
         check_data,
         chosen_by,
         locate_data,
+        memory_plan,
         scale_claims,
         scale_named,
     )
@@ -343,13 +346,19 @@ def _evidence_setting(args, seeds: int):
     os.environ.setdefault("DAMCHA_CACHE", str(Path(args.out) / "cache"))  # a zip's member: written under --out
     setting = Setting(scale, locate_data(scale, args.data_dir, args.only), args.device or scale.default_device)
     data = check_data(setting)
-    rows = budget(setting, [c for c in scale_claims(scale, setting) if chosen_by(c.key, args.only)], seeds)
+    chosen = [c for c in scale_claims(scale, setting) if chosen_by(c.key, args.only)]
+    rows = budget(setting, chosen, seeds)
+    memory = memory_plan(setting, chosen)  # every run that does not fit the device is refused here, at once
     hours = sum(r["hours"] for r in rows)
     lines = [f"budget at --scale {scale.name} (training only, at {scale.throughput_source}):"]
     for r in rows:
         guess = f"; {', '.join(r['unmeasured'])} at the slowest measured rate" if r["unmeasured"] else ""
         lines.append(f"  {r['claim']:<28s} {r['runs']:>3d} runs  {r['hours']:10.3g} device-hours{guess}")
     lines.append(f"  {'total':<28s}           {hours:10.3g} device-hours")
+    largest = max(memory, key=lambda r: r["gib_per_device"], default=None)
+    if largest:
+        lines.append(f"memory: every run fits one {setting.device} device; the largest, {largest['claim']} "
+                     f"{largest['arm']}, holds about {largest['gib_per_device']} GiB")
     lines += [f"  {dataset}: {record.get('source')} (standard files: {'yes' if record.get('standard_files') else 'no'})"
               for dataset, record in data.items()]
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
@@ -358,7 +367,7 @@ def _evidence_setting(args, seeds: int):
         raise ValueError(f"the claims need about {hours:.2f} device-hours, more than --budget {args.budget:g}: "
                          "narrow them with --only or --seeds, or raise --budget")
     return setting, {"data": data, "files": dict(setting.files), "budget": {"hours": round(hours, 4), "claims": rows,
-                                              "measured_at": scale.throughput_source}}
+                                              "measured_at": scale.throughput_source}, "memory": memory}
 
 
 APP_DIR = Path(__file__).resolve().parent.parent / "app"

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from damcha.evidence.records import Arm, Claim
 from damcha.inputs.datasets import DATA_SETS, DataError, data_set_spec, load_dataset
 from damcha.inputs.datasets.base import AtScale
+from damcha.runs.memory import DoesNotFit, device_memory, plan_strategy
 
 
 @dataclass(frozen=True, eq=False)  # compared (and cached) by identity: one object per scale
@@ -253,6 +257,40 @@ def check_data(setting: Setting) -> dict[str, dict]:
     if problems:
         raise DataError("the data cannot run this scale (nothing was trained): " + " | ".join(problems))
     return records
+
+
+def memory_plan(setting: Setting, claims: list[Claim]) -> list[dict]:
+    """Every distinct training run of the claims with how it trains on the devices at hand (damcha.runs.memory:
+    under torchrun each rank its share of the batch; "fsdp" where only sharded weights and optimiser state fit)
+    and the memory one device then holds, before anything trains: every run that fits neither way is named
+    at once, with its numbers."""
+    from damcha.evidence.units import base_config  # (units imports this module)
+    from damcha.runs.train import model_config_for
+
+    device = torch.device(setting.device)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    available = device_memory(device)
+    rows, refused, seen = [], [], set()
+    for claim in claims:
+        for arm in claim.arms:
+            if not arm.trains or (arm.dataset, arm.variant, arm.overrides) in seen:
+                continue
+            seen.add((arm.dataset, arm.variant, arm.overrides))
+            place = setting.scale.place(arm.dataset)
+            config = model_config_for(setting.load(arm.dataset, place.block_size or 64), base_config(arm.variant, arm.overrides))
+            try:
+                strategy, estimate = plan_strategy(config, place.train["batch_size"], available, world)
+            except DoesNotFit as e:
+                refused.append(f"{claim.key}, {arm.name}: {e}")
+                continue
+            rows.append({"claim": claim.key, "arm": arm.name, "parameters": estimate.parameters, "strategy": strategy,
+                         "gib_per_device": round(estimate.total / 2**30, 2)})
+    if refused:
+        raise DoesNotFit(f"{len(refused)} run(s) do not fit {world} {device.type} device(s), so nothing was trained: "
+                         + " | ".join(refused) + ". Narrow the claims with --only, or run on more or larger devices "
+                         "(under torchrun each rank trains on its share of the batch, and a run whose weights and "
+                         "optimiser state do not fit one device is sharded over the ranks).")
+    return rows
 
 
 def budget(setting: Setting, claims: list[Claim], seeds: int) -> list[dict]:

@@ -127,7 +127,7 @@ def _trained_run(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting)
         fields["tuning_holdout"] = HOLDOUT
     tcfg = TrainConfig(dataset=arm.dataset, seed=seed, **fields)
     train(cfg, tcfg, out, progress=False, compile_model=bool(setting.scale and setting.scale.compile),
-          evaluate_every_epoch=False)  # a unit scores the trained model itself (run_unit), not the epochs' rows
+          evaluate_every_epoch=False, strategy="auto")  # a unit scores the trained model itself (run_unit), not the epochs' rows
     model = load_model(out).to(distributed.device_for(pick_device(tcfg.device)))  # (under torchrun: this rank's GPU)
     data = setting.load(arm.dataset, model.config.block_size)
     return model, data.held_out_for_tuning(HOLDOUT) if arm.tuning else data, tcfg

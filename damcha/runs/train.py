@@ -41,6 +41,7 @@ from damcha.runs.checkpoints import (
     write_text_atomic,
 )
 from damcha.runs.evaluation import evaluate_epoch, test_metrics
+from damcha.runs.memory import check_training_fits, device_memory, plan_strategy
 
 OPTIMIZERS = ("adam", "adamw")  # adam: the paper's
 SCHEDULES = ("cosine", "constant")
@@ -174,7 +175,8 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     observer: told of every step and epoch (rank 0 only under torchrun); closed at the end.
 
     strategy: under torchrun, "ddp" (every rank holds the model) or "fsdp" (FSDP2: each rank a
-    shard; damcha.runs.sharded); the same steps to float rounding. activation_checkpointing:
+    shard; damcha.runs.sharded); the same steps to float rounding. "auto": ddp where one device holds the
+    whole model, its gradients and Adam's state beside its share of the batch, else fsdp (damcha.runs.memory). activation_checkpointing:
     recompute each block's and the shared metric's activations in the backward pass. Neither
     changes the maths, so the run's config records neither; a sharded run resumes under fsdp.
 
@@ -199,6 +201,10 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     if proc.main:
         remove_stale_temp_files(out)
     mcfg = model_config_for(data, model_config)
+    if strategy == "auto":  # ddp where a rank holds the whole model and its optimiser state, else fsdp
+        strategy = plan_strategy(mcfg, tcfg.batch_size, device_memory(device), proc.world)[0]
+    check_training_fits(mcfg, tcfg.batch_size, device, proc.world, strategy == "fsdp" and proc.distributed,
+                        activation_checkpointing)  # refused with its numbers before anything is allocated
     models = _Models.built(mcfg, tcfg, device, proc, strategy, activation_checkpointing, compile_model)
     opt = make_optimizer(models.trained, tcfg)
     distributed.barrier(proc)  # every rank sees the same files before deciding to resume
