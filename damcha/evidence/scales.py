@@ -183,12 +183,16 @@ def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) ->
                                                                           **own}.items()))
 
     spec = data_set_spec(target)
+    shown = [renamed(c) for c in (claim.metric, *claim.columns)]
+    tested = [m.replace("val_", "test_", 1) for m in shown if m.startswith("val_")]  # the test split, beside
     return dataclasses.replace(
         claim, key=f"{claim.key}@{target}", title=f"{claim.title} — on {spec.title}",
         metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms), paper=claim.paper_on.get(spec.paper_row, {}),
-        columns=tuple(dict.fromkeys(renamed(c) for c in claim.columns if renamed(c) != renamed(claim.metric))),
+        columns=tuple(dict.fromkeys(c for c in (*shown[1:], *tested) if c != renamed(claim.metric))),
         verdict_metrics=tuple(renamed(m) for m in claim.verdict_metrics), scale=scale.description,
-        note=f"The demo's {demo} data are {spec.title} here. {claim.note}")
+        note=f"The demo's {demo} data are {spec.title} here. The verdict reads the validation split, as in the demo; "
+             f"the test split, evaluated once after the last epoch, is reported beside it (the test_ columns), and is "
+             f"the number to set beside the paper's. {claim.note}")
 
 
 def _metric_names(demo: str, target: str):

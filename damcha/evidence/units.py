@@ -73,7 +73,19 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
 
     options = mode_options(model.mechanism, None if arm.mode == AS_TRAINED else arm.mode)
     tcfg = tcfg if quick or setting.scale else dataclasses.replace(tcfg, **EVALUATION)
-    return {k: float(v) for k, v in validation_metrics(model, data, tcfg, options).items()}
+    metrics = {k: float(v) for k, v in validation_metrics(model, data, tcfg, options).items()}
+    if setting.scale and arm.mode == AS_TRAINED:  # the test split, evaluated once after the last epoch, beside
+        metrics.update(recorded_test_metrics(Path(work) / "runs" / arm.run_arm.run_name(seed, quick)))
+    return metrics
+
+
+def recorded_test_metrics(run: Path) -> dict[str, float]:
+    """The test split's metrics a run recorded after its last epoch ("test_…"; none where its data have no
+    test split)."""
+    from damcha.runs.checkpoints import read_test
+
+    recorded = read_test(run) or {}
+    return {k: float(v) for k, v in recorded.items() if k.startswith("test_")}
 
 
 def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:

@@ -45,6 +45,15 @@ def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
     text8 = next(r for r in runs if r.name.startswith("text8-damcha"))
     assert json.loads((text8 / "config.json").read_text())["data"]["split"].startswith("90% / 5% / 5%")
     assert "test_bits_per_char" in json.loads((text8 / "test.json").read_text())  # the test split, once, at the end
+    text = next(c for c in doc["claims"] if c["key"] == "table5_text@text8")
+    recorded = {json.loads((r / "test.json").read_text())["test_bits_per_char"] for r in runs
+                if r.name.startswith("text8-damcha") and "tuning" not in r.name}
+    assert "test_bits_per_char" in text["columns"]
+    assert {row["test_bits_per_char"] for row in text["values"]["damcha"]} <= recorded  # what each run recorded
+    images = next(c for c in doc["claims"] if c["key"] == "table1_images@cifar10")
+    assert {"test_completion_mse", "val_completion_mse"} <= {*images["columns"], images["metric"]}
+    assert all("test_completion_mse" in row for arm, rows in images["values"].items() for row in rows
+               if images["arms"][arm][1] == "train")  # beside validation, for every model arm (a baseline has none)
     # nothing outside --out: the zip's member was extracted into OUT/cache
     assert _files(tmp_path) - before == {p for p in _files(tmp_path) if p.startswith("evidence-tiny")}
     assert any((out / "cache").rglob("*enwik8*"))
