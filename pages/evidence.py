@@ -26,6 +26,7 @@ from damcha.evidence.view import (
     samples_word,
     scale_verdict_words,
     scale_words,
+    summary_pair_sentence,
     tuning_rows,
     unrepresented_comparisons,
     verdict_tally,
@@ -132,6 +133,9 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     colour, words = verdict_words(claim)
     st.markdown(f"**Verdict:** :{colour}-badge[{words}]."
                 f"{kind.get(claim.get('verdict_kind', ''), '')}{seeds} {claim['scale']}")
+    beside = summary_pair_sentence(claim)
+    if beside:
+        st.warning("Beside the verdict — " + beside)
     power = detectable_sentence(claim, (HOLDS,)) if claim["verdict"] not in (HOLDS, SANITY_FAILED) else None
     if power:
         st.caption(power)

@@ -144,6 +144,9 @@ class Claim:
     # measures approximation, not what the claim is about: reported, never counted. Only comparisons of two arms
     # that both can (or an arm not declared) are learned results.
     represents: dict = field(default_factory=dict)
+    # the reported pairs (by what they measure) whose outcome the claim's summary states beside its verdict, not
+    # only in its details (Fig. 13: w/o f(x) against DAMCHA, where DAMCHA scores below its own special case)
+    summary_pairs: tuple[str, ...] = ()
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""

@@ -113,7 +113,7 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
     return {"key": claim.key, "title": claim.title, "statement": claim.statement, "metric": claim.metric,
             "columns": list(claim.columns), "lower_is_better": claim.lower_is_better, "note": claim.note,
             "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: a.spec() for a in claim.arms},
-            "cannot_speak_to": list(claim.cannot_speak_to), "values": values,
+            "cannot_speak_to": list(claim.cannot_speak_to), "summary_pairs": list(claim.summary_pairs), "values": values,
             "parameters": arm_parameters(claim, setting) if parameters is None else parameters,
             **({"learning_rates": rates} if (rates := {a.name: a.lr for a in claim.arms if a.trains and a.lrs}) else {}),
             **summarise(claim, values, sanity)}

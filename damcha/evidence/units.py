@@ -89,10 +89,15 @@ def recorded_test_metrics(run: Path) -> dict[str, float]:
 
 
 def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
-    """The model config an evidence run of `variant` trains (before the data fill in their fields)."""
+    """The model config an evidence run of `variant` trains (before the data fill in their fields): overrides
+    name ModelConfig fields or the mechanism's own settings (generator_start, ...)."""
     from damcha.model.config import variant_config
 
-    return dataclasses.replace(variant_config(ModelConfig(), variant), **dict(overrides))
+    config = variant_config(ModelConfig(), variant)
+    own = {f.name for f in dataclasses.fields(ModelConfig)}
+    settings = {k: v for k, v in overrides if k not in own}
+    return dataclasses.replace(config, **{k: v for k, v in overrides if k in own},
+                               **({"attention_options": {**dict(config.attention_options), **settings}} if settings else {}))
 
 
 def model_parameters(variant: str, dataset: str, overrides: tuple = (), setting: Setting = DEMO) -> int:

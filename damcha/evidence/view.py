@@ -287,6 +287,19 @@ def family_table(claim: dict) -> list[dict]:
     return claim.get("families", [])
 
 
+def summary_pair_sentence(claim: dict) -> str | None:
+    """The claim's summary pairs (Claim.summary_pairs) where their 95% interval excludes 0, in words: which
+    arm is ahead, by how much; None when none is."""
+    said = [f"{c['better']} ahead of {c['than']} ({c['gain']:+.3g} [{c['low']:+.3g}, {c['high']:+.3g}])" if c["low"] > 0
+            else f"{c['better']} behind {c['than']} ({c['gain']:+.3g} [{c['low']:+.3g}, {c['high']:+.3g}])"
+            for c in claim["comparisons"] if c.get("measures") in claim.get("summary_pairs", ())
+            and (c["low"] > 0 or c["high"] < 0)]
+    if not said:
+        return None
+    return (f"{', '.join(dict.fromkeys(claim['summary_pairs']))}, on {claim['metric']} (right of 0: the first is "
+            f"better, 95% interval over seeds): " + "; ".join(said) + ".")
+
+
 def unrepresented_comparisons(claim: dict) -> list[str]:
     """The comparisons a claim reports but does not count because neither arm can represent its task there
     (records.Claim.represents), once each."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from damcha.evidence.catalogue.common import (
+    IDENTITY_PAIR,
+    IDENTITY_START,
     ROW_SUM_CANNOT_CROSS,
     SLICE_ARMS,
     regression_grids,
@@ -24,7 +26,7 @@ def claim(quick: bool) -> Claim:
     steps = synthetic_steps(quick)
     grids = regression_grids(quick)
     syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear") if quick else \
-        (*SLICE_ARMS, "tha", "dcmha", "colmha", "mma", "moa")
+        (*SLICE_ARMS, IDENTITY_START, "tha", "dcmha", "colmha", "mma", "moa")
     regression = synthetic_claim(
         "fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",
         "Figure 12: \"Cross-subspace regression: DAMCHA vs. MHA. (a) comparison results (testing MSE) under different "
@@ -56,7 +58,9 @@ def claim(quick: bool) -> Claim:
         pairs=(("damcha-static-bilinear", "mha-slice", "cross-head capacity (static)"),
                ("damcha", "mha-slice", "row sum against the diagonal blocks (predicted tie)"),
                ("mha", "damcha-static-bilinear", "full-token MHA against the bilinear form"),
-               ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)")), cannot_speak_to=CANNOT_SPEAK_TO,
+               ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)"),
+               (IDENTITY_START, "damcha", IDENTITY_PAIR)), cannot_speak_to=CANNOT_SPEAK_TO,
         represents={"mha": None, "mha-slice": levels[:1], "damcha": levels[:1], "damcha-static": levels[:1],
+                    IDENTITY_START: levels[:1],
                     "damcha-bilinear": None, "damcha-static-bilinear": None})
     return regression

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from damcha.evidence.catalogue.common import (
+    IDENTITY_START,
     ROW_SUM_CANNOT_CROSS,
     classification_arms,
     classification_grid_note,
@@ -31,5 +32,5 @@ def claim(quick: bool) -> Claim:
         construction=(("damcha", "mha", None, "behind", ROW_SUM_CANNOT_CROSS + " A random subspace spans every "
                        "slice, so DAMCHA against MHA is a capacity check at every d_e; w/o f(x) against DAMCHA is the "
                        "learned comparison (reported).", 0.0),),
-        **fig13_shared(quick), cannot_speak_to=CANNOT_SPEAK_TO, represents={"mha": None, "damcha": ()})
+        **fig13_shared(quick), cannot_speak_to=CANNOT_SPEAK_TO, represents={"mha": None, "damcha": (), IDENTITY_START: ()})
     return classification

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from damcha.evidence.catalogue.common import ROW_SUM_CANNOT_CROSS, classification_arms, fig13_shared, synthetic_claim
+from damcha.evidence.catalogue.common import (
+    IDENTITY_START,
+    ROW_SUM_CANNOT_CROSS,
+    classification_arms,
+    fig13_shared,
+    synthetic_claim,
+)
 from damcha.evidence.records import Claim, Sanity
 
 CANNOT_SPEAK_TO = (
@@ -27,5 +33,5 @@ def claim(quick: bool) -> Claim:
         construction=(("damcha", "mha", spread[1:], "behind", ROW_SUM_CANNOT_CROSS + " For e > 0 the class subspace "
                        "reaches into every slice.", 0.0),),
         **fig13_shared(quick), cannot_speak_to=CANNOT_SPEAK_TO,
-        represents={"mha": None, "mha-slice": spread[:1], "damcha": spread[:1]})
+        represents={"mha": None, "mha-slice": spread[:1], "damcha": spread[:1], IDENTITY_START: spread[:1]})
     return entanglement

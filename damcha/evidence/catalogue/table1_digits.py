@@ -8,6 +8,7 @@ from damcha.evidence.catalogue.common import (
     QUOTE_ABSTRACT,
     capacity_matched_mha,
     compared,
+    identity_start_arms,
 )
 from damcha.evidence.records import Arm, Claim
 
@@ -24,9 +25,9 @@ def claim(quick: bool) -> Claim:
                    QUOTE_ABSTRACT + " Table 1 reports MHA NLL 5.773 on WMT against THA 5.237, DCMHA 5.246, ColMHA "
                    "5.243, MMA 5.030 (the DAMCHA row was cut by the extraction).",
                    "val_nll", True, (Arm("damcha"), *(Arm(m, variant=m) for m in mechs), capacity_matched_mha("digits"),
-                    *DIGIT_BASELINES), "damcha",
+                    *identity_start_arms(quick), *DIGIT_BASELINES), "damcha",
                    columns=COMPLETION, verdict_metrics=("val_nll", "val_completion_mse"),
-                   controls=tuple(a.name for a in DIGIT_BASELINES), min_seeds=5,
+                   controls=tuple(a.name for a in (*DIGIT_BASELINES, *identity_start_arms(quick))), min_seeds=5,
                    note="Completion: the bottom half of 64 validation digits sampled from the top half (2 samples "
                         "averaged), MSE per image on [0, 1] pixels; mean, q25 and q75 over images as the paper's "
                         "Table 1. MHA at DAMCHA's parameters: MHA widened to DAMCHA's parameter count (counted: a "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from damcha.evidence.catalogue.common import capacity_matched_mha, text_arms
+from damcha.evidence.catalogue.common import capacity_matched_mha, identity_start_arms, text_arms
 from damcha.evidence.records import Arm, Claim
 
 CANNOT_SPEAK_TO = (
@@ -25,7 +25,9 @@ def claim(quick: bool) -> Claim:
     table5 = Claim("table5_text", "Table 5: text, bits per character",
                    "Table 5: cross-entropy on Enwik8 MHA 1.07, DCMHA 1.05, DAMCHA 1.03 (\"↑ 1.90%\"); Text8 1.06, 1.05, "
                    "1.03.", "val_bits_per_char", True,
-                   (*(Arm(m, variant=m, dataset="text") for m in text_arms(quick)), capacity_matched_mha("text")), "damcha",
+                   (*(Arm(m, variant=m, dataset="text") for m in text_arms(quick)), capacity_matched_mha("text"),
+                    *identity_start_arms(quick, "text")), "damcha",
+                   controls=tuple(a.name for a in identity_start_arms(quick, "text")),
                    paper=_in_bits(ENWIK8), paper_on={"Enwik8": _in_bits(ENWIK8), "Text8": _in_bits(TEXT8)},
                    columns=("val_nll",),
                    note="Bytes of the shipped text corpus (CPython 3.11.7's pydoc topics, checksummed), windows of 64. "
