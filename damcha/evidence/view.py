@@ -288,16 +288,19 @@ def family_table(claim: dict) -> list[dict]:
 
 
 def summary_pair_sentence(claim: dict) -> str | None:
-    """The claim's summary pairs (Claim.summary_pairs) where their 95% interval excludes 0, in words: which
-    arm is ahead, by how much; None when none is."""
-    said = [f"{c['better']} ahead of {c['than']} ({c['gain']:+.3g} [{c['low']:+.3g}, {c['high']:+.3g}])" if c["low"] > 0
-            else f"{c['better']} behind {c['than']} ({c['gain']:+.3g} [{c['low']:+.3g}, {c['high']:+.3g}])"
-            for c in claim["comparisons"] if c.get("measures") in claim.get("summary_pairs", ())
-            and (c["low"] > 0 or c["high"] < 0)]
+    """The claim's summary pairs (Claim.summary_pairs) at every level, in words: which arm is ahead, by how much,
+    and whether the 95% interval excludes 0 ("nominally" where it does not); None when it declares none."""
+    def reads(c: dict) -> str:
+        side = "ahead of" if c["gain"] > 0 else "behind"
+        sure = c["low"] > 0 or c["high"] < 0
+        return (f"{c['better']} {side if sure else 'nominally ' + side} {c['than']} "
+                f"({c['gain']:+.3g} [{c['low']:+.3g}, {c['high']:+.3g}])")
+
+    said = [reads(c) for c in claim["comparisons"] if c.get("measures") in claim.get("summary_pairs", ())]
     if not said:
         return None
-    return (f"{', '.join(dict.fromkeys(claim['summary_pairs']))}, on {claim['metric']} (right of 0: the first is "
-            f"better, 95% interval over seeds): " + "; ".join(said) + ".")
+    return (f"{', '.join(dict.fromkeys(claim['summary_pairs']))}, {claim['metric']} (the first's lead, 95% interval "
+            "over seeds; \"nominally\" where it contains 0): " + "; ".join(said) + ".")
 
 
 def unrepresented_comparisons(claim: dict) -> list[str]:

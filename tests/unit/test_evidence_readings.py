@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from damcha.evidence.results import load_results
-from damcha.evidence.view import IMPLEMENTATION_BOUND, implementation_bound_sentence
+from damcha.evidence.view import IMPLEMENTATION_BOUND, implementation_bound_sentence, summary_pair_sentence
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,3 +28,31 @@ def test_the_shipped_table_2_reads_dcmha_on_flops():
     said = implementation_bound_sentence(shipped["table2_efficiency"])
     assert said is not None and said.startswith("dcmha takes")
     assert all(implementation_bound_sentence(c) is None for key, c in shipped.items() if key != "table2_efficiency")
+
+
+def test_a_claims_summary_pairs_are_worded_at_every_level_with_how_sure_each_is():
+    pair = "w/o f(x) against DAMCHA (does f train?)"
+    claim = {"metric": "accuracy", "summary_pairs": [pair], "comparisons": [
+        {"better": "s e=0", "than": "d e=0", "gain": 0.46, "low": -0.55, "high": 1.48, "measures": pair},
+        {"better": "s e=1", "than": "d e=1", "gain": 0.10, "low": 0.01, "high": 0.20, "measures": pair},
+        {"better": "x", "than": "y", "gain": 0.5, "low": 0.4, "high": 0.6, "measures": "another pair"}]}
+    said = summary_pair_sentence(claim)
+    assert "s e=0 nominally ahead of d e=0 (+0.46 [-0.55, +1.48])" in said and "s e=1 ahead of d e=1" in said
+    assert "x ahead" not in said and summary_pair_sentence({**claim, "summary_pairs": []}) is None
+
+
+def test_the_identity_start_is_an_arm_beside_the_default_and_never_counted():
+    from damcha.evidence.catalogue import claims
+    from damcha.evidence.results import summarise
+    from tests.support.evidence_values import made_up_values
+
+    started = 0
+    for claim in claims(False):
+        identity = {a.name for a in claim.arms if a.variant == "damcha-identity"
+                    or ("generator_start", "identity") in a.overrides}
+        started += bool(identity)
+        for c in summarise(claim, made_up_values(claim))["comparisons"]:
+            assert not (c["counted"] and {c["better"], c["than"]} & identity), (claim.key, c["better"], c["than"])
+    assert started == 6  # Fig. 12, Fig. 13, the knob, Tables 1, 4 and 5
+    shipped = {c["key"]: c for c in load_results(ROOT / "checkpoints" / "evidence")["claims"]}
+    assert "damcha-static e=1.0 ahead of damcha e=1.0" in summary_pair_sentence(shipped["fig13_entanglement"])

@@ -2,27 +2,20 @@
 when only one arm can represent the task there, whichever side it favours; reported, never counted, when
 neither can; a learned result only when both can."""
 
-import numpy as np
 import pytest
 
 from damcha.evidence.catalogue import claims
 from damcha.evidence.records import Arm, Claim
 from damcha.evidence.results import UNREPRESENTED, representability_checks, summarise
 from damcha.evidence.statistics import CONFIRMED
-
-
-def _values(claim: Claim, seeds: int = 3) -> dict[str, list[dict]]:
-    rng = np.random.default_rng(0)
-    return {a.name: [{"constant": a.level} if a.kind == "constant" else
-                     {m: float(rng.uniform(0.1, 1.0)) for m in (claim.metric, *claim.columns, *claim.compared)}
-                     for _ in range(seeds)] for a in claim.arms}
+from tests.support.evidence_values import made_up_values
 
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_no_counted_comparison_of_any_claim_is_decided_by_representability(quick):
     declared = 0
     for claim in claims(quick):
-        result = summarise(claim, _values(claim))
+        result = summarise(claim, made_up_values(claim))
         for c in result["comparisons"]:
             fixed = claim.representability(c["better"], c["than"])
             declared += fixed is not None
@@ -76,7 +69,7 @@ def test_the_within_slice_task_counts_what_f_learns_and_checks_what_representabi
     checks = {(c.better, c.than): c.predicted for c in representability_checks(claim)}
     assert checks == {("damcha K=4", "mha K=4"): "ahead", ("damcha K=4", "damcha-static K=4"): "ahead",
                       ("damcha K=16", "mha K=16"): "ahead", ("damcha K=16", "damcha-static K=16"): "ahead"}
-    counted = [(c["better"], c["than"]) for c in summarise(claim, _values(claim))["comparisons"] if c["counted"]]
+    counted = [(c["better"], c["than"]) for c in summarise(claim, made_up_values(claim))["comparisons"] if c["counted"]]
     bound = next(a.name for a in claim.arms if a.kind == "constant")
     assert counted == [("damcha K=4", bound), ("damcha K=16", bound)]
 
