@@ -147,6 +147,10 @@ class Claim:
     # the reported pairs (by what they measure) whose outcome the claim's summary states beside its verdict, not
     # only in its details (Fig. 13: w/o f(x) against DAMCHA, where DAMCHA scores below its own special case)
     summary_pairs: tuple[str, ...] = ()
+    # arms matched to their group's reference in parameters (within 1.5x; MHA widened, a shallow f widened): a claim
+    # with a counted comparison of arms more than 1.5x apart in parameters carries one (a registry test holds
+    # every claim to it), so a gain of capacity shows against the reference
+    matched_arms: tuple[str, ...] = ()
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""

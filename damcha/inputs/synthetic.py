@@ -355,6 +355,9 @@ SYNTHETIC_MODELS = {
                                 "their own slice: the paper's picture of MHA as the diagonal blocks"),
     "damcha-static-bilinear": SyntheticModel("damcha-static", (("score_form", "bilinear"),),
                                              description="one learned cross-head bilinear form for every input"),
+    "mha-matched": SyntheticModel("mha", (("attention_options", (("head_width", 534),)),),
+                                  description="MHA with heads 534 wide: DAMCHA's parameter count on these tasks (within "
+                                              "2%), the same function class as MHA; the capacity-matched baseline"),
     "damcha-identity": SyntheticModel("damcha", (("attention_options", (("generator_start", "identity"),)),),
                                       description="DAMCHA with f's last layer started at M(c) = I (an implementation "
                                                   "choice; the paper's start is not known)"),

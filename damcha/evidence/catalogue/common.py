@@ -38,7 +38,8 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
                     requires: tuple[str, ...] = (), pairs: tuple = (), grids: dict[str, tuple[float, ...]] | None = None,
                     against: tuple[str, ...] = ("mha",), reference: str = "damcha",
                     construction: tuple = (), cannot_speak_to: tuple[str, ...] = (),
-                    represents: dict[str, tuple | None] | None = None, summary_pairs: tuple[str, ...] = ()) -> Claim:
+                    represents: dict[str, tuple | None] | None = None, summary_pairs: tuple[str, ...] = (),
+                    matched: tuple[str, ...] = ()) -> Claim:
     """A synthetic task over levels: every model at every level, compared with `reference` (a variant)
     within a level (the verdict counts the comparisons with the variants `against` names); `pairs`
     (better, than, what it measures) are reported at every level, never counted. grids: mechanism ->
@@ -59,6 +60,7 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
                              if a in mechs and b in mechs),
                  columns=("parameters", "lr"), scale=SYNTHETIC_SCALE,
                  cannot_speak_to=cannot_speak_to, summary_pairs=summary_pairs,
+                 matched_arms=tuple(name(m, v) for m in matched if m in mechs for v in levels),
                  represents={name(m, v): at is None or v in at for m, at in (represents or {}).items() if m in mechs
                              for v in levels},
                  construction_checks=tuple(ConstructionCheck(name(a, v), name(b, v), predicted, why, margin)
@@ -77,6 +79,15 @@ def capacity_matched_mha(dataset: str = "digits", reference: str = "damcha") -> 
                overrides=(("n_embd", matched),))
 
 
+# f with one hidden layer widened to the 5-layer f's parameter count on digits (the nearest multiple of 8; a test
+# recomputes it): the arm that tells a gain of depth from a gain of capacity.
+DEPTH_1_AT_DEPTH_5 = (184,)
+
+
+def depth_matched_arm() -> Arm:
+    return Arm("f depth 1 at depth 5's parameters", overrides=(("generator_widths", DEPTH_1_AT_DEPTH_5),))
+
+
 def synthetic_steps(quick: bool) -> int:
     return 20 if quick else 1500
 
@@ -84,11 +95,13 @@ def synthetic_steps(quick: bool) -> int:
 # Fig. 13's learning-rate grids: the two rates each arm's validation chose in the full run that tried
 # 1e-3, 3e-3 and 1e-2 for all (docs/evidence.md); two rates instead of three keep the run in its budget.
 CLASSIFICATION_GRIDS = {"mha": (1e-3, 3e-3), "mha-slice": (3e-3, 1e-2), "damcha": (1e-3, 3e-3),
-                        "damcha-static": (3e-3, 1e-2), "damcha-bilinear": (1e-3, 3e-3), "damcha-identity": (1e-3, 3e-3)}
+                        "damcha-static": (3e-3, 1e-2), "damcha-bilinear": (1e-3, 3e-3), "damcha-identity": (1e-3, 3e-3),
+                        "mha-matched": (1e-3, 3e-3)}
 # DAMCHA with f started at M(c) = I (`generator_start=identity`): a labelled arm beside the paper's default start
 # wherever f's start matters; reported, never counted (docs/evidence.md, "Why f misses the easy end").
 IDENTITY_START = "damcha-identity"
 IDENTITY_PAIR = "f from the identity against the default start"
+MATCHED_MHA = "mha-matched"  # the synthetic tasks' MHA at DAMCHA's parameter count (damcha.inputs.synthetic)
 
 
 def compared(quick: bool) -> tuple[str, ...]:
@@ -124,7 +137,7 @@ SLICE_ARMS = ("mha", "mha-slice", "damcha", "damcha-static", "damcha-bilinear", 
 
 def regression_grids(quick: bool) -> dict[str, tuple[float, ...]]:
     """The learning-rate grid of the synthetic regression arms (and the permutation task's)."""
-    return {m: (1e-3, 3e-3) if quick else (3e-3, 1e-2) for m in (*SLICE_ARMS, IDENTITY_START)}
+    return {m: (1e-3, 3e-3) if quick else (3e-3, 1e-2) for m in (*SLICE_ARMS, IDENTITY_START, MATCHED_MHA)}
 
 
 def classification_grids(quick: bool) -> dict[str, tuple[float, ...]]:

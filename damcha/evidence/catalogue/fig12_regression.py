@@ -7,6 +7,7 @@ import math
 from damcha.evidence.catalogue.common import (
     IDENTITY_PAIR,
     IDENTITY_START,
+    MATCHED_MHA,
     ROW_SUM_CANNOT_CROSS,
     SLICE_ARMS,
     regression_grids,
@@ -25,8 +26,8 @@ def claim(quick: bool) -> Claim:
     levels = (0.0, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0)
     steps = synthetic_steps(quick)
     grids = regression_grids(quick)
-    syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear") if quick else \
-        (*SLICE_ARMS, IDENTITY_START, "tha", "dcmha", "colmha", "mma", "moa")
+    syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear", MATCHED_MHA) if quick else \
+        (*SLICE_ARMS, IDENTITY_START, MATCHED_MHA, "tha", "dcmha", "colmha", "mma", "moa")
     regression = synthetic_claim(
         "fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",
         "Figure 12: \"Cross-subspace regression: DAMCHA vs. MHA. (a) comparison results (testing MSE) under different "
@@ -60,7 +61,8 @@ def claim(quick: bool) -> Claim:
                ("mha", "damcha-static-bilinear", "full-token MHA against the bilinear form"),
                ("damcha-bilinear", "damcha-static-bilinear", "input dependence (bilinear)"),
                (IDENTITY_START, "damcha", IDENTITY_PAIR)), cannot_speak_to=CANNOT_SPEAK_TO,
-        represents={"mha": None, "mha-slice": levels[:1], "damcha": levels[:1], "damcha-static": levels[:1],
+        against=("mha", MATCHED_MHA), matched=(MATCHED_MHA,),
+        represents={"mha": None, MATCHED_MHA: None, "mha-slice": levels[:1], "damcha": levels[:1], "damcha-static": levels[:1],
                     IDENTITY_START: levels[:1],
                     "damcha-bilinear": None, "damcha-static-bilinear": None})
     return regression

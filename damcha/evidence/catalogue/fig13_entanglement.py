@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from damcha.evidence.catalogue.common import (
     IDENTITY_START,
+    MATCHED_MHA,
     ROW_SUM_CANNOT_CROSS,
     classification_arms,
     fig13_shared,
@@ -18,7 +19,7 @@ CANNOT_SPEAK_TO = (
 
 def claim(quick: bool) -> Claim:
     spread = (0.0, 1.0) if quick else (0.0, 0.5, 1.0)
-    cls_arms = classification_arms(quick)
+    cls_arms = (*classification_arms(quick), MATCHED_MHA)
     entanglement = synthetic_claim(
         "fig13_entanglement", "Fig. 13 (our reconstruction): the class subspace from one head's slice to all",
         "Figure 13 (as above), with an entanglement knob: at e = 0 the subspace lies inside one head's slice, which "
@@ -33,5 +34,7 @@ def claim(quick: bool) -> Claim:
         construction=(("damcha", "mha", spread[1:], "behind", ROW_SUM_CANNOT_CROSS + " For e > 0 the class subspace "
                        "reaches into every slice.", 0.0),),
         **fig13_shared(quick), cannot_speak_to=CANNOT_SPEAK_TO,
-        represents={"mha": None, "mha-slice": spread[:1], "damcha": spread[:1], IDENTITY_START: spread[:1]})
+        against=("mha", MATCHED_MHA), matched=(MATCHED_MHA,),
+        represents={"mha": None, MATCHED_MHA: None, "mha-slice": spread[:1], "damcha": spread[:1],
+                    IDENTITY_START: spread[:1]})
     return entanglement

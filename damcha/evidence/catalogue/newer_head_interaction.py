@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from damcha.evidence.catalogue.common import COMPLETION, DIGIT_BASELINES, QUOTE_ABSTRACT, newer
+from damcha.evidence.catalogue.common import COMPLETION, DIGIT_BASELINES, QUOTE_ABSTRACT, capacity_matched_mha, newer
 from damcha.evidence.records import Arm, Claim
 
 
@@ -12,12 +12,15 @@ def claim(quick: bool) -> Claim:
                         "head attention (Duvvuri et al. 2026) and knocking heads (Zhou et al. 2025); a reviewer would "
                         "ask whether DAMCHA also beats them.", "val_nll", True,
                         (Arm("damcha"), Arm("mha", variant="mha"), *(Arm(m, variant=m) for m in newer(quick)),
-                         *DIGIT_BASELINES), "damcha",
+                         capacity_matched_mha("digits"), *DIGIT_BASELINES), "damcha",
                         columns=COMPLETION, verdict_metrics=("val_nll", "val_completion_mse"),
+                        matched_arms=(capacity_matched_mha("digits").name,),
                         controls=tuple(a.name for a in DIGIT_BASELINES), min_seeds=5,
                         note="Not a claim of the paper: the same comparison as Table 1 digits (same sizes, schedule and "
                              "five seeds; MHA and DAMCHA are the same runs), against mechanisms published after it. "
                              "Differential attention runs under its authors' comparison protocol (diff-official: half "
                              "the heads, each map at MHA's head width); interleaved heads with the paper's flat mask "
-                             "and start. Knocking heads is a control: shared parameters, no mixing of heads.")
+                             "and start. Knocking heads is a control: shared parameters, no mixing of heads. MHA at DAMCHA's "
+                             "parameters is Table 1's (the same runs), counted here too: every arm but DAMCHA holds a "
+                             "sixth of its parameters.")
     return newer_claim

@@ -27,6 +27,7 @@ def claim(quick: bool) -> Claim:
                    "val_nll", True, (Arm("damcha"), *(Arm(m, variant=m) for m in mechs), capacity_matched_mha("digits"),
                     *identity_start_arms(quick), *DIGIT_BASELINES), "damcha",
                    columns=COMPLETION, verdict_metrics=("val_nll", "val_completion_mse"),
+                   matched_arms=(capacity_matched_mha("digits").name,),
                    controls=tuple(a.name for a in (*DIGIT_BASELINES, *identity_start_arms(quick))), min_seeds=5,
                    note="Completion: the bottom half of 64 validation digits sampled from the top half (2 samples "
                         "averaged), MSE per image on [0, 1] pixels; mean, q25 and q75 over images as the paper's "

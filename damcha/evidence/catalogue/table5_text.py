@@ -29,7 +29,7 @@ def claim(quick: bool) -> Claim:
                     *identity_start_arms(quick, "text")), "damcha",
                    controls=tuple(a.name for a in identity_start_arms(quick, "text")),
                    paper=_in_bits(ENWIK8), paper_on={"Enwik8": _in_bits(ENWIK8), "Text8": _in_bits(TEXT8)},
-                   columns=("val_nll",),
+                   columns=("val_nll",), matched_arms=(capacity_matched_mha("text").name,),
                    note="Bytes of the shipped text corpus (CPython 3.11.7's pydoc topics, checksummed), windows of 64. "
                         "The paper's Enwik8 cross-entropy is read as nats (its PPL 2.90 = e^1.07) and shown in bits. MHA at "
                         "DAMCHA's parameters: MHA widened to DAMCHA's parameter count (counted).", cannot_speak_to=CANNOT_SPEAK_TO)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from damcha.model.mechanisms.base import AttentionOutput, LayerCall, Mechanism
+from damcha.model.mechanisms.base import AttentionOutput, LayerCall, Mechanism, Setting
 from damcha.model.mechanisms.operations import ProjectedAttention, attend, attend_through_cache, head_scale
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind
 
@@ -43,8 +43,13 @@ class MHA(Mechanism):
     title = "Multi-head attention (MHA)"
     reference = "Vaswani et al. 2017, arXiv 1706.03762"
 
+    declared_settings = (
+        Setting("head_width", int, 0, "each head's query, key and value width (0: D / H, the standard); wider heads "
+                "are a baseline matched to another model's parameter count, the same function class", minimum=0),
+    )
+
     def build_layer(self, config, layer_index: int) -> nn.Module:
-        return MultiHeadAttention(config)
+        return MultiHeadAttention(config, config.setting("head_width") * config.n_head)
 
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:

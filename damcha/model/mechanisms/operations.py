@@ -120,16 +120,17 @@ def head_scale(head_dim: int) -> float:
 class ProjectedAttention(nn.Module):
     """The parts most mechanisms share with MHA: per-head projections query, key, value and the
     output projection proj (D -> D each, with biases; created in that order, so seeded models
-    initialise alike), and the head layout."""
+    initialise alike), and the head layout. width: the heads' query/key/value space (0: D); MHA's
+    head_width setting widens it, for a baseline matched to another model's parameter count."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, width: int = 0):
         super().__init__()
-        D = config.n_embd
-        self.n_head, self.head_dim, self.dropout = config.n_head, config.head_dim, config.dropout
-        self.query = nn.Linear(D, D)
-        self.key = nn.Linear(D, D)
-        self.value = nn.Linear(D, D)
-        self.proj = nn.Linear(D, D)
+        D, W = config.n_embd, width or config.n_embd  # W: the heads side by side (0: D, each head D / H wide)
+        self.n_head, self.head_dim, self.dropout = config.n_head, W // config.n_head, config.dropout
+        self.query = nn.Linear(D, W)
+        self.key = nn.Linear(D, W)
+        self.value = nn.Linear(D, W)
+        self.proj = nn.Linear(W, D)
 
     def heads(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, H, T, d) through one of the projections."""
