@@ -1,4 +1,5 @@
-"""The lists in the docs that the registries decide: variants, mechanism settings and data sets.
+"""The lists in the docs that the registries decide (variants, mechanism settings, data sets) and the verdict
+table the shipped evidence results decide.
 
 The docs hold each between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; `python
 tools/generated_docs.py` rewrites them from the registries, and tests/unit/test_generated_docs.py fails
@@ -12,10 +13,13 @@ import re
 import sys
 from pathlib import Path
 
+from damcha.evidence.results import load_results
+from damcha.evidence.view import verdict_table_markdown
 from damcha.inputs.datasets import DATA_SETS
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variant_names
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"  # tools/ sits beside docs/
+SHIPPED_EVIDENCE = DOCS.parent / "checkpoints" / "evidence"
 
 
 def _names(names) -> str:
@@ -39,8 +43,13 @@ def data_sets_block() -> str:
     return "\n".join(rows)
 
 
-BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block}
-PAGES = ("library.md",)
+def verdicts_block() -> str:
+    return verdict_table_markdown(load_results(SHIPPED_EVIDENCE))
+
+
+BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block,
+          "verdicts": verdicts_block}
+PAGES = ("library.md", "evidence.md")
 
 
 def _pattern(name: str) -> re.Pattern:

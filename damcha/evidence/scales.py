@@ -268,7 +268,7 @@ def memory_plan(setting: Setting, claims: list[Claim]) -> list[dict]:
     under torchrun each rank its share of the batch; "fsdp" where only sharded weights and optimiser state fit)
     and the memory one device then holds, before anything trains: every run that fits neither way is named
     at once, with its numbers."""
-    from damcha.evidence.units import base_config  # (units imports this module)
+    from damcha.evidence.units import base_config, data_of  # (units imports this module)
     from damcha.runs.train import model_config_for
 
     device = torch.device(setting.device)
@@ -281,7 +281,8 @@ def memory_plan(setting: Setting, claims: list[Claim]) -> list[dict]:
                 continue
             seen.add((arm.dataset, arm.variant, arm.overrides))
             place = setting.scale.place(arm.dataset)
-            config = model_config_for(setting.load(arm.dataset, place.block_size or 64), base_config(arm.variant, arm.overrides))
+            config = model_config_for(data_of(arm.dataset, place.block_size or 64, setting),
+                                      base_config(arm.variant, arm.overrides))
             try:
                 strategy, estimate = plan_strategy(config, place.train["batch_size"], available, world)
             except DoesNotFit as e:

@@ -105,7 +105,7 @@ def model_parameters(variant: str, dataset: str, overrides: tuple = (), setting:
     from damcha.runs.train import model_config_for
 
     cfg = base_config(variant, overrides)
-    return model_config_for(_data(dataset, cfg.block_size, setting), cfg).parameter_estimate()
+    return model_config_for(data_of(dataset, cfg.block_size, setting), cfg).parameter_estimate()
 
 
 def matched_width(variant: str, reference: str, dataset: str, base: tuple = (), setting: Setting = DEMO) -> int:
@@ -123,7 +123,9 @@ def matched_width(variant: str, reference: str, dataset: str, base: tuple = (), 
 
 
 @functools.lru_cache(maxsize=4)
-def _data(dataset: str, block_size: int, setting: Setting):
+@functools.lru_cache(maxsize=8)  # a claim's arms count their parameters on the same data, often (matched widths)
+def data_of(dataset: str, block_size: int, setting: Setting):
+    """A data set as `setting` reads it, loaded once per (data set, length, setting) in a process."""
     return setting.load(dataset, block_size)
 
 

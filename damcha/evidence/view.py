@@ -248,6 +248,27 @@ def verdict_words(claim: dict) -> tuple[str, str]:
     return "orange", f"inconclusive: {undetectable}" if undetectable else "inconclusive at this scale"
 
 
+def _matching(rows: list[dict], **match) -> int:
+    return sum(all(r.get(k) == v for k, v in match.items()) for r in rows)
+
+
+def verdict_table_markdown(doc: dict) -> str:
+    """One row per claim: its verdict as the page words it, what kind of result it is, how many seeds, and
+    how its comparisons were used (counted; construction checks and how many came out as predicted;
+    reported because no arm can represent the task there)."""
+    lines = ["| claim | verdict | kind | seeds | counted comparisons | construction checks (confirmed) | "
+             "reported: no arm can represent the task |", "|---|---|---|---|---|---|---|"]
+    for claim in doc["claims"]:
+        comparisons = claim["comparisons"]
+        checks = claim.get("construction_checks", [])
+        confirmed = sum(c["outcome"] in ("confirmed", "tie confirmed") for c in checks)
+        unrepresented = sum(1 for c in comparisons if c.get("not_counted") and not c.get("measures"))
+        lines.append(f"| {claim['title']} | {verdict_words(claim)[1]} | {claim.get('verdict_kind', '')} | "
+                     f"{claim.get('seeds', '')} | {_matching(comparisons, counted=True)} | "
+                     f"{len(checks)} ({confirmed}) | {unrepresented} |")
+    return "\n".join(lines)
+
+
 def verdict_tally(claims: list[dict]) -> str:
     """Learned results counted apart from results the construction fixes and from claims not tested."""
     learned = [c for c in claims if c.get("verdict_kind") != BY_CONSTRUCTION and c["verdict"] != SANITY_FAILED]

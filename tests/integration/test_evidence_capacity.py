@@ -29,10 +29,9 @@ def _apart(a: int, b: int) -> float:
     return max(a, b) / min(a, b)
 
 
-@pytest.mark.parametrize("quick", [False, True])
-def test_no_counted_comparison_of_unequal_capacity_lacks_a_matched_arm(quick):
+def test_no_counted_comparison_of_unequal_capacity_lacks_a_matched_arm():
     seen = 0
-    for claim in claims(quick):
+    for claim in claims(False):  # (a smoke run's claims are a subset of these arms)
         counts = _parameters(claim)
         comparisons = summarise(claim, made_up_values(claim))["comparisons"]
         compared = {(c["better"], c["than"]) for c in comparisons}

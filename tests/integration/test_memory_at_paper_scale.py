@@ -9,7 +9,7 @@ import torch
 
 from damcha import build_model
 from damcha.evidence.scales import PAPER, Setting, scale_claims
-from damcha.evidence.units import base_config
+from damcha.evidence.units import base_config, data_of
 from damcha.inputs.datasets.generated import write_standard_format_files
 from damcha.runs.memory import ADAM_STATES, DoesNotFit, check_fits, training_memory
 from damcha.runs.train import model_config_for
@@ -29,7 +29,7 @@ def paper_arms(tmp_path_factory):
         for arm in claim.arms:
             if arm.trains:
                 place = scale.place(arm.dataset)
-                data = setting.load(arm.dataset, place.block_size or 64)
+                data = data_of(arm.dataset, place.block_size or 64, setting)
                 out.append((claim.key, arm, model_config_for(data, base_config(arm.variant, arm.overrides)),
                             place.train["batch_size"]))
     return out
