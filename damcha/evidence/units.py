@@ -113,17 +113,19 @@ def matched_width(variant: str, reference: str, dataset: str, base: tuple = (), 
     nearest `reference`'s, both on the config `base` overrides."""
     cfg = base_config(variant, base)
     target = model_parameters(reference, dataset, base, setting)
-    best = (cfg.n_embd, model_parameters(variant, dataset, base, setting))
-    for width in range(cfg.n_embd + cfg.n_head, 8 * cfg.n_embd + 1, cfg.n_head):  # the count grows with the width
-        count = model_parameters(variant, dataset, (*base, ("n_embd", width)), setting)
-        best = min(best, (width, count), key=lambda b: abs(b[1] - target))
-        if count >= target:
-            break
-    return best[0]
+
+    def count(steps: int) -> int:  # the count of the width cfg.n_embd + steps heads' worth; it grows with the width
+        return model_parameters(variant, dataset, (*base, ("n_embd", cfg.n_embd + steps * cfg.n_head)), setting)
+
+    low, high = 0, 7 * cfg.n_embd // cfg.n_head  # the first width whose count reaches the target, by bisection
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if count(middle) < target else (low, middle)
+    nearest = min({max(low - 1, 0), low}, key=lambda steps: (abs(count(steps) - target), steps))
+    return cfg.n_embd + nearest * cfg.n_head
 
 
-@functools.lru_cache(maxsize=4)
-@functools.lru_cache(maxsize=8)  # a claim's arms count their parameters on the same data, often (matched widths)
+@functools.lru_cache(maxsize=4)  # a claim's arms count their parameters on the same data, often (matched widths)
 def data_of(dataset: str, block_size: int, setting: Setting):
     """A data set as `setting` reads it, loaded once per (data set, length, setting) in a process."""
     return setting.load(dataset, block_size)

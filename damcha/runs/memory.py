@@ -12,6 +12,7 @@ of activations during the backward pass, the allocator's fragmentation, the CUDA
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+@functools.lru_cache(maxsize=256)  # a plan asks again for the same runs (whole, then sharded; per device)
 def saved_activation_bytes(config: ModelConfig, batch: int) -> int | None:
     """Bytes autograd saves for the backward pass of one training forward of `batch` sequences of
     config.block_size, each storage counted once and the weights not at all, measured on the meta device

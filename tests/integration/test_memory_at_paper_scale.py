@@ -18,17 +18,24 @@ GPU_80GB = 80 * 10**9
 
 
 @pytest.fixture(scope="module")
-def paper_arms(tmp_path_factory):
-    """(claim key, arm, config, batch) of every training arm of every paper-scale claim, on generated files in
-    the standard formats (same vocabularies, shapes and sequence lengths as the published files)."""
+def paper_scale(tmp_path_factory):
+    """The paper scale's setting and claims on generated files in the standard formats (same vocabularies,
+    shapes and sequence lengths as the published files)."""
     files = write_standard_format_files(tmp_path_factory.mktemp("data"))
-    scale = dataclasses.replace(PAPER, nonstandard_ok=True)
-    setting = Setting(scale, tuple((name, str(path)) for name, path in files.items()))
+    setting = Setting(dataclasses.replace(PAPER, nonstandard_ok=True), tuple((n, str(p)) for n, p in files.items()),
+                      "cpu")
+    return setting, scale_claims(setting.scale, setting)
+
+
+@pytest.fixture(scope="module")
+def paper_arms(paper_scale):
+    """(claim key, arm, config, batch) of every training arm of every paper-scale claim."""
+    setting, claims = paper_scale
     out = []
-    for claim in scale_claims(scale, setting):
+    for claim in claims:
         for arm in claim.arms:
             if arm.trains:
-                place = scale.place(arm.dataset)
+                place = setting.scale.place(arm.dataset)
                 data = data_of(arm.dataset, place.block_size or 64, setting)
                 out.append((claim.key, arm, model_config_for(data, base_config(arm.variant, arm.overrides)),
                             place.train["batch_size"]))
@@ -65,14 +72,11 @@ def test_the_memory_rule_decides_every_paper_scale_arm_on_one_80_gb_gpu(paper_ar
     assert mha == "whole"
 
 
-def test_the_paper_scale_plan_refuses_every_run_that_does_not_fit_before_anything_trains(paper_arms, monkeypatch,
-                                                                                          tmp_path):
+def test_the_paper_scale_plan_refuses_every_run_that_does_not_fit_before_anything_trains(paper_scale, paper_arms,
+                                                                                          monkeypatch):
     from damcha.evidence import scales
 
-    files = write_standard_format_files(tmp_path)
-    setting = Setting(dataclasses.replace(PAPER, nonstandard_ok=True), tuple((n, str(p)) for n, p in files.items()),
-                      "cpu")
-    claims = scale_claims(setting.scale, setting)
+    setting, claims = paper_scale
     monkeypatch.setattr(scales, "device_memory", lambda device: GPU_80GB)
     rows = scales.memory_plan(setting, claims)
     assert {r["arm"] for r in rows} == {arm.name for _, arm, _, _ in paper_arms}

@@ -26,7 +26,7 @@ def claim(quick: bool) -> Claim:
     levels = (0.0, 1.0) if quick else (0.0, 0.25, 0.5, 0.75, 1.0)
     steps = synthetic_steps(quick)
     grids = regression_grids(quick)
-    syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear", MATCHED_MHA) if quick else \
+    syn_mechs = ("mha", "mha-slice", "damcha", "damcha-static-bilinear") if quick else \
         (*SLICE_ARMS, IDENTITY_START, MATCHED_MHA, "tha", "dcmha", "colmha", "mma", "moa")
     regression = synthetic_claim(
         "fig12_regression", "Fig. 12 (our reconstruction): cross-subspace regression",

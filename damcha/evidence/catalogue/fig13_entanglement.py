@@ -19,7 +19,7 @@ CANNOT_SPEAK_TO = (
 
 def claim(quick: bool) -> Claim:
     spread = (0.0, 1.0) if quick else (0.0, 0.5, 1.0)
-    cls_arms = (*classification_arms(quick), MATCHED_MHA)
+    cls_arms = (*classification_arms(quick), *(() if quick else (MATCHED_MHA,)))
     entanglement = synthetic_claim(
         "fig13_entanglement", "Fig. 13 (our reconstruction): the class subspace from one head's slice to all",
         "Figure 13 (as above), with an entanglement knob: at e = 0 the subspace lies inside one head's slice, which "
