@@ -401,12 +401,13 @@ def _export_hf(args) -> int:
 
 
 def _app(args) -> int:
-    import subprocess
-
     if not (APP_DIR / "streamlit_app.py").is_file():
         raise OSError(f"the app is not next to this package ({APP_DIR}): run from a checkout of DAMCHA Lab")
     command, env = app_command(args.host, args.port, args.allow_root)
-    return subprocess.call(command, env=env)
+    # The server takes this process's place, so a signal that stops `damcha app` (a terminal's Ctrl-C, a
+    # supervisor's SIGTERM) stops the server: as a child it outlived a terminated parent.
+    os.execve(command[0], command, env)
+    return 0  # (not reached)
 
 
 def _input_file_bytes(path: Path) -> bytes:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,11 @@ def fenced_server(tmp_path_factory):
         wait_until_healthy(url)
         yield url, exe, outside
     finally:
-        proc.terminate()
+        proc.terminate()  # `damcha app` is the server itself (it execs streamlit): nothing outlives it
         proc.wait(timeout=20)
         log.close()
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
 
 
 def type_folder(page, folder: str) -> None:
