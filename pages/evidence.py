@@ -22,6 +22,7 @@ from damcha.evidence.view import (
     family_table,
     grid_edge_warning,
     implementation_bound_sentence,
+    record_caption,
     results_at_other_scales,
     samples_word,
     scale_verdict_words,
@@ -53,22 +54,7 @@ if doc is None:
     st.info(f"No stored results in {folder}: run `python -m damcha evidence` ({took + ', ' if took else ''}see "
             "docs/evidence.md; `--quick` for a smoke run).")
     st.stop()
-compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
-           f"wall time and {doc['compute_seconds']} s of compute summed over workers" if "calls" in doc else "")
-most_seeds = max((c.get("seeds") or 0 for c in doc["claims"]), default=0)
-seeds_said = (f"seeds {doc['seeds']} by default, up to {most_seeds} where a claim needs more (each claim says how many)"
-              if most_seeds > len(doc["seeds"]) else f"seeds {doc['seeds']}")
-st.caption(f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds_said}, {doc['wall_seconds']} s for "
-           f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
-           f"{compute}, versions {doc['versions']}"
-           + (f", CPU kernels {doc['machine']['cpu_kernels']} on {doc['machine']['architecture']} "
-              f"({doc['machine']['of']}; units rerun bit-identical only where these match)" if doc.get("machine") else "")
-           + (f"; {doc['reused_units']} units taken over from an earlier run's results (`--reuse`)"
-              + (f", computed by `{doc['reused_from'].get('command')}` in {doc['reused_from'].get('wall_seconds_all_calls')} "
-                 f"s of wall time and {doc['reused_from'].get('compute_seconds')} s of compute"
-                 if doc.get("reused_from") else "")
-              if doc.get("reused_units") else "") + "." + (" **A quick run: its numbers are a smoke test, not evidence.**"
-                                                         if doc["quick"] else ""))
+st.caption(record_caption(doc))
 if doc.get("restated"):
     st.caption(f"Statistics and verdicts recomputed on {doc['restated']['when']} from the stored per-seed values "
                f"(`{doc['restated']['command'] or 'python -m damcha evidence --restate'}`; nothing retrained)"

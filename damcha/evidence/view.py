@@ -269,6 +269,33 @@ def verdict_table_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def record_caption(doc: dict) -> str:
+    """What a results document records of how it was made, in one caption: the command, seeds, units computed
+    and resumed, wall time and compute over its calls, versions, the machine its units ran on, and the units
+    taken over from an earlier document with that document's own record."""
+    compute = (f"; over the {len(doc['calls'])} call(s) that built these results {doc['wall_seconds_all_calls']} s of "
+               f"wall time and {doc['compute_seconds']} s of compute summed over workers" if "calls" in doc else "")
+    most_seeds = max((c.get("seeds") or 0 for c in doc["claims"]), default=0)
+    seeds = (f"seeds {doc['seeds']} by default, up to {most_seeds} where a claim needs more (each claim says how many)"
+             if most_seeds > len(doc["seeds"]) else f"seeds {doc['seeds']}")
+    machine = doc.get("machine")
+    where = (f", CPU kernels {machine['cpu_kernels']} on {machine['architecture']} ({machine['of']}; units rerun "
+             "bit-identical only where these match)" if machine else "")
+    chain, earlier = [], doc.get("reused_from")
+    while earlier:  # each earlier document's record, the one it took units from nested in it
+        chain.append(earlier)
+        earlier = earlier.get("reused_from")
+    computed = (f", computed over {len(chain)} earlier document(s) in {sum(e.get('wall_seconds_all_calls', 0) for e in chain):.1f} "
+                f"s of wall time and {sum(e.get('compute_seconds', 0) for e in chain):.1f} s of compute (the first by "
+                f"`{chain[-1].get('command')}`)" if chain else "")
+    reused = (f"; {doc['reused_units']} units taken over from earlier results (`--reuse`){computed}"
+              if doc.get("reused_units") else "")
+    quick = " **A quick run: its numbers are a smoke test, not evidence.**" if doc["quick"] else ""
+    return (f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds}, {doc['wall_seconds']} s for "
+            f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
+            f"{compute}, versions {doc['versions']}{where}{reused}.{quick}")
+
+
 def verdict_tally(claims: list[dict]) -> str:
     """Learned results counted apart from results the construction fixes and from claims not tested."""
     learned = [c for c in claims if c.get("verdict_kind") != BY_CONSTRUCTION and c["verdict"] != SANITY_FAILED]

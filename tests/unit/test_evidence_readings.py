@@ -56,3 +56,19 @@ def test_the_identity_start_is_an_arm_beside_the_default_and_never_counted():
     assert started == 6  # Fig. 12, Fig. 13, the knob, Tables 1, 4 and 5
     shipped = {c["key"]: c for c in load_results(ROOT / "checkpoints" / "evidence")["claims"]}
     assert "damcha-static e=1.0 ahead of damcha e=1.0" in summary_pair_sentence(shipped["fig13_entanglement"])
+
+
+def test_the_record_caption_names_the_reused_documents_compute_and_the_machine():
+    from damcha.evidence.view import record_caption
+
+    shipped = load_results(ROOT / "checkpoints" / "evidence")
+    said = record_caption(shipped)
+    chain, earlier = [], shipped["reused_from"]
+    while earlier:
+        chain.append(earlier)
+        earlier = earlier.get("reused_from")
+    wall = sum(e["wall_seconds_all_calls"] for e in chain)
+    assert f"computed over {len(chain)} earlier document(s) in {wall:.1f} s of wall time" in said
+    assert f"(the first by `{chain[-1]['command']}`)" in said and wall > 8000  # the fresh run's 8404 s among them
+    assert f"CPU kernels {shipped['machine']['cpu_kernels']}" in said and said.startswith(f"`{shipped['command']}`")
+    assert "smoke test" in record_caption({**shipped, "quick": True}) and "smoke test" not in said
