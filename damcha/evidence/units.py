@@ -91,12 +91,11 @@ def recorded_test_metrics(run: Path) -> dict[str, float]:
 def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
     """The model config an evidence run of `variant` trains (before the data fill in their fields): overrides
     name ModelConfig fields or the mechanism's own settings (generator_start, ...)."""
-    from damcha.model.config import variant_config
+    from damcha.model.config import split_fields, variant_config
 
     config = variant_config(ModelConfig(), variant)
-    own = {f.name for f in dataclasses.fields(ModelConfig)}
-    settings = {k: v for k, v in overrides if k not in own}
-    return dataclasses.replace(config, **{k: v for k, v in overrides if k in own},
+    fields, settings = split_fields(overrides)
+    return dataclasses.replace(config, **fields,
                                **({"attention_options": {**dict(config.attention_options), **settings}} if settings else {}))
 
 

@@ -272,10 +272,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def split_fields(values) -> tuple[dict, dict]:
+    """(name, value) pairs -> (ModelConfig fields, the mechanism's own settings for attention_options)."""
+    own = {f.name for f in dataclasses.fields(ModelConfig)}
+    values = dict(values)
+    return {k: v for k, v in values.items() if k in own}, {k: v for k, v in values.items() if k not in own}
+
+
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     """The same model with another registered attention variant (names as in ModelConfig.variant)."""
     v = mechanisms.get_variant(variant)
-    own = {f.name for f in dataclasses.fields(ModelConfig)}
-    fields = {k: val for k, val in v.fields.items() if k in own}
-    options = {k: val for k, val in v.fields.items() if k not in own}
+    fields, options = split_fields(v.fields)
     return dataclasses.replace(base, attention=v.mechanism, attention_options=options, **fields)
