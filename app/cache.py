@@ -14,10 +14,17 @@ from pathlib import Path
 
 import streamlit as st
 
+from damcha.analysis.dynamics import generator_weight_drift
+from damcha.analysis.familiarity import familiarity, typical_distance
 from damcha.analysis.inspection import InspectionRecord, inspect_input
-from damcha.inputs.model_inputs import ModelInput
+from damcha.analysis.inspection import sequence_profile as profile_of
+from damcha.inputs.model_inputs import ModelInput, validation_arrays
 from damcha.model.mechanisms import ForwardOptions
 from damcha.runs.checkpoints import Run, list_runs, load_model
+from damcha.views.epoch_figures import SOURCES, epoch_figure, source_values
+from damcha.views.epoch_figures import class_separations as separations
+from damcha.views.model_figures import model_figure_values as values
+from damcha.views.run_set_figures import RUN_SET_FIGURES
 
 
 def run_key(run: Run) -> tuple:
@@ -65,8 +72,6 @@ def inspection(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def sequence_profile(run: Run, epoch: int, inp: ModelInput, options: ForwardOptions | None = None):
     """Per-position summaries at every position of the input, in chunks, with a progress bar."""
-    from damcha.analysis.inspection import sequence_profile as profile_of
-
     bar = st.progress(0.0, text="Summarising every position…")
     result = profile_of(model_for(run, epoch), inp.tokens, options,
                         progress=lambda k, n: bar.progress(k / n, text=f"Positions, chunk {k}/{n}"))
@@ -79,8 +84,6 @@ def epoch_source(run: Run, inp: ModelInput | None, source: str, key: tuple):
     """What figures across snapshots are drawn from (damcha.views.epoch_figures.SOURCES), computed once
     per run, input (None for a source of no input) and the parameters the source reads (`key`), with a
     progress bar the first time."""
-    from damcha.views.epoch_figures import source_values
-
     bar = st.progress(0.0, text="Running every snapshot…")
     result = source_values(source, run, model_for, None if inp is None else inp.tokens,
                            None if inp is None else inp.targets, dict(key),
@@ -91,8 +94,6 @@ def epoch_source(run: Run, inp: ModelInput | None, source: str, key: tuple):
 
 def source_of(run: Run, inp: ModelInput, params: dict) -> Callable[[str], object]:
     """source name -> its cached values for these figure parameters (see epoch_source)."""
-    from damcha.views.epoch_figures import SOURCES
-
     return lambda source: epoch_source(run, inp if SOURCES[source].of_input else None, source,
                                        SOURCES[source].key(params))
 
@@ -100,8 +101,6 @@ def source_of(run: Run, inp: ModelInput, params: dict) -> Callable[[str], object
 @st.cache_data(show_spinner="Class separation at each epoch…", max_entries=32, hash_funcs=HASH_FUNCS)
 def class_separations(run: Run, n: int, layer: int) -> dict:
     """{epoch: Separation} of the first n validation inputs' metrics (damcha.views.epoch_figures)."""
-    from damcha.views.epoch_figures import class_separations as separations
-
     params = {"inputs": n, "layer": layer}
     return separations({"validation_metrics": source_of(run, None, params)("validation_metrics")}, params)
 
@@ -110,16 +109,12 @@ def class_separations(run: Run, n: int, layer: int) -> dict:
 def figure_over_epochs(run: Run, inp: ModelInput, name: str, key: tuple):
     """A named figure across snapshots (damcha.views.epoch_figures.EPOCH_FIGURES) from its cached
     sources; key: its parameters as sorted (name, value) pairs."""
-    from damcha.views.epoch_figures import epoch_figure
-
     params = dict(key)
     return epoch_figure(name, run, params, source_of(run, inp, params))
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def weight_drift(run: Run):
-    from damcha.analysis.dynamics import generator_weight_drift
-
     return generator_weight_drift([model_for(run, e) for e in run.epochs])
 
 
@@ -127,8 +122,6 @@ def weight_drift(run: Run):
 def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple = ()):
     """What a figure computed from the model itself draws (damcha.views.figure_sets.MODEL_FIGURES),
     with a progress bar for the long ones."""
-    from damcha.views.model_figures import model_figure_values as values
-
     bar = st.empty()
     result = values(name, model_for(run, epoch), run, inp.tokens, inp.targets, dict(params),
                     progress=lambda k, n: bar.progress(k / n, text=f"Computing: step {k}/{n}"))
@@ -139,24 +132,16 @@ def model_figure_values(run: Run, epoch: int, inp: ModelInput, name: str, params
 @st.cache_data(show_spinner="The loss of each validation input…", max_entries=64, hash_funcs=HASH_FUNCS)
 def validation_losses(run: Run, epoch: int, n: int):
     """(N,) the mean loss in nats of each of the first n validation inputs (damcha.views.run_set_figures)."""
-    from damcha.views.run_set_figures import RUN_SET_FIGURES
-
     return RUN_SET_FIGURES["losses_against"].per_run(run, epoch, model_for, None, None, {"inputs": n})
 
 
 @st.cache_data(show_spinner="Distances between the validation inputs…", max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_spread(run: Run) -> float:
     """How far validation inputs lie from their nearest neighbour (once per run, not per upload)."""
-    from damcha.analysis.familiarity import typical_distance
-    from damcha.inputs.model_inputs import validation_arrays
-
     return typical_distance(validation_arrays(run)[0])
 
 
 @st.cache_data(show_spinner="Comparing with the validation inputs…", max_entries=64, hash_funcs=HASH_FUNCS)
 def input_familiarity(run: Run, inp: ModelInput):
     """The input's nearest validation inputs and whether it is out of their range (image runs only)."""
-    from damcha.analysis.familiarity import familiarity
-    from damcha.inputs.model_inputs import validation_arrays
-
     return familiarity(inp.tokens, validation_arrays(run)[0], typical=validation_spread(run))

@@ -2,44 +2,42 @@
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from app.cache import HASH_FUNCS, inspection, model_for
 from app.run_picker import each_run
+from damcha.analysis import interventions
 from damcha.analysis.ablation import ABLATION_SETTINGS, ablation_key
+from damcha.analysis.ablation import validation_ablation as ablate
 from damcha.analysis.inspection import inspect_input
-from damcha.analysis.interventions import MEAN_INPUTS
+from damcha.analysis.interventions import MEAN_INPUTS, available_interventions, intervention_options
+from damcha.analysis.interventions import mean_metric as average
 from damcha.inputs.datasets import bundled
-from damcha.inputs.model_inputs import ModelInput
+from damcha.inputs.model_inputs import ModelInput, validation_arrays
 from damcha.runs.checkpoints import Run
+from damcha.runs.disk_cache import cached, is_cached
 from damcha.views.display_units import LossUnit
 
 
 def _validation(run: Run, n: int):
-    from damcha.inputs.model_inputs import validation_arrays
-
     x, y, _ = validation_arrays(run)
     return x[:n], y[:n]
 
 
 @st.cache_resource(show_spinner="The validation mean metric M-bar…", max_entries=32, hash_funcs=HASH_FUNCS)
 def mean_metric(run: Run, epoch: int, n: int = MEAN_INPUTS):
-    from damcha.analysis.interventions import mean_metric as average
-
     return average(model_for(run, epoch), _validation(run, n)[0])
 
 
 def intervention_by_name(run: Run, name: str):
-    from damcha.analysis.interventions import available_interventions
-
     return next(iv for iv in available_interventions(run.model_config) if iv.name == name)
 
 
 @st.cache_data(show_spinner="Running the model with the intervention…", max_entries=128, hash_funcs=HASH_FUNCS)
 def intervened(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple, other: ModelInput | None = None):
     """(record without, record with) the intervention."""
-    from damcha.analysis.interventions import intervention_options
-
     model = model_for(run, epoch)
     iv = intervention_by_name(run, name)
     needs_mean = any(p.kind == "mean" for p in iv.params)
@@ -51,8 +49,6 @@ def intervened(run: Run, epoch: int, inp: ModelInput, name: str, params: tuple, 
 @st.cache_data(show_spinner=False, max_entries=64, hash_funcs=HASH_FUNCS)
 def block_grid(run: Run, epoch: int, inp: ModelInput | None, keep: bool, n: int = 64):
     """Loss change per zeroed (or kept) block M_ij, for the input or averaged over n validation inputs."""
-    from damcha.analysis import interventions
-
     bar = st.progress(0.0, text="One forward pass per block…")
     tick = lambda k, m: bar.progress(k / m, text=f"Block {k}/{m}")  # noqa: E731
     model = model_for(run, epoch)
@@ -69,8 +65,6 @@ def block_grid(run: Run, epoch: int, inp: ModelInput | None, keep: bool, n: int 
 def metric_curves(run: Run, epoch: int, inp: ModelInput):
     """Interpolation from M-bar to M(x) (and beyond; None where the app holds no validation inputs to take
     M-bar over), off-diagonal scaling, head ablation, residue check."""
-    from damcha.analysis import interventions
-
     model = model_for(run, epoch)
     return {
         "interpolation": interventions.interpolation_curve(model, inp.tokens, inp.targets, mean_metric(run, epoch))
@@ -83,8 +77,6 @@ def metric_curves(run: Run, epoch: int, inp: ModelInput):
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_effects(run: Run, epoch: int, n: int = 128):
-    from damcha.analysis import interventions
-
     model = model_for(run, epoch)
     ivs = interventions.available_interventions(run.model_config)
     needs_mean = any(p.kind == "mean" for iv in ivs for p in iv.params)
@@ -97,8 +89,6 @@ def validation_effects(run: Run, epoch: int, n: int = 128):
 
 
 def ablation_cached(run: Run) -> bool:
-    from damcha.runs.disk_cache import is_cached
-
     return is_cached("validation_ablation", ablation_key(run.model_config), [(run, run.epochs[-1])])
 
 
@@ -106,11 +96,6 @@ def ablation_table(runs: list[Run]) -> list[dict]:
     """Each run's validation set under each metric mode at its last snapshot: read from the disk
     cache (keyed by the snapshot's content) where computed before, else computed, with a progress
     bar that estimates the time left. Runs whose snapshot cannot be used are named and left out."""
-    import time
-
-    from damcha.analysis.ablation import validation_ablation as ablate
-    from damcha.runs.disk_cache import cached
-
     bar = st.progress(0.0, text="Validation sets under each metric mode…")
     todo = [r for r in runs if not ablation_cached(r)]
     spent, computed = 0.0, 0

@@ -6,14 +6,15 @@ from __future__ import annotations
 import streamlit as st
 
 from app.cache import HASH_FUNCS, model_for
+from damcha.analysis.data_table import run_validation_table, table_settings
+from damcha.inputs.model_inputs import validation_input
 from damcha.runs.checkpoints import Run
+from damcha.runs.disk_cache import cached
+from damcha.views.thumbnails import input_preview
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def validation_table(run: Run, epoch: int, n: int) -> dict:
-    from damcha.analysis.data_table import run_validation_table, table_settings
-    from damcha.runs.disk_cache import cached
-
     def compute() -> dict:
         bar = st.progress(0.0, text="The validation inputs, one by one…")
         result = run_validation_table(run, model_for(run, epoch), n,
@@ -27,8 +28,5 @@ def validation_table(run: Run, epoch: int, n: int) -> dict:
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=HASH_FUNCS)
 def input_previews(run: Run, n: int) -> tuple[str, list[str]]:
     """The kind ("image", "text" or "none") and a preview per row of the first n validation inputs."""
-    from damcha.inputs.model_inputs import validation_input
-    from damcha.views.thumbnails import input_preview
-
     previews = [input_preview(validation_input(run, i)) for i in range(n)]
     return (previews[0][0] if previews else "none"), [p for _, p in previews]

@@ -7,6 +7,7 @@ import streamlit as st
 
 from app.sharing import plain_text
 from app.url_state import URL, bound, typed_text_area, url_number_input
+from damcha.analysis.inspection import matrices_fit
 from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import (
     ModelInput,
@@ -121,8 +122,6 @@ def bounded_slider(where, label: str, upper: int, key: str, bind: str | None = U
 def is_large(run: Run) -> bool:
     """A paper-sized run: its per-position matrices for a full-length input exceed the inspection
     budget, and one forward pass of such an input takes about a second on a CPU."""
-    from damcha.analysis.inspection import matrices_fit
-
     cfg = run.model_config
     return not matrices_fit(cfg, cfg.block_size)
 

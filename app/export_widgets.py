@@ -10,14 +10,25 @@ from app.roots import checkpoint_root
 from app.sharing import is_local_server
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
-from damcha.views.export import Provenance
+from damcha.views.export import (
+    STATIC_FORMATS,
+    ExportItem,
+    ExportSettings,
+    Provenance,
+    data_csv,
+    data_npz,
+    figure_bytes,
+    figure_data,
+    static_export_status,
+    zip_bundle,
+)
+from damcha.views.figures import display_copy
+from damcha.views.regeneration import python_to_rebuild
+from damcha.views.typesetting import COLUMN_WIDTHS
 
 
 def export_settings_widget() -> None:
     """Sidebar: size, scale and style of exported figures (kept for the session)."""
-    from damcha.views.export import ExportSettings
-    from damcha.views.typesetting import COLUMN_WIDTHS
-
     with st.sidebar.expander("Export settings", expanded=False):
         layout = st.radio("Layout", [*COLUMN_WIDTHS, "custom width"], key="exp_layout", horizontal=True,
                           help="A single journal column (≈ 3.3 in) or a double column (≈ 7 in), text ≈ 7.5 pt "
@@ -46,9 +57,6 @@ def provenance(figure: str, run: Run | None, epoch: int | None = None, inp: Mode
 def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
     """Draw a figure (large heatmaps as block means) and give it export buttons at full resolution
     (PNG/SVG/PDF, offline HTML, CSV/NPZ, provenance); it is also registered for this page's "Export all" ZIP."""
-    from damcha.views.export import data_csv, data_npz, figure_bytes, figure_data, static_export_status
-    from damcha.views.figures import display_copy
-
     st.plotly_chart(display_copy(fig), width=width, key=f"chart_{name}")
     st.session_state.setdefault("export_registry", {})[name] = (fig, prov)
     settings = st.session_state.get("export_settings")
@@ -70,7 +78,6 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
                                 "`python -m damcha figures --from-provenance` rebuilds named figures", on_click="ignore")
         if not ok:
             st.caption(why)
-        from damcha.views.regeneration import python_to_rebuild
 
         st.caption("Python that rebuilds this figure, beside its provenance file (copy button at the top right):")
         # The folder in use, by its full path on one's own machine; a visitor of a shared server sees its name only
@@ -80,8 +87,6 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
 
 def export_all_widget() -> None:
     """A ZIP of every figure shown on this page, with data and provenance."""
-    from damcha.views.export import STATIC_FORMATS, ExportItem, static_export_status, zip_bundle
-
     registry = st.session_state.get("export_registry", {})
     if not registry:
         return

@@ -10,20 +10,24 @@ import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import streamlit as st
+
 from app.cache import figure_over_epochs, model_figure_values
 from app.export_widgets import provenance, show
 from app.roots import checkpoint_root
 from damcha.analysis.inspection import InspectionRecord
+from damcha.evidence.view import evidence_figures
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
 from damcha.views.epoch_figures import frozen
+from damcha.views.figure_sets import available_figures, build_figure
+from damcha.views.model_figures import model_figure
+from damcha.views.run_set_figures import run_set_figure, run_set_params
 
 
 def show_record_figure(name: str, record: InspectionRecord, run: Run, epoch: int, inp: ModelInput, params: dict,
                        file_name: str | None = None, width: str = "stretch") -> None:
     """A structure of the record or one of RECORD_FIGURES."""
-    from damcha.views.figure_sets import build_figure
-
     show(build_figure(name, record, params), file_name or name,
          provenance(name, run, epoch, inp, params, regenerable=True), width)
 
@@ -31,8 +35,6 @@ def show_record_figure(name: str, record: InspectionRecord, run: Run, epoch: int
 def show_model_figure(name: str, run: Run, epoch: int, inp: ModelInput, params: dict | None = None, values=None,
                       where: str = "this input", file_name: str | None = None, width: str = "stretch") -> None:
     """One of MODEL_FIGURES: its values computed (and cached) here unless the page has them already."""
-    from damcha.views.model_figures import model_figure
-
     params = dict(params or {})
     if values is None:
         values = model_figure_values(run, epoch, inp, name, frozen(params))
@@ -49,8 +51,6 @@ def show_epoch_figure(name: str, run: Run, inp: ModelInput | None, params: dict,
 def show_run_set_figure(name: str, taken: Sequence[tuple], inp: ModelInput, params: dict,
                         file_name: str | None = None) -> None:
     """One of RUN_SET_FIGURES from what it took from each run ((run, epoch, values) triples)."""
-    from damcha.views.run_set_figures import run_set_figure, run_set_params
-
     runs, epochs = [t[0] for t in taken], [t[1] for t in taken]
     show(run_set_figure(name, taken, params, inp.source), file_name or name,
          provenance(name, runs[0], epochs[0], inp, run_set_params(runs, epochs, params, checkpoint_root()),
@@ -60,8 +60,6 @@ def show_run_set_figure(name: str, taken: Sequence[tuple], inp: ModelInput, para
 def show_evidence_figures(claim: dict, results_name: str) -> None:
     """Every evidence figure of one claim of the stored results (results_name: the folder as a
     provenance names it)."""
-    from damcha.evidence.view import evidence_figures
-
     for name, fig in evidence_figures(claim):
         show(fig, f"{name}_{claim['key']}", provenance(name, None, params={"claim": claim["key"], "results": results_name},
                                                       regenerable=True))
@@ -69,10 +67,6 @@ def show_evidence_figures(claim: dict, results_name: str) -> None:
 
 def shown_input(run: Run, epoch: int, record: InspectionRecord, inp: ModelInput) -> None:
     """The input as the model reads it: its picture (the `input` record figure) or its text."""
-    import streamlit as st
-
-    from damcha.views.figure_sets import available_figures
-
     st.caption(f"**Input:** {inp.source}")
     if "input" in available_figures(record):
         show_record_figure("input", record, run, epoch, inp, {"highlight": False}, "compared_input", width="content")

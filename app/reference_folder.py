@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import streamlit as st
 
 from damcha.runs.checkpoints import MAX_FOLDER_ENTRIES
+from damcha.runs.reference import TOKENIZERS, import_reference
 
 
 def is_reference_source(path: Path) -> bool:
@@ -28,8 +31,6 @@ def is_reference_source(path: Path) -> bool:
 
 def reference_reading(where) -> tuple[str, str | None]:
     """What the reference checkpoints read (their files do not say): images, or a tokenizer's ids."""
-    from damcha.runs.reference import TOKENIZERS
-
     choices = ["as the file says", "CIFAR patches", *TOKENIZERS]
     reads = where.selectbox("The reference model reads", choices, key="reference_reads",
                             help="Files written by their current code carry their embedding and head (components), "
@@ -49,11 +50,6 @@ def reference_stamp(source: Path) -> tuple:
 def reference_root(source: Path, modality: str, tokenizer: str | None, stamp: tuple) -> Path:
     """A run root holding the conversion of a reference .pt file or folder (damcha.runs.reference),
     in a temporary folder keyed by the files' stamp."""
-    import hashlib
-    import tempfile
-
-    from damcha.runs.reference import import_reference
-
     key = hashlib.sha256(repr((str(source.resolve()), stamp, modality, tokenizer)).encode()).hexdigest()[:16]
     cache = Path(tempfile.gettempdir()) / "damcha-reference"
     root = cache / key

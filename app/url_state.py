@@ -16,6 +16,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from damcha.runs.checkpoints import write_text_atomic
+
 URL = "query-params"  # widgets with this binding keep their value in the page's URL (their key is the name)
 BOUND_KEYS = "_url_bound_keys"  # session entry: every key bound to the URL so far in this session
 URL_TEXT_CHARS = 1_000  # typed inputs up to this length travel in the address itself
@@ -141,7 +143,6 @@ def store_text(text: str) -> str:
     STORE.mkdir(parents=True, exist_ok=True)
     path = STORE / f"{ref}.txt"
     if not path.exists():
-        from damcha.runs.checkpoints import write_text_atomic
 
         write_text_atomic(path, text)
         kept = sorted(STORE.glob("*.txt"), key=lambda p: p.stat().st_mtime)

@@ -12,13 +12,23 @@ in use (glibc mallinfo2, sampled every 0.2 ms) while a layer runs, over the leve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from damcha import variant_names
+from damcha.inputs.model_inputs import validation_input
+from damcha.runs.checkpoints import list_runs, load_model
+from damcha.views import figures
+from damcha.views.export import figure_bytes, static_export_status
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -90,8 +100,6 @@ MEMORY_TARGET = 2.0  # peak at most this many times MHA's peak plus what the mec
 
 
 def measured_variants(variants: tuple[str, ...] | None) -> list[tuple[str, dict]]:
-    from damcha import variant_names
-
     chosen = [v for v in (variants or variant_names()) if v != "mha" and v not in ("damcha-unshared", "damcha-static")]
     return [(v, o) for v in chosen for o in ({}, *EXTRA_SETTINGS.get(v, ()))]
 
@@ -101,10 +109,6 @@ def mechanism_cases(repeats: int, quick: bool, variants: tuple[str, ...] | None 
     """Every registered attention variant against MHA in one layer (the paper's table 2): parameters,
     FLOPs (counted by torch on the explicit algorithm), time and peak memory, each as a ratio to MHA
     measured in the same run; at the longest T also one training step (forward and backward)."""
-    import dataclasses
-
-    from tqdm import tqdm
-
     b = MECHANISM_BATCH
     chosen = measured_variants(variants)
     rows = []
@@ -196,8 +200,6 @@ def moa_gathered_case(repeats: int, T: int = 1024) -> list[dict]:
     E = 16 experts, k = 8 per token) computed only for the tokens that chose each expert (queries
     gathered per expert, an explicit mask per gathered row) against all experts for all tokens in one
     fused call (causal block skipping included). Checked equal, then timed in the same run."""
-    import torch.nn.functional as F
-
     b, E, k, d = MECHANISM_BATCH, 2 * H, H, D // H
     g = torch.Generator().manual_seed(0)
     x, Wq, Wo = torch.randn(b, T, D, generator=g), torch.randn(E, D, d, generator=g) / D**0.5, torch.randn(E, d, D, generator=g)
@@ -291,9 +293,6 @@ def naive_case(repeats: int, quick: bool) -> list[dict]:
 
 
 def app_cases(repeats: int) -> list[dict]:
-    from damcha.inputs.model_inputs import validation_input
-    from damcha.runs.checkpoints import list_runs, load_model
-
     rows = []
     runs, _ = list_runs(ROOT / "checkpoints")
     for run in runs:
@@ -316,11 +315,6 @@ def app_cases(repeats: int) -> list[dict]:
 
 
 def export_cases() -> list[dict]:
-    import numpy as np
-
-    from damcha.views import figures
-    from damcha.views.export import figure_bytes, static_export_status
-
     ok, why = static_export_status()
     if not ok:
         return [{"case": f"static export skipped: {why}"}]

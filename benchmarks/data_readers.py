@@ -22,6 +22,10 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import torch
+from PIL import Image
+
+from damcha.inputs.datasets import load_dataset, windows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,10 +39,6 @@ def _status_mb(field: str) -> float:
 
 def _child(case: str, path: str, batch: int) -> dict:
     """Run in a fresh process: load one data set and read every training row, batch by batch."""
-    import torch
-
-    from damcha.inputs.datasets import load_dataset, windows
-
     base = _status_mb("RssAnon")
     peak = 0.0
     if case == "naive":  # every byte in memory at once, as int64 tokens: what the reader avoids
@@ -66,8 +66,6 @@ def _child(case: str, path: str, batch: int) -> dict:
 
 
 def _png(rng) -> bytes:
-    from PIL import Image
-
     buf = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buf, format="PNG")
     return buf.getvalue()

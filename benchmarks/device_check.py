@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from damcha.inputs.datasets import load_dataset
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -48,8 +50,6 @@ def check_training(out: Path, device: str) -> None:
 
 def report(name: str, run_dir: Path) -> None:
     """The run's last recorded validation loss (computed on the GPU) against the same evaluation on CPU."""
-    from damcha.inputs.datasets import load_dataset
-
     run = load_run(run_dir)
     recorded = run.metrics[-1]["val_nll"]
     data = load_dataset("digits")

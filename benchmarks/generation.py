@@ -17,12 +17,13 @@ import time
 
 import torch
 
+from damcha import ModelConfig, variant_config
+
 
 def _models(T: int, D: int, H: int, L: int, V: int) -> dict:
     import transformers
 
     import damcha.hf as hf
-    from damcha import ModelConfig, variant_config
 
     def ours(variant: str):
         config = variant_config(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=D), variant)

@@ -18,13 +18,14 @@ import time
 
 import torch
 
+from damcha import ModelConfig, variant_config
+from damcha.model.transformer import build_model
+
 
 def _models(variant: str, T: int, D: int, H: int, L: int, V: int):
     import transformers
 
     import damcha.hf as hf
-    from damcha import ModelConfig, variant_config
-    from damcha.model.transformer import build_model
 
     config = variant_config(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=D), variant)
     own = build_model(config, seed=0)

@@ -9,7 +9,10 @@ loads the model layer only:
     mechanisms                                          -- the registry of attention mechanisms
 """
 
+import tomllib
 from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from damcha.runs.workers import guard_worker
 
@@ -18,13 +21,9 @@ guard_worker()  # before anything heavy: a worker whose command is killed while 
 
 def _version() -> str:
     """The installed distribution's version; from pyproject.toml in a checkout that is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("damcha")
     except PackageNotFoundError:
-        import tomllib
-        from pathlib import Path
 
         with (Path(__file__).resolve().parent.parent / "pyproject.toml").open("rb") as f:
             return tomllib.load(f)["project"]["version"]

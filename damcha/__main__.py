@@ -329,8 +329,6 @@ def _evidence_setting(args, seeds: int):
     """The scale's setting, its data read and checked and its budget printed (and held to --budget),
     all before anything trains; the demo's when no --scale is given."""
     from damcha.evidence.scales import (
-        DEMO,
-        Setting,
         budget,
         check_data,
         chosen_by,
@@ -339,6 +337,7 @@ def _evidence_setting(args, seeds: int):
         scale_claims,
         scale_named,
     )
+    from damcha.evidence.setting import DEMO, Setting
 
     if args.scale == "demo":
         return DEMO, None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from damcha.analysis.inspection import inspect_input, next_token_probabilities
 from damcha.analysis.intervals import mean_interval
 from damcha.inputs.modalities import task_of
 from damcha.inputs.model_inputs import validation_arrays
@@ -179,8 +180,6 @@ def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tu
     """One input under each metric mode (default: every mode of ablation_modes): the loss, and the prediction
     the modality calls for (the completed bottom half of a digit, or the next bytes and a greedy
     continuation of a text)."""
-    from damcha.analysis.inspection import inspect_input, next_token_probabilities
-
     cfg = model.config
     outcomes = []
     for mode in ablation_modes(cfg) if modes is None else modes:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from captum.attr import IntegratedGradients, LayerGradientXActivation, LayerIntegratedGradients
 
 from damcha.inputs.modalities import modality_named
 from damcha.model.batching import as_model_input
@@ -123,6 +122,8 @@ def metric_contributions(model: Transformer, tokens, targets, choices: dict | No
     def loss_of(x: torch.Tensor) -> torch.Tensor:
         return net(x, targets=tgt, options=options, stochastic=False).loss.reshape(1)
 
+    from captum.attr import LayerGradientXActivation
+
     out = []
     for module in access.output_modules(net):
         attr = LayerGradientXActivation(loss_of, module, multiply_by_inputs=method == "gradient_x_metric")
@@ -193,6 +194,8 @@ def token_attributions(model: Transformer, tokens, baseline_token: int, target: 
             progress(min(calls["n"], total_calls), total_calls)
         t = None if tgt is None else tgt.expand(x.shape[0], *tgt.shape[1:])
         return metric_scalar(net, x, target, targets=t, **scalar_kw)
+
+    from captum.attr import IntegratedGradients, LayerIntegratedGradients
 
     ig = IntegratedGradients(forward) if net.config.input_dim else LayerIntegratedGradients(forward, net.tok_emb)
     attr, delta = ig.attribute(tok, baselines=base, n_steps=n_steps, internal_batch_size=1,

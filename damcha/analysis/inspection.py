@@ -8,15 +8,17 @@ record; they never ask which mechanism or data set produced it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from damcha.inputs.modalities import Modality, loss_unit, modality_named, task_of
+from damcha.inputs.modalities.digit_image import DIGIT_LEVELS, DIGIT_SIDE
 from damcha.inputs.model_inputs import tokens_sha256
 from damcha.model.batching import as_model_input
-from damcha.model.mechanisms import ForwardOptions, Structure
+from damcha.model.mechanisms import ForwardOptions, Structure, StructureKind
 from damcha.model.transformer import IGNORE_INDEX, Transformer
 
 
@@ -133,8 +135,6 @@ def matrix_energy_shares(record: InspectionRecord, **index: int) -> dict[str, fl
     """Share of the first head-grid matrix's energy ‖·‖² held by each of the others, at a
     layer/position index (DAMCHA: the learned part and the residue of M(x), which are orthogonal,
     so their shares add to 1)."""
-    from damcha.model.mechanisms import StructureKind
-
     mats = [s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX]
     if len(mats) < 2:
         return {}
@@ -206,8 +206,6 @@ def mean_structures(model: Transformer, inputs, targets=None, options: ForwardOp
     """Every structure averaged over several inputs of one length (validation samples): MoA's expert
     usage and co-selection over a data set, DCMHA's composition strength per position, M(x) on average...
     Returns structures shaped like one input's, their titles marked as means."""
-    import dataclasses
-
     sums: dict[str, np.ndarray] = {}
     first = None
     for i in range(len(inputs)):
@@ -355,8 +353,6 @@ def next_token_probabilities(record: InspectionRecord, position: int) -> np.ndar
 def expected_digit(record: InspectionRecord) -> np.ndarray:
     """Teacher-forced prediction of each pixel of a digit decoder: the expected grey level of
     p(pixel | the true pixels before it). (64, V) logits -> (8, 8)."""
-    from damcha.inputs.modalities.digit_image import DIGIT_LEVELS, DIGIT_SIDE
-
     logits = record.logits[:, :DIGIT_LEVELS]  # (64, 17)
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)

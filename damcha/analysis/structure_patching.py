@@ -20,7 +20,7 @@ import torch
 
 from damcha.analysis.heads import patch_source
 from damcha.model.batching import as_model_input
-from damcha.model.transformer import Transformer, sequence_losses
+from damcha.model.transformer import Transformer, build_model, sequence_losses
 
 
 def structure_sites(model: Transformer) -> dict[str, list[torch.nn.Module]]:
@@ -35,8 +35,6 @@ def no_structure_note(config) -> str:
 
 def structure_site_note(config) -> str | None:
     """Why structure patching does not apply to this config's mechanism (None: it does)."""
-    from damcha.model.transformer import build_model
-
     with torch.device("meta"):  # a model built without memory, only to ask where its structure is computed
         model = build_model(config)
     return None if structure_sites(model) else no_structure_note(config)

@@ -13,6 +13,7 @@ import torch
 
 from damcha.inputs.datasets import DataSet, load_dataset
 from damcha.inputs.modalities.digit_image import DIGIT_LEVELS
+from damcha.runs.evaluation import completion_statistics
 
 
 def digit_pixels(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -54,8 +55,6 @@ def completion_baseline(task: str, dataset: str, n_images: int,
                         load: Callable[[str], DataSet] = load_dataset) -> dict[str, float]:
     """The completion statistics of one trivial baseline, keyed as the models' evaluation keys them
     (`load` reads the data set: where a scale's files are)."""
-    from damcha.runs.evaluation import completion_statistics
-
     if task not in BASELINES:
         raise ValueError(f"no completion baseline {task!r}; expected one of {', '.join(BASELINES)}")
     return completion_statistics(BASELINES[task](task, dataset, n_images, load))

@@ -16,9 +16,11 @@ from fractions import Fraction
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from damcha.model.config import ModelConfig, variant_config
 from damcha.model.mechanisms import LayerCall
+from damcha.model.transformer import build_model
 
 
 def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
@@ -62,8 +64,6 @@ def make_layer_step(cfg: ModelConfig, variant: str, T: int, batch: int) -> Calla
 def make_training_step(cfg: ModelConfig, variant: str, layers: int, T: int, batch: int) -> Callable[[], None]:
     """One optimiser step (forward, backward, Adam) of a whole `layers`-layer model of `variant` on random
     tokens: the cost a user training it pays, generator shared over the stack as the paper's default."""
-    from damcha.model.transformer import build_model
-
     model = build_model(dataclasses.replace(variant_config(cfg, variant), n_layer=layers), seed=0)
     opt = torch.optim.Adam(model.parameters(), 1e-3)
     g = torch.Generator().manual_seed(0)
@@ -119,8 +119,6 @@ FLOP_PROBE = 16  # the shortest of the three lengths a layer's FLOPs are counted
 
 def explicit_flops(cfg: ModelConfig, variant: str, T: int, batch: int) -> float:
     """FlopCounterMode's count of one layer's explicit forward at length T."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     cfg = layer_variant_config(cfg, variant)
     torch.manual_seed(0)
     layer = cfg.mechanism.build_layer(cfg, 0).requires_grad_(False)

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import platform
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
 
+from damcha import __version__
 from damcha.evidence import tuning
+from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
 from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
 from damcha.evidence.results import append_lines, compute_record, load_results, read_jsonl, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
-from damcha.evidence.scales import DEMO, Setting, chosen_by, scale_claims, scale_named
-from damcha.evidence.slurm import SlurmSettings
+from damcha.evidence.scales import chosen_by, scale_claims, scale_named
+from damcha.evidence.setting import DEMO, Setting
+from damcha.evidence.slurm import SlurmSettings, run_tasks
 from damcha.evidence.statistics import VERDICT_RULE
-from damcha.evidence.units import run_unit
+from damcha.evidence.units import run_task
+from damcha.runs import distributed
 from damcha.runs.checkpoints import write_text_atomic
+from damcha.runs.train import TrainConfig, pick_device
+from damcha.runs.workers import workers_die_with_this_process
 
 ARM_FIELDS = tuple(f.name for f in dataclasses.fields(Arm))
 
@@ -30,8 +38,6 @@ def measured_spec(spec: list) -> dict:
     """What decides a stored arm's measurement, by field: a document's arm list (older documents stored
     fewer fields, since appended, which then had their defaults); a training arm by the rate it trained
     at, not the grid that rate was chosen from."""
-    from damcha.runs.train import TrainConfig
-
     fields = {**dict(zip(ARM_FIELDS, Arm("").spec())), **dict(zip(ARM_FIELDS, spec))}
     if fields["kind"] in TRAINING_KINDS:
         fields.update(lrs=[], lr=fields["lr"] or TrainConfig.lr)
@@ -122,8 +128,6 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
 def arm_parameters(claim: Claim, setting: Setting = DEMO) -> dict[str, int]:
     """The parameter count of every arm that trains a model on a data set (synthetic arms report theirs
     per unit; efficiency arms as a ratio)."""
-    from damcha.evidence.units import model_parameters
-
     return {a.name: model_parameters(a.variant, a.dataset, a.overrides, setting) for a in claim.arms if a.trains}
 
 
@@ -132,8 +136,6 @@ def restate(folder: Path, command: str = "") -> dict:
     with the claims' current definitions and statistics code: nothing is trained or timed. A claim
     whose arms changed since (or that no longer exists) is left as it was, and named. The document
     keeps its compute record and says when and by what its statistics were recomputed."""
-    from damcha import __version__
-
     folder = Path(folder)
     doc = load_results(folder)
     if doc is None:
@@ -174,9 +176,6 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     in the same order, and rank 0 alone writes, then times and scores what trains nothing. slurm: run
     the tasks as Slurm job-array elements instead (damcha.evidence.slurm; efficiency units are still
     timed here, alone), each result recorded by the same code as a local worker's."""
-    from damcha.runs import distributed
-    from damcha.runs.train import pick_device
-
     quick = setting.scale.smoke if setting.scale else quick
     proc = distributed.start(distributed.device_for(pick_device(setting.device)))
     if slurm is not None and proc.distributed:
@@ -245,8 +244,6 @@ class _EvidenceRun:
                 launch: _Launch, previous: dict | None, reuse: Path | None, redo: tuple[str, ...]) -> _EvidenceRun:
         """The claims chosen, the units done (a bare number in units.jsonl: an older format, redone), and
         what an earlier results.json gives that trains nothing, and its fits."""
-        from damcha.runs import distributed
-
         if proc.main:
             out.mkdir(parents=True, exist_ok=True)
             work.mkdir(parents=True, exist_ok=True)
@@ -272,8 +269,6 @@ class _EvidenceRun:
         return run
 
     def start_document(self, recorded: dict | None) -> None:
-        from damcha import __version__
-
         self.doc = {"command": self.launch.command, "quick": self.quick, "seeds": list(range(self.seeds)),
                     "workers": self.launch.workers, "units": 0,
                     "scale": self.setting.scale.name if self.setting.scale else "demo", **(recorded or {}),
@@ -405,16 +400,9 @@ class _EvidenceRun:
     def _results(self, tasks: list[dict[str, tuple[Arm, int]]]):
         """Each task's results as it finishes: Slurm job-array elements, worker processes, or one by one here."""
         if self.launch.slurm is not None and tasks:
-            from damcha.evidence.slurm import run_tasks
-
             yield from run_tasks([list(t.values()) for t in tasks], self.quick, self.work, self.setting,
                                  self.launch.slurm)
         elif self.launch.workers > 1 and len(tasks) > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            from damcha.runs.workers import workers_die_with_this_process
-
             with workers_die_with_this_process(), ProcessPoolExecutor(
                     self.launch.workers, mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start_worker) as pool:
@@ -429,14 +417,3 @@ class _EvidenceRun:
 def _start_worker() -> None:
     """One thread per worker (that it dies with the command, damcha.runs.workers saw to at import)."""
     torch.set_num_threads(1)
-
-
-def run_task(units: list[tuple[Arm, int]], quick: bool, work: Path,
-             setting: Setting = DEMO) -> list[tuple[str, dict, float]]:
-    """Units that share one trained run, in order (the first trains it): (unit, metrics, seconds)."""
-    results = []
-    for arm, seed in units:
-        t0 = time.perf_counter()
-        value = run_unit(arm, seed, quick, work, setting)
-        results.append((arm.unit(seed, quick), value, round(time.perf_counter() - t0, 2)))
-    return results

@@ -3,6 +3,8 @@ claim on those tasks gets a verdict."""
 
 from __future__ import annotations
 
+from damcha.inputs import synthetic as syn
+
 # Checks of the synthetic tasks' construction (not of any trained model): name -> the bound its value stays below.
 SANITY_BOUNDS = {
     "regression teacher: batched vs loop reference, max abs": 1e-4,
@@ -24,8 +26,6 @@ def sanity_checks() -> dict[str, float]:
     """What must hold before the synthetic numbers are believed (SANITY_BOUNDS): the teachers' batched
     code against explicit loops, oracle models at the teachers' parameters (per code where the relation
     changes with the input), the entanglement share, the class balance."""
-    from damcha.inputs import synthetic as syn
-
     regression = syn.regression_task(0.5, syn.task_seed(0.5, 0))
     values = [syn.loop_reference_error(regression),
               syn.loop_reference_error(syn.permutation_task(24, syn.task_seed(24, 0))),

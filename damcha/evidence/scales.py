@@ -12,86 +12,19 @@ scale's name.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from damcha.evidence.capacity import base_config, data_of, matched_width
+from damcha.evidence.catalogue import claims
 from damcha.evidence.records import Arm, Claim
-from damcha.inputs.datasets import DATA_SETS, DataError, data_set_spec, load_dataset
-from damcha.inputs.datasets.base import AtScale
+from damcha.evidence.setting import Scale, Setting
+from damcha.inputs.datasets import DataError, data_set_spec
 from damcha.runs.memory import DoesNotFit, device_memory, plan_strategy
+from damcha.runs.train import model_config_for
 
-
-@dataclass(frozen=True, eq=False)  # compared (and cached) by identity: one object per scale
-class Scale:
-    """name: what --scale takes. claims: catalogue keys run at this scale. model: ModelConfig fields of
-    every model arm. The data sets a scale runs on declare their place in it themselves
-    (`DataSetSpec.scales[name]`: the demo data sets they stand in for, the files, the training settings).
-    smoke: claims are built as --quick builds them (fewer arms). tokens_per_second: measured training
-    throughput of a variant at this size (`throughput_source`); a variant not measured, or a model of
-    another size, is costed at the slowest measured rate, and says so."""
-
-    name: str
-    description: str
-    claims: tuple[str, ...]
-    model: dict
-    efficiency_model: dict
-    efficiency_case: dict
-    smoke: bool
-    nonstandard_ok: bool
-    tokens_per_second: dict[str, float]
-    throughput_source: str
-    compile: bool = False
-    default_device: str = "cpu"
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def place(self, dataset: str) -> AtScale:
-        return data_set_spec(dataset).scales[self.name]
-
-    def stands_for(self, demo: str) -> tuple[str, ...]:
-        """The data sets the claims on the demo data set `demo` run on at this scale (one claim each)."""
-        return tuple(n for n, spec in DATA_SETS.items() if self.name in spec.scales and demo in spec.scales[self.name].replaces)
-
-    def model_overrides(self, dataset: str) -> tuple:
-        block = self.place(dataset).block_size
-        return tuple({**self.model, **({"block_size": block} if block else {})}.items())
-
-    def run_hours(self, variant: str, dataset: str) -> tuple[float, bool]:
-        """Device-hours of one training run (its training tokens at the measured rate), and whether the
-        variant's own rate was measured ("": a model of another size, costed at the slowest rate)."""
-        place = self.place(dataset)
-        t = place.train
-        steps = t["steps_per_epoch"] if "steps_per_epoch" in t else math.ceil(place.train_samples / t["batch_size"])
-        length = place.block_size or 64  # (images: 64 patches)
-        tokens = t["epochs"] * steps * t["batch_size"] * length
-        rate = self.tokens_per_second.get(variant)
-        return tokens / (rate or min(self.tokens_per_second.values())) / 3600, rate is not None
-
-
-@dataclass(frozen=True)
-class Setting:
-    """How a unit runs: at which scale (None: the demo's), on which files (data set -> path) and device."""
-
-    scale: Scale | None = None
-    files: tuple[tuple[str, str], ...] = ()
-    device: str = "cpu"
-
-    def path(self, dataset: str) -> str | None:
-        return dict(self.files).get(dataset)
-
-    def load(self, dataset: str, block_size: int = 128):
-        return load_dataset(dataset, self.path(dataset), block_size,
-                            nonstandard_ok=bool(self.scale and self.scale.nonstandard_ok))
-
-    def train_fields(self, dataset: str) -> dict:
-        return {**self.scale.place(dataset).train, "data_path": self.path(dataset),
-                "nonstandard_data": self.scale.nonstandard_ok, "device": self.device}
-
-
-DEMO = Setting()
 PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table4_ablations", "table5_text")
 
 # Measured on one H200 (benchmarks/results/scale-h200.json, "paper-size training step (bf16, compiled;
@@ -142,8 +75,6 @@ def chosen_by(key: str, only: list[str] | None) -> bool:
 
 def scale_claims(scale: Scale, setting: Setting) -> list[Claim]:
     """The catalogue's claims this scale runs, each once per data set its demo data set stands for."""
-    from damcha.evidence.catalogue import claims
-
     out = []
     for claim in claims(scale.smoke):
         if claim.key in scale.claims:
@@ -166,8 +97,6 @@ def _at_scale(claim: Claim, scale: Scale, setting: Setting) -> list[Claim]:
 
 
 def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) -> Claim:
-    from damcha.evidence.units import matched_width  # (units imports this module)
-
     renamed = _metric_names(demo, target)
     reference = next(a for a in claim.arms if a.name == claim.reference)
 
@@ -207,8 +136,6 @@ def _metric_names(demo: str, target: str):
 
 def needed_data(scale: Scale, only: list[str] | None = None) -> list[str]:
     """The data sets the scale's claims (those `only` names, by key or key@data set) read."""
-    from damcha.evidence.catalogue import claims
-
     needed = set()
     for claim in claims(scale.smoke):
         demo = {a.dataset for a in claim.arms if a.kind in ("train", "adaptivity", "baseline")}
@@ -268,9 +195,6 @@ def memory_plan(setting: Setting, claims: list[Claim]) -> list[dict]:
     under torchrun each rank its share of the batch; "fsdp" where only sharded weights and optimiser state fit)
     and the memory one device then holds, before anything trains: every run that fits neither way is named
     at once, with its numbers."""
-    from damcha.evidence.units import base_config, data_of  # (units imports this module)
-    from damcha.runs.train import model_config_for
-
     device = torch.device(setting.device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     available = device_memory(device)

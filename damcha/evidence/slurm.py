@@ -23,6 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from damcha.evidence.units import run_task
+
 # File systems a compute node can see when the login node wrote to them (a local disk cannot).
 SHARED_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "cifs", "smb3", "fuse.glusterfs",
                        "glusterfs", "panfs", "wekafs", "fuse.sshfs", "9p", "virtiofs")
@@ -174,9 +178,5 @@ def _result(job) -> list | None:
 
 def slurm_task(units: list, quick: bool, work: str, setting, threads: int) -> list:
     """What one job runs: the task's units, as a local worker runs them (torch on `threads` threads)."""
-    import torch
-
-    from damcha.evidence.runner import run_task
-
     torch.set_num_threads(threads)
     return run_task(units, quick, Path(work), setting)

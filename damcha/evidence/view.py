@@ -13,7 +13,9 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
 from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.evidence.scales import SCALES
 from damcha.evidence.statistics import (
     BY_CONSTRUCTION,
     CONFIRMED,
@@ -24,6 +26,9 @@ from damcha.evidence.statistics import (
     SANITY_FAILED,
 )
 from damcha.views import figures
+from damcha.views.export import ExportItem, Provenance, library_params, run_name_in
+from damcha.views.regeneration import regenerate as regenerate_named
+from damcha.views.regeneration import resolved
 
 
 @dataclass(frozen=True)
@@ -323,8 +328,6 @@ def samples_word(claim: dict) -> str:
 def cannot_speak_to(claims: list[dict]) -> list[tuple[str, list[str]]]:
     """(claim title, what the paper reports there that it does not measure) for each claim with gaps,
     then the paper's results no claim tests: the page's "What this evidence cannot speak to"."""
-    from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
-
     gaps = [(c["title"], list(c.get("cannot_speak_to", []))) for c in claims if c.get("cannot_speak_to")]
     return [*gaps, ("Tested by no claim here", list(PAPER_RESULTS_NOT_CLAIMED))]
 
@@ -410,8 +413,6 @@ def undetectable_papers_effect(claim: dict) -> str | None:
 def evidence_item(name: str, folder: str | Path, claim_key: str, root=None):
     """The named figure of one claim read from a results folder, with its provenance (the folder
     named relative to `root`, as the app names runs)."""
-    from damcha.views.export import ExportItem, Provenance, run_name_in
-
     doc = load_results(Path(folder))
     if doc is None:
         raise EvidenceFileError(f"{folder}: no results.json")
@@ -429,10 +430,6 @@ def evidence_item(name: str, folder: str | Path, claim_key: str, root=None):
 def regenerate(prov, run_root=None):
     """The figure a provenance describes: an evidence figure redrawn from its results folder, any other
     named figure rebuilt by damcha.views.regeneration (folders and runs named relative to `run_root`)."""
-    from damcha.views.export import library_params
-    from damcha.views.regeneration import regenerate as regenerate_named
-    from damcha.views.regeneration import resolved
-
     if not (prov.regenerable and prov.figure in EVIDENCE_FIGURES):
         return regenerate_named(prov, run_root)
     params = library_params(prov.params)
@@ -443,8 +440,6 @@ def results_at_other_scales(folder: str | Path) -> list[tuple[str, dict, str]]:
     """(scale, results, a problem or "") for each scale whose results sit beside the demo's folder, as
     `damcha evidence --scale S` writes them by default (`<folder>-S`): the page shows them beside the demo's.
     A folder that cannot be read is named with its problem instead of hiding the rest."""
-    from damcha.evidence.scales import SCALES
-
     folder, found = Path(folder), []
     for name in SCALES:
         try:
@@ -463,8 +458,6 @@ def claims_at_scale(doc: dict, key: str) -> list[dict]:
 
 
 def _rehearsal(name: str) -> bool:
-    from damcha.evidence.scales import SCALES
-
     return name in SCALES and SCALES[name].smoke
 
 

@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 import damcha
 from damcha.hf import remote_code
 from damcha.hf.config import DamchaConfig
+from damcha.hf.models import DamchaForCausalLM, DamchaForSequenceClassification
 from damcha.runs.checkpoints import (
     METRICS_FILE,
     CheckpointError,
@@ -43,8 +44,6 @@ class Export:
 
 def task_class(config: DamchaConfig) -> type:
     """The model class a config's task calls for."""
-    from damcha.hf.models import DamchaForCausalLM, DamchaForSequenceClassification
-
     if config.input_dim:
         raise CheckpointError("runs over continuous inputs (image patches) have no Hugging Face class yet; "
                               "token runs (digits, text, classifiers) export")

@@ -28,6 +28,7 @@ DAMCHA's keys are the inputs x_i themselves).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +72,6 @@ def _named_projections(attn: nn.Module, D: int) -> dict:
 
 def _class(module: str, name: str) -> Callable[[], type]:
     def load() -> type:
-        import importlib
-
         return getattr(importlib.import_module(f"transformers.models.{module}"), name)
     return load
 

@@ -52,7 +52,7 @@ import torch
 
 from damcha import __version__
 from damcha.model.config import ModelConfig
-from damcha.model.transformer import build_model
+from damcha.model.transformer import SinusoidalPositions, build_model
 from damcha.runs.checkpoints import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -608,8 +608,6 @@ def _block_scales(ckpt: dict, config: ModelConfig, settings: ReferenceSettings, 
 
 def _check_buffers(state: dict, config: ModelConfig, report: ImportReport) -> None:
     """Buffers recomputed here must equal the file's; per-layer copies of the shared generator too."""
-    from damcha.model.transformer import SinusoidalPositions
-
     D = config.n_embd
     for key, value in state.items():
         if key == "pe.pe":

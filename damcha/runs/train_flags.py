@@ -16,6 +16,7 @@ from typing import Any
 
 from damcha.inputs.datasets import DATA_SETS
 from damcha.model.config import ModelConfig
+from damcha.runs.checkpoints import CheckpointError, load_run
 from damcha.runs.train import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 
 MODEL_FLAGS = ("n_layer", "n_head", "n_embd", "mlp_ratio", "generator_widths", "block_size", "dropout",
@@ -92,8 +93,6 @@ def settings_from(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig, b
 
 def replayed(run_dir: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
     """A saved run's model config and training settings (the TrainConfig fields of its config)."""
-    from damcha.runs.checkpoints import CheckpointError, load_run
-
     run = load_run(run_dir)
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     train = {k: (tuple(v) if isinstance(v, list) else v) for k, v in run.train_config.items() if k in known}

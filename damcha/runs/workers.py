@@ -10,7 +10,9 @@ is already gone.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,8 +28,6 @@ def guard_worker() -> None:
     if parent is None:
         return
     if sys.platform == "linux":
-        import ctypes
-        import signal
 
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: dies when the parent does
     if str(os.getppid()) != parent:

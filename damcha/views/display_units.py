@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from damcha.inputs.modalities import loss_factor, loss_factor_for, loss_label, loss_label_for
+
 # One palette for losses on every page and in every export (colour-blind safe, Okabe-Ito): training blue,
 # validation orange; the loss of one input is drawn in the training blue.
 LOSS_COLOURS = {"train": "#0072B2", "validation": "#E69F00"}
@@ -30,15 +32,11 @@ class LossUnit:
     @classmethod
     def of(cls, config) -> LossUnit:
         """The unit of a run with this model config (see damcha.inputs.modalities.loss_label)."""
-        from damcha.inputs.modalities import loss_factor, loss_label
-
         return cls(loss_factor(config), loss_label(config))
 
     @classmethod
     def of_record(cls, record) -> LossUnit:
         """The unit of an inspection record's losses (its task and what a loss term is about)."""
-        from damcha.inputs.modalities import loss_factor_for, loss_label_for
-
         return cls(loss_factor_for(record.task), loss_label_for(record.task, record.loss_unit))
 
     def value(self, nats):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
+from damcha.analysis import interventions
 from damcha.analysis.dynamics import (
     STATISTICS,
     EpochSweep,
@@ -30,8 +31,12 @@ from damcha.analysis.dynamics import (
     symmetric_spectrum,
     unstructured_baselines,
 )
-from damcha.runs.checkpoints import Run
+from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.inputs.model_inputs import validation_arrays
+from damcha.runs.checkpoints import Run, load_model
 from damcha.views import figures
+from damcha.views.display_units import LossUnit
+from damcha.views.export import ExportItem, Provenance
 from damcha.views.figure_sets import panel_titles, per_head, structure_index, structure_style
 from damcha.views.model_figures import contribution_map, contribution_symbol
 from damcha.views.readings import off_diagonal_baseline
@@ -93,8 +98,6 @@ def _validation_metrics(run, load, tokens, targets, params, progress):
     """M(x) of the first `inputs` validation inputs at their last position, at every snapshot:
     ({epoch: (n, L_m, D, D)}, labels, label name); inputs without classes are grouped by brightness
     (images) or share of letters (text)."""
-    from damcha.inputs.model_inputs import validation_arrays
-
     x, _, labels = validation_arrays(run)
     x = x[: int(params.get("inputs", 64))]
     out = {}
@@ -110,9 +113,6 @@ def _validation_metrics(run, load, tokens, targets, params, progress):
 def _adaptivity_gaps(run, load, tokens, targets, params, progress):
     """Per snapshot (epoch, mean, low, high): the adaptivity gap loss(M-bar) − loss(M(x)) in nats over
     the first `inputs` validation inputs, M-bar their mean metric at that snapshot (95% bootstrap interval)."""
-    from damcha.analysis import interventions
-    from damcha.inputs.model_inputs import validation_arrays
-
     x, y, _ = validation_arrays(run)
     n = int(params.get("inputs", interventions.MEAN_INPUTS))
     rows = []
@@ -204,8 +204,6 @@ def _difference(values, run, params):
 
 def losses_by_epoch(run: Run, epochs) -> dict[str, list[float | None]]:
     """The run's training and validation loss at each epoch, in the run's unit (None where not logged)."""
-    from damcha.inputs.modalities import loss_factor
-
     factor = loss_factor(run.model_config)
     metrics = {m["epoch"]: m for m in run.metrics}
     return {split: [None if metrics.get(e, {}).get(key) is None else metrics[e][key] * factor for e in epochs]
@@ -213,8 +211,6 @@ def losses_by_epoch(run: Run, epochs) -> dict[str, list[float | None]]:
 
 
 def _statistics(values, run, params):
-    from damcha.inputs.modalities import loss_label
-
     sweep = values["sweep"]
     first = sweep.records[0]
     index = structure_index(first, int(params.get("layer", 0)), int(params.get("position", -1)))
@@ -241,8 +237,6 @@ def _spectrum(values, run, params):
 
 
 def _contribution_epochs(values, run, params):
-    from damcha.inputs.modalities import loss_factor, loss_label
-
     cfg = run.model_config
     signed = params.get("method", "gradient_x_metric") == "gradient_x_metric"
     style = figures.MatrixStyle(value_kind="signed" if signed else "magnitude", unit=f"contribution ({loss_label(cfg)})",
@@ -270,8 +264,6 @@ def _projection(values, run, params):
 
 
 def _adaptivity_gap(values, run, params):
-    from damcha.views.display_units import LossUnit
-
     unit = LossUnit.of(run.model_config)
     epochs, means, lows, highs = zip(*values["adaptivity_gaps"])
     return figures.curve_figure(list(epochs), {"adaptivity gap": list(unit.value(np.array(means)))},
@@ -280,8 +272,6 @@ def _adaptivity_gap(values, run, params):
 
 
 def _training_curves(values, run, params):
-    from damcha.views.display_units import LossUnit
-
     unit = LossUnit.of(run.model_config)
     keys = ["train_mse", "val_mse"] if run.model_config.input_dim else ["train_nll", "val_nll"]
     return figures.training_curves_figure(run.metrics, keys, f"{run.name}: loss per epoch", run.epochs, unit.label,
@@ -335,9 +325,6 @@ def epoch_figure_item(name: str, run: Run, tokens, targets, params: Mapping, inp
                       load: Loader | None = None, progress: Progress | None = None):
     """The named figure with its provenance (at the run's last epoch, which its sources reach), every
     source computed afresh from the run."""
-    from damcha.runs.checkpoints import load_model
-    from damcha.views.export import ExportItem, Provenance
-
     load = load or load_model
     fig = epoch_figure(name, run, params, lambda s: source_values(s, run, load, tokens, targets, params, progress))
     prov = Provenance.of(name, run, run.epochs[-1], tokens, targets, input_source, dict(params), regenerable=True)

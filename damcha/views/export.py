@@ -18,12 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from damcha import __version__
 from damcha.inputs.model_inputs import tokens_sha256
 from damcha.runs.checkpoints import atomic_path
 from damcha.runs.files import file_sha256
 from damcha.views.typesetting import COLUMN_WIDTHS, plain_title, typeset, with_pdf_metadata
+from damcha.views.vector_heatmaps import vector_heatmaps
 
 STATIC_FORMATS = ("png", "svg", "pdf")
 ALL_FORMATS = (*STATIC_FORMATS, "html", "csv", "npz")
@@ -93,8 +95,6 @@ def paper_template(font_size: int = 14) -> str:
     """The name of a registered plotly template in paper style at `font_size`: plotly_white with a
     white background, one sans-serif family at sizes that survive scaling to a single column, thin
     black axes without grid lines (colour scales stay as each figure sets them)."""
-    import plotly.io as pio
-
     name = f"damcha_paper_{font_size}"
     if name not in pio.templates:
         template = go.layout.Template(pio.templates["plotly_white"])
@@ -135,10 +135,8 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
     ok, message = static_export_status()
     if not ok:
         raise RuntimeError(message)
-    import plotly.io as pio
 
     if settings.vector_heatmaps and fmt in ("svg", "pdf"):
-        from damcha.views.vector_heatmaps import vector_heatmaps
 
         styled = vector_heatmaps(styled)
     _ensure_server()

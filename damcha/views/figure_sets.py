@@ -10,6 +10,7 @@ or data set made the record.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from damcha.analysis.inspection import InspectionRecord, expected_digit, next_to
 from damcha.inputs.modalities.image_patches import patches_image
 from damcha.model.mechanisms import Structure, StructureKind
 from damcha.views import figures
+from damcha.views.display_units import LossUnit
 
 # Matrix names accepted by `part` as they were before structures had names of their own.
 _LEGACY_PARTS = {"M(x)": "metric", "learned part": "metric_learned", "residue": "metric_residue"}
@@ -42,8 +44,6 @@ def structure_index(record: InspectionRecord, layer: int, position: int) -> dict
 def positions_only(record: InspectionRecord) -> InspectionRecord:
     """The record with its token labels replaced by position numbers: for structures averaged over
     inputs, whose positions hold different tokens."""
-    import dataclasses
-
     return dataclasses.replace(record, token_labels=tuple(f"position {i}" for i in range(len(record.token_labels))))
 
 
@@ -188,8 +188,6 @@ def _attention(record, params, index, at):
 
 
 def _token_loss(record, params, index, at):
-    from damcha.views.display_units import LossUnit
-
     unit = LossUnit.of_record(record)
     loss = unit.value(np.where(np.isnan(record.token_loss), 0.0, record.token_loss))
     return figures.token_loss_figure(loss, record.target_labels, f"Loss per position ({unit.label}){at}", unit.label)

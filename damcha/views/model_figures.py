@@ -16,9 +16,28 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from damcha.analysis.inspection import InspectionRecord, inspect_input
+from damcha.analysis import interventions
+from damcha.analysis.ablation import input_under_modes
+from damcha.analysis.attribution import TARGET_NAMES, block_sums, metric_contributions, per_cell, token_attributions
+from damcha.analysis.heads import HEAD_TITLES, direct_logit_attribution, head_effects, head_site_note, logit_path_note
+from damcha.analysis.inspection import InspectionRecord, inspect_input, mean_structures, sequence_profile
+from damcha.analysis.interventions import (
+    ALPHAS,
+    GAMMAS,
+    MEAN_INPUTS,
+    available_interventions,
+    block_grid,
+    block_grid_over,
+    intervention_options,
+    mean_metric,
+    off_diagonal_curve,
+)
+from damcha.analysis.structure_patching import structure_patching, structure_site_note
+from damcha.inputs.modalities import loss_factor, loss_label, modality_named, task_of
 from damcha.inputs.modalities.image_patches import patches_image
+from damcha.inputs.model_inputs import validation_arrays
 from damcha.runs.checkpoints import Run, load_model
+from damcha.runs.evaluation import complete_patches
 from damcha.views import figures
 from damcha.views.export import ExportItem, Provenance
 from damcha.views.figure_sets import (
@@ -49,9 +68,6 @@ class ModelFigure:
 def _head_ablation_values(model, run, tokens, targets, params, progress=None):
     """(changes (L, H), base loss) in nats; params: kind (zero | mean | mean_position | patch), other (the validation
     input a patch is taken from), n_mean (validation inputs a mean is taken over, default 64)."""
-    from damcha.analysis.heads import head_effects
-    from damcha.inputs.model_inputs import validation_arrays
-
     kind = params.get("kind", "zero")
     reference = None
     if kind in ("mean", "mean_position"):
@@ -65,9 +81,6 @@ def _head_ablation_values(model, run, tokens, targets, params, progress=None):
 def _structure_patch_values(model, run, tokens, targets, params, progress=None):
     """(loss changes per site, at every site, base loss) in nats with the structure taken from the
     validation input params["other"] (default 1)."""
-    from damcha.analysis.structure_patching import structure_patching
-    from damcha.inputs.model_inputs import validation_arrays
-
     other = validation_arrays(run)[0][int(params.get("other", 1))]
     patch = structure_patching(model, tokens, targets, other)
     cut = len(other) > len(tokens)  # a causal model's longer input, cut to this one's length
@@ -86,20 +99,14 @@ def _structure_patch(values, params, where, factor, unit):
 
 
 def _needs_structure_sites(record: InspectionRecord, config) -> str | None:
-    from damcha.analysis.structure_patching import structure_site_note
-
     return structure_site_note(config)
 
 
 def _head_logit_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis.heads import direct_logit_attribution
-
     return direct_logit_attribution(model, tokens, targets)
 
 
 def _head_ablation(values, params, where, factor, unit):
-    from damcha.analysis.heads import HEAD_TITLES
-
     changes = np.asarray(values["changes"]) * factor  # (L, H)
     style = figures.MatrixStyle("layer", "head", tuple(f"layer {i + 1}" for i in range(len(changes))), (), "signed",
                                 f"Δ loss ({unit})")
@@ -119,9 +126,6 @@ def _input_attribution_values(model, run, tokens, targets, params, progress=None
     from the modality's blank input; params: n_steps (16), and for a scalar of M(x) its position,
     block (i, j) or head. With the attribution: the token labels, and for an image the attribution
     per pixel or patch and the picture it is drawn over."""
-    from damcha.analysis.attribution import per_cell, token_attributions
-    from damcha.inputs.modalities import modality_named, task_of
-
     modality = modality_named(model.config.modality)
     scalar = {k: tuple(v) if k == "block" else v for k, v in params.items() if k in ("position", "block", "head")}
     attr = token_attributions(model, tokens, modality.blank_token, params.get("target", "loss"), targets,
@@ -134,8 +138,6 @@ def _input_attribution_values(model, run, tokens, targets, params, progress=None
 
 
 def _input_attribution(values, params, where, factor, unit):
-    from damcha.analysis.attribution import TARGET_NAMES
-
     target = params.get("target", "loss")
     scale = factor if target == "loss" else 1.0  # IG is linear in F: the loss's attributions in the page's unit
     what = TARGET_NAMES[target]
@@ -152,9 +154,6 @@ def _input_attribution(values, params, where, factor, unit):
 def _completion_by_mode_values(model, run, tokens, targets, params, progress=None):
     """The input under each metric mode (damcha.analysis.ablation.ModeOutcome: loss, completion,
     continuation, predicted class) and the picture of the truth the completions are drawn beside."""
-    from damcha.analysis.ablation import input_under_modes
-    from damcha.inputs.modalities import modality_named, task_of
-
     truth = modality_named(model.config.modality).seen_picture(np.asarray(tokens), np.asarray(targets), task_of(model.config))
     return {"truth": truth, "outcomes": input_under_modes(model, tokens, targets)}
 
@@ -183,16 +182,11 @@ def _completes(record: InspectionRecord, config) -> str | None:
 
 
 def _block_grid_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis.interventions import block_grid
-
     return block_grid(model, tokens, targets, bool(params.get("keep", False)))
 
 
 def _block_grid_validation_values(model, run, tokens, targets, params, progress=None):
     """The block grid averaged over the first params["n"] (64) validation inputs (the input is not used)."""
-    from damcha.analysis.interventions import block_grid_over
-    from damcha.inputs.model_inputs import validation_arrays
-
     x, y, _ = validation_arrays(run)
     n = int(params.get("n", 64))
     return block_grid_over(model, x[:n], y[:n], bool(params.get("keep", False)), progress=progress)
@@ -203,22 +197,15 @@ def _block_grid_validation(values, params, where, factor, unit):
 
 
 def _interpolation_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis import interventions
-    from damcha.inputs.model_inputs import validation_arrays
-
     mbar = interventions.mean_metric(model, validation_arrays(run)[0][:interventions.MEAN_INPUTS])
     return interventions.interpolation_curve(model, tokens, targets, mbar)
 
 
 def _off_diagonal_values(model, run, tokens, targets, params, progress=None):
-    from damcha.analysis.interventions import off_diagonal_curve
-
     return off_diagonal_curve(model, tokens, targets)
 
 
 def _completion_values(model, run, tokens, targets, params, progress=None):
-    from damcha.runs.evaluation import complete_patches
-
     options = _options(model, params)
     x = torch.as_tensor(np.asarray(tokens), dtype=torch.float32)[None]
     return np.stack([np.asarray(targets), complete_patches(model, x, options)[0].numpy()])
@@ -231,15 +218,11 @@ def _block_grid(values, params, where, factor, unit):
 
 
 def _interpolation(values, params, where, factor, unit):
-    from damcha.analysis.interventions import ALPHAS
-
     return figures.curve_figure(ALPHAS, {where: values * factor}, "Loss at M-bar + α (M(x) − M-bar)",
                                 "α (0: M-bar, 1: M(x))", f"loss ({unit})", marks={"M(x)": 1.0})
 
 
 def _off_diagonal(values, params, where, factor, unit):
-    from damcha.analysis.interventions import GAMMAS
-
     return figures.curve_figure(GAMMAS, {where: values * factor}, "Loss with the off-diagonal blocks scaled by γ",
                                 "γ (0: diagonal-only, 1: the model)", f"loss ({unit})")
 
@@ -257,8 +240,6 @@ def contribution_map(model, tokens, targets, params: dict) -> np.ndarray:
     """The contribution of M(x) to the loss in nats, (D, D) at params' layer and query position (an
     int; anything else: summed over positions), by params' method (gradient_x_metric | gradient)
     and per-call choices (`options`)."""
-    from damcha.analysis.attribution import metric_contributions
-
     where = params.get("position")
     contribution = metric_contributions(model, tokens, targets, dict(params.get("options") or {}),
                                         params.get("method", "gradient_x_metric"))
@@ -281,21 +262,15 @@ def _metric_contribution(values, params, where, factor, unit):
 
 
 def _contribution_blocks(values, params, where, factor, unit):
-    from damcha.analysis.attribution import block_sums
-
     return figures.head_by_head_figure(block_sums(values["map"] * factor, values["n_head"]), "Summed per block (H × H)",
                                        colorbar_title=f"Σ ({unit})")
 
 
 def _needs_head_sites(record: InspectionRecord, config) -> str | None:
-    from damcha.analysis.heads import head_site_note
-
     return head_site_note(config)
 
 
 def _needs_logit_path(record: InspectionRecord, config) -> str | None:
-    from damcha.analysis.heads import logit_path_note
-
     return logit_path_note(config) or _needs_head_sites(record, config)
 
 
@@ -314,9 +289,6 @@ def _options(model, params: dict):
 def _structure_mean_values(model, run, tokens, targets, params, progress=None):
     """params["structure"] averaged over the first params["n"] (64) validation inputs (see
     mean_structures), and the input's record with positions for labels (the inputs' tokens differ)."""
-    from damcha.analysis.inspection import mean_structures
-    from damcha.inputs.model_inputs import validation_arrays
-
     x, y, _ = validation_arrays(run)
     n, positions, options = int(params.get("n", 64)), params.get("positions"), _options(model, params)
     means = {s.name: s for s in mean_structures(model, x[:n], y[:n], options, progress=progress, positions=positions)}
@@ -328,8 +300,6 @@ def _structure_mean_values(model, run, tokens, targets, params, progress=None):
 
 def _sequence_profile_values(model, run, tokens, targets, params, progress=None):
     """params["structure"] of the input's sequence profile (a summary at every query position) and its record."""
-    from damcha.analysis.inspection import sequence_profile
-
     options = _options(model, params)
     profile = {s.name: s for s in sequence_profile(model, tokens, options, progress=progress)}
     if params["structure"] not in profile:
@@ -347,9 +317,6 @@ def _intervention_values(model, run, tokens, targets, params, progress=None):
     """(record without, record with) the mechanism's intervention params["intervention"] on the input:
     its own parameters by name, another input by its validation index, the mean metric over the
     first MEAN_INPUTS validation inputs."""
-    from damcha.analysis.interventions import MEAN_INPUTS, available_interventions, intervention_options, mean_metric
-    from damcha.inputs.model_inputs import validation_arrays
-
     iv = next((i for i in available_interventions(model.config) if i.name == params.get("intervention")), None)
     if iv is None:
         raise ValueError(f"{model.mechanism.title} has no intervention {params.get('intervention')!r}")
@@ -382,8 +349,6 @@ def _intervention(values, params, where, factor, unit):
 
 
 def _interventions_declared(record: InspectionRecord, config) -> str | None:
-    from damcha.analysis.interventions import available_interventions
-
     return None if available_interventions(config) else f"{record.variant} declares no intervention of its own"
 
 
@@ -428,8 +393,6 @@ def model_figure_values(name: str, model, run: Run, tokens, targets, params: dic
 def model_figure(name: str, values: np.ndarray, params: dict, where: str = "this input", config=None) -> go.Figure:
     """The figure of a model figure's values (see model_figure_values); the app and the CLI share it.
     config: the run's model config, whose loss unit the losses are shown in (default: nats)."""
-    from damcha.inputs.modalities import loss_factor, loss_label
-
     factor, unit = (loss_factor(config), loss_label(config)) if config is not None else (1.0, "nats")
     return _model_figure_named(name).draw(values, params, where, factor, unit)
 

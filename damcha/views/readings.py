@@ -13,6 +13,7 @@ from damcha.analysis.inspection import (
     off_diagonal_share,
     residue_learned,
 )
+from damcha.model.mechanisms import Identifiability
 from damcha.views.figure_sets import grid_matrices, structure_index
 
 
@@ -52,8 +53,6 @@ def statistics_caption(record: InspectionRecord) -> str:
 
 def fixed_structure_sentence(structure) -> str | None:
     """What the views across epochs say of a structure training does not change (None: it is trained)."""
-    from damcha.model.mechanisms import Identifiability
-
     if structure.identifiability is not Identifiability.FIXED:
         return None
     return (f"{structure.title} is fixed, not trained: every snapshot holds the same, so it is drawn once here "

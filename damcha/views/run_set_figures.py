@@ -18,9 +18,14 @@ import plotly.graph_objects as go
 
 from damcha.analysis.dynamics import spread_epochs
 from damcha.analysis.inspection import inspect_input
-from damcha.runs.checkpoints import Run
+from damcha.analysis.interventions import batch_losses
+from damcha.inputs.modalities import loss_factor, loss_label
+from damcha.inputs.model_inputs import validation_arrays
+from damcha.runs.checkpoints import Run, load_model
 from damcha.views import figures
 from damcha.views.comparison import compared_run, comparison_figure, panel_figure, shared_loss_range
+from damcha.views.display_units import LossUnit
+from damcha.views.export import ExportItem, Provenance, run_name_in
 from damcha.views.model_figures import contribution_map
 
 Loader = Callable[[Run, int], object]  # (run, epoch) -> the model of that snapshot (cached by the caller)
@@ -69,8 +74,6 @@ def _contribution(run, epoch, load, tokens, targets, params):
 
 
 def _contributions_side_by_side(taken, params, input_source):
-    from damcha.inputs.modalities import loss_factor, loss_label
-
     cfg = taken[0][0].model_config
     return figures.metric_panels_figure({f"{run.name} (epoch {epoch})": M * loss_factor(cfg) for run, epoch, M in taken},
                                         cfg.n_head, f"Contribution of M(x) to the loss ({loss_label(cfg)}), one colour range",
@@ -114,17 +117,12 @@ def _fig11(taken, params, input_source):
 def _validation_losses(run, epoch, load, tokens, targets, params):
     """(N,) each of the first params["inputs"] (256) validation inputs' mean loss in nats (the input
     shown is not used: this compares the runs over the data set)."""
-    from damcha.analysis.interventions import batch_losses
-    from damcha.inputs.model_inputs import validation_arrays
-
     x, y, _ = validation_arrays(run)
     n = int(params.get("inputs", 256))
     return batch_losses(load(run, epoch), x[:n], y[:n])
 
 
 def _losses_against(taken, params, input_source):
-    from damcha.views.display_units import LossUnit
-
     if len(taken) != 2:
         raise ValueError(f"the per-input loss scatter compares two runs, not {len(taken)}")
     (a, ea, la), (b, eb, lb) = taken
@@ -166,16 +164,12 @@ def run_set_figure(name: str, taken: Sequence[Taken], params: dict, input_source
 
 def run_set_params(runs: Sequence[Run], epochs: Sequence[int], params: dict, root=None) -> dict:
     """The figure parameters with the runs (named relative to `root`, as provenance names a run) and their epochs."""
-    from damcha.views.export import run_name_in
-
     return {**params, "runs": [run_name_in(r.path, root) for r in runs], "epochs": [int(e) for e in epochs]}
 
 
 def taken_from(name: str, runs: Sequence[Run], epochs: Sequence[int], tokens, targets, params: dict,
                load: Loader | None = None) -> list[Taken]:
     """What the named figure takes from each run at its epoch, computed afresh."""
-    from damcha.runs.checkpoints import load_model
-
     per_run = run_set_figure_named(name).per_run
     return [(run, int(e), per_run(run, int(e), load or load_model, tokens, targets, dict(params)))
             for run, e in zip(runs, epochs)]
@@ -183,8 +177,6 @@ def taken_from(name: str, runs: Sequence[Run], epochs: Sequence[int], tokens, ta
 
 def run_set_item(name: str, taken: Sequence[Taken], tokens, targets, params: dict, input_source: str = "", root=None):
     """The named figure of what it took from each run, with its provenance."""
-    from damcha.views.export import ExportItem, Provenance
-
     runs, epochs = [t[0] for t in taken], [t[1] for t in taken]
     prov = Provenance.of(name, runs[0], epochs[0], tokens, targets, input_source,
                          run_set_params(runs, epochs, params, root), regenerable=True, root=root)

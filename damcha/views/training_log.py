@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from plotly.colors import get_colorscale, sample_colorscale
 
 from damcha.analysis.inspection import inspect_input
 from damcha.inputs.datasets import DataSet, windows
@@ -32,8 +33,6 @@ LEVELS = 256  # colours sampled from a scale
 @functools.lru_cache(maxsize=8)
 def colour_table(colorscale: str) -> np.ndarray:
     """(LEVELS, 3) RGB of one of the app's plotly colour scales, sampled evenly from 0 to 1."""
-    from plotly.colors import get_colorscale, sample_colorscale
-
     rgb = sample_colorscale(get_colorscale(colorscale), list(np.linspace(0, 1, LEVELS)), colortype="tuple")
     return np.asarray(rgb, dtype=float) * 255
 

@@ -459,8 +459,8 @@ def test_a_claim_can_ask_for_more_seeds_than_the_command_outside_quick_runs():
 
 
 def test_tables_1_4_and_5_carry_an_mha_at_damchas_parameter_count_and_every_arm_its_count():
+    from damcha.evidence.capacity import base_config, model_parameters
     from damcha.evidence.runner import arm_parameters
-    from damcha.evidence.units import base_config, model_parameters
     from damcha.evidence.view import arm_table
     from damcha.inputs.datasets import load_dataset
     from damcha.model.transformer import Transformer

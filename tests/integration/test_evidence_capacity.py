@@ -5,11 +5,11 @@ so a gain of capacity shows against the reference."""
 import pytest
 
 import damcha.inputs.synthetic as syn
+from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import DEPTH_1_AT_DEPTH_5, F_DEPTHS
 from damcha.evidence.results import summarise
 from damcha.evidence.runner import arm_parameters
-from damcha.evidence.units import model_parameters
 from tests.support.evidence_values import made_up_values
 
 RATIO = 1.5

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from damcha import build_model
-from damcha.evidence.scales import PAPER, Setting, scale_claims
-from damcha.evidence.units import base_config, data_of
+from damcha.evidence.capacity import base_config, data_of
+from damcha.evidence.scales import PAPER, scale_claims
+from damcha.evidence.setting import Setting
 from damcha.inputs.datasets.generated import write_standard_format_files
 from damcha.runs.memory import ADAM_STATES, DoesNotFit, check_fits, training_memory
 from damcha.runs.train import model_config_for

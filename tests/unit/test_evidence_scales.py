@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from damcha.__main__ import main
+from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
-from damcha.evidence.scales import PAPER, SCALES, TINY, Setting, budget, check_data, locate_data, scale_claims
-from damcha.evidence.units import model_parameters
+from damcha.evidence.scales import PAPER, SCALES, TINY, budget, check_data, locate_data, scale_claims
+from damcha.evidence.setting import Setting
 from damcha.inputs.datasets import DataError
 from damcha.inputs.datasets.generated import write_standard_format_files
 

@@ -11,7 +11,7 @@ import torch
 from damcha.evidence import tuning
 from damcha.evidence.records import Arm
 from damcha.evidence.runner import evidence_claims, reusable_tuning, same_arm
-from damcha.evidence.scales import DEMO
+from damcha.evidence.setting import DEMO
 from damcha.inputs.datasets import load_dataset
 from damcha.inputs.datasets.base import DataSet
 from damcha.runs.train import TrainConfig

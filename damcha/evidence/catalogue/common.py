@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from damcha.evidence.capacity import matched_width
 from damcha.evidence.records import Arm, Claim, ConstructionCheck, Sanity
 from damcha.evidence.sanity import CLASSIFICATION_CHECKS
 from damcha.model.config import ModelConfig
@@ -72,8 +73,6 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
 def capacity_matched_mha(dataset: str = "digits", reference: str = "damcha") -> Arm:
     """MHA widened (heads kept, MLP at the same ratio) to the parameter count nearest `reference`'s on
     `dataset`: the arm that tells a gain of the mechanism from a gain of capacity."""
-    from damcha.evidence.units import matched_width
-
     matched = matched_width("mha", reference, dataset)
     return Arm(f"MHA at {reference.upper()}'s parameters", variant="mha", dataset=dataset,
                overrides=(("n_embd", matched),))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -213,8 +214,6 @@ def token_attribution_figure(values: np.ndarray, labels: Sequence[str], title: s
 
 def highlighted_text_html(chars: Sequence[str], values: np.ndarray) -> str:
     """Characters with a background whose colour and strength follow a signed attribution."""
-    import html
-
     z = symmetric_limit(values)
     spans = []
     for ch, v in zip(chars, values):

@@ -1,0 +1,79 @@
+"""How an evidence unit runs: the size it trains at (`Scale`; None: the demo's) and where it finds its
+data and device (`Setting`). The scales themselves, and which claims they run, live in scales.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from damcha.inputs.datasets import DATA_SETS, data_set_spec, load_dataset
+from damcha.inputs.datasets.base import AtScale
+
+
+@dataclass(frozen=True, eq=False)  # compared (and cached) by identity: one object per scale
+class Scale:
+    """name: what --scale takes. claims: catalogue keys run at this scale. model: ModelConfig fields of
+    every model arm. The data sets a scale runs on declare their place in it themselves
+    (`DataSetSpec.scales[name]`: the demo data sets they stand in for, the files, the training settings).
+    smoke: claims are built as --quick builds them (fewer arms). tokens_per_second: measured training
+    throughput of a variant at this size (`throughput_source`); a variant not measured, or a model of
+    another size, is costed at the slowest measured rate, and says so."""
+
+    name: str
+    description: str
+    claims: tuple[str, ...]
+    model: dict
+    efficiency_model: dict
+    efficiency_case: dict
+    smoke: bool
+    nonstandard_ok: bool
+    tokens_per_second: dict[str, float]
+    throughput_source: str
+    compile: bool = False
+    default_device: str = "cpu"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def place(self, dataset: str) -> AtScale:
+        return data_set_spec(dataset).scales[self.name]
+
+    def stands_for(self, demo: str) -> tuple[str, ...]:
+        """The data sets the claims on the demo data set `demo` run on at this scale (one claim each)."""
+        return tuple(n for n, spec in DATA_SETS.items() if self.name in spec.scales and demo in spec.scales[self.name].replaces)
+
+    def model_overrides(self, dataset: str) -> tuple:
+        block = self.place(dataset).block_size
+        return tuple({**self.model, **({"block_size": block} if block else {})}.items())
+
+    def run_hours(self, variant: str, dataset: str) -> tuple[float, bool]:
+        """Device-hours of one training run (its training tokens at the measured rate), and whether the
+        variant's own rate was measured ("": a model of another size, costed at the slowest rate)."""
+        place = self.place(dataset)
+        t = place.train
+        steps = t["steps_per_epoch"] if "steps_per_epoch" in t else math.ceil(place.train_samples / t["batch_size"])
+        length = place.block_size or 64  # (images: 64 patches)
+        tokens = t["epochs"] * steps * t["batch_size"] * length
+        rate = self.tokens_per_second.get(variant)
+        return tokens / (rate or min(self.tokens_per_second.values())) / 3600, rate is not None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How a unit runs: at which scale (None: the demo's), on which files (data set -> path) and device."""
+
+    scale: Scale | None = None
+    files: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"
+
+    def path(self, dataset: str) -> str | None:
+        return dict(self.files).get(dataset)
+
+    def load(self, dataset: str, block_size: int = 128):
+        return load_dataset(dataset, self.path(dataset), block_size,
+                            nonstandard_ok=bool(self.scale and self.scale.nonstandard_ok))
+
+    def train_fields(self, dataset: str) -> dict:
+        return {**self.scale.place(dataset).train, "data_path": self.path(dataset),
+                "nonstandard_data": self.scale.nonstandard_ok, "device": self.device}
+
+
+DEMO = Setting()
