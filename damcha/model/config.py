@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from damcha.model import mechanisms
 
@@ -22,6 +22,21 @@ MAX_BLOCK_SIZE = 65_536
 # Upper bounds checked before any count is computed, so no config makes even the estimate slow.
 FIELD_LIMITS = {"vocab_size": 1_000_000, "n_layer": 256, "n_head": 4_096, "n_embd": 65_536, "mlp_ratio": 64,
                 "n_classes": 100_000, "input_dim": 65_536, "mlp_width": 1_048_576, "head_hidden": 1_048_576}
+
+
+def one_of(values: tuple) -> str:
+    """'a', 'b' or 'c'."""
+    quoted = [repr(v) for v in values]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+# The block layout's string choices: the fields' types, and what validate() and the train flags accept.
+NormPlacement = Literal["pre", "post"]
+PositionEncoding = Literal["learned", "sinusoidal", "rotary"]
+Norm = Literal["layer", "rms"]
+FeedForward = Literal["gelu", "swiglu"]
+CHOICE_TYPES = {"NormPlacement": NormPlacement, "PositionEncoding": PositionEncoding, "Norm": Norm,
+                "FeedForward": FeedForward}  # (annotation, as a field's type reads) -> its Literal
 
 
 @dataclass(frozen=True)
@@ -54,12 +69,12 @@ class ModelConfig:
     # Block layout. This project's models are pre-LN with a learned position table and a final norm;
     # the authors' reference code (damcha.runs.reference imports it) is post-LN with fixed sinusoidal
     # positions, no final norm and a feed-forward width of 2D.
-    norm_placement: str = "pre"  # "pre": x + f(LN(x)) | "post": LN(x + f(x))
+    norm_placement: NormPlacement = "pre"  # "pre": x + f(LN(x)) | "post": LN(x + f(x))
     # "learned": a table of block_size vectors | "sinusoidal": fixed | "rotary": RoPE on the q and k of every
     # layer's attend step (no table; the Llama layout: for DAMCHA q = x_i·m_i and k = x_i are rotated)
-    position_encoding: str = "learned"
-    norm: str = "layer"  # "layer": LayerNorm | "rms": RMSNorm (the Llama layout)
-    feed_forward: str = "gelu"  # "gelu": Linear-GELU-Linear with biases | "swiglu": down(silu(gate x) * up x), no biases
+    position_encoding: PositionEncoding = "learned"
+    norm: Norm = "layer"  # "layer": LayerNorm | "rms": RMSNorm (the Llama layout)
+    feed_forward: FeedForward = "gelu"  # "gelu": Linear-GELU-Linear with biases | "swiglu": down(silu(gate x) * up x), no biases
     final_norm: bool = True
     head_bias: bool = False  # the next-token head with a bias (the reference's LM head has one)
     mlp_width: int = 0  # the feed-forward width; 0: mlp_ratio * n_embd (the reference's d_ff may be any width)
@@ -128,8 +143,9 @@ class ModelConfig:
                 raise ValueError(f"invalid model config: {msg}")
 
         for f in dataclasses.fields(self):
-            need(_has_type(getattr(self, f.name), f.type),
-                 f"{f.name} must be {FIELD_TYPE_NAMES.get(f.type, f.type)}, got {_short(getattr(self, f.name))}")
+            kind = str(f.type)  # (annotations are strings here: from __future__ import annotations)
+            need(_has_type(getattr(self, f.name), kind),
+                 f"{f.name} must be {FIELD_TYPE_NAMES.get(kind, kind)}, got {_short(getattr(self, f.name))}")
         for name, limit in FIELD_LIMITS.items():
             need(getattr(self, name) <= limit, f"{name} {getattr(self, name):,} is above {limit:,}")
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
@@ -146,14 +162,9 @@ class ModelConfig:
             need(False, str(e))
         need(isinstance(self.dropout, int | float) and isinstance(self.generator_dropout, int | float)
              and 0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
-        need(self.norm_placement in ("pre", "post"), f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
-        need(self.position_encoding in ("learned", "sinusoidal", "rotary"),
-             f"position_encoding must be 'learned', 'sinusoidal' or 'rotary', got {self.position_encoding!r}")
         need(self.position_encoding != "rotary" or self.mechanism.rotary_positions,
              f"{self.attention} scores in its own steps, not through the shared attend step: rotary positions "
              "(RoPE on q and k there) do not apply to it")
-        need(self.norm in ("layer", "rms"), f"norm must be 'layer' or 'rms', got {self.norm!r}")
-        need(self.feed_forward in ("gelu", "swiglu"), f"feed_forward must be 'gelu' or 'swiglu', got {self.feed_forward!r}")
         need(self.n_classes >= 0, "n_classes must be >= 0")
         need(not (self.n_classes and self.causal), "a classification head needs a non-causal encoder (causal=False)")
         need(self.n_classes > 0 or self.causal, "a non-causal model needs a classification head (n_classes > 0)")
@@ -162,7 +173,7 @@ class ModelConfig:
         for name in ("mlp_width", "head_hidden"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name} must be an integer >= 0, got {v!r}")
-        need(not self.head_hidden or self.input_dim, "head_hidden applies to the vector head (input_dim > 0)")
+        need(not self.head_hidden or self.input_dim > 0, "head_hidden applies to the vector head (input_dim > 0)")
         need(not (self.input_dim and self.pad_token is not None), "continuous inputs (input_dim > 0) have no padding token")
         need(not (self.input_dim and self.head_hidden and self.n_classes), "head_hidden applies to the vector head")
         # Refuse configs that would allocate absurd memory before any tensor exists: parameters and
@@ -247,7 +258,8 @@ def with_saved_defaults(fields: dict) -> dict:
 
 FIELD_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
                     "int | None": "an integer or null", "tuple[int, ...]": "a list of at most 16 integers",
-                    "tuple[tuple[str, Any], ...]": "an object of settings"}
+                    "tuple[tuple[str, Any], ...]": "an object of settings",
+                    **{name: one_of(get_args(choice)) for name, choice in CHOICE_TYPES.items()}}
 
 
 def _has_type(value: Any, annotation: str) -> bool:
@@ -262,6 +274,8 @@ def _has_type(value: Any, annotation: str) -> bool:
         "tuple[int, ...]": lambda v: isinstance(v, tuple) and len(v) <= 16 and all(map(is_int, v)),
         "tuple[tuple[str, Any], ...]": lambda v: isinstance(v, tuple),
     }
+    if annotation in CHOICE_TYPES:
+        return value in get_args(CHOICE_TYPES[annotation])
     if annotation not in checks:
         raise TypeError(f"ModelConfig has a field of type {annotation}, which validate() does not know how to check")
     return checks[annotation](value)
@@ -283,4 +297,4 @@ def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     """The same model with another registered attention variant (names as in ModelConfig.variant)."""
     v = mechanisms.get_variant(variant)
     fields, options = split_fields(v.fields)
-    return dataclasses.replace(base, attention=v.mechanism, attention_options=options, **fields)
+    return dataclasses.replace(base, attention=v.mechanism, attention_options=tuple(options.items()), **fields)

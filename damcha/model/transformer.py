@@ -189,6 +189,7 @@ class SinusoidalPositions(nn.Module):
         table = torch.zeros(T, D)  # (T, D)
         table[:, 0::2] = torch.sin(position * frequency)
         table[:, 1::2] = torch.cos(position * frequency[: D // 2])
+        self.table: torch.Tensor
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, pos: torch.Tensor) -> torch.Tensor:

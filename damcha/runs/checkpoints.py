@@ -245,7 +245,7 @@ def read_test(run_dir: Path, root: Path | None = None) -> dict | None:
 # notes: what a run lacks (a caveat, shown as a warning); provenance: where it came from (shown as information).
 SECTION_TYPES = {"model": dict, "train": dict, "data": dict, "notes": list, "provenance": list}
 NUMBER, COUNT = (int, float), int
-ENTRY_RULES = {
+ENTRY_RULES: dict[str, dict[str, tuple]] = {
     "train": {"epochs": (COUNT, 0, 10**6), "lr": (NUMBER, 0, 1e3), "optimizer": (str,), "split_seed": (COUNT, 0, 2**63 - 1),
               "val_windows": (COUNT, 1, 100_000), "batch_size": (COUNT, 1, 10**7), "seed": (COUNT, 0, 2**63 - 1)},
     "data": {"name": (str,), "kind": (str,), "task": (str,), "unit": (str,), "bytes": (COUNT, 0, 2**63 - 1),
@@ -405,7 +405,7 @@ def load_state(path: Path, expected: dict[str, torch.Tensor], root: Path | None 
     """Tensors of a snapshot, after checking names, shapes and dtypes against `expected`."""
     header = read_snapshot_header(path, root)
     if header.metadata.get("format_version") not in (None, str(FORMAT_VERSION)):
-        raise CheckpointError(f"{path}: unknown format version {header.metadata.get('format_version')[:40]!r}")
+        raise CheckpointError(f"{path}: unknown format version {str(header.metadata['format_version'])[:40]!r}")
     stored = unwrapped_names(header.tensors, str(path))
     names = set(stored)
     missing, extra = set(expected) - names, names - set(expected)

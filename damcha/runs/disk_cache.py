@@ -109,7 +109,7 @@ def prune(folder: Path, limit: int) -> list[Path]:
             continue  # removed by another process meanwhile
         entries.append((st.st_mtime_ns, st.st_size, path))
     total = sum(size for _, size, _ in entries)
-    removed = []
+    removed: list[Path] = []
     if total <= limit:
         return removed
     for _, size, path in sorted(entries):

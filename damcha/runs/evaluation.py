@@ -6,6 +6,7 @@ Used by training (every epoch), the ablations and the app; it never trains anyth
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ def evaluate(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, ba
             each.append(out.token_loss.reshape(len(x), -1).mean(1).double().cpu().numpy())  # (b,)
         if model.config.n_classes:
             correct += int((out.logits.argmax(-1) == y).sum())
-    result = {"nll": total / max(count, 1)}
+    result: dict[str, Any] = {"nll": total / max(count, 1)}
     if per_input:
         result["per_input"] = np.concatenate(each) if each else np.zeros(0)
     if model.config.n_classes:
@@ -124,22 +125,22 @@ def completes_tokens(modality: str, task: str) -> bool:
 
 def validation_tensors(data: DataSet, val_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
     if data.stream:
-        return fixed_val_windows(data.val_stream, data.block_size, val_windows)
-    return data.val_inputs, data.val_targets
+        return fixed_val_windows(data.tensor("val_stream"), data.block_size, val_windows)
+    return data.tensor("val_inputs"), data.tensor("val_targets")
 
 
 def test_tensors(data: DataSet) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole test split: every non-overlapping window of a corpus's test bytes, every test sample."""
     if data.test_stream is not None:
         return fixed_val_windows(data.test_stream, data.block_size, len(data.test_stream))
-    return data.test_inputs, data.test_targets
+    return data.tensor("test_inputs"), data.tensor("test_targets")
 
 
 def train_subset(data: DataSet, val_windows: int, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed slice of the training data, evaluated like validation for the train-loss curve."""
     if data.stream:
-        return fixed_val_windows(data.train_stream, data.block_size, min(n, val_windows))
-    return data.train_inputs[:n], data.train_targets[:n]
+        return fixed_val_windows(data.tensor("train_stream"), data.block_size, min(n, val_windows))
+    return data.tensor("train_inputs")[:n], data.tensor("train_targets")[:n]
 
 
 def held_out_metrics(model: Transformer, data: DataSet, tcfg, inputs: torch.Tensor, targets: torch.Tensor,

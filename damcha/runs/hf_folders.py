@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from damcha.model.config import ModelConfig
 from damcha.runs.files import CheckpointError, parse_json, read_json, read_text
@@ -62,7 +63,7 @@ def trainer_checkpoints(folder: Path) -> dict[int, Path]:
         entries = [e for e in os.scandir(folder) if CHECKPOINT_RE.match(e.name)]
     except OSError:
         return {}
-    return {int(CHECKPOINT_RE.match(e.name).group(1)): Path(e.path) for e in entries
+    return {int(e.name.split("-")[-1]): Path(e.path) for e in entries
             if e.is_dir() and os.path.lexists(Path(e.path) / CONFIG_FILE)}
 
 
@@ -79,8 +80,8 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
             raise CheckpointError(f"{folder}: no {CONFIG_FILE}")
         cfg = read_json(checkpoints[max(checkpoints)] / CONFIG_FILE, MAX_CONFIG_BYTES, root, "model config")
     _refuse_foreign(folder, cfg)
-    source = cfg.get("damcha_run") if isinstance(cfg.get("damcha_run"), dict) else {}
-    config = {"format_version": 1, "model": _named_settings({k: v for k, v in cfg.items() if k in _MODEL_FIELDS}),
+    source: dict = cfg["damcha_run"] if isinstance(cfg.get("damcha_run"), dict) else {}
+    config: dict[str, Any] = {"format_version": 1, "model": _named_settings({k: v for k, v in cfg.items() if k in _MODEL_FIELDS}),
               "train": _section(source, "train"), "data": _section(source, "data"),
               "provenance": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
     if source.get("run"):
@@ -102,7 +103,7 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
         state = _trainer_state(checkpoints[step], root)
         epochs.append(_checkpoint_epoch(state))
     by_epoch = all(e is not None and float(e).is_integer() for e in epochs) and len({*epochs}) == len(epochs)
-    numbers = [int(e) for e in epochs] if by_epoch else steps
+    numbers = [int(e) for e in epochs if e is not None] if by_epoch else steps  # (by_epoch: none is None)
     config["provenance"].append("Snapshots are Hugging Face Trainer checkpoints, numbered by "
                            + ("epoch." if by_epoch else "training step (checkpoint-N): they do not fall on whole epochs."))
     snapshots = {n: f"{checkpoints[s].name}/{WEIGHTS_FILE}" for n, s in zip(numbers, steps)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -130,7 +131,7 @@ def check_training_fits(config: ModelConfig, batch_size: int, device: torch.devi
     return estimate
 
 
-def plan_strategy(config: ModelConfig, batch_size: int, available: int, world: int = 1) -> tuple[str, MemoryEstimate]:
+def plan_strategy(config: ModelConfig, batch_size: int, available: int, world: int = 1) -> tuple[Literal["ddp", "fsdp"], MemoryEstimate]:
     """How `world` ranks of `available` bytes each train `config`: "ddp" where every rank can hold the whole
     model, its gradients and Adam's state beside its share of the batch, else "fsdp" (FSDP2: each rank 1/world
     of them) where that fits; refused with both estimates where neither does."""

@@ -226,7 +226,7 @@ def reference_settings(ckpt: dict, modality: str | None = None, n_head: int | No
     """The settings of a reference checkpoint: a command-line value, else the file's own config
     (and off_diag_params), else what the tensors say, else the reference code's default."""
     saved, params = _saved_settings(ckpt)
-    components = ckpt.get("components") if isinstance(ckpt.get("components"), dict) else {}
+    components: dict = ckpt["components"] if isinstance(ckpt.get("components"), dict) else {}
     sources: dict = {}
     for name, value in (("--n-head", n_head), ("--diag-scale", diag_scale), ("--off-diag-scale", off_diag_scale)):
         _check_setting(name, value, "count" if name == "--n-head" else "number", "the command line")
@@ -337,7 +337,7 @@ def reference_config(ckpt: dict, settings: ReferenceSettings, block_size: int | 
         fields.update(attention="mha", n_head=_given_heads(settings.n_head))
     else:
         raise ReferenceCheckpointError("layer 0 has neither a metric generator, an M0 nor W_q: unknown attention")
-    components = ckpt.get("components") if isinstance(ckpt.get("components"), dict) else {}
+    components: dict = ckpt["components"] if isinstance(ckpt.get("components"), dict) else {}
     reading = READINGS[settings.modality]
     if reading.patches:
         fields.update(input_dim=PATCH_DIM, vocab_size=1, block_size=block_size or 64, modality=settings.modality)
@@ -393,6 +393,7 @@ def convert_state(ckpt: dict, config: ModelConfig, settings: ReferenceSettings,
         for j, key in enumerate(hidden[:-1]):
             take(key, f"{target}generator.hidden.{j}.weight")
             take(key[:-len("weight")] + "bias", f"{target}generator.hidden.{j}.bias")
+        assert scales is not None  # (f's places exist only for an adaptive metric)
         last, bias = state[hidden[-1]], state[hidden[-1][:-len("weight")] + "bias"]
         layer = int(target.split(".")[1]) if target.startswith("blocks.") else 0
         extra = _layer_bias(state, source, layer, config.n_embd, report)
@@ -426,7 +427,10 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str | No
         vocab_size = TOKENIZERS[tokenizer]
     out = Path(out_dir)
     refuse_existing(out, ReferenceCheckpointError)  # before any file is read: nothing of the user's is written over
-    config, settings, rows, converted = None, None, [], []
+    config: ModelConfig | None = None
+    settings: ReferenceSettings | None = None
+    rows: list[dict] = []
+    converted: list[tuple] = []
     for k, (epoch, path) in enumerate(files):
         try:
             epoch, cfg, these, state, report, loss = _convert_file(path, epoch, modality, n_head, diag_scale,
@@ -447,6 +451,7 @@ def import_reference(source: str | Path, out_dir: str | Path, modality: str | No
     rows.sort(key=lambda r: r["epoch"])
     # A refused, failed or killed import leaves neither a half run at out nor anything in the temporary directory.
     with staged_folder(out, "importing", ReferenceCheckpointError) as staging:
+        assert config is not None and settings is not None  # (files holds one at least: _reference_files)
         _write_imported_run(staging, source, config, settings, converted, rows, tokenizer)
     return out
 
@@ -514,7 +519,8 @@ def reference_files(source: str | Path) -> list[tuple[int | None, Path]]:
         return [(_epoch_in_name(source), source)]
     if not source.is_dir():
         raise ReferenceCheckpointError(f"{source}: no such file or folder")
-    files = sorted((int(m.group(1)), p) for p in source.iterdir() if (m := EPOCH_FILE.match(p.name)))
+    files: list[tuple[int | None, Path]] = sorted(
+        (int(m.group(1)), p) for p in source.iterdir() if (m := EPOCH_FILE.match(p.name)))
     if not files and (source / "best_model.pt").is_file():
         files = [(None, source / "best_model.pt")]
     if not files:
@@ -641,7 +647,7 @@ def _components(ckpt: dict, config: ModelConfig, ours: dict, out: dict, report: 
     Images: their patcher reads (channel, row, column) patches normalised to u = 2x - 1, ours
     (row, column, channel) patches x in [0, 1], so W' = 2 W P and b' = b - W 1; their head predicts
     u, ours x = (u + 1) / 2, so its last layer is permuted and halved, its bias shifted by 1."""
-    parts = ckpt.get("components") if isinstance(ckpt.get("components"), dict) else {}
+    parts: dict = ckpt["components"] if isinstance(ckpt.get("components"), dict) else {}
     order = _patch_order()
 
     def put(name: str, ours_key: str, value: torch.Tensor) -> None:

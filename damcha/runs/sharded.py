@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -32,24 +33,27 @@ from torch import nn
 from damcha.runs.checkpoints import CheckpointError, write_text_atomic
 from damcha.runs.distributed import Process
 
+if TYPE_CHECKING:
+    from damcha.model.transformer import Transformer
+
 STRATEGIES = ("ddp", "fsdp")  # ddp: every rank holds the whole model; fsdp: each rank a shard
 STATE_DIR = "training_state_fsdp"
 STATE_META = "progress.json"
 
 
-def checkpoint_activations(model: nn.Module) -> None:
+def checkpoint_activations(model: Transformer) -> None:
     """Recompute each block's activations, and the shared metric's, in the backward pass instead
     of keeping them (use_reentrant=False; dropout draws the same masks again): less memory for
     more compute. Applied before sharding."""
     from torch.distributed._composable import checkpoint
 
-    if getattr(model, "metric_source", None) is not None:
+    if model.metric_source is not None:
         checkpoint(model.metric_source)
     for block in model.blocks:
         checkpoint(block)
 
 
-def shard(model: nn.Module, device: torch.device) -> None:
+def shard(model: Transformer, device: torch.device) -> None:
     """fully_shard the shared structure module, each block, then the root, over every rank."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
@@ -74,7 +78,7 @@ def gather_full_weights(model: nn.Module, into: nn.Module | None) -> None:
     """Every rank takes part; rank 0 receives the full weights into `into` (an unsharded copy)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full: dict[str, Any] = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if into is not None:
         device = next(into.parameters()).device
         into.load_state_dict({k: v.to(device) for k, v in full.items()})
@@ -137,11 +141,11 @@ def load_state(run_dir: Path, model: nn.Module, opt: torch.optim.Optimizer) -> t
         raise CheckpointError(f"{folder}: not a sharded training state ({e})") from None
     if with_optimiser:
         weights, optimiser = get_state_dict(model, opt)  # creates the optimiser's state, overwritten by the load
-        state = {"model": weights, "optim": optimiser}
+        state: dict[str, Any] = {"model": weights, "optim": optimiser}
         dcp.load(state, checkpoint_id=shards)
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     else:
-        state = {"model": get_model_state_dict(model)}
+        state = {"model": get_model_state_dict(model)}  # (dict[str, Any], as above)
         dcp.load(state, checkpoint_id=shards)
         set_model_state_dict(model, state["model"])
     return epoch, step

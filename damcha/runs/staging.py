@@ -38,7 +38,7 @@ def _process_runs(pid: int) -> bool:
 
 def remove_stale_staging(out: Path, purpose: str) -> list[Path]:
     """Remove the staging folders for `out` whose writer no longer runs; returns what was removed."""
-    pattern, removed = _staging_pattern(out, purpose), []
+    pattern, removed = _staging_pattern(out, purpose), list[Path]()
     try:
         siblings = list(out.parent.iterdir())
     except OSError:

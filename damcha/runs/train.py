@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 import torch
@@ -43,9 +43,12 @@ from damcha.runs.checkpoints import (
 from damcha.runs.evaluation import evaluate_epoch, test_metrics
 from damcha.runs.memory import check_training_fits, device_memory, plan_strategy
 
-OPTIMIZERS = ("adam", "adamw")  # adam: the paper's
-SCHEDULES = ("cosine", "constant")
-PRECISIONS = ("fp32", "bf16")  # fp32: the exact reference; bf16: autocast for the training steps
+Optimizer = Literal["adam", "adamw"]  # adam: the paper's
+Schedule = Literal["cosine", "constant"]
+Precision = Literal["fp32", "bf16"]  # fp32: the exact reference; bf16: autocast for the training steps
+Strategy = Literal["ddp", "fsdp", "auto"]  # auto: ddp where a rank holds the model, else fsdp (runs.memory)
+OPTIMIZERS, SCHEDULES, PRECISIONS = get_args(Optimizer), get_args(Schedule), get_args(Precision)
+CHOICE_TYPES = {"Optimizer": Optimizer, "Schedule": Schedule, "Precision": Precision}  # (as a field's type reads)
 
 
 @dataclass(frozen=True)
@@ -56,15 +59,15 @@ class TrainConfig:
     batch_size: int = 32
     lr: float = 3e-3
     min_lr_fraction: float = 0.1
-    optimizer: str = "adam"  # "adam" (the paper) | "adamw"
+    optimizer: Optimizer = "adam"  # "adam" (the paper) | "adamw"
     weight_decay: float = 0.0
-    schedule: str = "cosine"  # "cosine" | "constant"
+    schedule: Schedule = "cosine"  # "cosine" | "constant"
     warmup_steps: int = 0
     grad_clip: float = 1.0  # 0: off
     seed: int = 0
     split_seed: int = 0
     device: str = "auto"
-    precision: str = "fp32"  # "fp32" (the exact reference) | "bf16" (autocast for the training steps)
+    precision: Precision = "fp32"  # "fp32" (the exact reference) | "bf16" (autocast for the training steps)
     snapshot_epochs: tuple[int, ...] = ()  # empty: default_snapshot_epochs(epochs)
     steps_per_epoch: int = 100  # corpora only; digits epochs are full passes
     val_windows: int = 256  # corpora: non-overlapping validation windows evaluated
@@ -110,7 +113,7 @@ def pick_device(name: str) -> torch.device:
 def model_config_for(data: DataSet, base: ModelConfig) -> ModelConfig:
     """The base config with the data-dependent fields filled in."""
     causal = data.task != "classification"
-    input_dim = int(data.train_inputs.shape[-1]) if data.task == "next_vector" else 0
+    input_dim = int(data.tensor("train_inputs").shape[-1]) if data.task == "next_vector" else 0
     return dataclasses.replace(
         base, vocab_size=data.vocab_size or 1, block_size=data.block_size, causal=causal,
         n_classes=data.n_classes if not causal else 0, input_dim=input_dim, modality=data.modality,
@@ -169,7 +172,7 @@ class TrainingObserver(Protocol):
 
 def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, progress: bool = True,
           stop_after_epoch: int | None = None, compile_model: bool = False,
-          observer: TrainingObserver | None = None, strategy: str = "ddp",
+          observer: TrainingObserver | None = None, strategy: Strategy = "ddp",
           activation_checkpointing: bool = False, evaluate_every_epoch: bool = True) -> TrainResult:
     """Train (or resume) a run into out_dir. stop_after_epoch simulates an interruption (tests).
     observer: told of every step and epoch (rank 0 only under torchrun); closed at the end.
@@ -231,7 +234,8 @@ def _training_data(tcfg: TrainConfig, block_size: int) -> DataSet:
     if tcfg.tuning_holdout:
         data = data.held_out_for_tuning(tcfg.tuning_holdout)
     if tcfg.train_limit and not data.stream:
-        data.train_inputs, data.train_targets = data.train_inputs[:tcfg.train_limit], data.train_targets[:tcfg.train_limit]
+        data.train_inputs = data.tensor("train_inputs")[:tcfg.train_limit]
+        data.train_targets = data.tensor("train_targets")[:tcfg.train_limit]
     return data
 
 
@@ -246,7 +250,7 @@ class _Models:
     fsdp: bool
 
     @classmethod
-    def built(cls, mcfg: ModelConfig, tcfg: TrainConfig, device, proc: distributed.Process, strategy: str,
+    def built(cls, mcfg: ModelConfig, tcfg: TrainConfig, device, proc: distributed.Process, strategy: Strategy,
               activation_checkpointing: bool, compile_model: bool) -> _Models:
         if strategy not in sharded.STRATEGIES:
             raise ValueError(f"strategy must be one of {sharded.STRATEGIES}")
@@ -254,13 +258,15 @@ class _Models:
         model = build_model(mcfg, seed=tcfg.seed).to(device)
         if activation_checkpointing:
             sharded.checkpoint_activations(model)
-        evaluated, stepped = model, model
+        evaluated: Transformer | None = model
+        stepped: torch.nn.Module = model
         if fsdp:
             evaluated = build_model(mcfg).to(device) if proc.main else None
             sharded.shard(model, device)
         elif proc.distributed:
             stepped = torch.nn.parallel.DistributedDataParallel(model)
-        return cls(model, evaluated, torch.compile(stepped) if compile_model else stepped, fsdp)
+        compiled: torch.nn.Module = torch.compile(stepped) if compile_model else stepped  # type: ignore[assignment]
+        return cls(model, evaluated, compiled, fsdp)
 
 
 @dataclass(frozen=True)
@@ -350,6 +356,7 @@ def _run_epochs(run: _Training, start: _Start, stop_after_epoch: int | None, eva
                                          epoch, step, running, running_aux, te, train_seconds, snapshots, run.mcfg,
                                          run.progress, metrics, evaluate_every_epoch or epoch == tcfg.epochs))
             if run.observer is not None:
+                assert models.evaluated is not None  # (an observer watches on rank 0, which evaluates)
                 with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
                     run.observer.epoch(metrics[-1], models.evaluated, run.data, epoch in snapshots)
         if models.fsdp:  # each rank writes its shards of the state (after the row, as one process does)
@@ -389,7 +396,7 @@ def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux
 def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
     if data.stream:
         return tcfg.steps_per_epoch
-    return math.ceil(len(data.train_inputs) / tcfg.batch_size)
+    return math.ceil(len(data.tensor("train_inputs")) / tcfg.batch_size)
 
 
 def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress,

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from damcha.inputs.datasets import DATA_SETS
+from damcha.model.config import CHOICE_TYPES as MODEL_CHOICES
 from damcha.model.config import ModelConfig
 from damcha.runs.checkpoints import CheckpointError, load_run
-from damcha.runs.train import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
+from damcha.runs.train import CHOICE_TYPES as TRAIN_CHOICES
+from damcha.runs.train import TrainConfig
 
 MODEL_FLAGS = ("n_layer", "n_head", "n_embd", "mlp_ratio", "generator_widths", "block_size", "dropout",
                "generator_dropout")
@@ -45,14 +48,15 @@ HELP = {
     "tuning_holdout": "> 0: hold this fraction of the training data out as the validation split (model "
                       "selection that never sees the reported validation or test split)",
 }
-CHOICES = {"dataset": DATA_SETS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "precision": PRECISIONS}
+CHOICES = {"dataset": DATA_SETS}
+LITERALS = {**MODEL_CHOICES, **TRAIN_CHOICES}  # a field typed by one takes its values as the flag's choices
 
 
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(",") if t.strip())
 
 
-PARSERS = {"int": int, "float": float, "str": str, "str | None": str, "tuple[int, ...]": ints}
+PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "str | None": str, "tuple[int, ...]": ints}
 
 
 def flag_fields() -> list[tuple[type, dataclasses.Field]]:
@@ -69,10 +73,12 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=argparse.SUPPRESS, help=f"{HELP[f.name]} (default: {'on' if f.default else 'off'})")
             continue
-        if f.type not in PARSERS:
+        literal = LITERALS.get(str(f.type))
+        if f.type not in PARSERS and literal is None:
             raise TypeError(f"the train command has no parser for {f.name}'s type {f.type}")
         shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=PARSERS[f.type], choices=CHOICES.get(f.name),
+        choices = get_args(literal) if literal is not None else CHOICES.get(f.name)
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=PARSERS.get(str(f.type), str), choices=choices,
                             default=argparse.SUPPRESS, help=f"{HELP[f.name]} (default: {shown})")
     parser.add_argument("--config", metavar="RUN", help="a run folder whose saved settings are the starting values "
                         "(its model, attention included, and its training); flags given override them")

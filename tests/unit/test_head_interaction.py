@@ -20,7 +20,7 @@ def diff_reference(attn, x, real, causal):
     """A_h = softmax(Q1 K1ᵀ/√d') − λ softmax(Q2 K2ᵀ/√d'); O_h = (1 − λ_init) RMSNorm(A_h V_h); λ per layer."""
     B, T, _ = x.shape
     ok = allowed(real, causal, T)
-    H, e = attn.n_head, attn.half  # differential heads (n_head, or half under the official protocol), map width
+    H, e = attn.n_head, attn.half_width  # differential heads (n_head, or half under the official protocol), map width
     d = 2 * e
     p = {n: getattr(attn, n).detach().numpy() for n in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")}
     lam = np.exp((p["lambda_q1"] * p["lambda_k1"]).sum(-1)) - np.exp((p["lambda_q2"] * p["lambda_k2"]).sum(-1)) \
@@ -226,7 +226,7 @@ def test_diff_official_protocol_has_half_the_heads_each_map_at_mhas_head_width()
     model = build_model(config("diff-official"), seed=0)
     attn = model.blocks[0].attn
     assert model.config.variant == "diff-official" and build_model(config("diff")).config.variant == "diff"
-    assert (attn.n_head, attn.half) == (H // 2, d)  # maps score with d-wide queries, values 2d wide
+    assert (attn.n_head, attn.half_width) == (H // 2, d)  # maps score with d-wide queries, values 2d wide
     assert sum(getattr(attn, n).weight.numel() for n in ("query", "key", "value", "proj")) == 4 * D * D  # MHA's
     assert model.mechanism.head_output_site(attn, model.config) is None  # n_head slices would cut its heads in two
 
@@ -258,6 +258,6 @@ def test_a_reference_that_reads_diff_official_with_the_default_layout_is_caught(
         y = attn(x, LayerCall(None, None, True, model.mechanism.options(None))).y.numpy()
     wrong = SimpleNamespace(**{n: getattr(attn, n) for n in ("query", "key", "value", "proj", "lambda_q1", "lambda_k1",
                                                              "lambda_q2", "lambda_k2", "lambda_init")},
-                            n_head=H, half=d // 2, norm=SimpleNamespace(weight=torch.ones(d, dtype=torch.float64)))
+                            n_head=H, half_width=d // 2, norm=SimpleNamespace(weight=torch.ones(d, dtype=torch.float64)))
     assert np.abs(y - diff_reference(wrong, x.numpy(), real, True)).max() > 1e-3
     np.testing.assert_allclose(y, diff_reference(attn, x.numpy(), real, True), atol=1e-10)

@@ -73,3 +73,36 @@ def test_a_run_without_training_settings_is_refused_in_words(tmp_path):
     (run / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="no training settings"):
         settings_from(parsed("--config", str(run)))
+
+
+def test_a_string_choice_is_one_literal_that_the_config_checks_and_the_flag_offers():
+    """Every field typed by a Literal (the block layout; optimizer, schedule, precision): each of its values
+    builds or parses, anything else is refused naming them all, and its flag offers exactly those values."""
+    from typing import get_args
+
+    from damcha.model.config import CHOICE_TYPES as MODEL_CHOICES
+    from damcha.runs.train import CHOICE_TYPES as TRAIN_CHOICES
+
+    typed = [(ModelConfig, f) for f in dataclasses.fields(ModelConfig) if f.type in MODEL_CHOICES]
+    typed += [(TrainConfig, f) for f in dataclasses.fields(TrainConfig) if f.type in TRAIN_CHOICES]
+    assert {f.name for _, f in typed} >= {"norm_placement", "position_encoding", "norm", "feed_forward", "optimizer",
+                                          "schedule", "precision"}
+    for kind, f in typed:
+        values = get_args({**MODEL_CHOICES, **TRAIN_CHOICES}[f.type])
+        for value in values:
+            config = dataclasses.replace(kind(), **{f.name: value})
+            if kind is ModelConfig and value != "rotary":  # (rotary needs a mechanism that scores in attend)
+                config.validate()
+        if kind is ModelConfig:
+            with pytest.raises(ValueError) as refused:
+                dataclasses.replace(kind(), **{f.name: "neither"}).validate()
+            assert all(repr(v) in str(refused.value) for v in values), str(refused.value)
+        else:
+            with pytest.raises(ValueError):
+                dataclasses.replace(kind(), **{f.name: "neither"})
+    parser = argparse.ArgumentParser()
+    add_settings_flags(parser)
+    offered = {a.dest: a.choices for a in parser._actions}
+    for kind, f in typed:
+        if f.name in offered:
+            assert tuple(offered[f.name]) == get_args({**MODEL_CHOICES, **TRAIN_CHOICES}[f.type]), f.name

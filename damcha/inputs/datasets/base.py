@@ -56,6 +56,13 @@ class DataSet:
     def has_test(self) -> bool:
         return self.test_stream is not None or self.test_inputs is not None
 
+    def tensor(self, name: str) -> torch.Tensor:
+        """A split tensor this data set must hold (a corpus's streams; samples' inputs and targets)."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"{self.name} has no {name.replace('_', ' ')}")
+        return value
+
     @property
     def stream(self) -> bool:
         """Whether the data is one long sequence cut into windows (a corpus), not fixed samples."""

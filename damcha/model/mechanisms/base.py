@@ -14,7 +14,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from damcha.model.mechanisms.structures import Structure
 
 if TYPE_CHECKING:
     from damcha.model.config import ModelConfig
+    from damcha.model.transformer import Transformer
 
 
 # ----------------------------------------------------------------------------- forward options
@@ -38,10 +39,14 @@ class ForwardOptions:
     """
 
 
+# A mechanism's own ForwardOptions subclass: what its layers' calls and its methods take.
+OptionsT = TypeVar("OptionsT", bound=ForwardOptions)
+
+
 # ----------------------------------------------------------------------------- returned records
 
 @dataclass(frozen=True)
-class LayerCall:
+class LayerCall(Generic[OptionsT]):
     """What a layer is called with besides its input: `layer(x, call) -> AttentionOutput`, x (B, T, D)
     the block's normed input.
 
@@ -62,7 +67,7 @@ class LayerCall:
     real: torch.Tensor | None
     mask: torch.Tensor | None
     causal: bool
-    options: ForwardOptions
+    options: OptionsT
     need_weights: bool = False
     stochastic: bool = False
     shared: Any = None
@@ -217,21 +222,21 @@ class MetricAccess:
         """Whether the part of M that `learned_only` drops is trained (False: the loss cannot reach it)."""
         raise NotImplementedError
 
-    def output_modules(self, model: nn.Module) -> list[nn.Module]:
+    def output_modules(self, model: Transformer) -> list[nn.Module]:
         """Per metric source, the module whose output is M (flattened per position, or (D, D) when static)."""
         raise NotImplementedError
 
-    def records(self, model: nn.Module, layers: Sequence[Any]) -> list[Any]:
+    def records(self, model: Transformer, layers: Sequence[Any]) -> list[Any]:
         """Per metric source, its layer's internals from a forward pass under `explicit` options (with
         .full (B, P, D, D) and .head (B, P, H, d, d))."""
         raise NotImplementedError
 
-    def metrics_at(self, model: nn.Module, layers: Sequence[Any], position: int, batch: int) -> torch.Tensor:
+    def metrics_at(self, model: Transformer, layers: Sequence[Any], position: int, batch: int) -> torch.Tensor:
         """M of each of a batch's `batch` inputs at one query position, per metric source: (B, L_m, D, D),
         from the layers of a forward pass with its internals."""
         raise NotImplementedError
 
-    def parameter_split(self, model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def parameter_split(self, model: Transformer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The weights that produce M split into the part the loss cannot reach and the rest (DAMCHA's row
         sum: the within-row residual of f's last layer and its row mean), per source; float64."""
         raise NotImplementedError
@@ -239,7 +244,7 @@ class MetricAccess:
 
 # ----------------------------------------------------------------------------- the protocol
 
-class Mechanism:
+class Mechanism(Generic[OptionsT]):
     """An attention mechanism: how to build its layers, and what it shows about itself.
 
     Subclasses set `name`, `title`, `reference` and `options_type`, implement `build_layer`, and
@@ -293,7 +298,7 @@ class Mechanism:
     def build_shared(self, config: ModelConfig) -> nn.Module | None:
         return None
 
-    def run_shared(self, module: nn.Module, x: torch.Tensor, real: torch.Tensor | None, options: ForwardOptions,
+    def run_shared(self, module: Any, x: torch.Tensor, real: torch.Tensor | None, options: OptionsT,
                    stochastic: bool, prefix: dict | None = None) -> Any:
         """Run the shared module on the stack input x (B, T, D); its result goes to every layer. prefix:
         with a cache, the module's state of the tokens read before (only where decodes_with_cache)."""
@@ -334,7 +339,7 @@ class Mechanism:
         return sum(p.numel() for m in [*modules, shared] if m is not None for p in m.parameters())
 
     def structures(self, model: nn.Module, layers: Sequence[Any], positions: np.ndarray,
-                   options: ForwardOptions) -> list[Structure]:
+                   options: OptionsT) -> list[Structure]:
         """The cross-head structures of one input (batch of one), from what the layers returned
         (each with .attention (1, H, T, T) and .internals, the layer's own record). positions: the
         query positions to take per-position structures at (-1: whole sequence). The first returned
@@ -346,7 +351,7 @@ class Mechanism:
         activations (DAMCHA: a shared metric per position), so evaluation can size its batches."""
         return 0
 
-    def sequence_profile(self, model: nn.Module, layers: Sequence[Any], options: ForwardOptions,
+    def sequence_profile(self, model: nn.Module, layers: Sequence[Any], options: OptionsT,
                          progress: Callable[[int, int], None] | None = None, chunk: int | None = None) -> list[Structure]:
         """Small per-position summaries at every position of one input (kind MATRIX, axes
         (layer, token, ...)), computed `chunk` positions at a time so no per-position matrix exists whole;

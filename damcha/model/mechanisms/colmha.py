@@ -71,7 +71,7 @@ class CollaborativeAttention(nn.Module):
         self.value = nn.Linear(D, D)
         self.proj = nn.Linear(D, D)
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[CollaborativeOptions]) -> AttentionOutput:
         mask, causal, options = call.mask, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         B, T, D = x.shape

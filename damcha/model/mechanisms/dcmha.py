@@ -129,7 +129,7 @@ class ComposedAttention(ProjectedAttention):
         super().__init__(config)
         self.dynamic = DynamicWeights(config.n_embd, config.n_head)
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[ComposeOptions]) -> AttentionOutput:
         mask, causal, options = call.mask, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each
@@ -201,7 +201,7 @@ class DCMHA(Mechanism):
 
 
     def structures(self, model, layers: Sequence, positions: np.ndarray, options) -> list[Structure]:
-        maps = {use: [] for use in USES}
+        maps: dict[str, list] = {use: [] for use in USES}
         for dw in (layer.internals for layer in layers):
             for use in USES:
                 maps[use].append(head_map(*(t[0] for t in dw[use])).cpu().numpy())  # (T, H, H)

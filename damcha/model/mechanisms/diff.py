@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ class DifferentialAttention(nn.Module):
     def __init__(self, config, layer_index: int, per_head: bool):
         super().__init__()
         D, H = config.n_embd, _heads(config)
-        self.n_head, self.half = H, D // (2 * H)  # d'
+        self.n_head, self.half_width = H, D // (2 * H)  # d'
         self.dropout = config.dropout
         self.lambda_init = lambda_init(layer_index)
         self.query = nn.Linear(D, D, bias=False)  # 2H halves of width d'
@@ -65,19 +66,19 @@ class DifferentialAttention(nn.Module):
         self.proj = nn.Linear(D, D, bias=False)
         n = H if per_head else 1
         self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
-            nn.Parameter(torch.randn(n, self.half) * 0.1) for _ in range(4))  # (n, d')
-        self.norm = nn.RMSNorm(2 * self.half, eps=1e-5)
+            nn.Parameter(torch.randn(n, self.half_width) * 0.1) for _ in range(4))  # (n, d')
+        self.norm = nn.RMSNorm(2 * self.half_width, eps=1e-5)
 
     def lambdas(self) -> torch.Tensor:
         """(n,) λ of the layer (n = 1) or of each head (n = H)."""
         return (torch.exp((self.lambda_q1 * self.lambda_k1).sum(-1)) - torch.exp((self.lambda_q2 * self.lambda_k2).sum(-1))
                 + self.lambda_init)
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[DiffOptions]) -> AttentionOutput:
         mask, causal, options = call.mask, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         B, T, D = x.shape
-        H, e = self.n_head, self.half
+        H, e = self.n_head, self.half_width
         q = self.query(x).view(B, T, 2 * H, e).transpose(1, 2)  # (B, 2H, T, d'): halves 2h and 2h+1 of head h
         k = self.key(x).view(B, T, 2 * H, e).transpose(1, 2)  # (B, 2H, T, d')
         v = self.value(x).view(B, T, H, 2 * e).transpose(1, 2)  # (B, H, T, 2d')
@@ -96,6 +97,7 @@ class DifferentialAttention(nn.Module):
         y = self.proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
         if not need_weights:
             return AttentionOutput(y=y)
+        assert maps is not None  # (need_weights: attend returned them)
         first, second = maps[:, 0::2], maps[:, 1::2]  # (B, H, T, T) each
         weights = first - lam_h * second  # (B, H, T, T): what multiplies the values, before the norm
         return AttentionOutput(y=y, weights=weights, internals={"first": first, "second": second, "lambda": lam})
@@ -161,7 +163,7 @@ class Differential(Mechanism):
         diff = first - lam[:, :, None, None] * second  # (L, H, T, T)
         inits = [b.attn.lambda_init for b in model.blocks]
         heads = ["all heads"] if lam.shape[1] == 1 else [f"head {h + 1}" for h in range(lam.shape[1])]
-        maps = dict(axes=("layer", "head", "query", "key"), kind=StructureKind.ATTENTION_MAPS,
+        maps: dict[str, Any] = dict(axes=("layer", "head", "query", "key"), kind=StructureKind.ATTENTION_MAPS,
                     identifiability=Identifiability.LEARNED)
         return [
             Structure("first_maps", "First maps softmax(Q1 K1ᵀ/√d′)", first, description="Each head's first "

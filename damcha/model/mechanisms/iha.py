@@ -95,13 +95,13 @@ class InterleavedHeadAttention(ProjectedAttention):
         self.mix_q, self.mix_k, self.mix_v = (nn.Parameter(identity_mixing(H, P)) for _ in range(3))  # (H, H, P)
         self.collapse = nn.Parameter(starting_collapse(H, P, start))  # c (H, P)
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[InterleavedOptions]) -> AttentionOutput:
         real, mask, causal = call.real, call.mask, call.causal
         options, need_weights, stochastic = call.options, call.need_weights, call.stochastic
         B, T, D = x.shape
         H, d, P = self.n_head, self.head_dim, self.P
-        mixes = (self.mix_q, self.mix_k, self.mix_v)
-        collapse = self.collapse
+        mixes: tuple[torch.Tensor, ...] = (self.mix_q, self.mix_k, self.mix_v)
+        collapse: torch.Tensor = self.collapse
         if options.without_mixing:
             mixes = tuple(identity_mixing(H, P).to(x) for _ in range(3))
             collapse = torch.full_like(self.collapse, 1.0 / P)
@@ -116,6 +116,7 @@ class InterleavedHeadAttention(ProjectedAttention):
         y = self.merge(out)  # (B, T, D)
         if not need_weights:
             return AttentionOutput(y=y)
+        assert weights is not None  # (need_weights: attend returned them)
         folded = torch.einsum("hp,bhtpsq->bhts", collapse, weights.view(B, H, T, P, T, P))  # (B, H, T, T)
         return AttentionOutput(y=y, weights=folded, internals={"mixes": mixes, "collapse": collapse,
                                                                 "interleaved": weights})

@@ -69,7 +69,7 @@ class KnockingHeadsAttention(ProjectedAttention):
         self.knock = nn.ParameterDict({t: nn.Parameter(torch.eye(d)) for t in linear})  # K_t (d, d), shared by heads
         self.value_mlp = ValueMLP(d) if form == "mlp" else None
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[KnockOptions]) -> AttentionOutput:
         mask, causal, options = call.mask, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each

@@ -46,6 +46,8 @@ def input_metric(model: Transformer, tokens) -> torch.Tensor:
     device = next(model.parameters()).device
     tok = as_model_input(tokens, model.config, device)
     access = model.mechanism.metric_access()
+    if access is None:
+        raise ValueError(f"{model.mechanism.title} has no metric M(x)")
     out = model(tok, options=access.explicit(), need_intermediates=True, stochastic=False)
     return torch.stack([record.full[0] for record in access.records(model, out.layers)])  # (L_m, P, D, D)
 

@@ -78,7 +78,7 @@ class MixedAttention(ProjectedAttention):
         super().__init__(config)
         self.window = window
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[MixedOptions]) -> AttentionOutput:
         real, causal, options = call.real, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))  # (B, H, T, d) each

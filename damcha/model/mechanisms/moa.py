@@ -114,7 +114,7 @@ class MixtureOfAttentionHeads(nn.Module):
         self.out = nn.Parameter(torch.randn(experts, d, D) / d**0.5)  # W_o^i
         self.out_bias = nn.Parameter(torch.zeros(D))
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[MoAOptions]) -> AttentionOutput:
         real, mask, causal = call.real, call.mask, call.causal
         options, need_weights, stochastic = call.options, call.need_weights, call.stochastic
         B, T, D = x.shape
@@ -180,7 +180,7 @@ class AuthorsMixtureOfAttention(nn.Module):
             gates = torch.full_like(gates, 1.0 / gates.shape[-1])
         return chosen, gates
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[MoAOptions]) -> AttentionOutput:
         mask, causal, options = call.mask, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         B, T, D = x.shape

@@ -67,7 +67,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 def attend_through_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call, scale: float
-                         ) -> tuple[torch.Tensor, None]:
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """attend() for a call that reads its layer's cache (call.cache): the new tokens' q and k rotated at
     their positions (call.rotary, a tensor with a cache), their keys and values appended to the cache,
     and every new query against every key seen, under call.mask (the offsets into the cache). Decoding

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,7 +54,7 @@ class TalkingHeadsAttention(ProjectedAttention):
             self.logits_mix = nn.Parameter(torch.randn(H, H) / H**0.5)
             self.weights_mix = nn.Parameter(torch.randn(H, H) / H**0.5)
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[TalkingHeadsOptions]) -> AttentionOutput:
         mask, causal, options = call.mask, call.causal, call.options
         need_weights, stochastic = call.need_weights, call.stochastic
         H, d = self.n_head, self.head_dim
@@ -107,7 +108,7 @@ class TalkingHeads(Mechanism):
         p_w = np.stack([b.attn.weights_mix.detach().cpu().numpy() for b in model.blocks])  # (L, H, H)
         unmixed = np.stack([layer.internals["unmixed"][0].cpu().numpy() for layer in layers])  # (L, H, T, T)
         axes = ("layer", "head_in", "head_out")
-        mix = dict(axis_titles={"head_in": "from head h", "head_out": "to head h′"}, unit="weight")
+        mix: dict[str, Any] = dict(axis_titles={"head_in": "from head h", "head_out": "to head h′"}, unit="weight")
         return [
             Structure("logits_mix", "Logits mixing P_l", p_l, axes, StructureKind.HEAD_BY_HEAD,
                       "Row h, column h': how much head h's logits feed head h' before the softmax. The same for "

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -13,6 +13,9 @@ from torch import nn
 from damcha.model.mechanisms.base import ForwardOptions, MetricAccess
 from damcha.model.mechanisms.damcha.layer import DamchaOptions, metric_sources
 from damcha.model.mechanisms.damcha.metric import within_row_residual
+
+if TYPE_CHECKING:
+    from damcha.model.transformer import Transformer
 
 
 class DamchaMetricAccess(MetricAccess):
@@ -34,13 +37,13 @@ class DamchaMetricAccess(MetricAccess):
     def residue_learned(self, config) -> bool:
         return config.score_form != "row_sum"  # the row sum reaches each block only through its row's mean m_i
 
-    def output_modules(self, model: nn.Module) -> list[nn.Module]:
+    def output_modules(self, model: Transformer) -> list[nn.Module]:
         return [src.generator if src.static else src.generator.out for src in metric_sources(model)]
 
-    def records(self, model: nn.Module, layers: Sequence[Any]) -> list[Any]:
+    def records(self, model: Transformer, layers: Sequence[Any]) -> list[Any]:
         return [layer.internals for layer in ([layers[0]] if model.metric_source is not None else layers)]
 
-    def metrics_at(self, model: nn.Module, layers: Sequence[Any], position: int, batch: int) -> torch.Tensor:
+    def metrics_at(self, model: Transformer, layers: Sequence[Any], position: int, batch: int) -> torch.Tensor:
         mats = []
         for src, record in zip(metric_sources(model), self.records(model, layers)):
             ctx = record.context
@@ -51,7 +54,7 @@ class DamchaMetricAccess(MetricAccess):
                 mats.append(src.full_metric(c))  # (B, D, D)
         return torch.stack(mats, dim=1)  # (B, L_m, D, D)
 
-    def parameter_split(self, model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def parameter_split(self, model: Transformer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         cfg = model.config
         residual, row_mean = [], []
         for src in metric_sources(model):

@@ -7,8 +7,10 @@ structures, interventions) in `damcha.model.mechanisms.damcha.mechanism`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,7 +43,7 @@ class DamchaOptions(ForwardOptions):
 
     metric_mode: MetricMode | str = MetricMode.FULL
     explicit: bool = False
-    block_scales: tuple[tuple[float, ...], ...] | None = None
+    block_scales: np.ndarray | Sequence[Sequence[float]] | None = None  # kept as nested tuples (hashable)
     reference: torch.Tensor | None = None
     alpha: float = 1.0
     drop_residue: bool = False
@@ -94,12 +96,13 @@ class MetricAttention(nn.Module):
         self.proj = nn.Linear(D, D)
         self.metric_source = MetricSource(config) if own_metric else None
 
-    def forward(self, x: torch.Tensor, call: LayerCall) -> AttentionOutput:
+    def forward(self, x: torch.Tensor, call: LayerCall[DamchaOptions]) -> AttentionOutput:
         real, mask, causal, options = call.real, call.mask, call.causal, call.options
         need_weights, stochastic, shared = call.need_weights, call.stochastic, call.shared
         B, T, D = x.shape
         H, d = self.n_head, self.head_dim
         if self._streams_metric(causal, options, need_weights) and call.cache is None:
+            assert self.metric_source is not None  # (_streams_metric: this layer's own metric)
             metric = None  # built chunk by chunk, never whole
             q = self.metric_source.chunked_queries(x, real, x.view(B, T, H, d), options.metric_mode, stochastic)  # (B, H, T, d)
             k = x.view(B, T, H, d).transpose(1, 2).contiguous()  # (B, H, T, d)

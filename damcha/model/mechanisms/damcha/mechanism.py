@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ ABLATION_NOTES = {
 }
 
 
-class Damcha(Mechanism):
+class Damcha(Mechanism[DamchaOptions]):
     rotary_positions = True  # every score goes through the shared attend step, call.rotary passed on
     decodes_with_cache = True  # keys are the layer inputs; the metric's context a running sum and count
     name = "damcha"
@@ -126,8 +127,8 @@ class Damcha(Mechanism):
         unchanged = ("" if mode is MetricMode.FULL else
                      f" The '{mode.value}' metric mode does not change M(x) itself, only which of its blocks each head "
                      "sums (see the per-head metrics).")
-        grid = dict(axis_titles=grid_titles, unit="metric entry")
-        norms = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
+        grid: dict[str, Any] = dict(axis_titles=grid_titles, unit="metric entry")
+        norms: dict[str, Any] = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
         block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
                          "say how the metric happens to be split, not what head i reads of head j."
                          if row_sum else "Under the bilinear form block M_ij scores head i's queries against head j's "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -277,7 +277,8 @@ class MetricSource(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.static = config.metric_input == "static"
-        self.generator = StaticMetric(config) if self.static else MetricGenerator(config)
+        # Any: which methods apply is decided by self.static (f's or the static metric's), not by a type
+        self.generator: Any = StaticMetric(config) if self.static else MetricGenerator(config)
         self.n_head = config.n_head
         self.causal = config.causal
         self.bilinear = config.score_form == "bilinear"
