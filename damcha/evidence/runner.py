@@ -106,8 +106,10 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
         for row in previous.get("tuning", []):
             if measured_spec(row.get("configuration", [])) != measured_spec(config.spec()):
                 continue
-            for lr, arm in rates.items():
-                for seed, loss in zip(row.get("seeds", []), row.get("losses", {}).get(f"{lr:g}", [])):
+            for rate, losses in row.get("losses", {}).items():  # (the grid's rates and any beyond it fitted)
+                lr = float(rate)
+                arm = rates.get(lr) or tuning.at_rate(config, lr)
+                for seed, loss in zip(row.get("seeds", []), losses):
                     units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
     needed = tuning.tuning_units(claims_now, quick, units)  # (an older document may hold fits no longer made)
     return {unit: value for unit, value in units.items() if unit in needed}

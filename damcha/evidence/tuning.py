@@ -22,6 +22,10 @@ import numpy as np
 from damcha.evidence.records import Arm, Claim
 
 GRID = (1e-3, 3e-3, 1e-2)
+# Where the choice is the lowest or highest rate tried, the next rate beyond is fitted on every tuning seed,
+# until the choice lies inside the rates tried or is an end of the ladder: its ends are the stated bounds
+# (no rate beyond them is tried; a choice there says so). The quick smoke run keeps its two-rate grid.
+LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 TUNING_SEEDS = (1000, 1001)  # apart from the reported seeds 0, 1, ... (and from every synthetic seed)
 KEPT = 2  # the rates each tuning seed after the first fits: the best so far (successive halving)
 QUICK_GRID, QUICK_TUNING_SEEDS = (1e-3, 3e-3), (1000,)
@@ -30,8 +34,10 @@ RULE = ("Every arm that trains on a data set has its learning rate tuned first: 
         "each rate of the grid on tuning seed 1000 and at the two best of them on seed 1001 (seeds apart from the "
         f"reported ones), each fit holding out {HOLDOUT:.0%} of the training data (a fixed random subset; a corpus's "
         "last stretch) and scored on it by the loss it trains for; of those two, the rate with the lower mean "
-        "hold-out loss is the one the reported seeds train at, on the whole training split. The reported "
-        "validation split never enters the choice; every configuration gets the same number of fits.")
+        "hold-out loss is the one the reported seeds train at, on the whole training split. Where that is the "
+        "lowest or highest rate tried, the next rate beyond it (3e-4 and 1e-4 below, 3e-2 and 1e-1 above) is "
+        "fitted on both tuning seeds and joins the choice, until the choice lies inside the rates tried or at "
+        f"{LADDER[0]:g} or {LADDER[-1]:g}, the stated bounds. The reported validation split never enters the choice.")
 
 
 def grid(quick: bool) -> tuple[float, ...]:
@@ -66,15 +72,14 @@ def tuning_arms(claims: list[Claim]) -> dict[Arm, dict[float, Arm]]:
         for arm in claim.arms:
             if arm.trains and arm.lrs:
                 grids.setdefault(configuration(arm), arm.lrs)
-    return {config: {lr: dataclasses.replace(config, name=f"tuning: {describe(config)} at lr={lr:g}", lr=lr,
-                                             tuning=True) for lr in rates}
-            for config, rates in grids.items()}
+    return {config: {lr: at_rate(config, lr) for lr in rates} for config, rates in grids.items()}
 
 
 def _halving(rates: dict[float, Arm], quick: bool, done: dict[str, dict]):
     """A configuration's fits so far, seed by seed: the first tuning seed fits every rate, each later one
-    the KEPT rates best so far. Returns (the fits it needs now, each fitted rate's losses, the chosen rate
-    or None while a needed fit is not done)."""
+    the KEPT rates best so far; then, while the best is the lowest or highest rate tried, the next rate of
+    the LADDER beyond it on every seed (not in a quick run). Returns (the fits it needs now, each fitted
+    rate's losses, the chosen rate or None while a needed fit is not done)."""
     alive, losses, needed = sorted(rates), {lr: [] for lr in rates}, []
     for i, seed in enumerate(tuning_seeds(quick)):
         if i:
@@ -85,7 +90,34 @@ def _halving(rates: dict[float, Arm], quick: bool, done: dict[str, dict]):
             return needed, losses, None
         for lr, u in units.items():
             losses[lr].append(float(done[u]["tuning_loss"]))
-    return needed, losses, min(alive, key=lambda lr: (_mean(losses[lr]), lr))
+    chosen = min(alive, key=lambda lr: (_mean(losses[lr]), lr))
+    while not quick and (beyond := _beyond(chosen, losses)) is not None:
+        arm = at_rate(next(iter(rates.values())), beyond)
+        fits = [(arm, seed) for seed in tuning_seeds(quick)]
+        needed += fits
+        if not all(arm.unit(seed, quick) in done for _, seed in fits):
+            return needed, losses, None
+        losses[beyond] = [float(done[arm.unit(seed, quick)]["tuning_loss"]) for _, seed in fits]
+        alive.append(beyond)
+        chosen = min(alive, key=lambda lr: (_mean(losses[lr]), lr))
+    return needed, losses, chosen
+
+
+def _beyond(chosen: float, losses: dict[float, list]) -> float | None:
+    """The LADDER's next rate past `chosen` where it is the lowest or highest rate tried; None where it is
+    inside them, or an end of the ladder (the stated bound), or off the ladder."""
+    tried = sorted(losses)
+    if chosen not in LADDER or tried[0] < chosen < tried[-1]:
+        return None
+    step = 1 if chosen == tried[-1] else -1
+    at = LADDER.index(chosen) + step
+    return LADDER[at] if 0 <= at < len(LADDER) else None
+
+
+def at_rate(fit: Arm, lr: float) -> Arm:
+    """The tuning arm of `fit`'s configuration at another rate."""
+    config = configuration(fit)
+    return dataclasses.replace(config, name=f"tuning: {describe(config)} at lr={lr:g}", lr=lr, tuning=True)
 
 
 def _mean(losses: list[float]) -> float:
@@ -93,6 +125,7 @@ def _mean(losses: list[float]) -> float:
 
 
 def fits_per_configuration(quick: bool) -> int:
+    """The fits of a configuration whose choice lies inside its grid (one at an edge takes more: LADDER)."""
     rates = len(grid(quick))
     return rates + (len(tuning_seeds(quick)) - 1) * min(KEPT, rates)
 

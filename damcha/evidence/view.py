@@ -25,6 +25,7 @@ from damcha.evidence.statistics import (
     NOT_CONFIRMED,
     SANITY_FAILED,
 )
+from damcha.evidence.tuning import LADDER
 from damcha.views import figures
 from damcha.views.export import ExportItem, Provenance, library_params, run_name_in
 from damcha.views.regeneration import regenerate as regenerate_named
@@ -162,23 +163,31 @@ def grid_edge_warning(doc: dict) -> str | None:
     """Which run configurations, and which synthetic units (each chooses its rate on its own validation
     set), chose their grid's top or bottom rate: the best rate may lie beyond the grid, so those arms may
     be under-tuned. None when every choice is inside its grid."""
-    ends = {"top": [], "bottom": []}
+    ends: dict[str, list[str]] = {"top": [], "bottom": []}
+    bounds = []
     for row in doc.get("tuning", []):
         rates = sorted(float(lr) for lr in row["losses"])
         if len(rates) > 1 and row["chosen"] in (rates[0], rates[-1]):
-            ends["top" if row["chosen"] == rates[-1] else "bottom"].append(f"{row['run']} ({row['chosen']:g})")
+            said_row = f"{row['run']} ({row['chosen']:g})"
+            if row["chosen"] in (LADDER[0], LADDER[-1]):  # tried up to the ladder's end: the stated bound
+                bounds.append(said_row)
+            else:
+                ends["top" if row["chosen"] == rates[-1] else "bottom"].append(said_row)
     said = [f"the {end} rate: {', '.join(runs)}" for end, runs in ends.items() if runs]
-    runs = (f"{sum(map(len, ends.values()))} of {len(doc['tuning'])} run configurations chose the edge of the grid, "
-            f"{'; '.join(said)}." if said else "")
+    runs = (f"{sum(map(len, ends.values()))} of {len(doc['tuning'])} run configurations chose the edge of the rates "
+            f"they tried, {'; '.join(said)}." if said else "")
+    at_bound = (f"{len(bounds)} of {len(doc['tuning'])} run configurations chose a bound of the tuning ladder, beyond "
+                f"which no rate is tried ({LADDER[0]:g} and {LADDER[-1]:g}; a stated bound, not an edge left "
+                f"untried): {', '.join(bounds)}." if bounds else "")
     edges, units, sizes = synthetic_grid_edges(doc)
     synthetic = (f"{sum(n for ends in edges.values() for n, _ in ends.values())} of {units} synthetic units chose an edge of "
                  f"their grid of {' or '.join(map(str, sorted(sizes)))} rates"
                  f"{' (two rates have no inside)' if min(sizes, default=3) == 2 else ''}: "
                  + "; ".join(f"{variant} " + ", ".join(f"{end} {n} of {of}" for end, (n, of) in ends.items() if n)
                              for variant, ends in edges.items()) + "." if edges else "")
-    if not runs and not synthetic:
-        return None
-    return " ".join(filter(None, (runs, synthetic))) + " A rate beyond it was not tried, so these arms may be under-tuned."
+    under_tuned = (" ".join(filter(None, (runs, synthetic))) + " A rate beyond the edge was not tried, so these arms may "
+                   "be under-tuned.") if runs or synthetic else ""
+    return " ".join(filter(None, (under_tuned, at_bound))) or None
 
 
 def synthetic_grid_edges(doc: dict) -> tuple[dict[str, dict[str, tuple[int, int]]], int, set[int]]:

@@ -127,3 +127,46 @@ def test_later_tuning_seeds_fit_the_best_rates_so_far_and_the_lower_mean_of_thos
     row = next(r for r in tuning.tuning_table(claims, False, done) if r["run"] == "damcha on text")
     assert row["chosen"] == 3e-3  # means 1.2 and 1.05: the second seed overturned the first
     assert row["losses"] == {"0.001": [1.0, 1.4], "0.003": [1.1, 1.0], "0.01": [1.5]}
+
+
+def _fit_losses(claims, losses_at, quick=False):
+    """Every fit the tuning asks for, done with the loss `losses_at(rate, seed)`, until it asks for no more."""
+    done: dict[str, dict] = {}
+    while True:
+        new = {u: (arm, seed) for u, (arm, seed) in tuning.tuning_units(claims, quick, done).items() if u not in done}
+        if not new:
+            return done
+        done |= {u: {"tuning_loss": losses_at(arm.lr, seed), "lr": arm.lr} for u, (arm, seed) in new.items()}
+
+
+@pytest.mark.parametrize("best, chosen, tried", [
+    (0.03, 0.03, {1e-3, 3e-3, 1e-2, 3e-2, 1e-1}),  # past the grid's top: 1e-1 is tried, 3e-2 is inside
+    (1.0, 0.1, {1e-3, 3e-3, 1e-2, 3e-2, 1e-1}),  # still falling at 1e-1: the ladder's end, a stated bound
+    (3e-4, 3e-4, {1e-4, 3e-4, 1e-3, 3e-3, 1e-2}),  # past the bottom
+    (3e-3, 3e-3, {1e-3, 3e-3, 1e-2}),  # inside the grid: no fit beyond it
+])
+def test_a_choice_at_the_edge_of_the_rates_tried_fits_the_next_rate_beyond_until_it_lies_inside(best, chosen, tried):
+    import math
+
+    from damcha.evidence.view import grid_edge_warning
+
+    claims = [c for c in evidence_claims(False) if c.key == "table5_text"]
+    done = _fit_losses(claims, lambda lr, seed: abs(math.log(lr / best)) + seed * 1e-6)
+    row = next(r for r in tuning.tuning_table(claims, False, done) if r["run"] == "damcha on text")
+    assert row["chosen"] == chosen and {float(lr) for lr in row["losses"]} == tried
+    beyond = {float(lr) for lr in row["losses"]} - set(tuning.GRID)
+    assert all(len(row["losses"][f"{lr:g}"]) == len(tuning.TUNING_SEEDS) for lr in beyond)  # on every tuning seed
+    said = grid_edge_warning({"tuning": [row]})
+    if chosen == 0.1:
+        assert said.startswith("1 of 1 run configurations chose a bound of the tuning ladder") and "under-tuned" not in said
+    else:
+        assert said is None  # inside the rates tried
+    previous = {"quick": False, "tuning": tuning.tuning_table(claims, False, done)}
+    taken = reusable_tuning(previous, False, (), DEMO, claims)
+    assert len(taken) == len(done) and not tuning.tuning_units(claims, False, taken).keys() - taken.keys()
+
+
+def test_a_quick_run_keeps_its_two_rate_grid():
+    claims = [c for c in evidence_claims(True) if c.key == "table5_text"]
+    done = _fit_losses(claims, lambda lr, seed: -lr, quick=True)  # the highest rate is best
+    assert {arm.lr for arm, _ in tuning.tuning_units(claims, True, done).values()} == set(tuning.QUICK_GRID)

@@ -103,6 +103,6 @@ def test_a_string_choice_is_one_literal_that_the_config_checks_and_the_flag_offe
     parser = argparse.ArgumentParser()
     add_settings_flags(parser)
     offered = {a.dest: a.choices for a in parser._actions}
-    for kind, f in typed:
+    for _, f in typed:
         if f.name in offered:
             assert tuple(offered[f.name]) == get_args({**MODEL_CHOICES, **TRAIN_CHOICES}[f.type]), f.name
