@@ -1,5 +1,5 @@
 """The lists in the docs that the registries decide (variants, mechanism settings, data sets) and the verdict
-table the shipped evidence results decide.
+table and every claim's numbers that the shipped evidence results decide.
 
 The docs hold each between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; `python
 tools/generated_docs.py` rewrites them from the registries, and tests/unit/test_generated_docs.py fails
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from damcha.evidence.results import load_results
-from damcha.evidence.view import verdict_table_markdown
+from damcha.evidence.view import claim_numbers_markdown, verdict_table_markdown
 from damcha.inputs.datasets import DATA_SETS
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variant_names
 
@@ -47,8 +47,12 @@ def verdicts_block() -> str:
     return verdict_table_markdown(load_results(SHIPPED_EVIDENCE))
 
 
+def numbers_block() -> str:
+    return claim_numbers_markdown(load_results(SHIPPED_EVIDENCE))
+
+
 BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block,
-          "verdicts": verdicts_block}
+          "verdicts": verdicts_block, "numbers": numbers_block}
 PAGES = ("library.md", "evidence.md")
 
 

@@ -283,6 +283,50 @@ def verdict_table_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _markdown_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    heads = list(rows[0])
+    return ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads),
+            *("| " + " | ".join(str(r.get(h, "—")).replace("|", "\\|") for h in heads) + " |" for r in rows)]
+
+
+def comparison_rows(claim: dict) -> list[dict]:
+    """The claim's counted comparisons: what against what, the difference in the drawn unit (log ratio for a
+    ratio metric) with its 95% interval, the Holm-adjusted p over the claim's family, and how it reads."""
+    rows = []
+    for c in _counted(claim):
+        k = shown_factor(c["metric"])
+        unit = "log ratio" if c.get("scale") == "log ratio" else SHOWN_IN_BITS.get(c["metric"], METRIC_UNITS.get(c["metric"], ""))
+        p = c.get("holm_p", c.get("p"))
+        rows.append({"counted comparison": f"{c['better']} against {c['than']} ({c['metric']})",
+                     "gain, as the paper claims it (95% interval)": f"{figures.interval_cell(c['gain'] * k, c['low'] * k, c['high'] * k)}"
+                                                                     f"{f' {unit}' if unit else ''}",
+                     "Holm-adjusted p": "—" if p is None or p != p else f"{p:.2g}",
+                     "reads": c.get("reads") or c.get("verdict", "")})
+    return rows
+
+
+def claim_numbers_markdown(doc: dict) -> str:
+    """Every claim's numbers and the sentences the page says beside them (the summary pairs, what the seeds
+    could detect, the trivial baselines, the arms that missed the easiest case, the implementation bound),
+    then its arms table, counted comparisons, construction checks and families, for the docs: generated
+    from the results, so no figure there is typed by hand."""
+    lines = []
+    for claim in doc["claims"]:
+        said = [summary_pair_sentence(claim), *claim.get("trivial_baselines", []),
+                detectable_sentence(claim, (HOLDS,)) if claim["verdict"] not in (HOLDS, SANITY_FAILED) else None,
+                ("Did not learn the easiest case: " + "; ".join(claim["sanity_caveats"]) + "."
+                 if claim.get("sanity_caveats") else None), implementation_bound_sentence(claim)]
+        lines += ["", f"#### {claim['title']}", "", f"{verdict_words(claim)[1].capitalize()} ({claim.get('seeds', '')} "
+                  f"{samples_word(claim)}). " + " ".join(s.rstrip(".") + "." for s in said if s), "",
+                  *_markdown_table(arm_table(claim))]
+        for rows in (comparison_rows(claim), construction_table(claim), family_table(claim)):
+            if rows:
+                lines += ["", *_markdown_table(rows)]
+    return "\n".join(lines).strip()
+
+
 def record_caption(doc: dict) -> str:
     """What a results document records of how it was made, in one caption: the command, seeds, units computed
     and resumed, wall time and compute over its calls, versions, the machine its units ran on, and the units
