@@ -51,7 +51,7 @@ B, D, H, WIDTHS = 16, 128, 8, (256, 512)
 
 
 def layer_config(causal: bool, T: int) -> ModelConfig:
-    return ModelConfig(vocab_size=256, block_size=T, n_layer=1, n_head=H, n_embd=D, generator_widths=WIDTHS,
+    return ModelConfig(vocab_size=256, block_size=T, n_layer=1, n_head=H, n_embd=D, attention_options={"generator_widths": WIDTHS},
                        causal=causal, n_classes=0 if causal else 10)
 
 
@@ -246,7 +246,7 @@ def training_step(variant: str, T: int, compiled: bool = False):
     """One optimiser step of a 4-layer causal model (B=32, Adam fused as in the train CLI), as a
     callable; the same seeded model and batch for every variant."""
     cfg = variant_config(ModelConfig(vocab_size=256, block_size=T, n_layer=4, n_head=H, n_embd=D,
-                                     generator_widths=WIDTHS), variant)
+                                     attention_options={"generator_widths": WIDTHS}), variant)
     model = build_model(cfg, seed=0)
     forward = torch.compile(model) if compiled else model
     opt = torch.optim.Adam(model.parameters(), 1e-4, fused=True)
@@ -278,7 +278,7 @@ def naive_case(repeats: int, quick: bool) -> list[dict]:
     explicit (B, H, T, T) scores (the model's explicit path), one 4-layer training step."""
     T, b = (128, 2) if quick else (1024, 4)
     cfg = variant_config(ModelConfig(vocab_size=256, block_size=T, n_layer=4, n_head=H, n_embd=D,
-                                     generator_widths=WIDTHS), "damcha")
+                                     attention_options={"generator_widths": WIDTHS}), "damcha")
     model = build_model(cfg, seed=0)
     tokens = torch.randint(0, 256, (b, T))
 

@@ -64,7 +64,7 @@ def report(name: str, run_dir: Path) -> None:
 def check_inspection(device: str) -> None:
     for variant in ("damcha", "damcha-unshared", "damcha-bilinear", "mha", "dcmha", "moa"):
         cfg = variant_config(ModelConfig(vocab_size=64, block_size=48, n_layer=2, n_head=4, n_embd=32,
-                                         generator_widths=(32, 64)), variant)
+                                         attention_options={"generator_widths": (32, 64)}), variant)
         model = build_model(cfg, seed=0).eval().requires_grad_(False)
         tokens = np.random.default_rng(0).integers(0, 64, 48)
         cpu = inspect_input(model, tokens, tokens)

@@ -91,7 +91,7 @@ print(json.dumps(out))
 
 def paper_model(variant: str, sizes: dict, device: torch.device):
     """A randomly initialised model of the given sizes, frozen for inference (as the app loads one)."""
-    cfg = variant_config(ModelConfig(**sizes), variant)
+    cfg = variant_config(ModelConfig.from_dict(sizes), variant)
     return build_model(cfg, seed=0).to(device).eval().requires_grad_(False)
 
 
@@ -143,7 +143,7 @@ from damcha import ModelConfig, build_model, variant_config
 from damcha.runs import sharded
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-cfg = variant_config(ModelConfig(**{sizes!r}), {variant!r})
+cfg = variant_config(ModelConfig.from_dict({sizes!r}), {variant!r})
 models = {{"ddp": torch.nn.parallel.DistributedDataParallel(build_model(cfg, seed=0)), "fsdp": build_model(cfg, seed=0)}}
 sharded.shard(models["fsdp"], torch.device("cpu"))
 opts = {{k: torch.optim.Adam(m.parameters(), 1e-4, fused=True) for k, m in models.items()}}
@@ -195,7 +195,7 @@ sys.path.insert(0, {root!r})
 from damcha import ModelConfig, build_model, variant_config
 from damcha.runs.sharded import checkpoint_activations
 device = torch.device({device!r})
-model = build_model(variant_config(ModelConfig(**{sizes!r}), {variant!r}), seed=0).to(device)
+model = build_model(variant_config(ModelConfig.from_dict({sizes!r}), {variant!r}), seed=0).to(device)
 if {checkpointed!r}:
     checkpoint_activations(model)
 opt = torch.optim.AdamW(model.parameters(), 1e-4)
@@ -262,7 +262,7 @@ def bf16_cases(quick: bool, device: str, repeats: int) -> list[dict]:
     for variant in ("damcha", "mha"):
         result = {}
         for precision in ("fp32", "bf16"):
-            model = build_model(variant_config(ModelConfig(**sizes), variant), seed=0).to(device)
+            model = build_model(variant_config(ModelConfig.from_dict(sizes), variant), seed=0).to(device)
             opt = torch.optim.Adam(model.parameters(), 1e-4)
             gen = torch.Generator().manual_seed(0)
             batches = [torch.randint(0, 256, (batch, T), generator=gen).to(device) for _ in range(steps)]
@@ -292,7 +292,7 @@ def paper_step_cases(quick: bool, device: str, repeats: int) -> list[dict]:
     for precision, compiled in setups:
         times = {}
         for variant in ("damcha", "mha"):
-            model = build_model(variant_config(ModelConfig(**sizes), variant), seed=0).to(device)
+            model = build_model(variant_config(ModelConfig.from_dict(sizes), variant), seed=0).to(device)
             step_model = torch.compile(model) if compiled else model
             opt = torch.optim.AdamW(model.parameters(), 1e-4, fused=cuda)
             tokens = torch.randint(0, 256, (batch, T), generator=torch.Generator().manual_seed(0)).to(device)

@@ -45,7 +45,7 @@ def _train_parser(sub) -> None:
                         + "; ".join(f"{v.name}: {v.description}" for v in variants()))
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", type=_option,
                    help="a setting of the variant's mechanism (repeatable): "
-                        + "; ".join(f"{m.name}: " + ", ".join(s.describe() for s in m.declared_settings if not s.flat)
+                        + "; ".join(f"{m.name}: " + ", ".join(s.describe() for s in m.declared_settings)
                                     for m in map(get_mechanism, mechanism_names()) if m.config_options))
     add_settings_flags(p)
     p.add_argument("--compile", action="store_true",

@@ -31,7 +31,7 @@ def variants_block() -> str:
 
 
 def options_block() -> str:
-    settings = [s.name for m in mechanism_names() for s in get_mechanism(m).declared_settings if not s.flat]
+    settings = [s.name for m in mechanism_names() for s in get_mechanism(m).declared_settings]
     return f"`--option NAME=VALUE` takes a mechanism's own settings: {_names(settings)}; unknown names are refused."
 
 

@@ -229,7 +229,7 @@ def matrices_fit(config, T: int) -> bool:
     """Whether one input's per-position D x D matrices (M, learned part, residue; one per metric
     source) fit the inspection budget at every position, or must be taken at viewed positions only
     (a paper-sized model at T = 1024 would need about 3 GB)."""
-    sources = config.n_layer if getattr(config, "metric_sharing", "shared") == "per_layer" else 1
+    sources = config.mechanism.metric_count(config)
     return 3 * sources * T * config.n_embd ** 2 * 4 <= INSPECTION_BUDGET_BYTES
 
 

@@ -7,23 +7,24 @@ import dataclasses
 import functools
 
 from damcha.evidence.setting import DEMO, Setting
-from damcha.model.config import ModelConfig, split_fields, variant_config
+from damcha.model.config import MOVED_SETTINGS, ModelConfig, split_fields, variant_config
 from damcha.runs.train import model_config_for
 
 
 def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
     """The model config an evidence run of `variant` trains (before the data fill in their fields): overrides
-    name ModelConfig fields or the mechanism's own settings (generator_start, ...)."""
-
+    name ModelConfig fields or the mechanism's own settings (generator_start, ...). A scale's sizes of f
+    (MOVED_SETTINGS, once fields of every config) apply to the arms whose mechanism has an f."""
     config = variant_config(ModelConfig(), variant)
     fields, settings = split_fields(overrides)
+    declared = config.mechanism.config_options
+    settings = {k: v for k, v in settings.items() if k in declared or k not in MOVED_SETTINGS}
     return dataclasses.replace(config, **fields,
                                **({"attention_options": {**dict(config.attention_options), **settings}} if settings else {}))
 
 
 def model_parameters(variant: str, dataset: str, overrides: tuple = (), setting: Setting = DEMO) -> int:
     """Parameters of the model an evidence arm of `variant` trains on `dataset` (from its config: exact)."""
-
     cfg = base_config(variant, overrides)
     return model_config_for(data_of(dataset, cfg.block_size, setting), cfg).parameter_estimate()
 

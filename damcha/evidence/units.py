@@ -71,7 +71,7 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
 
         torch.manual_seed(seed)
         if setting.scale:
-            config, case = ModelConfig(**setting.scale.efficiency_model), setting.scale.efficiency_case
+            config, case = ModelConfig.from_dict(setting.scale.efficiency_model), setting.scale.efficiency_case
         else:
             config, case = EFFICIENCY_CONFIG, dict(T=64, batch=2) if quick else EFFICIENCY_CASE
         return efficiency_ratios(config, arm.variant, case["T"], case["batch"], repeats=3 if quick else 10)

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
-from damcha.model.config import ModelConfig
+from damcha.model.config import MOVED_SETTINGS, ModelConfig, moved_into_settings
 
 _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 
@@ -68,11 +68,6 @@ class DamchaConfig(PreTrainedConfig):
     causal: bool = _DEFAULT["causal"]
     n_classes: int = _DEFAULT["n_classes"]
     attention: str = _DEFAULT["attention"]
-    metric_sharing: str = _DEFAULT["metric_sharing"]
-    metric_input: str = _DEFAULT["metric_input"]
-    score_form: str = _DEFAULT["score_form"]
-    generator_widths: list[int] | tuple[int, ...] = _DEFAULT["generator_widths"]
-    generator_dropout: float = _DEFAULT["generator_dropout"]
     pad_token: int | None = _DEFAULT["pad_token"]
     input_dim: int = _DEFAULT["input_dim"]
     modality: str = _DEFAULT["modality"]
@@ -101,8 +96,13 @@ class DamchaConfig(PreTrainedConfig):
                                  f"stored and ignored, so it is refused: leave {name} out")
         if self.layout not in LAYOUTS:
             raise ValueError(f"DamchaConfig: layout must be one of {LAYOUTS}, got {self.layout!r}")
-        self.generator_widths = list(self.generator_widths)
         self.attention_options = dict(self.attention_options or {})
+        # DAMCHA's settings that were fields (f's widths, ...), given as keyword arguments or read from a folder
+        # saved before: its settings, as a run's config reads them (config.moved_into_settings).
+        moved = {k: self.__dict__.pop(k) for k in MOVED_SETTINGS if k in self.__dict__}
+        if moved:
+            fields = moved_into_settings({"attention": self.attention, "attention_options": self.attention_options, **moved})
+            self.attention_options = dict(fields.get("attention_options", self.attention_options))
         if self.n_classes:
             self.num_labels = self.n_classes
         if self.layout == "vit":
@@ -160,6 +160,5 @@ class DamchaConfig(PreTrainedConfig):
     @classmethod
     def from_model_config(cls, config: ModelConfig, **kwargs) -> DamchaConfig:
         fields = dataclasses.asdict(config)
-        fields["attention_options"] = dict(config.attention_options)
-        fields["generator_widths"] = list(config.generator_widths)
+        fields["attention_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in config.attention_options}
         return cls(**fields, **kwargs)

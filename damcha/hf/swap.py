@@ -131,7 +131,7 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
                    **settings) -> Swap:
     """Replace every attention module of `model` (a GPT-2, Llama or ViT model of transformers, built from
     a config or loaded from a local folder) with the registered `variant`'s layers, in place. settings: the
-    mechanism's own settings (as `--option` takes them) and DAMCHA's flat fields (generator_widths, ...).
+    mechanism's own settings, as `--option` takes them (DAMCHA's generator_widths, ...).
     seed: makes the fresh parameters reproducible. rope: for a Llama, "q_and_k" (the default: its rotary
     positions on the q and k of the mechanism's attend step) or "none" (dropped: positions then reach the
     model through the causal mask alone); a model without RoPE takes none. Returns what was replaced

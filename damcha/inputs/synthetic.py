@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from damcha.model.config import ModelConfig, variant_config
+from damcha.model.config import ModelConfig, split_fields, variant_config
 from damcha.model.mechanisms import LayerCall
 
 T_SYN, D_SYN, H_SYN = 16, 32, 4
@@ -345,7 +345,7 @@ class SyntheticModel:
     changed, and optionally each head's query and key projections restricted to its own slice."""
 
     variant: str
-    fields: tuple = ()  # (ModelConfig field, value)
+    fields: tuple = ()  # (ModelConfig field or setting of the variant's mechanism, value)
     slice_qk: bool = False
     description: str = ""
 
@@ -386,8 +386,9 @@ class OneLayer(nn.Module):
         super().__init__()
         spec = SYNTHETIC_MODELS.get(model, SyntheticModel(model))
         base = ModelConfig(vocab_size=2, block_size=T_SYN, n_layer=1, n_head=H, n_embd=2 * D, causal=False,
-                           n_classes=2, generator_widths=(64, 128))
-        self.config = dataclasses.replace(variant_config(base, spec.variant), **dict(spec.fields))
+                           n_classes=2)
+        fields, settings = split_fields(spec.fields)
+        self.config = dataclasses.replace(variant_config(base, spec.variant), **fields).with_settings(**settings)
         mech = self.config.mechanism
         self.mechanism = mech
         self.heads = H

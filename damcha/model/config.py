@@ -57,12 +57,6 @@ class ModelConfig:
     causal: bool = True  # causal decoder (LM head) or non-causal encoder
     n_classes: int = 0  # > 0: non-causal encoder with a classification head
     attention: str = "damcha"  # a registered mechanism: "damcha", "mha", ...
-    # DAMCHA's fields (kept flat: they are the paper's subject and every shipped run has them)
-    metric_sharing: str = "shared"  # "shared": one M per stack (paper default) | "per_layer"
-    metric_input: str = "adaptive"  # "adaptive": M = f(x) | "static": "w/o f(x)", one learned M
-    score_form: str = "row_sum"  # "row_sum": paper Eq. 4 | "bilinear": extension beyond the paper
-    generator_widths: tuple[int, ...] = (64, 128)  # hidden widths of f; the paper uses (256, 512)
-    generator_dropout: float = 0.0
     pad_token: int | None = None  # token id that marks padding, if any
     input_dim: int = 0  # > 0: continuous inputs (e.g. 48-dim CIFAR patches): linear embedding, linear head, MSE
     modality: str = ""  # what a token is (see damcha.inputs.modalities); "" for a bare model: plain token ids
@@ -82,17 +76,26 @@ class ModelConfig:
     attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
 
     def __post_init__(self) -> None:
-        widths = self.generator_widths
-        if not isinstance(widths, list | tuple) or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
-            raise ValueError(f"invalid model config: generator_widths must be a list of integers, got {_short(widths)}")
-        object.__setattr__(self, "generator_widths", tuple(widths))
         options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
         if not isinstance(options, list | tuple | type({}.items())) or not all(
                 isinstance(pair, list | tuple) and len(pair) == 2 for pair in options):
             raise ValueError(f"invalid model config: attention_options must be an object of settings (name: value), "
                              f"got {_short(self.attention_options)}")
-        object.__setattr__(self, "attention_options", tuple(sorted((str(k), v) for k, v in options)))
+        pairs = ((str(k), tuple(v) if isinstance(v, list) else v) for k, v in options)  # (JSON's lists as tuples)
+        object.__setattr__(self, "attention_options", tuple(sorted(p for p in pairs if not self._at_moved_default(*p))))
         self.validate()
+
+    def _at_moved_default(self, name: str, value: Any) -> bool:
+        """A setting that was a ModelConfig field (MOVED_SETTINGS) at its declared default: left out, so a config
+        that names it and one that does not are one config, as when it was a field."""
+        if name not in MOVED_SETTINGS or self.attention not in mechanisms.mechanism_names():
+            return False
+        declared = next((s for s in self.mechanism.declared_settings if s.name == name), None)
+        return declared is not None and value == declared.default
+
+    def with_settings(self, **settings: Any) -> ModelConfig:
+        """This config with some of its mechanism's settings (attention_options) set."""
+        return dataclasses.replace(self, attention_options=tuple({**dict(self.attention_options), **settings}.items()))
 
     @property
     def feed_forward_width(self) -> int:
@@ -114,8 +117,6 @@ class ModelConfig:
         """A setting the mechanism declares (damcha.model.mechanisms.Setting): the config's value, else the
         declared default."""
         declared = self.mechanism.declared(name)
-        if declared.flat:
-            return getattr(self, name)
         return dict(self.attention_options).get(name, declared.default)
 
     @property
@@ -160,8 +161,7 @@ class ModelConfig:
             self.mechanism.validate(self)
         except ValueError as e:
             need(False, str(e))
-        need(isinstance(self.dropout, int | float) and isinstance(self.generator_dropout, int | float)
-             and 0.0 <= self.dropout < 1.0 and 0.0 <= self.generator_dropout < 1.0, "dropout must be in [0, 1)")
+        need(isinstance(self.dropout, int | float) and 0.0 <= self.dropout < 1.0, "dropout must be in [0, 1)")
         need(self.position_encoding != "rotary" or self.mechanism.rotary_positions,
              f"{self.attention} scores in its own steps, not through the shared attend step: rotary positions "
              "(RoPE on q and k there) do not apply to it")
@@ -218,10 +218,9 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["generator_widths"] = list(self.generator_widths)
-        d["attention_options"] = dict(self.attention_options)
+        d["attention_options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.attention_options}
         for s in self.mechanism.declared_settings:  # named, so a later change of default leaves this run as it was
-            if s.saved_before is not None and not s.flat:
+            if s.saved_before is not None:
                 d["attention_options"].setdefault(s.name, self.setting(s.name))
         if not d["attention_options"]:
             del d["attention_options"]  # configs without them read as before
@@ -235,11 +234,36 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
+        d = moved_into_settings(d)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"invalid model config: unknown fields {sorted(unknown)}")
         return cls(**d)
+
+
+# DAMCHA's settings that were ModelConfig fields until December 2026: every run saved before has them as
+# top-level keys (a run of any mechanism: they were fields of every config).
+MOVED_SETTINGS = ("metric_sharing", "metric_input", "score_form", "generator_widths", "generator_dropout")
+
+
+def moved_into_settings(fields: dict) -> dict:
+    """A saved config's fields with the MOVED_SETTINGS it holds as top-level keys moved into its mechanism's
+    settings (attention_options) where the mechanism declares them (a setting it names itself there wins),
+    and dropped where it does not: there they were fields no layer read. Every saved run opens as before."""
+    moved = {k: fields[k] for k in MOVED_SETTINGS if k in fields}
+    if not moved:
+        return fields
+    rest = {k: v for k, v in fields.items() if k not in MOVED_SETTINGS}
+    try:
+        declared = {s.name for s in mechanisms.get_mechanism(fields.get("attention", "damcha")).declared_settings}
+    except (ValueError, TypeError):
+        return rest  # no known mechanism: validation refuses it by its name
+    options = rest.get("attention_options", {})
+    if not isinstance(options, dict):
+        return rest
+    kept = {k: v for k, v in moved.items() if k in declared}
+    return {**rest, "attention_options": {**kept, **options}} if kept else rest
 
 
 def with_saved_defaults(fields: dict) -> dict:
@@ -294,7 +318,11 @@ def split_fields(values) -> tuple[dict, dict]:
 
 
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
-    """The same model with another registered attention variant (names as in ModelConfig.variant)."""
+    """The same model with another registered attention variant (names as in ModelConfig.variant). The settings
+    that were ModelConfig fields (MOVED_SETTINGS: f's widths, ...) carry over where the variant's mechanism has
+    them and the variant does not set them, as fields did."""
     v = mechanisms.get_variant(variant)
     fields, options = split_fields(v.fields)
-    return dataclasses.replace(base, attention=v.mechanism, attention_options=tuple(options.items()), **fields)
+    declared = mechanisms.get_mechanism(v.mechanism).config_options
+    kept = {k: val for k, val in base.attention_options if k in MOVED_SETTINGS and k in declared}
+    return dataclasses.replace(base, attention=v.mechanism, attention_options=tuple({**kept, **options}.items()), **fields)

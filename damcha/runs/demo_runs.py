@@ -13,8 +13,8 @@ from pathlib import Path
 from damcha.model.config import ModelConfig, variant_config
 from damcha.runs.train import TrainConfig, default_snapshot_epochs, train
 
-DIGITS_MODEL = ModelConfig(n_layer=2, n_head=4, n_embd=32, generator_widths=(64, 128), dropout=0.1)
-TEXT_MODEL = ModelConfig(n_layer=2, n_head=4, n_embd=32, generator_widths=(64, 128), block_size=128, dropout=0.0)
+DIGITS_MODEL = ModelConfig(n_layer=2, n_head=4, n_embd=32, dropout=0.1)
+TEXT_MODEL = ModelConfig(n_layer=2, n_head=4, n_embd=32, block_size=128, dropout=0.0)
 
 DIGITS_TRAIN = TrainConfig(dataset="digits", epochs=40, batch_size=32, lr=3e-3, snapshot_epochs=default_snapshot_epochs(40, 6))
 DIGITS_CLS_TRAIN = TrainConfig(dataset="digits-cls", epochs=40, batch_size=32, lr=2e-3, snapshot_epochs=default_snapshot_epochs(40, 6))

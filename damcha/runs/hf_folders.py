@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from damcha.model.config import ModelConfig
+from damcha.model.config import ModelConfig, moved_into_settings
 from damcha.runs.files import CheckpointError, parse_json, read_json, read_text
 
 MODEL_TYPE = "damcha"  # damcha.hf.DamchaConfig.model_type
@@ -81,7 +81,8 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
         cfg = read_json(checkpoints[max(checkpoints)] / CONFIG_FILE, MAX_CONFIG_BYTES, root, "model config")
     _refuse_foreign(folder, cfg)
     source: dict = cfg["damcha_run"] if isinstance(cfg.get("damcha_run"), dict) else {}
-    config: dict[str, Any] = {"format_version": 1, "model": _named_settings({k: v for k, v in cfg.items() if k in _MODEL_FIELDS}),
+    config: dict[str, Any] = {"format_version": 1, "model": _named_settings(
+        {k: v for k, v in moved_into_settings(cfg).items() if k in _MODEL_FIELDS}),
               "train": _section(source, "train"), "data": _section(source, "data"),
               "provenance": [f"A Hugging Face folder of damcha.hf's classes ({folder.name})."]}
     if source.get("run"):

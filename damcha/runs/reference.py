@@ -327,12 +327,12 @@ def reference_config(ckpt: dict, settings: ReferenceSettings, block_size: int | 
         masked = _heads_from_mask(state, D)
         if settings.n_head is not None and settings.n_head != masked:
             raise ReferenceCheckpointError(f"n_head {settings.n_head} does not match the {masked} head blocks of diag_mask")
-        fields.update(attention="damcha", metric_input="adaptive", score_form="row_sum",
-                      metric_sharing="per_layer" if per_layer else "shared",
-                      generator_widths=tuple(w.shape[0] for w in weights[:-1]), n_head=masked)
+        fields.update(attention="damcha", n_head=masked, attention_options=dict(
+            metric_input="adaptive", score_form="row_sum", metric_sharing="per_layer" if per_layer else "shared",
+            generator_widths=tuple(w.shape[0] for w in weights[:-1])))
     elif "layers.0.self_attn.M0" in state:
-        fields.update(attention="damcha", metric_input="static", metric_sharing="per_layer", score_form="row_sum",
-                      n_head=_given_heads(settings.n_head))
+        fields.update(attention="damcha", n_head=_given_heads(settings.n_head), attention_options=dict(
+            metric_input="static", metric_sharing="per_layer", score_form="row_sum"))
     elif "layers.0.self_attn.W_q.weight" in state:
         fields.update(attention="mha", n_head=_given_heads(settings.n_head))
     else:
@@ -557,7 +557,7 @@ def _generator_places(state: dict, config: ModelConfig) -> list[tuple[str, str]]
     """(reference generator prefix, our metric-source prefix) pairs (none without an adaptive metric)."""
     if config.mechanism.metric(config) != "adaptive":
         return []
-    if config.metric_sharing == "shared":
+    if config.setting("metric_sharing") == "shared":
         return [("shared_mlp_module.", "metric_source.")]
     return [(_generator_prefix(state, i) or "shared_mlp_module.", f"blocks.{i}.attn.metric_source.")
             for i in range(config.n_layer)]

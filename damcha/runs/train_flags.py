@@ -4,7 +4,9 @@ saved config as the starting values (`--config RUN`), so a run can be replayed, 
 overriding it.
 
 Every field of TrainConfig is a flag, and the ModelConfig fields a user sizes a model with
-(MODEL_FLAGS); the attention itself comes from `--variant` and `--option`, as before.
+(MODEL_FLAGS), and the two sizes of DAMCHA's f (SETTING_FLAGS, flags since these were ModelConfig fields;
+they set the mechanism's settings as `--option` does); the attention itself comes from `--variant` and
+`--option`, as before.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from damcha.runs.checkpoints import CheckpointError, load_run
 from damcha.runs.train import CHOICE_TYPES as TRAIN_CHOICES
 from damcha.runs.train import TrainConfig
 
-MODEL_FLAGS = ("n_layer", "n_head", "n_embd", "mlp_ratio", "generator_widths", "block_size", "dropout",
-               "generator_dropout")
+MODEL_FLAGS = ("n_layer", "n_head", "n_embd", "mlp_ratio", "block_size", "dropout")
 
 HELP = {
     "n_layer": "transformer blocks", "n_head": "attention heads", "n_embd": "width D of the model",
@@ -57,6 +58,7 @@ def ints(text: str) -> tuple[int, ...]:
 
 
 PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "str | None": str, "tuple[int, ...]": ints}
+SETTING_FLAGS: dict[str, Callable[[str], Any]] = {"generator_widths": ints, "generator_dropout": float}
 
 
 def flag_fields() -> list[tuple[type, dataclasses.Field]]:
@@ -80,6 +82,9 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         choices = get_args(literal) if literal is not None else CHOICES.get(f.name)
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=PARSERS.get(str(f.type), str), choices=choices,
                             default=argparse.SUPPRESS, help=f"{HELP[f.name]} (default: {shown})")
+    for name, parse in SETTING_FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=parse, default=argparse.SUPPRESS,
+                            help=f"{HELP[name]} (a setting of the mechanism, as --option {name}=... sets it)")
     parser.add_argument("--config", metavar="RUN", help="a run folder whose saved settings are the starting values "
                         "(its model, attention included, and its training); flags given override them")
 
@@ -91,10 +96,12 @@ def settings_from(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig, b
     given = {f.name: getattr(args, f.name) for _, f in flag_fields() if hasattr(args, f.name)}
     model_given = {k: v for k, v in given.items() if k in MODEL_FLAGS}
     train_given = {k: v for k, v in given.items() if k not in MODEL_FLAGS}
+    settings = {name: getattr(args, name) for name in SETTING_FLAGS if hasattr(args, name)}
     if not args.config:
-        return ModelConfig(**model_given), TrainConfig(**train_given), False
+        return ModelConfig(**model_given).with_settings(**settings), TrainConfig(**train_given), False
     model, train = replayed(args.config)
-    return dataclasses.replace(model, **model_given), TrainConfig(**{**train, **train_given}), True
+    return (dataclasses.replace(model, **model_given).with_settings(**settings), TrainConfig(**{**train, **train_given}),
+            True)
 
 
 def replayed(run_dir: str | Path) -> tuple[ModelConfig, dict[str, Any]]:

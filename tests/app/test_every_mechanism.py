@@ -33,7 +33,7 @@ from tests.support.units import losses_without_unit, shown_texts
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app" / "streamlit_app.py")
 PAGES = [entry.path.stem for entry in NAVIGATION]  # the app's menu, as the app builds it
-BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16,))
+BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (16,)})
 TASKS = ("digits", "digits-cls")
 
 mechanisms.register(Tied(), TOY_VARIANT)  # for the parametrisation below; removed when the module ends
@@ -250,7 +250,6 @@ def test_a_mask_difference_is_changed_or_unchanged_not_a_subtraction():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_each_declared_setting_is_validated_from_its_declaration(variant):
-    import dataclasses
 
     cfg = variant_config(BASE, variant)
     mechanism = cfg.mechanism
@@ -261,10 +260,7 @@ def test_each_declared_setting_is_validated_from_its_declaration(variant):
         if bad is None:
             continue
         with pytest.raises(ValueError, match=s.name):
-            if s.flat:
-                dataclasses.replace(cfg, **{s.name: bad})
-            else:
-                dataclasses.replace(cfg, attention_options={**dict(cfg.attention_options), s.name: bad})
+            cfg.with_settings(**{s.name: bad})
     for c in mechanism.option_choices:  # per-call choices: the model as trained first, a URL key, help
         assert c.values and c.help and c.url_key
         mechanism.options_from({c.name: c.values[0]})

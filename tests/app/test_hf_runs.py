@@ -28,7 +28,7 @@ CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
 def _trainer_run(out: Path, save_strategy: str = "epoch") -> None:
     """Two epochs of Hugging Face's Trainer on a tiny DAMCHA decoder over token ids."""
-    base = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=4, n_embd=16, generator_widths=(8,))
+    base = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)})
     torch.manual_seed(0)
     model = hf.DamchaForCausalLM(hf.DamchaConfig.from_model_config(variant_config(base, "damcha")))
     rows = [{"input_ids": (torch.arange(16) + i) % 10, "labels": (torch.arange(16) + i) % 10} for i in range(32)]

@@ -40,7 +40,7 @@ def test_scale_benchmark_runs_quick(tmp_path):
 @pytest.mark.parametrize("causal", [True, False])
 def test_flops_counted_at_short_lengths_extend_exactly_to_long_ones(causal):
     """Every registered layer's counted FLOPs are a T + b T²: the two-length count equals the direct one."""
-    cfg = ModelConfig(vocab_size=11, block_size=100, n_layer=1, n_head=4, n_embd=32, generator_widths=(16, 32),
+    cfg = ModelConfig(vocab_size=11, block_size=100, n_layer=1, n_head=4, n_embd=32, attention_options={"generator_widths": (16, 32)},
                       causal=causal, n_classes=0 if causal else 3)
     for variant in variant_names():
         assert layer_flops_counted(cfg, variant, 100, 2) == explicit_flops(cfg, variant, 100, 2), variant

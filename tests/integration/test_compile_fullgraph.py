@@ -15,7 +15,7 @@ PAD = 10
 
 
 def _case(variant: str, causal: bool, padded: bool):
-    base = ModelConfig(n_layer=1, n_head=4, n_embd=16, generator_widths=(8,), block_size=12, vocab_size=11,
+    base = ModelConfig(n_layer=1, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=12, vocab_size=11,
                        causal=causal, n_classes=0 if causal else 3, pad_token=PAD if padded else None)
     model = build_model(variant_config(base, variant), seed=0)
     g = torch.Generator().manual_seed(1)

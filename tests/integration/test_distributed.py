@@ -84,7 +84,7 @@ def test_a_state_saved_by_the_other_strategy_is_refused_in_words(tmp_path):
     from damcha.runs.sharded import STATE_DIR, STATE_META
     from damcha.runs.train import TrainConfig, train
 
-    cfg, tcfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(8,)), TrainConfig(epochs=2, train_limit=40)
+    cfg, tcfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (8,)}), TrainConfig(epochs=2, train_limit=40)
     train(cfg, tcfg, tmp_path / "run", progress=False, stop_after_epoch=0)
     (tmp_path / "run" / "training_state.safetensors").unlink()  # as if a sharded run had been killed
     (tmp_path / "run" / STATE_DIR).mkdir()
@@ -98,7 +98,8 @@ def test_activation_checkpointing_recomputes_the_same_training(tmp_path):
     from damcha import ModelConfig
     from damcha.runs.train import TrainConfig, train
 
-    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, generator_widths=(8,), dropout=0.1, generator_dropout=0.1)
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=16, attention_options={"generator_widths": (8,), "generator_dropout": 0.1},
+                      dropout=0.1)
     tcfg = TrainConfig(epochs=1, train_limit=96, completion_images=2, snapshot_epochs=(1,))
     train(cfg, tcfg, tmp_path / "plain", progress=False)
     train(cfg, tcfg, tmp_path / "checkpointed", progress=False, activation_checkpointing=True)
@@ -114,7 +115,7 @@ def test_activation_checkpointing_recomputes_the_blocks_and_the_shared_metric():
     from damcha.runs.sharded import checkpoint_activations
 
     def forwards_in_one_step(checkpointed: bool) -> list[str]:
-        model = build_model(ModelConfig(n_layer=2, n_head=2, n_embd=16, generator_widths=(8,), vocab_size=11,
+        model = build_model(ModelConfig(n_layer=2, n_head=2, n_embd=16, attention_options={"generator_widths": (8,)}, vocab_size=11,
                                         block_size=12), seed=0)
         if checkpointed:
             checkpoint_activations(model)

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from damcha import ModelConfig, variant_config, variant_names  # noqa: E402
 from damcha.__main__ import main  # noqa: E402
+from damcha.model.config import MOVED_SETTINGS  # noqa: E402
 from damcha.model.mechanisms import get_mechanism  # noqa: E402
 from damcha.runs.checkpoints import list_runs, load_model  # noqa: E402
 
@@ -28,7 +29,7 @@ CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
 
 def _config(variant: str, classifier: bool = False) -> "hf.DamchaConfig":
-    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), block_size=12, vocab_size=11,
+    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=12, vocab_size=11,
                        causal=not classifier, n_classes=3 if classifier else 0)
     return hf.DamchaConfig.from_model_config(variant_config(base, variant))
 
@@ -66,7 +67,7 @@ def test_every_variant_round_trips_and_attends_alike_under_sdpa_and_eager(varian
 
 @pytest.mark.parametrize("variant", variant_names())
 def test_every_variant_in_the_vit_layout_classifies_images_round_trips_and_trains(variant, tmp_path):
-    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), n_classes=3, causal=False)
+    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, n_classes=3, causal=False)
     config = hf.DamchaConfig.for_images(variant_config(base, variant), image_size=16, patch_size=4)
     torch.manual_seed(0)
     model = transformers.AutoModelForImageClassification.from_config(config)
@@ -271,10 +272,13 @@ def test_a_folder_of_every_variant_opens_in_the_app_as_the_same_model(variant, t
     model = hf.DamchaForCausalLM(_config(variant)).eval()
     model.save_pretrained(tmp_path / "today")
     written = json.loads((tmp_path / "today" / "config.json").read_text())
-    (tmp_path / "unnamed").mkdir()  # a folder whose config names only the variant's own settings (as written before)
-    unnamed = dict(variant_config(ModelConfig(), variant).attention_options)
+    # A folder as written before: its config names only the variant's own settings, and DAMCHA's settings that
+    # were ModelConfig fields (f's widths, ...) as top-level fields.
+    (tmp_path / "unnamed").mkdir()
+    moved = {k: v for k, v in written.get("attention_options", {}).items() if k in MOVED_SETTINGS}
+    unnamed = {k: v for k, v in variant_config(ModelConfig(), variant).attention_options if k not in MOVED_SETTINGS}
     (tmp_path / "unnamed" / "model.safetensors").write_bytes((tmp_path / "today" / "model.safetensors").read_bytes())
-    (tmp_path / "unnamed" / "config.json").write_text(json.dumps({**written, "attention_options": unnamed}))
+    (tmp_path / "unnamed" / "config.json").write_text(json.dumps({**written, **moved, "attention_options": unnamed}))
     x = _tokens()
     for folder in ("today", "unnamed"):
         runs, bad = list_runs(tmp_path)

@@ -73,7 +73,7 @@ def test_every_variant_saved_with_its_code_loads_without_the_package_to_the_same
     for variant in variant_names():
         torch.manual_seed(0)
         config = hf.DamchaConfig.from_model_config(variant_config(ModelConfig(
-            n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), block_size=12, vocab_size=11), variant))
+            n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=12, vocab_size=11), variant))
         config.auto_map = remote_code.auto_map()
         model = hf.DamchaForCausalLM(config).eval()
         with torch.no_grad():  # off the initial values: maps that start at zero would hide a wrong load

@@ -70,7 +70,7 @@ def test_every_variant_swaps_into_every_layout_and_trains_every_new_parameter(la
     swap = hf.swap_attention(model, variant, seed=0, rope="q_and_k" if rotary else None if layout != "llama" else "none")
     assert swap.rotary == rotary
     assert len(swap.replaced) == 2 and swap.config.variant == variant
-    if variant.startswith("damcha") and swap.config.metric_sharing == "shared":
+    if variant.startswith("damcha") and swap.config.setting("metric_sharing") == "shared":
         assert any(name.startswith("damcha_shared.") for name in swap.fresh)  # one generator for the stack
     new = {name: p for name, p in model.named_parameters() if ".layer." in name or name.startswith("damcha_shared.")}
     assert set(new) == {*swap.carried, *swap.fresh}

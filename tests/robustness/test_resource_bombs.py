@@ -75,7 +75,7 @@ def edit_model(run: Path, **changes) -> None:
 
 @pytest.mark.parametrize("changes, why", [
     ({"n_layer": 10**9}, "n_layer 1,000,000,000 is above"),
-    ({"generator_widths": list(range(1, 100_001))}, "generator_widths must be a list of at most 16"),
+    ({"attention": "damcha", "generator_widths": list(range(1, 100_001))}, "generator_widths has 100,000 entries; at most 16"),
     ({"n_embd": 2**40, "n_head": 1}, "n_embd"),
     ({"block_size": 10**9}, "parameters outside attention"),
 ])

@@ -5,6 +5,7 @@ import dataclasses
 import torch
 
 from damcha import ModelConfig, build_model, variant_config, variant_names
+from damcha.model.config import split_fields
 from damcha.model.mechanisms.damcha.layer import metric_sources
 
 # Variants from the registry, never a hand-kept list: every registered one, and those whose
@@ -14,11 +15,16 @@ METRIC_VARIANTS = tuple(v for v in ALL_VARIANTS if (c := variant_config(ModelCon
 
 
 def tiny_config(variant: str = "damcha", causal: bool = True, **overrides) -> ModelConfig:
+    """overrides: ModelConfig fields, and settings of the variant's mechanism (those another mechanism does not
+    have are left out: generator_dropout=0.2 asks every variant with an f for dropout inside it)."""
     base = ModelConfig(
-        vocab_size=11, block_size=16, n_layer=2, n_head=4, n_embd=16, generator_widths=(16, 24),
+        vocab_size=11, block_size=16, n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (16, 24)},
         causal=causal, n_classes=0 if causal else 5,
     )
-    return dataclasses.replace(variant_config(base, variant), **overrides)
+    config = variant_config(base, variant)
+    fields, settings = split_fields(overrides)
+    return dataclasses.replace(config, **fields).with_settings(
+        **{k: v for k, v in settings.items() if k in config.mechanism.config_options})
 
 
 def tiny_model(variant: str = "damcha", causal: bool = True, seed: int = 0, dtype=torch.float64, **overrides):

@@ -6,7 +6,7 @@ from damcha import ModelConfig, variant_config
 from damcha.runs.checkpoints import Run, load_run
 from damcha.runs.train import TrainConfig, train
 
-TINY = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,), block_size=32, dropout=0.1)
+TINY = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (16,)}, block_size=32, dropout=0.1)
 
 
 def tiny_train_config(**kw) -> TrainConfig:
@@ -20,7 +20,7 @@ def tiny_train_config(**kw) -> TrainConfig:
 def tiny_patch_run(folder: Path) -> Run:
     """A tiny DAMCHA run on the bundled colour images (patches), trained into folder/images-tiny."""
     out = folder / "images-tiny"
-    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(16, 24))
+    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (16, 24)})
     train(variant_config(base, "damcha"), TrainConfig(dataset="sample-images", epochs=1, train_limit=64,
                                                       completion_images=4), out, progress=False)
     return load_run(out)

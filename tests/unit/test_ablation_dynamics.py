@@ -18,7 +18,7 @@ from tests.support.models import opts, tiny_model
 
 
 def test_ablation_table_matches_a_direct_evaluation_with_the_mode_set_by_hand(tmp_path):
-    cfg = variant_config(ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,)), "damcha")
+    cfg = variant_config(ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (16,)}), "damcha")
     train(cfg, TrainConfig(dataset="digits", epochs=1, batch_size=64, train_limit=128, completion_images=4,
                            completion_samples=2), tmp_path / "run", progress=False)
     run = load_run(tmp_path / "run")

@@ -134,7 +134,7 @@ def test_cifar_next_patch_training_end_to_end(tmp_path):
     batch = {b"data": smooth.reshape(40, 3072), b"labels": list(rng.integers(0, 10, 40))}
     (d / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=2))
     (d / "test_batch").write_bytes(pickle.dumps({b"data": smooth[:8].reshape(8, 3072), b"labels": list(range(8))}))
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,))
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (16,)})
     result = train(cfg, TrainConfig(dataset="cifar10", data_path=str(d), epochs=3, batch_size=8, lr=1e-2,
                                     nonstandard_data=True),
                    tmp_path / "run", progress=False)

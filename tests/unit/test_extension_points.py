@@ -151,7 +151,7 @@ def test_the_documented_data_set_example_registers_trains_and_is_inspected(tmp_p
     try:
         data = load_dataset("echo")
         assert (data.modality, data.unit, data.task) == ("tokens", "token", "next_token")
-        base = ModelConfig(n_layer=1, n_head=4, n_embd=16, generator_widths=(8,))
+        base = ModelConfig(n_layer=1, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)})
         train(variant_config(base, "damcha"), TrainConfig(dataset="echo", epochs=1, batch_size=50),
               tmp_path / "echo-damcha", progress=False)
         run = load_run(tmp_path / "echo-damcha")

@@ -12,7 +12,7 @@ from damcha.model.mechanisms.operations import attend, rotate
 from damcha.model.transformer import build_model
 
 LLAMA = {"norm": "rms", "feed_forward": "swiglu", "position_encoding": "rotary"}
-BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), block_size=12, vocab_size=11)
+BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=12, vocab_size=11)
 ROTARY = [v for v in variant_names() if get_mechanism(get_variant(v).mechanism).rotary_positions]
 OTHERS = [v for v in variant_names() if v not in ROTARY]
 

@@ -79,7 +79,7 @@ def test_attention_weights_match_an_independent_recomputation(variant):
     np.testing.assert_allclose(record.attention[0], expected, atol=1e-10)
 
 
-@pytest.mark.parametrize("variant", [v for v in METRIC_VARIANTS if variant_config(ModelConfig(), v).score_form == "row_sum"])
+@pytest.mark.parametrize("variant", [v for v in METRIC_VARIANTS if variant_config(ModelConfig(), v).setting("score_form") == "row_sum"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_metric_modes_use_exactly_the_named_blocks(variant, causal):
     model = tiny_model(variant, causal)

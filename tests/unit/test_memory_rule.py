@@ -22,7 +22,7 @@ from damcha.runs.memory import (
 
 def test_a_run_that_does_not_fit_is_refused_with_its_numbers_before_anything_is_allocated():
     config = variant_config(ModelConfig(vocab_size=256, block_size=256, n_layer=2, n_head=4, n_embd=64,
-                                        generator_widths=(32, 64)), "damcha")
+                                        attention_options={"generator_widths": (32, 64)}), "damcha")
     estimate = training_memory(config, 8)
     with pytest.raises(DoesNotFit, match=r"does not fit one tiny device: .* parameters: weights .* activations of a "
                                          r"batch of 8 .* against 85% of its 0\.0 GiB"):
@@ -54,7 +54,7 @@ def test_the_activations_counted_on_the_meta_device_are_what_a_real_forward_save
     """With dropout on, the meta count equals what autograd saves in a real CPU forward, byte for byte;
     without it a real forward may take fused kernels that save less (measured here: 0.92x to 2.14x of the
     real saves, interleaved heads the most), so the count is mostly an upper bound."""
-    base = ModelConfig(vocab_size=32, block_size=24, n_layer=2, n_head=4, n_embd=32, generator_widths=(16,))
+    base = ModelConfig(vocab_size=32, block_size=24, n_layer=2, n_head=4, n_embd=32, attention_options={"generator_widths": (16,)})
     with_dropout = variant_config(dataclasses.replace(base, dropout=0.1), variant)
     assert saved_activation_bytes(with_dropout, 3) == _saved_on_cpu(with_dropout, 3)
     plain = variant_config(base, variant)
@@ -64,7 +64,7 @@ def test_the_activations_counted_on_the_meta_device_are_what_a_real_forward_save
 
 def test_auto_trains_whole_where_it_fits_and_sharded_where_only_that_fits():
     config = variant_config(ModelConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=64,
-                                        generator_widths=(32, 64)), "damcha-unshared")
+                                        attention_options={"generator_widths": (32, 64)}), "damcha-unshared")
     whole = training_memory(config, 4)
     assert plan_strategy(config, 16, int(whole.total * 2), world=4) == ("ddp", whole)
     weights_share = whole.weights + whole.gradients + whole.optimiser

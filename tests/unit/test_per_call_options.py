@@ -27,6 +27,20 @@ DAMCHA_NAMES = ("DamchaOptions", "MetricMode", "metric_mode", "metric_sources", 
                 "within_row_residual", "as_blocks", "DamchaMetricAccess")
 
 
+# DAMCHA's settings that were ModelConfig fields until December 2026 (config.MOVED_SETTINGS), and the few
+# modules that may name them, each with why.
+DAMCHA_SETTINGS = ("metric_sharing", "metric_input", "score_form", "generator_widths", "generator_dropout")
+MAY_NAME_DAMCHA_SETTINGS = {
+    "damcha/model/config.py": "the load shim: saved runs hold them as top-level fields",
+    "damcha/runs/reference.py": "the authors' reference checkpoints are DAMCHA's; reading one sets its settings",
+    "damcha/runs/train_flags.py": "--generator-widths and --generator-dropout, flags since these were fields",
+    "damcha/evidence/scales.py": "the paper's sizes of f at its scale",
+    "damcha/evidence/catalogue/common.py": "claims about DAMCHA's f: its widths by depth",
+    "damcha/evidence/catalogue/table3_depth.py": "Table 3 sweeps the depth of f",
+    "damcha/inputs/synthetic.py": "a synthetic-task model of DAMCHA's (the static bilinear form)",
+}
+
+
 def _library_modules():
     for folder in ("damcha", "pages", "app"):
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -48,13 +62,48 @@ def test_no_module_outside_damchas_package_imports_it_or_names_its_types():
                     offences.append(f"{rel}:{node.lineno} names {name}")
             elif isinstance(node, ast.Constant) and node.value in DAMCHA_NAMES:
                 offences.append(f"{rel}:{node.lineno} names {node.value!r}")
+            if rel not in MAY_NAME_DAMCHA_SETTINGS:
+                named = (node.attr if isinstance(node, ast.Attribute) else node.arg if isinstance(node, ast.keyword)
+                         else node.value if isinstance(node, ast.Constant) else None)
+                if named in DAMCHA_SETTINGS:
+                    offences.append(f"{rel}:{node.lineno} names DAMCHA's setting {named}")
     assert not offences, "\n".join(offences)
+
+
+def test_damchas_settings_are_its_own_and_every_saved_run_reads_them_as_before():
+    """The five settings that were ModelConfig fields are DAMCHA's declared settings now: no field of
+    ModelConfig, every one declared by DAMCHA; a config saved with them as fields (every run saved before,
+    of any mechanism) loads to the config that names them as settings, or, for a mechanism without them,
+    to the config without them (they were fields no layer read)."""
+    import dataclasses
+
+    from damcha.model.config import MOVED_SETTINGS, ModelConfig, variant_config
+
+    assert set(MOVED_SETTINGS) == set(DAMCHA_SETTINGS)
+    assert not set(DAMCHA_SETTINGS) & {f.name for f in dataclasses.fields(ModelConfig)}
+    assert set(DAMCHA_SETTINGS) <= set(get_mechanism("damcha").config_options)
+    saved = {**{k: v for k, v in ModelConfig().to_dict().items() if k != "attention_options"},
+             "metric_sharing": "per_layer", "metric_input": "adaptive", "score_form": "bilinear",
+             "generator_widths": [8, 16], "generator_dropout": 0.1}
+    loaded = ModelConfig.from_dict(saved)
+    assert loaded == ModelConfig(attention_options={"metric_sharing": "per_layer", "score_form": "bilinear",
+                                                    "generator_widths": (8, 16), "generator_dropout": 0.1})
+    assert [loaded.setting(k) for k in DAMCHA_SETTINGS] == ["per_layer", "adaptive", "bilinear", (8, 16), 0.1]
+    assert ModelConfig.from_dict({**saved, "attention": "mha"}) == variant_config(ModelConfig(), "mha")
+    for run in sorted((ROOT / "checkpoints").glob("*/config.json")):  # the shipped runs, saved with them as fields
+        model = json.loads(run.read_text())["model"]
+        assert set(DAMCHA_SETTINGS) <= set(model), run.parent.name
+        config = ModelConfig.from_dict(model)
+        if "generator_widths" in config.mechanism.config_options:
+            assert config.setting("generator_widths") == tuple(model["generator_widths"]), run.parent.name
 
 
 def test_the_confinement_rule_finds_what_it_forbids(tmp_path):
     """The rule above can fail: the old way of asking for a metric mode is an offence to it."""
     tree = ast.parse('options = model.mechanism.options_from({"metric_mode": "diagonal"})')
     assert any(isinstance(n, ast.Constant) and n.value in DAMCHA_NAMES for n in ast.walk(tree))
+    tree = ast.parse("widths = model.config.generator_widths")
+    assert any(isinstance(n, ast.Attribute) and n.attr in DAMCHA_SETTINGS for n in ast.walk(tree))
     tree = ast.parse("from damcha.model.mechanisms.damcha.layer import metric_sources")
     assert any(isinstance(n, ast.ImportFrom) and n.module.startswith("damcha.model.mechanisms.damcha")
                for n in ast.walk(tree))

@@ -16,7 +16,7 @@ TOLERANCE = 1e-5  # float32: the running sums add in another order than a cumula
 
 
 def _model(variant: str, position_encoding: str = "learned", causal: bool = True):
-    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, generator_widths=(8,), block_size=24, vocab_size=11,
+    base = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=24, vocab_size=11,
                        position_encoding=position_encoding, causal=causal, n_classes=0 if causal else 3)
     model = build_model(variant_config(base, variant), seed=0).eval()
     with torch.no_grad():  # off the initial values, so no map that starts at zero hides a wrong offset

@@ -19,7 +19,7 @@ def cases(draw):
     causal = draw(st.booleans())
     cfg = ModelConfig(
         vocab_size=7, block_size=12, n_layer=draw(st.integers(1, 2)), n_head=n_head, n_embd=n_head * head_dim,
-        generator_widths=(draw(st.integers(1, 9)),), causal=causal, n_classes=0 if causal else 3, pad_token=6,
+        attention_options={"generator_widths": (draw(st.integers(1, 9)),)}, causal=causal, n_classes=0 if causal else 3, pad_token=6,
     )
     try:
         cfg = variant_config(cfg, draw(st.sampled_from(VARIANTS)))
@@ -56,7 +56,7 @@ def test_any_shape_and_mask_gives_finite_agreeing_paths_and_padding_invariance(c
 @given(st.integers(1, 4), st.integers(1, 4), st.sampled_from(VARIANTS))
 def test_parameter_estimate_is_exact(n_head, head_dim, variant):
     try:
-        cfg = variant_config(ModelConfig(n_head=n_head, n_embd=n_head * head_dim, generator_widths=(5, 7)), variant)
+        cfg = variant_config(ModelConfig(n_head=n_head, n_embd=n_head * head_dim, attention_options={"generator_widths": (5, 7)}), variant)
     except ValueError:  # a mechanism that cannot be built at this shape says so; not this test's case
         assume(False)
     assert build_model(cfg).num_parameters() == cfg.parameter_estimate()

@@ -31,7 +31,7 @@ def test_the_decomposition_shares_add_to_the_whole_and_the_reading_names_the_sco
     assert len(shares) == 2 and sum(shares) == pytest.approx(1.0, abs=2e-3)  # orthogonal parts, rounded to 0.1%
     share, said = off_diagonal_baseline(record)
     assert share == pytest.approx((record.n_head - 1) / record.n_head)
-    assert ("equal blocks" in said) == (run.model_config.score_form == "bilinear")
+    assert ("equal blocks" in said) == (run.model_config.setting("score_form") == "bilinear")
 
 
 def test_the_residue_check_states_the_loss_change_in_the_runs_unit():

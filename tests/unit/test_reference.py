@@ -33,7 +33,7 @@ def test_converted_reference_model_computes_what_theirs_computes(tmp_path, gener
     run_dir = import_reference(tmp_path / "checkpoint_epoch_3.pt", tmp_path / "run", block_size=T)
     run = load_run(run_dir)
     assert run.epochs == (3,) and run.model_config.norm_placement == "post" and not run.model_config.final_norm
-    assert run.model_config.metric_sharing == ("per_layer" if generator.get("layer_bias") else "shared")
+    assert run.model_config.setting("metric_sharing") == ("per_layer" if generator.get("layer_bias") else "shared")
     report = next(iter(run.train_config["import_report"].values()))
     per_layer_copies = 2 * (len(WIDTHS) + 1) + (3 if generator.get("layer_bias") else 0)  # the generator's tensors
     assert not report["unknown"] and len(report["duplicates"]) == L * per_layer_copies

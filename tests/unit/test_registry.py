@@ -50,7 +50,7 @@ def test_the_toy_trains_saves_and_shows_its_structures_in_the_app(tied, tmp_path
     from damcha.runs.checkpoints import load_model, load_run
     from damcha.runs.train import TrainConfig, train
 
-    base = ModelConfig(n_layer=1, n_head=4, n_embd=16, generator_widths=(8,))
+    base = ModelConfig(n_layer=1, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)})
     train(variant_config(base, "tied"), TrainConfig(dataset="digits", epochs=1, train_limit=64, batch_size=32,
                                                     completion_images=4, completion_samples=1),
           tmp_path / "digits-tied", progress=False)

@@ -113,7 +113,7 @@ def test_training_validates_on_the_validation_split_and_tests_once_at_the_end(tm
     from damcha.views.display_units import test_loss
 
     (tmp_path / "enwik8").write_bytes(enwik8_like(60_000, seed=4))
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(8,), block_size=32)
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=32)
     tcfg = TrainConfig(dataset="enwik8", data_path=str(tmp_path / "enwik8"), epochs=2, batch_size=8,
                        steps_per_epoch=3, val_windows=8)
     with pytest.raises(DataError, match="--nonstandard-data"):

@@ -146,7 +146,7 @@ def test_a_parquet_image_run_trains_and_is_tested_once(tmp_path):
     folder.mkdir()
     pq.write_table(_image_table(24, 0)[0], folder / "train.parquet")
     pq.write_table(_image_table(4, 1)[0], folder / "test.parquet")
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(8,))
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (8,)})
     train(cfg, TrainConfig(dataset="parquet-images", data_path=str(folder), epochs=1, batch_size=8, completion_images=2),
           tmp_path / "run", progress=False)
     run = load_run(tmp_path / "run")

@@ -40,7 +40,7 @@ def test_flags_given_set_their_fields():
     model, train, _ = settings_from(parsed("--batch-size", "7", "--generator-widths", "8,9", "--min-lr-fraction",
                                            "0.2", "--data-path", "x.txt", "--snapshot-epochs", "0,3"))
     assert (train.batch_size, train.min_lr_fraction, train.data_path, train.snapshot_epochs) == (7, 0.2, "x.txt", (0, 3))
-    assert model.generator_widths == (8, 9)
+    assert model.setting("generator_widths") == (8, 9)
     with pytest.raises(SystemExit):
         parsed("--optimizer", "sgd")  # choices come from the library's own list
 

@@ -78,7 +78,7 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
 
 
 def test_text_corpus_and_classifier_train(tmp_path):
-    text_cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, generator_widths=(16,), block_size=16)
+    text_cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (16,)}, block_size=16)
     r = train(text_cfg, tiny_train_config(dataset="text", epochs=1, batch_size=8), tmp_path / "text", progress=False)
     assert "val_bits_per_char" in r.metrics[-1] and r.metrics[-1]["val_nll"] < r.metrics[0]["val_nll"]
     r = train(TINY, tiny_train_config(dataset="digits-cls", epochs=3, train_limit=0), tmp_path / "cls", progress=False)
@@ -148,7 +148,7 @@ def test_foreign_and_truncated_safetensors(run_dir):
 def test_absurd_config_is_refused_before_allocation(run_dir):
     cfg = json.loads((run_dir / "config.json").read_text())
     cfg["model"]["n_embd"] = 4096
-    cfg["model"]["generator_widths"] = [4096]
+    cfg["model"].setdefault("attention_options", {})["generator_widths"] = [4096]
     (run_dir / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="parameters"):
         load_run(run_dir)
@@ -174,7 +174,7 @@ def test_list_runs_reports_bad_runs_beside_good_ones_and_stays_under_root(tmp_pa
 def test_bf16_autocast_trains_close_to_fp32(tmp_path):
     from damcha import ModelConfig, variant_config
 
-    base = variant_config(ModelConfig(n_layer=1, n_head=4, n_embd=16, generator_widths=(16,)), "damcha")
+    base = variant_config(ModelConfig(n_layer=1, n_head=4, n_embd=16, attention_options={"generator_widths": (16,)}), "damcha")
     rows = {}
     for precision in ("fp32", "bf16"):
         tcfg = TrainConfig(dataset="digits", epochs=1, precision=precision, train_limit=256, completion_images=4)

@@ -30,7 +30,7 @@ COMPLETION = ("val_completion_mse", "val_completion_mse_q25", "val_completion_ms
 COMPARABLE = 1.2  # "comparable" overhead: at most this multiple of MHA's
 EFFICIENCY_CASE = dict(T=256, batch=4)
 EFFICIENCY_CONFIG = ModelConfig(vocab_size=256, block_size=256, n_layer=1, n_head=8, n_embd=128,
-                                generator_widths=(256, 512))  # the benchmark's causal layer
+                                attention_options={"generator_widths": (256, 512)})  # the benchmark's causal layer
 F_DEPTHS = {1: (64,), 3: (64, 128, 128), 5: (64, 128, 128, 128, 128)}  # hidden widths of f by depth
 
 

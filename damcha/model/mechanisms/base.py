@@ -111,9 +111,7 @@ class Setting:
     and the model card all read this declaration.
 
     kind: int, float, str or tuple (of ints). default: the value when a config does not set it
-    (None: computed from the rest of the config, as `help` says). flat: a field of ModelConfig
-    itself (DAMCHA's, which every shipped run has as a field) instead of an `attention_options` entry.
-    saved_before: for a setting added after runs were saved (or whose default changed), the value
+    (None: computed from the rest of the config, as `help` says). saved_before: for a setting added after runs were saved (or whose default changed), the value
     those runs were trained with: a saved config without it loads with this value, and every config
     saved from now on names the setting explicitly."""
 
@@ -123,7 +121,6 @@ class Setting:
     help: str
     choices: tuple = ()
     minimum: float | None = None
-    flat: bool = False
     saved_before: Any = None
 
     def check(self, value: Any) -> None:
@@ -281,7 +278,7 @@ class Mechanism(Generic[OptionsT]):
     @property
     def config_options(self) -> tuple[str, ...]:
         """Names of the settings a config holds in `attention_options`."""
-        return tuple(s.name for s in self.declared_settings if not s.flat)
+        return tuple(s.name for s in self.declared_settings)
 
     def declared(self, name: str) -> Setting:
         found = next((s for s in self.declared_settings if s.name == name), None)
@@ -370,6 +367,11 @@ class Mechanism(Generic[OptionsT]):
         the `metric` structure): "adaptive" (M(x) computed from each input), "static" (one learned M),
         or None. Attribution to M(x), its statistics over a data set and the metric figures use it."""
         return None
+
+    def metric_count(self, config: ModelConfig) -> int:
+        """How many D x D metrics a stack of `config` holds per position (one shared, or one per layer); 0 where
+        `metric` is None. Inspection sizes its per-position matrices by it."""
+        return 0
 
     def single_layer(self, config: ModelConfig) -> ModelConfig:
         """The config of one self-contained layer of this mechanism (the efficiency benchmark builds

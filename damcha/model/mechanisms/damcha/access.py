@@ -32,10 +32,10 @@ class DamchaMetricAccess(MetricAccess):
         return DamchaOptions(drop_residue=True)
 
     def scoring_form(self, config) -> str:
-        return config.score_form.replace("_", " ")
+        return config.setting("score_form").replace("_", " ")
 
     def residue_learned(self, config) -> bool:
-        return config.score_form != "row_sum"  # the row sum reaches each block only through its row's mean m_i
+        return config.setting("score_form") != "row_sum"  # the row sum reaches each block only through its row's mean m_i
 
     def output_modules(self, model: Transformer) -> list[nn.Module]:
         return [src.generator if src.static else src.generator.out for src in metric_sources(model)]

@@ -90,7 +90,7 @@ class MetricAttention(nn.Module):
         D = config.n_embd
         self.n_head = config.n_head
         self.head_dim = config.head_dim
-        self.bilinear = config.score_form == "bilinear"
+        self.bilinear = config.setting("score_form") == "bilinear"
         self.dropout = config.dropout
         self.value = nn.Linear(D, D)
         self.proj = nn.Linear(D, D)

@@ -3,9 +3,8 @@ residue, block norms, m_i), interventions and notes. The layer is `damcha.model.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +25,9 @@ from damcha.model.mechanisms.damcha.layer import (
 )
 from damcha.model.mechanisms.damcha.metric import HeadMetric, MetricMode, MetricSource, block_norms, learned_and_residue
 from damcha.model.mechanisms.structures import Identifiability, Structure, StructureKind, ValueKind
+
+if TYPE_CHECKING:
+    from damcha.model.config import ModelConfig
 
 # How to read the validation set under each metric mode (the Ablation page), by the run's score form.
 ABLATION_NOTES = {
@@ -50,26 +52,31 @@ class Damcha(Mechanism[DamchaOptions]):
     option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
                              "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
                              "Σ_{j≠i} M_ij.", "mode"),)
-    inference_ablation = InferenceAblation("metric_mode", lambda config: ABLATION_NOTES[config.score_form],
-                                           lambda config: {"score_form": config.score_form})
-    # Fields of ModelConfig itself (every shipped run has them there), declared here like any setting.
+    inference_ablation = InferenceAblation("metric_mode", lambda config: ABLATION_NOTES[config.setting("score_form")],
+                                           lambda config: {"score_form": config.setting("score_form")})
+    # The first five were ModelConfig fields until December 2026 (config.MOVED_SETTINGS: saved runs open as before).
     declared_settings = (
         Setting("metric_sharing", str, "shared", "one generator f for the whole stack (the paper) or one per layer",
-                METRIC_SHARINGS, flat=True),
+                METRIC_SHARINGS),
         Setting("metric_input", str, "adaptive", "M = f(x) from each input, or one learned M ('w/o f(x)')",
-                METRIC_INPUTS, flat=True),
+                METRIC_INPUTS),
         Setting("score_form", str, "row_sum", "the paper's row sum (Eq. 4) or the full cross-head bilinear form "
-                "(an extension beyond the paper)", SCORE_FORMS, flat=True),
-        Setting("generator_widths", tuple, (64, 128), "hidden widths of f (the paper: 256,512)", minimum=1, flat=True),
-        Setting("generator_dropout", float, 0.0, "dropout inside f", minimum=0, flat=True),
+                "(an extension beyond the paper)", SCORE_FORMS),
+        Setting("generator_widths", tuple, (64, 128), "hidden widths of f (the paper: 256,512)", minimum=1),
+        Setting("generator_dropout", float, 0.0, "dropout inside f", minimum=0),
         Setting("generator_start", str, "uniform", "how f's last layer starts: nn.Linear's uniform start (every "
                 "shipped run; M(c) and each m_i start as small random numbers) or with its bias at M(c) = I, each head "
                 "a dot product on its slice like w/o f(x) (an implementation choice: the paper's start is not known)",
                 ("uniform", "identity")),
     )
 
+    def validate(self, config: ModelConfig) -> None:
+        super().validate(config)
+        if config.setting("generator_dropout") >= 1:
+            raise ValueError(f"generator_dropout must be in [0, 1), got {config.setting('generator_dropout')!r}")
+
     def build_layer(self, config, layer_index: int) -> nn.Module:
-        return MetricAttention(config, own_metric=config.metric_sharing == "per_layer", index=layer_index)
+        return MetricAttention(config, own_metric=config.setting("metric_sharing") == "per_layer", index=layer_index)
 
     def hook_sites(self, model) -> dict[str, tuple[nn.Module, str]]:
         sources = metric_sources(model)
@@ -80,7 +87,7 @@ class Damcha(Mechanism[DamchaOptions]):
                 for hook, field in (("hook_context", "context"), ("hook_head_metric", "head"))}
 
     def build_shared(self, config) -> nn.Module | None:
-        return MetricSource(config) if config.metric_sharing == "shared" else None
+        return MetricSource(config) if config.setting("metric_sharing") == "shared" else None
 
     def run_shared(self, module: MetricSource, x, real, options: DamchaOptions, stochastic: bool,
                    prefix: dict | None = None) -> HeadMetric:
@@ -103,7 +110,7 @@ class Damcha(Mechanism[DamchaOptions]):
             fulls.append(source.full_metric(ctx))  # (P, D, D)
         M = torch.stack(fulls)  # (L_m, P, D, D)
         learned, residue = learned_and_residue(M, H)  # (L_m, P, D, D) each
-        row_sum = cfg.score_form == "row_sum"
+        row_sum = cfg.setting("score_form") == "row_sum"
         axes = ("layer", "position", "row", "col")
         heads = {"head_q": [f"head {i + 1}" for i in range(H)], "head_k": [f"head {j + 1}" for j in range(H)]}
         if row_sum:  # head i scores its own slice with m_i = Σ_j M_ij: a block's columns are no other head's keys
@@ -168,34 +175,36 @@ class Damcha(Mechanism[DamchaOptions]):
         return DamchaMetricAccess()
 
     def metric(self, config) -> str:
-        return config.metric_input
+        return config.setting("metric_input")
+
+    def metric_count(self, config) -> int:
+        return config.n_layer if config.setting("metric_sharing") == "per_layer" else 1
 
     def single_layer(self, config):
-
-        return dataclasses.replace(config, metric_sharing="per_layer")  # alone, a layer owns its generator
+        return config.with_settings(metric_sharing="per_layer")  # alone, a layer owns its generator
 
     def interventions(self, config) -> list:
         return metric_interventions(config)
 
     def structure_sources(self, model) -> dict:
-        if model.config.metric_input == "static":
+        if model.config.setting("metric_input") == "static":
             return {}  # one learned M for every input
         if model.metric_source is not None:
             return {"the shared metric": [model.metric_source]}
         return {f"layer {i + 1}": [source] for i, source in enumerate(metric_sources(model))}
 
     def inference_bytes(self, config, T: int) -> int:
-        if config.metric_sharing != "shared" or config.metric_input == "static":
+        if config.setting("metric_sharing") != "shared" or config.setting("metric_input") == "static":
             return 0  # per-layer metrics are streamed in chunks at inference; a static one is one matrix
         P = T if config.causal else 1
-        width = config.n_embd if config.score_form == "bilinear" else config.head_dim
+        width = config.n_embd if config.setting("score_form") == "bilinear" else config.head_dim
         return P * config.n_embd * width * 4  # (P, H, d, d|D) float32
 
     def sequence_profile(self, model, layers: Sequence, options: DamchaOptions, progress=None,
                          chunk: int | None = None) -> list[Structure]:
         cfg = model.config
         chunk = chunk or PROFILE_CHUNK
-        if not cfg.causal or cfg.metric_input == "static":
+        if not cfg.causal or cfg.setting("metric_input") == "static":
             return []  # one metric for the whole input: the structures themselves are the profile
         H = cfg.n_head
         sources = metric_sources(model)
@@ -219,7 +228,7 @@ class Damcha(Mechanism[DamchaOptions]):
                     progress(done, steps)
             shares.append(torch.cat(rows))  # (T, 2)
         heads = {"head": [f"head {i + 1}" for i in range(H)]}
-        unidentifiable = "unidentifiable part" if cfg.score_form == "row_sum" else "deviation from the row mean"
+        unidentifiable = "unidentifiable part" if cfg.setting("score_form") == "row_sum" else "deviation from the row mean"
         return [
             Structure("head_metric_norms", "‖m_i(c_t)‖ along the input", _np(torch.stack(norms)), ("layer", "token", "head"),
                       StructureKind.MATRIX, "Frobenius norm of each head's metric at every query position.",
@@ -233,11 +242,11 @@ class Damcha(Mechanism[DamchaOptions]):
         ]
 
     def settings(self, config) -> dict:
-        return {"metric": config.metric_input, "sharing": config.metric_sharing, "score form": config.score_form,
-                "generator widths": list(config.generator_widths)}
+        return {"metric": config.setting("metric_input"), "sharing": config.setting("metric_sharing"), "score form": config.setting("score_form"),
+                "generator widths": list(config.setting("generator_widths"))}
 
     def identifiability_note(self, config) -> str:
-        if config.score_form == "row_sum":
+        if config.setting("score_form") == "row_sum":
             return ("Row-sum form (paper Eq. 4): every block of row i reaches the loss only through "
                     "m_i = sum_j M_ij, so only the learned part (each block = m_i / H) is identifiable; "
                     "the residue (zero row mean) is a fixed random read-out of the generator's "

@@ -170,7 +170,7 @@ class MetricGenerator(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         D = config.n_embd
-        widths = (D, *config.generator_widths)
+        widths = (D, *config.setting("generator_widths"))
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.out = nn.Linear(widths[-1], D * D)
         if config.setting("generator_start") == "identity":  # after the default start: the same random stream
@@ -178,7 +178,7 @@ class MetricGenerator(nn.Module):
                 self.out.bias.copy_(torch.eye(D).flatten())  # (D*D,): M(c) = I + read-out, m_i = I_d + read-out
         self.n_head = config.n_head
         self.head_dim = config.head_dim
-        self.dropout = config.generator_dropout
+        self.dropout = config.setting("generator_dropout")
 
     def features(self, c: torch.Tensor, stochastic: bool) -> torch.Tensor:
         """Hidden features h(c) that the last layer reads. (..., D) -> (..., widths[-1])."""
@@ -276,12 +276,12 @@ class MetricSource(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.static = config.metric_input == "static"
+        self.static = config.setting("metric_input") == "static"
         # Any: which methods apply is decided by self.static (f's or the static metric's), not by a type
         self.generator: Any = StaticMetric(config) if self.static else MetricGenerator(config)
         self.n_head = config.n_head
         self.causal = config.causal
-        self.bilinear = config.score_form == "bilinear"
+        self.bilinear = config.setting("score_form") == "bilinear"
 
     def forward(
         self,
