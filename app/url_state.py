@@ -143,7 +143,6 @@ def store_text(text: str) -> str:
     STORE.mkdir(parents=True, exist_ok=True)
     path = STORE / f"{ref}.txt"
     if not path.exists():
-
         write_text_atomic(path, text)
         kept = sorted(STORE.glob("*.txt"), key=lambda p: p.stat().st_mtime)
         for old in kept[:-STORE_ENTRIES]:

@@ -24,7 +24,6 @@ def _version() -> str:
     try:
         return version("damcha")
     except PackageNotFoundError:
-
         with (Path(__file__).resolve().parent.parent / "pyproject.toml").open("rb") as f:
             return tomllib.load(f)["project"]["version"]
 

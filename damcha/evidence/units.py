@@ -55,20 +55,17 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
     if arm.kind == "constant":
         return {"constant": arm.level}
     if arm.kind == "baseline":
-
         if setting.scale:
             n = setting.train_fields(arm.dataset)["completion_images"]
         else:
             n = train_settings(arm.dataset, quick).get("completion_images") if quick else EVALUATION["completion_images"]
         return completion_baseline(arm.task, arm.dataset, n, setting.load)
     if arm.kind == "synthetic":
-
         result = train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
                                  **({"lrs": arm.lrs} if arm.lrs else {}))
         return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
                 **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
     if arm.kind == "efficiency":
-
         torch.manual_seed(seed)
         if setting.scale:
             config, case = ModelConfig.from_dict(setting.scale.efficiency_model), setting.scale.efficiency_case
@@ -77,11 +74,9 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
         return efficiency_ratios(config, arm.variant, case["T"], case["batch"], repeats=3 if quick else 10)
     model, data, tcfg = _trained_run(arm.run_arm, seed, quick, Path(work), setting)
     if arm.tuning:
-
         return {"tuning_loss": float(evaluate(model, *validation_tensors(data, tcfg.val_windows))["nll"]),
                 "lr": tcfg.lr}
     if arm.kind == "adaptivity":
-
         n = 64 if quick else 256
         x, y = data.val_inputs[:n], data.val_targets[:n]
         return {"gap_nats": float(adaptivity_gap(model, x, y, mean_metric(model, x)).mean())}

@@ -28,7 +28,6 @@ def guard_worker() -> None:
     if parent is None:
         return
     if sys.platform == "linux":
-
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: dies when the parent does
     if str(os.getppid()) != parent:
         os._exit(1)

@@ -137,7 +137,6 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
         raise RuntimeError(message)
 
     if settings.vector_heatmaps and fmt in ("svg", "pdf"):
-
         styled = vector_heatmaps(styled)
     _ensure_server()
     with warnings.catch_warnings():

@@ -250,7 +250,6 @@ def test_a_mask_difference_is_changed_or_unchanged_not_a_subtraction():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_each_declared_setting_is_validated_from_its_declaration(variant):
-
     cfg = variant_config(BASE, variant)
     mechanism = cfg.mechanism
     for s in mechanism.declared_settings:

@@ -710,7 +710,7 @@ def test_synthetic_units_at_the_edge_of_their_rate_grid_are_warned_of_as_run_con
     assert units == 5 and sizes == {3}
     assert edges == {"damcha": {"bottom": (2, 3), "top": (0, 3)}, "mha": {"bottom": (0, 2), "top": (1, 2)}}
     assert grid_edge_warning(doc) == ("3 of 5 synthetic units chose an edge of their grid of 3 rates: damcha bottom 2 "
-                                      "of 3; mha top 1 of 2. A rate beyond it was not tried, so these arms may be "
+                                      "of 3; mha top 1 of 2. A rate beyond the edge was not tried, so these arms may be "
                                       "under-tuned.")
     inside = {"tuning": [], "claims": [{"key": "k", "values": {"damcha e=0.0": [unit(0.003)]}}]}
     assert grid_edge_warning(inside) is None
