@@ -11,12 +11,12 @@ from app.roots import SHIPPED_ROOT
 from app.url_state import bound
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import EvidenceFileError, load_results, wall_seconds_of_every_call
-from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.statistics import BY_CONSTRUCTION, HOLDS, LEARNED, SANITY_FAILED
 from damcha.evidence.view import (
     arm_table,
     cannot_speak_to,
     claims_at_scale,
+    construction_checks_sentence,
     construction_table,
     detectable_sentence,
     family_table,
@@ -68,12 +68,9 @@ newer = [c.title for c in claims(bool(doc["quick"])) if c.key not in {k["key"] f
 if newer and doc.get("complete", True):
     st.info("Defined since these results were made, so not in them: " + "; ".join(newer) +
             ". `python -m damcha evidence` adds them.")
-sanity = doc.get("sanity", {})
-if sanity:
-    st.caption("Checks of the synthetic tasks' construction (a claim that needs a failed one gets no verdict): " +
-               "; ".join(f"{k} = {v:.3g}" + (f" ({'passes' if v < SANITY_BOUNDS[k] else 'FAILS'}: below "
-                                             f"{SANITY_BOUNDS[k]:.3g})" if k in SANITY_BOUNDS else "")
-                         for k, v in sanity.items()))
+checked = construction_checks_sentence(doc)
+if checked:
+    st.caption(checked)
 KIND_WORDS = {BY_CONSTRUCTION: "expected by construction (not evidence)", LEARNED: "learned at this scale"}
 scaled = results_at_other_scales(folder)  # `damcha evidence --scale S` results beside these
 for name, scale_doc, problem in scaled:

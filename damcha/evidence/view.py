@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
 from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.scales import SCALES
 from damcha.evidence.statistics import (
     BY_CONSTRUCTION,
@@ -307,12 +308,25 @@ def comparison_rows(claim: dict) -> list[dict]:
     return rows
 
 
+def construction_checks_sentence(doc: dict) -> str | None:
+    """The checks of the synthetic tasks' construction the results record, each with its value and bound
+    (sanity.SANITY_BOUNDS); None when there are none."""
+    sanity = doc.get("sanity", {})
+    if not sanity:
+        return None
+    return ("Checks of the synthetic tasks' construction (a claim that needs a failed one gets no verdict): " +
+            "; ".join(f"{k} = {v:.3g}" + (f" ({'passes' if v < SANITY_BOUNDS[k] else 'FAILS'}: below "
+                                          f"{SANITY_BOUNDS[k]:.3g})" if k in SANITY_BOUNDS else "")
+                      for k, v in sanity.items()))
+
+
 def claim_numbers_markdown(doc: dict) -> str:
     """Every claim's numbers and the sentences the page says beside them (the summary pairs, what the seeds
     could detect, the trivial baselines, the arms that missed the easiest case, the implementation bound),
     then its arms table, counted comparisons, construction checks and families, for the docs: generated
     from the results, so no figure there is typed by hand."""
-    lines = []
+    lines = [line for said in (verdict_tally(doc["claims"]), construction_checks_sentence(doc)) if said
+             for line in (said, "")]
     for claim in doc["claims"]:
         said = [summary_pair_sentence(claim), *claim.get("trivial_baselines", []),
                 detectable_sentence(claim, (HOLDS,)) if claim["verdict"] not in (HOLDS, SANITY_FAILED) else None,
