@@ -73,7 +73,7 @@ class ModelConfig:
     head_bias: bool = False  # the next-token head with a bias (the reference's LM head has one)
     mlp_width: int = 0  # the feed-forward width; 0: mlp_ratio * n_embd (the reference's d_ff may be any width)
     head_hidden: int = 0  # > 0: the vector head is Linear -> GELU -> Linear with this hidden width (the reference's)
-    attention_options: tuple[tuple[str, Any], ...] = ()  # settings of other mechanisms, (name, value) pairs
+    attention_options: tuple[tuple[str, Any], ...] = ()  # the mechanism's settings, (name, value) pairs
 
     def __post_init__(self) -> None:
         options = self.attention_options.items() if isinstance(self.attention_options, dict) else self.attention_options
