@@ -7,7 +7,7 @@ import dataclasses
 import functools
 
 from damcha.evidence.setting import DEMO, Setting
-from damcha.model.config import MOVED_SETTINGS, ModelConfig, split_fields, variant_config
+from damcha.model.config import ModelConfig, split_fields, variant_config, where_declared
 from damcha.runs.train import model_config_for
 
 
@@ -17,8 +17,7 @@ def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
     (MOVED_SETTINGS, once fields of every config) apply to the arms whose mechanism has an f."""
     config = variant_config(ModelConfig(), variant)
     fields, settings = split_fields(overrides)
-    declared = config.mechanism.config_options
-    settings = {k: v for k, v in settings.items() if k in declared or k not in MOVED_SETTINGS}
+    settings = where_declared(config.attention, settings)
     return dataclasses.replace(config, **fields,
                                **({"attention_options": {**dict(config.attention_options), **settings}} if settings else {}))
 

@@ -100,7 +100,7 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
         return {}
     redone = {json.dumps(tuning.configuration(a).spec()) for c in claims_now if c.key in redo for a in c.arms if a.trains}
     units = {}
-    for config, rates in tuning.tuning_arms(claims_now).items():
+    for config in tuning.tuning_arms(claims_now):
         if config.variant in redo or json.dumps(config.spec()) in redone:
             continue
         for row in previous.get("tuning", []):
@@ -108,7 +108,7 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
                 continue
             for rate, losses in row.get("losses", {}).items():  # (the grid's rates and any beyond it fitted)
                 lr = float(rate)
-                arm = rates.get(lr) or tuning.at_rate(config, lr)
+                arm = tuning.at_rate(config, lr)
                 for seed, loss in zip(row.get("seeds", []), losses):
                     units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
     needed = tuning.tuning_units(claims_now, quick, units)  # (an older document may hold fits no longer made)

@@ -67,16 +67,21 @@ def shown_factor(metric: str) -> float:
     return 1 / math.log(2) if metric in SHOWN_IN_BITS else 1.0
 
 
+def drawn_unit(metric: str, default: str | None = None) -> str | None:
+    """The unit a metric is drawn in (bits for an NLL stored in nats), or `default` where it has none."""
+    return SHOWN_IN_BITS.get(metric, METRIC_UNITS.get(metric, default))
+
+
 def metric_label(metric: str) -> str:
     """The metric's name with the unit it is drawn in, where it has one."""
-    unit = SHOWN_IN_BITS.get(metric, METRIC_UNITS.get(metric))
+    unit = drawn_unit(metric)
     return f"{metric} ({unit})" if unit else metric
 
 
 def difference_label(rows: list[dict]) -> str:
     """The axis of a set of differences: log ratios for ratio metrics, else differences in the drawn unit."""
     kinds = {"log ratio" if c.get("scale") == "log ratio" else
-             f"difference ({SHOWN_IN_BITS.get(c['metric'], METRIC_UNITS.get(c['metric'], 'the metric'))})" for c in rows}
+             f"difference ({drawn_unit(c['metric'], 'the metric')})" for c in rows}
     return " / ".join(sorted(kinds)) if kinds else "difference"
 
 
@@ -298,7 +303,7 @@ def comparison_rows(claim: dict) -> list[dict]:
     rows = []
     for c in _counted(claim):
         k = shown_factor(c["metric"])
-        unit = "log ratio" if c.get("scale") == "log ratio" else SHOWN_IN_BITS.get(c["metric"], METRIC_UNITS.get(c["metric"], ""))
+        unit = "log ratio" if c.get("scale") == "log ratio" else drawn_unit(c["metric"], "")
         p = c.get("holm_p", c.get("p"))
         rows.append({"counted comparison": f"{c['better']} against {c['than']} ({c['metric']})",
                      "gain, as the paper claims it (95% interval)": f"{figures.interval_cell(c['gain'] * k, c['low'] * k, c['high'] * k)}"

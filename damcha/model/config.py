@@ -90,8 +90,7 @@ class ModelConfig:
         that names it and one that does not are one config, as when it was a field."""
         if name not in MOVED_SETTINGS or self.attention not in mechanisms.mechanism_names():
             return False
-        declared = next((s for s in self.mechanism.declared_settings if s.name == name), None)
-        return declared is not None and value == declared.default
+        return name in self.mechanism.config_options and value == self.mechanism.declared(name).default
 
     def with_settings(self, **settings: Any) -> ModelConfig:
         """This config with some of its mechanism's settings (attention_options) set."""
@@ -247,6 +246,13 @@ class ModelConfig:
 MOVED_SETTINGS = ("metric_sharing", "metric_input", "score_form", "generator_widths", "generator_dropout")
 
 
+def where_declared(mechanism: str, settings: dict) -> dict:
+    """`settings` without those of MOVED_SETTINGS that `mechanism` does not declare: once fields of every config,
+    they apply where the mechanism has them (DAMCHA's f) and nowhere else, as when no layer read them."""
+    declared = mechanisms.get_mechanism(mechanism).config_options
+    return {k: v for k, v in settings.items() if k in declared or k not in MOVED_SETTINGS}
+
+
 def moved_into_settings(fields: dict) -> dict:
     """A saved config's fields with the MOVED_SETTINGS it holds as top-level keys moved into its mechanism's
     settings (attention_options) where the mechanism declares them (a setting it names itself there wins),
@@ -255,14 +261,13 @@ def moved_into_settings(fields: dict) -> dict:
     if not moved:
         return fields
     rest = {k: v for k, v in fields.items() if k not in MOVED_SETTINGS}
+    options = rest.get("attention_options", {})
     try:
-        declared = {s.name for s in mechanisms.get_mechanism(fields.get("attention", "damcha")).declared_settings}
+        kept = where_declared(fields.get("attention", "damcha"), moved)
     except (ValueError, TypeError):
         return rest  # no known mechanism: validation refuses it by its name
-    options = rest.get("attention_options", {})
     if not isinstance(options, dict):
         return rest
-    kept = {k: v for k, v in moved.items() if k in declared}
     return {**rest, "attention_options": {**kept, **options}} if kept else rest
 
 
@@ -323,6 +328,5 @@ def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     them and the variant does not set them, as fields did."""
     v = mechanisms.get_variant(variant)
     fields, options = split_fields(v.fields)
-    declared = mechanisms.get_mechanism(v.mechanism).config_options
-    kept = {k: val for k, val in base.attention_options if k in MOVED_SETTINGS and k in declared}
+    kept = where_declared(v.mechanism, {k: val for k, val in base.attention_options if k in MOVED_SETTINGS})
     return dataclasses.replace(base, attention=v.mechanism, attention_options=tuple({**kept, **options}.items()), **fields)
