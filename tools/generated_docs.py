@@ -9,17 +9,24 @@ renamed without the docs following).
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
 from damcha.evidence.results import load_results
-from damcha.evidence.view import claim_numbers_markdown, verdict_table_markdown
+from damcha.evidence.view import (
+    claim_numbers_markdown,
+    rate_edges_sentence,
+    reproduction_sentence,
+    verdict_table_markdown,
+)
 from damcha.inputs.datasets import DATA_SETS
 from damcha.model.mechanisms import get_mechanism, mechanism_names, variant_names
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"  # tools/ sits beside docs/
 SHIPPED_EVIDENCE = DOCS.parent / "checkpoints" / "evidence"
+REPRODUCTION = DOCS.parent / "benchmarks" / "results" / "reproduction.json"  # benchmarks/reproduction.py
 
 
 def _names(names) -> str:
@@ -51,8 +58,17 @@ def numbers_block() -> str:
     return claim_numbers_markdown(load_results(SHIPPED_EVIDENCE))
 
 
+def rate_edges_block() -> str:
+    return rate_edges_sentence(load_results(SHIPPED_EVIDENCE))
+
+
+def reproduction_block() -> str:
+    return reproduction_sentence(json.loads(REPRODUCTION.read_text()))
+
+
 BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block,
-          "verdicts": verdicts_block, "numbers": numbers_block}
+          "verdicts": verdicts_block, "numbers": numbers_block, "rate-edges": rate_edges_block,
+          "reproduction": reproduction_block}
 PAGES = ("library.md", "evidence.md")
 
 

@@ -1,14 +1,19 @@
-"""What an evidence arm's model holds before it trains: its config and its parameter count on a data
-set, and the width that matches another arm's count (the parameter-matched arms)."""
+"""What an evidence arm's model holds before it trains: its config, its parameter count on a data set and
+the FLOPs of its training step, and what matches another arm's (the parameter- and compute-matched arms)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 
+from torch.utils.flop_counter import FlopCounterMode
+
 from damcha.evidence.setting import DEMO, Setting
+from damcha.inputs.datasets import data_set_spec
 from damcha.model.config import ModelConfig, split_fields, variant_config, where_declared
-from damcha.runs.train import model_config_for
+from damcha.model.transformer import build_model
+from damcha.runs.evaluation import train_subset
+from damcha.runs.train import TrainConfig, model_config_for
 
 
 def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
@@ -43,6 +48,30 @@ def matched_width(variant: str, reference: str, dataset: str, base: tuple = (), 
         low, high = (middle + 1, high) if count(middle) < target else (low, middle)
     nearest = min({max(low - 1, 0), low}, key=lambda steps: (abs(count(steps) - target), steps))
     return cfg.n_embd + nearest * cfg.n_head
+
+
+def training_step_flops(variant: str, dataset: str, overrides: tuple = (), setting: Setting = DEMO) -> float:
+    """FLOPs of one training step (forward and backward, at the data set's demo batch) of the model an
+    evidence arm of `variant` trains, as torch's FlopCounterMode counts them. Attention runs with explicit
+    weights: the counter does not see inside the fused CPU kernel, which would leave MHA's scores uncounted."""
+    cfg = base_config(variant, overrides)
+    data = data_of(dataset, cfg.block_size, setting)
+    model = build_model(model_config_for(data, cfg), seed=0)
+    x, y = train_subset(data, TrainConfig.val_windows, data_set_spec(dataset).demo_train.get("batch_size",
+                                                                                            TrainConfig.batch_size))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(x, targets=y, need_intermediates=True).loss.backward()
+    return float(counter.get_total_flops())
+
+
+def compute_matched_epochs(variant: str, reference: str, dataset: str) -> tuple[int, float]:
+    """(epochs, FLOP ratio): the demo epochs on `dataset` at which `variant` trains with the FLOPs
+    `reference` spends in its own (the nearest whole epoch; the batch and the steps of an epoch are the
+    data set's for both), and `reference`'s FLOPs per training step over `variant`'s."""
+    ratio = training_step_flops(reference, dataset) / training_step_flops(variant, dataset)
+    epochs = data_set_spec(dataset).demo_train.get("epochs", TrainConfig.epochs)
+    return max(1, round(epochs * ratio)), ratio
 
 
 @functools.lru_cache(maxsize=4)  # a claim's arms count their parameters on the same data, often (matched widths)

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 TRAINING_KINDS = ("train", "adaptivity")  # arms that evaluate a model trained on a data set
+KEYED_FIELDS = 11  # an Arm's fields up to `tuning`: always in a unit's key (Arm.unit)
 AS_TRAINED = "full"  # an arm's mode when it evaluates the model as trained (DAMCHA's full metric)
 
 
@@ -32,13 +33,28 @@ class Arm:
     lrs: tuple[float, ...] = ()
     lr: float = 0.0  # train, adaptivity: the rate the run trains at (0: TrainConfig's default)
     tuning: bool = False  # train: a tuning fit (trained without its hold-out, scored on it; tuning.py)
+    # train: TrainConfig fields (name, value) over the data set's demo training (the compute-matched arms' epochs);
+    # the rate is tuned without them (tuning.configuration), at the data set's own length
+    train_overrides: tuple = ()
 
     def spec(self) -> list:
         """The arm as JSON keeps it (a document's `arms`): its fields in order."""
         return json.loads(json.dumps(dataclasses.astuple(self)))
 
+    @staticmethod
+    def padded_spec(spec: list) -> list:
+        """A stored arm's `spec` with the fields appended since it was stored, at their defaults (older
+        documents stored fewer fields)."""
+        return [*spec, *Arm("").spec()[len(spec):]]
+
     def unit(self, seed: int, quick: bool) -> str:
-        return json.dumps([dataclasses.astuple(self), seed, quick])
+        """The unit's key in a work folder. Fields appended since the first work folders (train_overrides) are
+        left out at their defaults, so an earlier work folder's units stay its units."""
+        fields, defaults = dataclasses.astuple(self), dataclasses.astuple(Arm(""))
+        kept = len(fields)
+        while kept > KEYED_FIELDS and fields[kept - 1] == defaults[kept - 1]:
+            kept -= 1
+        return json.dumps([fields[:kept], seed, quick])
 
     @property
     def counted_as(self) -> str:
@@ -56,13 +72,14 @@ class Arm:
         """What decides the run a training arm evaluates: its variant, data set, config, rate and whether it
         is a tuning fit (an adaptivity arm measures DAMCHA's run)."""
         return Arm("", variant="damcha" if self.kind == "adaptivity" else self.variant, dataset=self.dataset,
-                   overrides=self.overrides, lr=self.lr, tuning=self.tuning)
+                   overrides=self.overrides, lr=self.lr, tuning=self.tuning, train_overrides=self.train_overrides)
 
     def run_name(self, seed: int, quick: bool) -> str:
         """The trained run this arm evaluates (arms of one run share it), or the unit itself."""
         if not self.trains:
             return self.unit(seed, quick)
-        tag = "".join(f"-{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in self.overrides)
+        tag = "".join(f"-{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                      for k, v in (*self.overrides, *self.train_overrides))
         tag += (f"-lr={self.lr:g}" if self.lr else "") + ("-tuning" if self.tuning else "")
         return f"{self.dataset}-{self.run_arm.variant}{tag}-{'quick' if quick else 'full'}-seed{seed}"
 

@@ -265,8 +265,10 @@ def write_csv(path: Path, result: dict) -> None:
 
 def compute_record(doc: dict) -> dict:
     """What an earlier results document records of the calls that computed it (its own earlier documents
-    included), kept in a document that takes its units over so their measured cost is not lost."""
-    return {k: doc[k] for k in ("command", "units", "wall_seconds_all_calls", "compute_seconds", "reused_from") if k in doc}
+    included), kept in a document that takes its units over so their measured cost, and the machine they ran
+    on, are not lost."""
+    return {k: doc[k] for k in ("command", "units", "wall_seconds_all_calls", "compute_seconds", "machine", "reused_from")
+            if k in doc}
 
 
 def wall_seconds_of_every_call(doc: dict) -> float:

@@ -25,6 +25,7 @@ from damcha.evidence.scales import chosen_by, scale_claims, scale_named
 from damcha.evidence.setting import DEMO, Setting
 from damcha.evidence.slurm import SlurmSettings, run_tasks
 from damcha.evidence.statistics import VERDICT_RULE
+from damcha.evidence.synthetic_fits import settled
 from damcha.evidence.units import run_task
 from damcha.runs import distributed
 from damcha.runs.checkpoints import write_text_atomic
@@ -38,7 +39,7 @@ def measured_spec(spec: list) -> dict:
     """What decides a stored arm's measurement, by field: a document's arm list (older documents stored
     fewer fields, since appended, which then had their defaults); a training arm by the rate it trained
     at, not the grid that rate was chosen from."""
-    fields = {**dict(zip(ARM_FIELDS, Arm("").spec())), **dict(zip(ARM_FIELDS, spec))}
+    fields = dict(zip(ARM_FIELDS, Arm.padded_spec(spec)))
     if fields["kind"] in TRAINING_KINDS:
         fields.update(lrs=[], lr=fields["lr"] or TrainConfig.lr)
     return fields
@@ -251,7 +252,8 @@ class _EvidenceRun:
             work.mkdir(parents=True, exist_ok=True)
         distributed.barrier(proc)
         rows = [row for row in read_jsonl(work / "units.jsonl") if isinstance(row, dict)]
-        done = {row["unit"]: row["value"] for row in rows if isinstance(row.get("value"), dict)}
+        done = settled({row["unit"]: row["value"] for row in rows if isinstance(row.get("value"), dict)}, quick, work,
+                       proc.main)
         seconds = {row["unit"]: row.get("seconds", 0.0) for row in rows if isinstance(row.get("value"), dict)}
         distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
         known = evidence_claims(quick, setting)
@@ -279,6 +281,7 @@ class _EvidenceRun:
                     # what float rounding depends on beyond the versions: units rerun bit-identical only where
                     # these match (docs/evidence.md, "What reproduces where")
                     "machine": {"architecture": platform.machine(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+                                "cpu": cpu_model(),
                                 "threads_per_unit": self.launch.slurm.cpus_per_unit if self.launch.slurm else 1,
                                 "of": "the submitting host; the units ran on the cluster's nodes" if self.launch.slurm
                                 else "the machine the units ran on"},
@@ -288,7 +291,8 @@ class _EvidenceRun:
     def take_over(self, units: dict[str, dict]) -> None:
         """Units of an earlier results.json, written before they count as done (a full disk keeps only
         what was written)."""
-        new = {unit: value for unit, value in units.items() if unit not in self.done}
+        new = settled({unit: value for unit, value in units.items() if unit not in self.done}, self.quick, self.work,
+                      self.proc.main)
         if self.proc.main:
             append_lines(self.work / "units.jsonl", [{"unit": unit, "value": value, "seconds": 0.0,
                                                       "reused_from": str(self.reuse)} for unit, value in new.items()])
@@ -414,6 +418,20 @@ class _EvidenceRun:
         else:
             for task in tasks:
                 yield run_task(list(task.values()), self.quick, self.work, self.setting)
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor as the kernel names it: vendor, family, model and stepping, and its name ("" off
+    Linux). Two machines whose torch reports the same CPU kernels (AVX512) can still round differently:
+    the math libraries pick code paths by CPU model (docs/evidence.md, "What reproduces where")."""
+    try:
+        first = cpuinfo.read_text(errors="replace").split("\n\n", 1)[0]
+    except OSError:
+        return ""
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return (f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')} "
+            f"stepping {fields.get('stepping', '?')} ({fields.get('model name', '?')})")
 
 
 def _start_worker() -> None:

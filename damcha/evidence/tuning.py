@@ -56,8 +56,9 @@ def with_grid(claims: list[Claim], quick: bool) -> list[Claim]:
 
 
 def configuration(arm: Arm) -> Arm:
-    """What a rate is tuned for: the run an arm evaluates, rate aside (arms sharing it share the rate)."""
-    return dataclasses.replace(arm.run_arm, lr=0.0, tuning=False)
+    """What a rate is tuned for: the run an arm evaluates, rate and training length aside (arms sharing it share
+    the rate; a compute-matched arm trains longer at the rate its configuration chose at the data set's length)."""
+    return dataclasses.replace(arm.run_arm, lr=0.0, tuning=False, train_overrides=())
 
 
 def describe(config: Arm) -> str:
@@ -91,22 +92,22 @@ def _halving(rates: dict[float, Arm], quick: bool, done: dict[str, dict]):
         for lr, u in units.items():
             losses[lr].append(float(done[u]["tuning_loss"]))
     chosen = min(alive, key=lambda lr: (_mean(losses[lr]), lr))
-    while not quick and (beyond := _beyond(chosen, losses)) is not None:
-        arm = at_rate(next(iter(rates.values())), beyond)
+    while not quick and (next_rate := beyond(chosen, list(losses))) is not None:
+        arm = at_rate(next(iter(rates.values())), next_rate)
         fits = [(arm, seed) for seed in tuning_seeds(quick)]
         needed += fits
         if not all(arm.unit(seed, quick) in done for _, seed in fits):
             return needed, losses, None
-        losses[beyond] = [float(done[arm.unit(seed, quick)]["tuning_loss"]) for _, seed in fits]
-        alive.append(beyond)
+        losses[next_rate] = [float(done[arm.unit(seed, quick)]["tuning_loss"]) for _, seed in fits]
+        alive.append(next_rate)
         chosen = min(alive, key=lambda lr: (_mean(losses[lr]), lr))
     return needed, losses, chosen
 
 
-def _beyond(chosen: float, losses: dict[float, list]) -> float | None:
+def beyond(chosen: float, tried: list[float]) -> float | None:
     """The LADDER's next rate past `chosen` where it is the lowest or highest rate tried; None where it is
     inside them, or an end of the ladder (the stated bound), or off the ladder."""
-    tried = sorted(losses)
+    tried = sorted(tried)
     if chosen not in LADDER or tried[0] < chosen < tried[-1]:
         return None
     step = 1 if chosen == tried[-1] else -1
@@ -152,7 +153,7 @@ def tuning_table(claims: list[Claim], quick: bool, done: dict[str, dict]) -> lis
 def tuned(claims: list[Claim], table: list[dict]) -> list[Claim]:
     """The claims with every gridded arm at its configuration's chosen rate; an arm whose configuration
     has no chosen rate in `table` trains untuned (its grid dropped, the default rate)."""
-    chosen = {json.dumps(row["configuration"]): row["chosen"] for row in table}
+    chosen = {json.dumps(Arm.padded_spec(row["configuration"])): row["chosen"] for row in table}  # (older rows: fewer fields)
 
     def at_rate(arm: Arm) -> Arm:
         if not (arm.trains and arm.lrs):

@@ -11,12 +11,14 @@ import torch
 
 from damcha.analysis.ablation import mode_options
 from damcha.analysis.interventions import adaptivity_gap, mean_metric
+from damcha.evidence import tuning
 from damcha.evidence.baselines import completion_baseline
 from damcha.evidence.capacity import base_config
 from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps
 from damcha.evidence.efficiency import efficiency_ratios
 from damcha.evidence.records import AS_TRAINED, Arm
 from damcha.evidence.setting import DEMO, Setting
+from damcha.evidence.synthetic_fits import FitRecord
 from damcha.evidence.tuning import HOLDOUT
 from damcha.inputs.datasets import data_set_spec
 from damcha.inputs.synthetic import train_synthetic
@@ -61,8 +63,10 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
             n = train_settings(arm.dataset, quick).get("completion_images") if quick else EVALUATION["completion_images"]
         return completion_baseline(arm.task, arm.dataset, n, setting.load)
     if arm.kind == "synthetic":
+        record = FitRecord(work, arm.unit(seed, quick))
         result = train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
-                                 **({"lrs": arm.lrs} if arm.lrs else {}))
+                                 **({"lrs": arm.lrs} if arm.lrs else {}), beyond=None if quick else tuning.beyond,
+                                 known=record.read(), on_fit=record.write)
         return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
                 **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
     if arm.kind == "efficiency":
@@ -96,18 +100,25 @@ def recorded_test_metrics(run: Path) -> dict[str, float]:
     return {k: float(v) for k, v in recorded.items() if k.startswith("test_")}
 
 
+def run_train_config(arm: Arm, seed: int, quick: bool, setting: Setting = DEMO) -> TrainConfig:
+    """How the run `arm` evaluates trains: the data set's demo training (or the scale's), the arm's own
+    TrainConfig fields over it (a compute-matched arm's epochs), its rate, and a tuning fit's hold-out."""
+    fields = setting.train_fields(arm.dataset) if setting.scale else dict(device="cpu", **train_settings(arm.dataset, quick))
+    fields.update(arm.train_overrides)
+    if arm.lr:
+        fields["lr"] = arm.lr
+    if arm.tuning:
+        fields["tuning_holdout"] = HOLDOUT
+    return TrainConfig(dataset=arm.dataset, seed=seed, **fields)
+
+
 @functools.lru_cache(maxsize=1)  # a task's units share one run (tasks group them): train and load it once
 def _trained_run(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting):
     """The run `arm` (Arm.run_arm: what decides the training) evaluates: trained (or resumed), loaded, and
     the data it is scored on (a tuning fit's hold-out for a tuning arm)."""
     out = work / "runs" / arm.run_name(seed, quick)
     cfg = base_config(arm.variant, arm.overrides)
-    fields = setting.train_fields(arm.dataset) if setting.scale else dict(device="cpu", **train_settings(arm.dataset, quick))
-    if arm.lr:
-        fields["lr"] = arm.lr
-    if arm.tuning:
-        fields["tuning_holdout"] = HOLDOUT
-    tcfg = TrainConfig(dataset=arm.dataset, seed=seed, **fields)
+    tcfg = run_train_config(arm, seed, quick, setting)
     train(cfg, tcfg, out, progress=False, compile_model=bool(setting.scale and setting.scale.compile),
           evaluate_every_epoch=False, strategy="auto")  # a unit scores the trained model itself (run_unit), not the epochs' rows
     model = load_model(out).to(distributed.device_for(pick_device(tcfg.device)))  # (under torchrun: this rank's GPU)

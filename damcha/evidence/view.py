@@ -7,6 +7,7 @@ A figure's provenance names the results folder and the claim, so `regenerate` re
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from damcha.evidence.statistics import (
     NOT_CONFIRMED,
     SANITY_FAILED,
 )
+from damcha.evidence.synthetic_fits import rates_tried
 from damcha.evidence.tuning import LADDER
 from damcha.views import figures
 from damcha.views.export import ExportItem, Provenance, library_params, run_name_in
@@ -185,37 +187,78 @@ def grid_edge_warning(doc: dict) -> str | None:
     at_bound = (f"{len(bounds)} of {len(doc['tuning'])} run configurations chose a bound of the tuning ladder, beyond "
                 f"which no rate is tried ({LADDER[0]:g} and {LADDER[-1]:g}; a stated bound, not an edge left "
                 f"untried): {', '.join(bounds)}." if bounds else "")
-    edges, units, sizes = synthetic_grid_edges(doc)
+    edges, units, sizes, synthetic_bounds = synthetic_grid_edges(doc)
+    synthetic_at_bound = (f"{synthetic_bounds} of {units} synthetic units chose a bound of the ladder ({LADDER[0]:g} or "
+                          f"{LADDER[-1]:g}), beyond which no rate is tried." if synthetic_bounds else "")
     synthetic = (f"{sum(n for ends in edges.values() for n, _ in ends.values())} of {units} synthetic units chose an edge of "
-                 f"their grid of {' or '.join(map(str, sorted(sizes)))} rates"
+                 f"the {' or '.join(map(str, sorted(sizes)))} rates they tried"
                  f"{' (two rates have no inside)' if min(sizes, default=3) == 2 else ''}: "
                  + "; ".join(f"{variant} " + ", ".join(f"{end} {n} of {of}" for end, (n, of) in ends.items() if n)
                              for variant, ends in edges.items()) + "." if edges else "")
     under_tuned = (" ".join(filter(None, (runs, synthetic))) + " A rate beyond the edge was not tried, so these arms may "
                    "be under-tuned.") if runs or synthetic else ""
-    return " ".join(filter(None, (under_tuned, at_bound))) or None
+    return " ".join(filter(None, (under_tuned, at_bound, synthetic_at_bound))) or None
 
 
-def synthetic_grid_edges(doc: dict) -> tuple[dict[str, dict[str, tuple[int, int]]], int, set[int]]:
+def rate_edges_sentence(doc: dict) -> str:
+    """Where the chosen learning rates lie against the rates tried, for the docs: the page's warning, or that
+    every choice lies inside (the real-data configurations and the synthetic units counted)."""
+    _, units, _, _ = synthetic_grid_edges(doc)
+    return grid_edge_warning(doc) or (f"All {len(doc.get('tuning', []))} tuned run configurations and all {units} "
+                                      "synthetic units chose a rate inside the rates they tried.")
+
+
+def reproduction_sentence(report: dict) -> str:
+    """What benchmarks/reproduction.py measured (a sample of stored units recomputed on another machine),
+    in words with its numbers: the reported values (real-data metrics, synthetic test scores) apart from the
+    synthetic fits' validation scores, which only choose the rate."""
+    def side(machine: dict | None) -> str:
+        return f"{machine.get('cpu') or 'a CPU not recorded'}, torch kernels {machine.get('cpu_kernels', '?')}" if machine else "?"
+
+    def said(label: str, rows: list[dict]) -> str:
+        if not rows:
+            return ""
+        worst = max(rows, key=lambda r: r["relative_difference"])
+        return (f"{label}: {sum(r['identical'] for r in rows)} of {len(rows)} identical to the last bit, relative "
+                f"difference median {statistics.median(r['relative_difference'] for r in rows):.1e} and largest "
+                f"{worst['relative_difference']:.1e} ({worst['metric']} {worst['stored']:.4g} stored, {worst['here']:.4g} here)")
+    rows = [(u, r) for u in report["units"] for r in u["values"]]
+    parts = [said(f"{sum(u['kind'] == 'train' for u in report['units'])} real-data units, every metric",
+                  [r for u, r in rows if u["kind"] == "train"]),
+             said(f"{sum(u['kind'] == 'synthetic' for u in report['units'])} synthetic units, the test score",
+                  [r for u, r in rows if u["kind"] == "synthetic" and not r["metric"].startswith("validation_")]),
+             said("their fits' validation scores (which choose the rate)",
+                  [r for u, r in rows if u["kind"] == "synthetic" and r["metric"].startswith("validation_")])]
+    differing = [u for u in report["units"] if not u.get("same_rate_chosen", True)]
+    chosen = (f"; {len(differing)} synthetic unit(s) chose another rate here" if differing else
+              "; every recomputed unit chose the rate it had chosen")
+    return (f"Stored units recomputed with the current code and the same torch and Python on this session's machine "
+            f"({side(report['recomputed_on'])}; stored on {side(report['stored_on'])}): "
+            + "; ".join(filter(None, parts)) + chosen + ".")
+
+
+def synthetic_grid_edges(doc: dict) -> tuple[dict[str, dict[str, tuple[int, int]]], int, set[int], int]:
     """({variant: {"bottom"/"top": (its units at that end, its units)}}, synthetic units with a grid, the
-    grids' sizes): the synthetic units whose chosen rate is the lowest or highest of the rates they tried
-    (a variant is an arm's name up to its level, 'damcha' of 'damcha e=0.5')."""
+    numbers of rates they tried, the units at an end of the tuning LADDER): the synthetic units whose chosen
+    rate is the lowest or highest of the rates they tried and not the ladder's end there (the stated bound;
+    a variant is an arm's name up to its level, 'damcha' of 'damcha e=0.5')."""
     counts: dict[str, dict[str, list[int]]] = {}
-    units, sizes = 0, set()
+    units, sizes, bounds = 0, set(), 0
     for claim in doc.get("claims", []):
         for arm, rows in claim.get("values", {}).items():
             for row in rows:
-                rates = sorted({float(k.rsplit("_lr=", 1)[1]) for k in row if k.startswith("validation_") and "_lr=" in k})
+                rates = sorted(rates_tried(row))
                 if len(rates) < 2 or "lr" not in row:
                     continue
                 units, sizes = units + 1, sizes | {len(rates)}
                 at = counts.setdefault(arm.split(" ")[0], {"bottom": [0, 0], "top": [0, 0]})
-                for end, rate in (("bottom", rates[0]), ("top", rates[-1])):
-                    at[end][0] += row["lr"] == rate
+                bounds += row["lr"] in (rates[0], rates[-1]) and row["lr"] in (LADDER[0], LADDER[-1])
+                for end, rate, bound in (("bottom", rates[0], LADDER[0]), ("top", rates[-1], LADDER[-1])):
+                    at[end][0] += row["lr"] == rate != bound
                     at[end][1] += 1
     edges = {v: {end: (n, of) for end, (n, of) in ends.items()} for v, ends in counts.items()
              if any(n for n, _ in ends.values())}
-    return edges, units, sizes
+    return edges, units, sizes, bounds
 
 
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:
@@ -356,8 +399,9 @@ def record_caption(doc: dict) -> str:
     seeds = (f"seeds {doc['seeds']} by default, up to {most_seeds} where a claim needs more (each claim says how many)"
              if most_seeds > len(doc["seeds"]) else f"seeds {doc['seeds']}")
     machine = doc.get("machine")
-    where = (f", CPU kernels {machine['cpu_kernels']} on {machine['architecture']} ({machine['of']}; units rerun "
-             "bit-identical only where these match)" if machine else "")
+    cpu = f", {machine['cpu']}" if machine and machine.get("cpu") else ""
+    where = (f", CPU kernels {machine['cpu_kernels']} on {machine['architecture']}{cpu} ({machine['of']}; units rerun "
+             "bit-identical only on the same CPU model with the same versions)" if machine else "")
     chain, earlier = [], doc.get("reused_from")
     while earlier:  # each earlier document's record, the one it took units from nested in it
         chain.append(earlier)
@@ -365,7 +409,10 @@ def record_caption(doc: dict) -> str:
     computed = (f", computed over {len(chain)} earlier document(s) in {sum(e.get('wall_seconds_all_calls', 0) for e in chain):.1f} "
                 f"s of wall time and {sum(e.get('compute_seconds', 0) for e in chain):.1f} s of compute (the first by "
                 f"`{chain[-1].get('command')}`)" if chain else "")
-    reused = (f"; {doc['reused_units']} units taken over from earlier results (`--reuse`){computed}"
+    elsewhere = sorted({e["machine"].get("cpu") or "" for e in chain if e.get("machine")} - {(machine or {}).get("cpu") or ""})
+    other = (f"; units taken over ran on another CPU ({', '.join(c or 'one not recorded' for c in elsewhere)}), so they "
+             "need not be bit-identical to what this machine computes" if elsewhere else "")
+    reused = (f"; {doc['reused_units']} units taken over from earlier results (`--reuse`){computed}{other}"
               if doc.get("reused_units") else "")
     quick = " **A quick run: its numbers are a smoke test, not evidence.**" if doc["quick"] else ""
     return (f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds}, {doc['wall_seconds']} s for "

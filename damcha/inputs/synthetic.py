@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -444,9 +444,19 @@ def oracle_model(A: torch.Tensor, beta: float, W: torch.Tensor, model_name: str 
 class SyntheticResult:
     score: float  # relative test MSE (regression) or accuracy (classification)
     parameters: int
-    lr: float  # the learning rate used (the grid's best on the validation set)
+    lr: float  # the learning rate used (the best of the rates tried on the validation set)
     validation: dict  # lr -> validation score (empty without a grid)
     metric: str  # what score is: "relative_mse" or "accuracy"
+
+
+@dataclass(frozen=True)
+class RateFit:
+    """What one fit at one rate scored: on the validation set, and on the test set where it was tested
+    (None: it lost on validation, so its test score was never needed)."""
+
+    validation: float
+    test: float | None = None
+    parameters: int = 0
 
 
 def evaluate(model: OneLayer, task, x: torch.Tensor, target: torch.Tensor) -> float:
@@ -475,27 +485,60 @@ def fit(model_name: str, task, seed: int, steps: int, lr: float, batch: int = 64
 
 
 def train_synthetic(model_name: str, task: str, level: float, seed: int, steps: int, batch: int = 64,
-                    n_test: int = 1024, lrs: tuple[float, ...] = (3e-3,)) -> SyntheticResult:
+                    n_test: int = 1024, lrs: tuple[float, ...] = (3e-3,),
+                    beyond: Callable[[float, list[float]], float | None] | None = None,
+                    known: dict[float, RateFit] | None = None,
+                    on_fit: Callable[[float, RateFit], None] | None = None) -> SyntheticResult:
     """Train one model on a synthetic task and score it on a fixed test set; with several learning rates,
-    the one whose model scores best on a validation set (another generator seed) is tested."""
+    the one whose model scores best on a validation set (another generator seed) is tested. `beyond`
+    (chosen rate, rates tried -> the next rate to try, or None) extends the rates while the choice is an
+    edge of them. A fit is deterministic in its rate, so the fits in `known` (earlier calls' `on_fit`
+    records of this same unit) are read, not refitted."""
     if seed * 100_003 + steps >= TEACHER_SEEDS.start:
         raise ValueError("training batches would reach the teachers', validation or test inputs' generator seeds")
     teacher = make_task(task, level, seed)  # every model of this seed sees this teacher
-    validation = {}
-    if len(lrs) > 1:
-        x_val, y_val = teacher.sample(n_test, VALIDATION_INPUT_SEED)
-        better = operator.lt if teacher.kind == "regression" else operator.gt
-        best = model = None
-        for lr in lrs:  # only the best model so far stays alive
-            candidate = fit(model_name, teacher, seed, steps, lr, batch)
-            validation[lr] = evaluate(candidate, teacher, x_val, y_val)
-            if best is None or better(validation[lr], validation[best]):
-                best, model = lr, candidate
-    else:
-        best, model = lrs[0], fit(model_name, teacher, seed, steps, lrs[0], batch)
     x, y = teacher.sample(n_test, TEST_INPUT_SEED)  # never a training batch
-    return SyntheticResult(evaluate(model, teacher, x, y), sum(p.numel() for p in model.parameters()), best, validation,
-                           teacher.metric)
+    if len(lrs) == 1:
+        model = fit(model_name, teacher, seed, steps, lrs[0], batch)
+        return SyntheticResult(evaluate(model, teacher, x, y), _parameters(model), lrs[0], {}, teacher.metric)
+    x_val, y_val = teacher.sample(n_test, VALIDATION_INPUT_SEED)
+    fits: dict[float, RateFit] = dict(known or {})
+    kept: tuple[float, OneLayer] | None = None  # only the best model fitted here so far stays alive
+
+    tried = list(lrs)
+
+    def rank(lr: float) -> tuple[float, int]:  # lower is better; a diverged fit (NaN) worst; a tie: the earlier tried
+        v = fits[lr].validation
+        return (math.inf if math.isnan(v) else v if teacher.kind == "regression" else -v), tried.index(lr)
+
+    def try_rate(lr: float) -> None:
+        nonlocal kept
+        if lr in fits:
+            return
+        candidate = fit(model_name, teacher, seed, steps, lr, batch)
+        fits[lr] = RateFit(evaluate(candidate, teacher, x_val, y_val), parameters=_parameters(candidate))
+        if on_fit:
+            on_fit(lr, fits[lr])
+        if kept is None or rank(lr) < rank(kept[0]):
+            kept = lr, candidate
+
+    for lr in lrs:
+        try_rate(lr)
+    while beyond and (step := beyond(min(tried, key=rank), tried)) is not None:
+        tried.append(step)
+        try_rate(step)
+    best = min(tried, key=rank)
+    if fits[best].test is None:
+        model = kept[1] if kept is not None and kept[0] == best else fit(model_name, teacher, seed, steps, best, batch)
+        fits[best] = dataclasses.replace(fits[best], test=evaluate(model, teacher, x, y), parameters=_parameters(model))
+        if on_fit:
+            on_fit(best, fits[best])
+    return SyntheticResult(fits[best].test, fits[best].parameters, best,
+                           {lr: fits[lr].validation for lr in sorted(tried)}, teacher.metric)
+
+
+def _parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def oracle_error(task) -> float:

@@ -121,3 +121,22 @@ def test_the_generation_table_in_the_docs_is_the_shipped_results():
     docs = (ROOT / "docs" / "benchmarks.md").read_text()
     for r in rows:
         assert f"| {r['case']} | {r['seconds']:.3f} | {r['over_mha_with_cache']:.2f} |" in docs, r["case"]
+
+
+def test_the_reproduction_benchmark_samples_every_kind_and_compares_value_for_value():
+    """benchmarks/reproduction.py: the sample and the comparison (the recomputation itself is the benchmark's run,
+    committed in benchmarks/results/reproduction.json)."""
+    import reproduction
+
+    doc = json.loads((ROOT / "checkpoints" / "evidence" / "results.json").read_text())
+    picked = reproduction.sample(doc, 6)
+    assert [arm.kind for _, arm, _ in picked] == ["train", "synthetic"] * 3
+    assert len({arm.run_name(0, False) for _, arm, _ in picked}) == 6 and len({key for key, _, _ in picked}) == 6
+    for key, arm, stored in picked:
+        claim = next(c for c in doc["claims"] if c["key"] == key)
+        assert claim["values"][arm.name][0] == stored
+    rows = reproduction.compared({"val_nll": 1.0, "lr": 0.01, "parameters": 10.0, "other": 2.0},
+                                 {"val_nll": 1.0 + 1e-7, "lr": 0.03, "parameters": 10.0, "new": 1.0})
+    assert rows == [{"metric": "val_nll", "stored": 1.0, "here": 1.0 + 1e-7, "identical": False,
+                     "relative_difference": pytest.approx(1e-7)}]
+    assert reproduction.compared({"a": 0.5}, {"a": 0.5})[0]["identical"]

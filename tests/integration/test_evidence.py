@@ -14,7 +14,7 @@ import torch
 from damcha.evidence import tuning
 from damcha.evidence.catalogue import claims
 from damcha.evidence.results import summarise
-from damcha.evidence.runner import evidence_claims
+from damcha.evidence.runner import cpu_model, evidence_claims
 from damcha.evidence.statistics import (
     CONFIRMED,
     FAILS,
@@ -285,7 +285,7 @@ def test_evidence_command_runs_every_claim_and_takes_units_over_from_results(tmp
     assert 0 < doc["units_computed_in_this_call"] <= doc["units"]  # an arm shared by two claims runs once
     assert doc["compute_seconds"] > 0 and not doc["not_run"]
     assert doc["machine"] == {"architecture": platform.machine(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
-                              "threads_per_unit": 1, "of": "the machine the units ran on"}
+                              "cpu": cpu_model(), "threads_per_unit": 1, "of": "the machine the units ran on"}
     for claim in doc["claims"]:
         assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED, CONFIRMED, NOT_CONFIRMED)
         assert all(len(v) == 2 for v in claim["values"].values())
@@ -698,7 +698,7 @@ def test_the_page_draws_nlls_in_bits_as_every_other_page_and_differences_on_thei
 def test_synthetic_units_at_the_edge_of_their_rate_grid_are_warned_of_as_run_configurations_are():
     """Each synthetic unit picks its rate on its own validation set: DAMCHA sat at the bottom of its grid in
     every shipped unit with no warning, while run configurations at an edge were named."""
-    from damcha.evidence.view import grid_edge_warning, synthetic_grid_edges
+    from damcha.evidence.view import grid_edge_warning, rate_edges_sentence, synthetic_grid_edges
 
     def unit(lr: float, grid=(0.001, 0.003, 0.01)) -> dict:
         return {"relative_mse": 0.5, "lr": lr, **{f"validation_relative_mse_lr={r:g}": 0.5 for r in grid}}
@@ -706,11 +706,20 @@ def test_synthetic_units_at_the_edge_of_their_rate_grid_are_warned_of_as_run_con
     doc = {"tuning": [], "claims": [{"key": "fig12_regression", "values": {
         "damcha e=0.0": [unit(0.001), unit(0.001)], "damcha e=1.0": [unit(0.003)], "mha e=0.0": [unit(0.01), unit(0.003)],
         "mean": [{"relative_mse": 1.0}]}}]}
-    edges, units, sizes = synthetic_grid_edges(doc)
-    assert units == 5 and sizes == {3}
+    edges, units, sizes, bounds = synthetic_grid_edges(doc)
+    assert units == 5 and sizes == {3} and bounds == 0
     assert edges == {"damcha": {"bottom": (2, 3), "top": (0, 3)}, "mha": {"bottom": (0, 2), "top": (1, 2)}}
-    assert grid_edge_warning(doc) == ("3 of 5 synthetic units chose an edge of their grid of 3 rates: damcha bottom 2 "
+    assert grid_edge_warning(doc) == ("3 of 5 synthetic units chose an edge of the 3 rates they tried: damcha bottom 2 "
                                       "of 3; mha top 1 of 2. A rate beyond the edge was not tried, so these arms may be "
                                       "under-tuned.")
+    # an edge at the tuning ladder's end is its stated bound, said apart
+    at_bound = {"tuning": [], "claims": [{"key": "k", "values": {"mha e=0.0": [unit(0.1, (0.01, 0.03, 0.1)),
+                                                                                unit(0.03, (0.01, 0.03, 0.1))]}}]}
+    assert synthetic_grid_edges(at_bound) == ({}, 2, {3}, 1)
+    assert grid_edge_warning(at_bound) == ("1 of 2 synthetic units chose a bound of the ladder (0.0001 or 0.1), beyond "
+                                           "which no rate is tried.")
     inside = {"tuning": [], "claims": [{"key": "k", "values": {"damcha e=0.0": [unit(0.003)]}}]}
     assert grid_edge_warning(inside) is None
+    assert rate_edges_sentence(inside) == ("All 0 tuned run configurations and all 1 synthetic units chose a rate inside "
+                                           "the rates they tried.")
+    assert rate_edges_sentence(doc) == grid_edge_warning(doc)  # the docs say what the page warns

@@ -63,3 +63,35 @@ def test_the_synthetic_tasks_matched_mha_holds_damchas_parameters(outputs):
 
     assert _apart(count("mha-matched"), count("damcha")) < 1.02
     assert _apart(count("mha"), count("damcha")) > 25  # what it is matched against
+
+
+def test_the_compute_matched_mha_trains_the_epochs_at_which_its_flops_equal_damchas_at_mhas_tuned_rate():
+    """Issue 63 item 2: real-data claims that count DAMCHA against MHA also count an MHA trained for DAMCHA's
+    training FLOPs; its epochs are recomputed from FlopCounterMode's count of one training step."""
+    from damcha.evidence import tuning
+    from damcha.evidence.capacity import compute_matched_epochs, training_step_flops
+    from damcha.evidence.runner import evidence_claims
+    from damcha.evidence.units import run_train_config
+    from damcha.inputs.datasets import data_set_spec
+
+    full = {c.key: c for c in evidence_claims(quick=False)}  # (with their rate grids)
+    matched = {c.key: next(a for a in c.arms if a.train_overrides) for c in full.values()
+               if any(a.train_overrides for a in c.arms)}
+    assert set(matched) == {"table1_digits", "table1_images", "table5_text", "table6_classification"}
+    for key, arm in matched.items():
+        epochs, ratio = compute_matched_epochs("mha", "damcha", arm.dataset)
+        assert arm.train_overrides == (("epochs", epochs),)
+        own = data_set_spec(arm.dataset).demo_train["epochs"]
+        assert abs(epochs - own * ratio) <= 0.5  # the nearest whole epoch to DAMCHA's FLOPs
+        assert full[key].counts(arm.name) and arm.variant == "mha" and not arm.overrides
+        mha = next(a for a in full[key].arms if a.name == "mha")
+        assert tuning.configuration(arm) == tuning.configuration(mha)  # it trains at MHA's tuned rate
+        at_rate = tuning.tuned([full[key]], [{"configuration": tuning.configuration(mha).spec(), "chosen": 0.01}])[0]
+        trained = next(a for a in at_rate.arms if a.name == arm.name)
+        config = run_train_config(trained, 0, False)
+        assert config.epochs == epochs and config.lr == 0.01
+        assert run_train_config(next(a for a in at_rate.arms if a.name == "mha"), 0, False).epochs == own
+        assert trained.run_name(0, False) != mha.run_name(0, False)
+    # the counter sees the attention scores: DAMCHA's step and MHA's differ by exactly what the counts say
+    assert training_step_flops("damcha", "digits") / training_step_flops("mha", "digits") == pytest.approx(2.177, abs=1e-3)
+    assert not any(a.train_overrides for c in claims(quick=True) for a in c.arms)  # a smoke run goes without

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from damcha.evidence import tuning
-from damcha.evidence.records import Arm
+from damcha.evidence.records import Arm, Claim
 from damcha.evidence.runner import evidence_claims, reusable_tuning, same_arm
 from damcha.evidence.setting import DEMO
 from damcha.inputs.datasets import load_dataset
@@ -170,3 +170,27 @@ def test_a_quick_run_keeps_its_two_rate_grid():
     claims = [c for c in evidence_claims(True) if c.key == "table5_text"]
     done = _fit_losses(claims, lambda lr, seed: -lr, quick=True)  # the highest rate is best
     assert {arm.lr for arm, _ in tuning.tuning_units(claims, True, done).values()} == set(tuning.QUICK_GRID)
+
+
+def test_a_units_key_leaves_out_fields_appended_since_at_their_defaults():
+    """A work folder written before `train_overrides` existed keeps its units (their keys are unchanged)."""
+    import json
+
+    from damcha.evidence.records import KEYED_FIELDS
+
+    before = json.dumps([["mha", "train", "mha", "digits", [], "full", "", 0.0, [], 0.003, False], 2, False])
+    assert Arm("mha", variant="mha", lr=0.003).unit(2, False) == before
+    longer = Arm("mha", variant="mha", lr=0.003, train_overrides=(("epochs", 26),))
+    assert longer.unit(2, False) != before and json.loads(longer.unit(2, False))[0][KEYED_FIELDS:] == [[["epochs", 26]]]
+
+
+def test_a_rate_chosen_in_a_document_stored_before_fields_were_appended_still_applies():
+    """A tuning row stores its configuration's fields as they were; one stored before `train_overrides`
+    existed must still give its arm the chosen rate, never the default (a silent retraining at 3e-3)."""
+    from damcha.evidence.records import KEYED_FIELDS
+
+    arm = Arm("w/o f(x)", variant="damcha-static", lrs=tuning.GRID)
+    stored = tuning.configuration(arm).spec()[:KEYED_FIELDS]
+    [at_rate] = tuning.tuned([Claim("k", "t", "s", "val_nll", True, (arm,), arm.name)],
+                             [{"configuration": stored, "chosen": 0.01}])[0].arms
+    assert at_rate.lr == 0.01 and at_rate.lrs == tuning.GRID

@@ -10,6 +10,7 @@ from damcha.evidence.catalogue.common import (
     MATCHED_MHA,
     ROW_SUM_CANNOT_CROSS,
     SLICE_ARMS,
+    ladder_note,
     regression_grids,
     synthetic_claim,
     synthetic_steps,
@@ -40,7 +41,8 @@ def claim(quick: bool) -> Claim:
         + f"Each of MHA, the slice MHA and the four DAMCHA arms trains at learning rates "
         f"{', '.join(map(str, grids['mha']))} and keeps the one best on 1024 validation sequences (a "
         "generator seed of their own), scored on the test set; the chosen rate is the `lr` column. The grid is the default rate and one above it: in a probe at e = 0.5 the static bilinear form reached "
-        "0.17 at 3e-3, 0.003 at 1e-2 and 0.36 at 1e-3. The other systems train at 3e-3, as before the grid existed. "
+        "0.17 at 3e-3, 0.003 at 1e-2 and 0.36 at 1e-3." + ladder_note(quick) + " The other systems train at 3e-3, as before "
+        "the grid existed. "
         "MHA's heads project the whole token, so MHA represents every "
         "level exactly (each teacher head is a bilinear form of rank 8 ≤ its head width 16): the informative "
         "comparisons are the reported pairs — the static bilinear form against the slice-restricted MHA (cross-head "

@@ -1,0 +1,86 @@
+"""Synthetic units extend their learning rates along the ladder while the choice is an edge (issue 63), and
+a unit stored before that goes on from its stored fits to exactly what a fresh unit computes."""
+
+import dataclasses
+import math
+
+import pytest
+
+from damcha.evidence import tuning
+from damcha.evidence.synthetic_fits import FitRecord, choice_open, seed_from_value, settled
+from damcha.inputs import synthetic
+from damcha.inputs.synthetic import RateFit, train_synthetic
+
+STEPS = 20
+TWO_RATES = (3e-3, 1e-2)
+
+
+def as_value(result) -> dict:  # what damcha.evidence.units stores of a synthetic unit
+    return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
+            **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
+
+
+@pytest.fixture
+def counted_fits(monkeypatch):
+    rates = []
+    real = synthetic.fit
+
+    def counting(model_name, task, seed, steps, lr, batch=64):
+        rates.append(lr)
+        return real(model_name, task, seed, steps, lr, batch)
+    monkeypatch.setattr(synthetic, "fit", counting)
+    return rates
+
+
+def test_the_choice_goes_along_the_ladder_until_it_lies_inside_the_rates_tried_and_a_stored_two_rate_unit_goes_on_from_its_fits_to_exactly_the_fresh_value(tmp_path, counted_fits):
+    fresh = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES, beyond=tuning.beyond)
+    tried = sorted(fresh.validation)
+    assert len(tried) > 2 and set(TWO_RATES) <= set(tried) and set(tried) <= set(tuning.LADDER)
+    assert tried[0] < fresh.lr < tried[-1] or fresh.lr in (tuning.LADDER[0], tuning.LADDER[-1])
+    assert fresh.lr == min(fresh.validation, key=fresh.validation.get)  # the lowest validation error is tested
+    assert sorted(counted_fits) == tried  # every rate fitted once, the tested one not again
+    fresh_fits = len(counted_fits)
+    stored = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES)  # the rule before the ladder
+    assert sorted(stored.validation) == list(TWO_RATES)
+    assert choice_open(as_value(stored), quick=False) and not choice_open(as_value(stored), quick=True)
+    assert not choice_open(as_value(fresh), quick=False)
+    counted_fits.clear()
+    units = {"open": as_value(stored), "settled": as_value(fresh), "other": {"nll": 1.0}}
+    assert settled(units, False, tmp_path) == {"settled": as_value(fresh), "other": {"nll": 1.0}}
+    record = FitRecord(tmp_path, "open")
+    resumed = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES, beyond=tuning.beyond,
+                              known=record.read(), on_fit=record.write)
+    assert resumed == fresh  # to the last bit: score, parameters, rate and every validation score
+    assert len(counted_fits) <= fresh_fits - len(TWO_RATES) + (resumed.lr in TWO_RATES and resumed.lr != stored.lr)
+    assert set(record.read()) == set(fresh.validation) and record.read()[fresh.lr].test == fresh.score
+
+
+def test_a_record_is_the_units_own_and_a_foreign_or_broken_file_is_fitted_afresh(tmp_path):
+    record = FitRecord(tmp_path, "unit a")
+    record.write(3e-3, RateFit(0.5, 0.4, 10))
+    assert record.read() == {3e-3: RateFit(0.5, 0.4, 10)} and FitRecord(tmp_path, "unit b").read() == {}
+    record.path.write_text("{not json")
+    assert record.read() == {}
+
+
+def test_a_diverged_fit_is_never_chosen(monkeypatch):
+    real = synthetic.evaluate
+    monkeypatch.setattr(synthetic, "evaluate", lambda model, task, x, y: math.nan if model.diverged else real(model, task, x, y))
+    real_fit = synthetic.fit
+
+    def fit(model_name, task, seed, steps, lr, batch=64):
+        model = real_fit(model_name, task, seed, steps, lr, batch)
+        model.diverged = lr == TWO_RATES[0]
+        return model
+    monkeypatch.setattr(synthetic, "fit", fit)
+    result = train_synthetic("mha", "regression", 0.5, 0, 2, lrs=TWO_RATES)
+    assert result.lr == TWO_RATES[1] and math.isnan(result.validation[TWO_RATES[0]])
+
+
+def test_seeding_keeps_fits_the_record_already_has(tmp_path):
+    record = FitRecord(tmp_path, "u")
+    record.write(3e-3, RateFit(0.25, 0.2, 7))
+    seed_from_value(tmp_path, "u", {"relative_mse": 0.3, "parameters": 7.0, "lr": 1e-2,
+                                    "validation_relative_mse_lr=0.003": 0.9, "validation_relative_mse_lr=0.01": 0.31})
+    assert record.read() == {3e-3: RateFit(0.25, 0.2, 7), 1e-2: RateFit(0.31, 0.3, 7)}
+    assert dataclasses.asdict(record.read()[1e-2]) == {"validation": 0.31, "test": 0.3, "parameters": 7}
