@@ -409,7 +409,9 @@ def record_caption(doc: dict) -> str:
     computed = (f", computed over {len(chain)} earlier document(s) in {sum(e.get('wall_seconds_all_calls', 0) for e in chain):.1f} "
                 f"s of wall time and {sum(e.get('compute_seconds', 0) for e in chain):.1f} s of compute (the first by "
                 f"`{chain[-1].get('command')}`)" if chain else "")
-    elsewhere = sorted({e["machine"].get("cpu") or "" for e in chain if e.get("machine")} - {(machine or {}).get("cpu") or ""})
+    # (a document whose record holds no machine, or no CPU model, ran on one not recorded)
+    elsewhere = sorted({(e.get("machine") or {}).get("cpu") or "" for e in chain}
+                       - {(machine or {}).get("cpu") or "-"})
     other = (f"; units taken over ran on another CPU ({', '.join(c or 'one not recorded' for c in elsewhere)}), so they "
              "need not be bit-identical to what this machine computes" if elsewhere else "")
     reused = (f"; {doc['reused_units']} units taken over from earlier results (`--reuse`){computed}{other}"
