@@ -17,6 +17,7 @@ from pathlib import Path
 from damcha.evidence.results import load_results
 from damcha.evidence.view import (
     claim_numbers_markdown,
+    fresh_run_sentence,
     rate_edges_sentence,
     reproduction_sentence,
     verdict_table_markdown,
@@ -62,13 +63,17 @@ def rate_edges_block() -> str:
     return rate_edges_sentence(load_results(SHIPPED_EVIDENCE))
 
 
+def fresh_run_block() -> str:
+    return fresh_run_sentence(load_results(SHIPPED_EVIDENCE))
+
+
 def reproduction_block() -> str:
     return reproduction_sentence(json.loads(REPRODUCTION.read_text()))
 
 
 BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block,
           "verdicts": verdicts_block, "numbers": numbers_block, "rate-edges": rate_edges_block,
-          "reproduction": reproduction_block}
+          "reproduction": reproduction_block, "fresh-run": fresh_run_block}
 PAGES = ("library.md", "evidence.md")
 
 

@@ -278,6 +278,13 @@ def wall_seconds_of_every_call(doc: dict) -> float:
         wall_seconds_of_every_call(earlier) if earlier else 0.0)
 
 
+def compute_seconds_of_every_call(doc: dict) -> float:
+    """Compute (seconds summed over workers) of every call that computed a results document's units, through
+    the documents it reused."""
+    earlier = doc.get("reused_from")
+    return doc.get("compute_seconds", 0.0) + (compute_seconds_of_every_call(earlier) if earlier else 0.0)
+
+
 class EvidenceFileError(ValueError):
     """An evidence file cannot be read; the message names it."""
 

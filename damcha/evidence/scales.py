@@ -116,12 +116,19 @@ def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) ->
     tested = [m.replace("val_", "test_", 1) for m in shown if m.startswith("val_")]  # the test split, beside
     return dataclasses.replace(
         claim, key=f"{claim.key}@{target}", title=f"{claim.title} — on {spec.title}",
-        metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms), paper=claim.paper_on.get(spec.paper_row, {}),
+        metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms if not a.train_overrides),
+        paper=claim.paper_on.get(spec.paper_row, {}),
         columns=tuple(dict.fromkeys(c for c in (*shown[1:], *tested) if c != renamed(claim.metric))),
         verdict_metrics=tuple(renamed(m) for m in claim.verdict_metrics), scale=scale.description,
         note=f"The demo's {demo} data are {spec.title} here. The verdict reads the validation split, as in the demo; "
              f"the test split, evaluated once after the last epoch, is reported beside it (the test_ columns), and is "
-             f"the number to set beside the paper's. {claim.note}")
+             f"the number to set beside the paper's.{AT_DEMO_LENGTH if any(a.train_overrides for a in claim.arms) else ''} "
+             f"{claim.note}")
+
+
+# why an arm with its own training length (Arm.train_overrides) is left out at a scale
+AT_DEMO_LENGTH = (" The MHA at DAMCHA's training FLOPs is left out here: its epochs match DAMCHA's FLOPs at the demo "
+                  "size, and at this scale they would need the FLOP ratio of the scale's own models.")
 
 
 def _metric_names(demo: str, target: str):

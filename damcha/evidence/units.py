@@ -14,7 +14,7 @@ from damcha.analysis.interventions import adaptivity_gap, mean_metric
 from damcha.evidence import tuning
 from damcha.evidence.baselines import completion_baseline
 from damcha.evidence.capacity import base_config
-from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps
+from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps, synthetic_test_size
 from damcha.evidence.efficiency import efficiency_ratios
 from damcha.evidence.records import AS_TRAINED, Arm
 from damcha.evidence.setting import DEMO, Setting
@@ -65,7 +65,8 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
     if arm.kind == "synthetic":
         record = FitRecord(work, arm.unit(seed, quick))
         result = train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
-                                 **({"lrs": arm.lrs} if arm.lrs else {}), beyond=None if quick else tuning.beyond,
+                                 n_test=synthetic_test_size(quick), **({"lrs": arm.lrs} if arm.lrs else {}),
+                                 beyond=None if quick else tuning.beyond,
                                  known=record.read(), on_fit=record.write)
         return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
                 **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}

@@ -15,7 +15,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
-from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, load_results
+from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, compute_seconds_of_every_call, load_results
 from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.scales import SCALES
 from damcha.evidence.statistics import (
@@ -206,6 +206,15 @@ def rate_edges_sentence(doc: dict) -> str:
     _, units, _, _ = synthetic_grid_edges(doc)
     return grid_edge_warning(doc) or (f"All {len(doc.get('tuning', []))} tuned run configurations and all {units} "
                                       "synthetic units chose a rate inside the rates they tried.")
+
+
+def fresh_run_sentence(doc: dict, workers: int = 2) -> str:
+    """What a run of these results from an empty work folder costs, from the compute the document records of
+    every call that made it (an estimate: units recomputed by a later call are counted twice)."""
+    compute = compute_seconds_of_every_call(doc)
+    return (f"The calls that made these results spent {compute:,.0f} s of compute in all, so a run from an empty work "
+            f"folder on {workers} one-thread workers needs about {compute / workers / 3600:.1f} hours of wall time "
+            "(an estimate: units a later call recomputed are counted twice, idle workers at the end not at all).")
 
 
 def reproduction_sentence(report: dict) -> str:

@@ -504,7 +504,6 @@ def train_synthetic(model_name: str, task: str, level: float, seed: int, steps: 
     x_val, y_val = teacher.sample(n_test, VALIDATION_INPUT_SEED)
     fits: dict[float, RateFit] = dict(known or {})
     kept: tuple[float, OneLayer] | None = None  # only the best model fitted here so far stays alive
-
     tried = list(lrs)
 
     def rank(lr: float) -> tuple[float, int]:  # lower is better; a diverged fit (NaN) worst; a tie: the earlier tried

@@ -208,6 +208,11 @@ def _wrap_category_labels(fig: go.Figure, width_px: int, font_size: int) -> None
         axis.update(tickmode="array", tickvals=names, ticktext=labels)
         if fig.layout.height:
             fig.layout.height += 1.5 * sum(_lines(t) - 1 for t in labels) * LINE * font_size  # with air between rows
+            # rows are evenly spaced: two neighbours of several lines each need the pitch of their mean, for all
+            lines = [_lines(t) for t in labels]
+            pitch = max(((a + b) / 2 for a, b in zip(lines, lines[1:])), default=lines[0]) * 1.5 * LINE * font_size
+            plot = fig.layout.height - (fig.layout.margin.t or 100) - (fig.layout.margin.b or 80)
+            fig.layout.height += max(0.0, len(names) * pitch - plot)
 
 
 def _fit_square_row(fig: go.Figure, width_px: int, font_size: int) -> None:

@@ -94,3 +94,16 @@ def test_the_paper_scale_plan_refuses_every_run_that_does_not_fit_before_anythin
     sharded = scales.memory_plan(setting, claims)
     assert {r["arm"] for r in sharded if r["strategy"] == "fsdp"} == {"w/o sharing"}
     assert all(r["gib_per_device"] <= 0.85 * 24 for r in sharded)
+
+
+def test_an_arm_with_its_own_training_length_is_left_out_at_a_scale_and_said_to_be(paper_scale):
+    """The compute-matched MHA's epochs match DAMCHA's FLOPs at the demo size; at a scale they would not."""
+    from damcha.evidence.catalogue import claims as catalogue
+    from damcha.evidence.scales import AT_DEMO_LENGTH
+
+    _, claims = paper_scale
+    assert not any(arm.train_overrides for claim in claims for arm in claim.arms)
+    demo = {c.key for c in catalogue(quick=False) if any(a.train_overrides for a in c.arms)}
+    at_scale = [c for c in claims if c.key.split("@")[0] in demo]
+    assert at_scale and all(AT_DEMO_LENGTH in c.note for c in at_scale)
+    assert not any(AT_DEMO_LENGTH in c.note for c in claims if c.key.split("@")[0] not in demo)

@@ -53,3 +53,12 @@ def test_the_reproduction_sentence_says_reported_values_apart_from_the_fits_that
     assert "1 synthetic units, the test score: 1 of 1 identical" in said
     assert "validation scores (which choose the rate): 0 of 1 identical to the last bit, relative difference median 1.0e+00" in said
     assert said.endswith("; 1 synthetic unit(s) chose another rate here.")
+
+
+def test_a_fresh_runs_cost_is_estimated_from_every_calls_recorded_compute():
+    from damcha.evidence.view import fresh_run_sentence
+
+    doc = {"compute_seconds": 3600.0, "reused_from": {"compute_seconds": 10800.0, "reused_from": {"compute_seconds": 0.0}}}
+    said = fresh_run_sentence(doc)
+    assert said.startswith("The calls that made these results spent 14,400 s of compute in all, so a run from an "
+                           "empty work folder on 2 one-thread workers needs about 2.0 hours of wall time")

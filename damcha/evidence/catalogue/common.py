@@ -105,6 +105,11 @@ def synthetic_steps(quick: bool) -> int:
     return 20 if quick else 1500
 
 
+def synthetic_test_size(quick: bool) -> int:
+    """Sequences a synthetic unit is validated and tested on (a smoke run: fewer, it only has to run)."""
+    return 128 if quick else 1024
+
+
 # Fig. 13's learning-rate grids: the two rates each arm's validation chose in the full run that tried
 # 1e-3, 3e-3 and 1e-2 for all (docs/evidence.md); two rates instead of three keep the run in its budget.
 CLASSIFICATION_GRIDS = {"mha": (1e-3, 3e-3), "mha-slice": (3e-3, 1e-2), "damcha": (1e-3, 3e-3),
