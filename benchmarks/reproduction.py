@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from damcha.evidence import tuning  # noqa: E402
 from damcha.evidence.catalogue.common import synthetic_steps  # noqa: E402
 from damcha.evidence.runner import cpu_model, evidence_claims  # noqa: E402
-from damcha.evidence.synthetic_fits import rates_tried  # noqa: E402
+from damcha.evidence.synthetic_fits import rates_tried, stored_value  # noqa: E402
 from damcha.evidence.units import run_unit  # noqa: E402
 from damcha.inputs.synthetic import train_synthetic  # noqa: E402
 
@@ -67,8 +67,8 @@ def recompute(arm, stored: dict, work: Path) -> tuple[dict[str, float], bool]:
     rates = tuple(sorted(rates_tried(stored))) or arm.lrs
     result = train_synthetic(arm.variant, arm.task, arm.level, 0, synthetic_steps(False), lrs=rates)
     same = result.lr == stored.get("lr", result.lr)
-    return {**({result.metric: result.score} if same else {}),
-            **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}, same
+    here = stored_value(result)
+    return {k: v for k, v in here.items() if same or k != result.metric}, same
 
 
 def compared(stored: dict, here: dict) -> list[dict]:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from damcha.evidence import tuning
-from damcha.inputs.synthetic import RateFit
+from damcha.inputs.synthetic import RateFit, SyntheticResult
 from damcha.runs.checkpoints import write_text_atomic
 
 FOLDER = "synthetic-fits"
@@ -37,10 +37,19 @@ class FitRecord:
         return {float(lr): RateFit(**fit) for lr, fit in doc.get("fits", {}).items()}
 
     def write(self, lr: float, fit: RateFit) -> None:
-        fits = {**self.read(), lr: fit}
+        self.save({**self.read(), lr: fit})
+
+    def save(self, fits: dict[float, RateFit]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.path, json.dumps({"unit": self.unit, "fits": {
             f"{rate:g}": vars(f) for rate, f in sorted(fits.items())}}))
+
+
+def stored_value(result: SyntheticResult) -> dict[str, float]:
+    """What a synthetic unit stores of its result (parsed back by `rates_tried`): the test score, the parameter
+    count, the rate chosen, and each rate's validation score."""
+    return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
+            **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
 
 
 def rates_tried(value: dict) -> dict[float, float]:
@@ -60,13 +69,10 @@ def seed_from_value(work: Path, unit: str, value: dict) -> None:
     and the chosen rate's test score and parameter count."""
     metric = next(m["metric"] for key in value if (m := _VALIDATION_KEY.match(key)))
     record = FitRecord(work, unit)
-    known = record.read()
-    for lr, validation in rates_tried(value).items():
-        if lr in known:
-            continue
-        chosen = lr == value["lr"]
-        record.write(lr, RateFit(validation, value[metric] if chosen else None,
-                                 int(value["parameters"]) if chosen else 0))
+    stored = {lr: RateFit(validation, value[metric] if lr == value["lr"] else None,
+                          int(value["parameters"]) if lr == value["lr"] else 0)
+              for lr, validation in rates_tried(value).items()}
+    record.save({**stored, **record.read()})
 
 
 def settled(units: dict[str, dict], quick: bool, work: Path, write: bool = True) -> dict[str, dict]:

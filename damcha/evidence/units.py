@@ -18,7 +18,7 @@ from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG,
 from damcha.evidence.efficiency import efficiency_ratios
 from damcha.evidence.records import AS_TRAINED, Arm
 from damcha.evidence.setting import DEMO, Setting
-from damcha.evidence.synthetic_fits import FitRecord
+from damcha.evidence.synthetic_fits import FitRecord, stored_value
 from damcha.evidence.tuning import HOLDOUT
 from damcha.inputs.datasets import data_set_spec
 from damcha.inputs.synthetic import train_synthetic
@@ -68,8 +68,7 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
                                  n_test=synthetic_test_size(quick), **({"lrs": arm.lrs} if arm.lrs else {}),
                                  beyond=None if quick else tuning.beyond,
                                  known=record.read(), on_fit=record.write)
-        return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
-                **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
+        return stored_value(result)
     if arm.kind == "efficiency":
         torch.manual_seed(seed)
         if setting.scale:

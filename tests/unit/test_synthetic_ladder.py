@@ -7,17 +7,12 @@ import math
 import pytest
 
 from damcha.evidence import tuning
-from damcha.evidence.synthetic_fits import FitRecord, choice_open, seed_from_value, settled
+from damcha.evidence.synthetic_fits import FitRecord, choice_open, seed_from_value, settled, stored_value
 from damcha.inputs import synthetic
 from damcha.inputs.synthetic import RateFit, train_synthetic
 
 STEPS = 20
 TWO_RATES = (3e-3, 1e-2)
-
-
-def as_value(result) -> dict:  # what damcha.evidence.units stores of a synthetic unit
-    return {result.metric: result.score, "parameters": float(result.parameters), "lr": result.lr,
-            **{f"validation_{result.metric}_lr={lr:g}": v for lr, v in result.validation.items()}}
 
 
 @pytest.fixture
@@ -42,11 +37,11 @@ def test_the_choice_goes_along_the_ladder_until_it_lies_inside_the_rates_tried_a
     fresh_fits = len(counted_fits)
     stored = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES)  # the rule before the ladder
     assert sorted(stored.validation) == list(TWO_RATES)
-    assert choice_open(as_value(stored), quick=False) and not choice_open(as_value(stored), quick=True)
-    assert not choice_open(as_value(fresh), quick=False)
+    assert choice_open(stored_value(stored), quick=False) and not choice_open(stored_value(stored), quick=True)
+    assert not choice_open(stored_value(fresh), quick=False)
     counted_fits.clear()
-    units = {"open": as_value(stored), "settled": as_value(fresh), "other": {"nll": 1.0}}
-    assert settled(units, False, tmp_path) == {"settled": as_value(fresh), "other": {"nll": 1.0}}
+    units = {"open": stored_value(stored), "settled": stored_value(fresh), "other": {"nll": 1.0}}
+    assert settled(units, False, tmp_path) == {"settled": stored_value(fresh), "other": {"nll": 1.0}}
     record = FitRecord(tmp_path, "open")
     resumed = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES, beyond=tuning.beyond,
                               known=record.read(), on_fit=record.write)
