@@ -5,9 +5,9 @@
 
 Takes a sample of the units a results document stores (its first seed of the first arms of each claim
 that train a model, alternating real-data runs and synthetic fits), recomputes each here with the current
-code, and compares value for value: a real-data unit's every metric; a synthetic unit's every fit at the
-rates the document tried (validation score) and the chosen fit's test score, without the ladder, so the
-fits compared are the same fits. Prints and writes the relative differences with the machine of each
+code, and compares value for value: a real-data unit's every metric; a synthetic unit's test score at its
+tuned rate (a document from before the synthetic tuning: its every fit at the rates the unit tried, validation
+score, and the chosen fit's test score, without the ladder, so the fits compared are the same fits). Prints and writes the relative differences with the machine of each
 side (results.json's `machine`, this one's), and how many values came out identical to the last bit.
 A benchmark, not a test: it measures this machine against another one.
 """
@@ -64,7 +64,7 @@ def recompute(arm, stored: dict, work: Path) -> tuple[dict[str, float], bool]:
     the chosen fit's test score where this machine chose the same rate), and whether it chose the same."""
     if arm.kind != "synthetic":
         return run_unit(arm, 0, False, work), True
-    rates = tuple(sorted(rates_tried(stored))) or arm.lrs
+    rates = tuple(sorted(rates_tried(stored))) or (stored["lr"],)  # (a tuned unit stores its one rate)
     result = train_synthetic(arm.variant, arm.task, arm.level, 0, synthetic_steps(False), lrs=rates)
     same = result.lr == stored.get("lr", result.lr)
     here = stored_value(result)

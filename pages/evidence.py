@@ -93,8 +93,8 @@ st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
              hide_index=True, column_config={"verdict": st.column_config.TextColumn(width="large")})
 if doc.get("tuning_rule"):
     st.markdown(f"**Learning rates.** {doc['tuning_rule']}")
-    with st.expander(f"The rates chosen for the {len(doc.get('tuning', []))} run configurations (hold-out loss, "
-                     "mean and per tuning seed)"):
+    with st.expander(f"The rates chosen for the {len(doc.get('tuning', []))} tuned configurations (what each chose "
+                     "by: a run's hold-out loss, mean and per tuning seed; a synthetic model's validation score)"):
         st.dataframe(pd.DataFrame(tuning_rows(doc)), hide_index=True)
     if edge := grid_edge_warning(doc):
         st.warning(edge)

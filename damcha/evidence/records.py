@@ -28,11 +28,13 @@ class Arm:
     mode: str = AS_TRAINED
     task: str = ""
     level: float = 0.0
-    # synthetic: a learning-rate grid, the best on a validation set kept per unit (() = 3e-3); train and
-    # adaptivity: the grid the runner tunes `lr` over before the reported seeds train (damcha/evidence/tuning.py)
+    # train, adaptivity, synthetic: the grid the runner tunes `lr` over before the reported seeds train
+    # (damcha/evidence/tuning.py; () = the default rate)
     lrs: tuple[float, ...] = ()
-    lr: float = 0.0  # train, adaptivity: the rate the run trains at (0: TrainConfig's default)
-    tuning: bool = False  # train: a tuning fit (trained without its hold-out, scored on it; tuning.py)
+    lr: float = 0.0  # the rate the arm trains at (0: the default: TrainConfig's, 3e-3 for a synthetic fit)
+    # a tuning fit: train, trained without its hold-out and scored on it; synthetic, the ladder of its configuration's
+    # rates on the tuning seed's validation sequences (tuning.py)
+    tuning: bool = False
     # train: TrainConfig fields (name, value) over the data set's demo training (the compute-matched arms' epochs);
     # the rate is tuned without them (tuning.configuration), at the data set's own length
     train_overrides: tuple = ()
@@ -66,6 +68,12 @@ class Arm:
     def trains(self) -> bool:
         """Whether the arm evaluates a model trained on a data set (a run, shared by the arms it decides alike)."""
         return self.kind in TRAINING_KINDS
+
+    @property
+    def rate_tuned(self) -> bool:
+        """Whether the arm trains at a rate tuned before its reported seeds (tuning.py): a training arm or a
+        synthetic one, with a grid."""
+        return bool(self.lrs) and (self.trains or self.kind == "synthetic")
 
     @property
     def run_arm(self) -> Arm:

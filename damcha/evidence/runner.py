@@ -25,7 +25,7 @@ from damcha.evidence.scales import chosen_by, scale_claims, scale_named
 from damcha.evidence.setting import DEMO, Setting
 from damcha.evidence.slurm import SlurmSettings, run_tasks
 from damcha.evidence.statistics import VERDICT_RULE
-from damcha.evidence.synthetic_fits import settled
+from damcha.evidence.synthetic_fits import tuning_value_of_row
 from damcha.evidence.units import run_task
 from damcha.runs import distributed
 from damcha.runs.checkpoints import write_text_atomic
@@ -42,6 +42,8 @@ def measured_spec(spec: list) -> dict:
     fields = dict(zip(ARM_FIELDS, Arm.padded_spec(spec)))
     if fields["kind"] in TRAINING_KINDS:
         fields.update(lrs=[], lr=fields["lr"] or TrainConfig.lr)
+    elif fields["kind"] == "synthetic" and fields["lr"] and not fields["tuning"]:  # (lr 0 with a grid: an older
+        fields.update(lrs=[])  # document's unit that chose its own rate, a measurement no longer made)
     return fields
 
 
@@ -99,7 +101,8 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
     still need, except those of variants or claims named in `redo`."""
     if not _reusable(previous, quick, setting):
         return {}
-    redone = {json.dumps(tuning.configuration(a).spec()) for c in claims_now if c.key in redo for a in c.arms if a.trains}
+    redone = {json.dumps(tuning.configuration(a).spec()) for c in claims_now if c.key in redo for a in c.arms
+              if a.rate_tuned}
     units = {}
     for config in tuning.tuning_arms(claims_now):
         if config.variant in redo or json.dumps(config.spec()) in redone:
@@ -112,6 +115,13 @@ def reusable_tuning(previous: dict, quick: bool, redo: tuple[str, ...], setting:
                 arm = tuning.at_rate(config, lr)
                 for seed, loss in zip(row.get("seeds", []), losses):
                     units[arm.unit(seed, quick)] = {"tuning_loss": loss, "lr": lr}
+    seed = tuning.synthetic_tuning_seed(quick)
+    for config, arm in tuning.synthetic_tuning_arms(claims_now).items():
+        if config.variant in redo or json.dumps(config.spec()) in redone:
+            continue
+        for row in previous.get("tuning", []):
+            if "validation" in row and measured_spec(row.get("configuration", [])) == measured_spec(config.spec()):
+                units[arm.unit(seed, quick)] = tuning_value_of_row(row)
     needed = tuning.tuning_units(claims_now, quick, units)  # (an older document may hold fits no longer made)
     return {unit: value for unit, value in units.items() if unit in needed}
 
@@ -124,7 +134,7 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
             "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: a.spec() for a in claim.arms},
             "cannot_speak_to": list(claim.cannot_speak_to), "summary_pairs": list(claim.summary_pairs), "values": values,
             "parameters": arm_parameters(claim, setting) if parameters is None else parameters,
-            **({"learning_rates": rates} if (rates := {a.name: a.lr for a in claim.arms if a.trains and a.lrs}) else {}),
+            **({"learning_rates": rates} if (rates := {a.name: a.lr for a in claim.arms if a.rate_tuned}) else {}),
             **summarise(claim, values, sanity)}
 
 
@@ -252,8 +262,7 @@ class _EvidenceRun:
             work.mkdir(parents=True, exist_ok=True)
         distributed.barrier(proc)
         rows = [row for row in read_jsonl(work / "units.jsonl") if isinstance(row, dict)]
-        done = settled({row["unit"]: row["value"] for row in rows if isinstance(row.get("value"), dict)}, quick, work,
-                       proc.main)
+        done = {row["unit"]: row["value"] for row in rows if isinstance(row.get("value"), dict)}
         seconds = {row["unit"]: row.get("seconds", 0.0) for row in rows if isinstance(row.get("value"), dict)}
         distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
         known = evidence_claims(quick, setting)
@@ -264,9 +273,10 @@ class _EvidenceRun:
         run = cls(out, work, quick, seeds, setting, proc, launch, known, chosen, done, seconds,
                   {row["unit"] for row in rows if row.get("reused_from")}, previous, reuse, redo,
                   [c for c in read_jsonl(work / "calls.jsonl") if isinstance(c, dict)], claims_now=chosen,
-                  tuned_here=bool(tuning.tuning_arms(chosen)))
+                  tuned_here=bool(tuning.tuning_arms(chosen) or tuning.synthetic_tuning_arms(chosen)))
         if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
-            untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not a.trains)) for c in chosen]
+            untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not (a.trains or a.rate_tuned)))
+                         for c in chosen]
             run.take_over(reusable_units(previous, quick, redo, setting, untrained))
             run.take_over(reusable_tuning(previous, quick, redo, setting, chosen))
         run.total = run.remaining_units()
@@ -291,8 +301,7 @@ class _EvidenceRun:
     def take_over(self, units: dict[str, dict]) -> None:
         """Units of an earlier results.json, written before they count as done (a full disk keeps only
         what was written)."""
-        new = settled({unit: value for unit, value in units.items() if unit not in self.done}, self.quick, self.work,
-                      self.proc.main)
+        new = {unit: value for unit, value in units.items() if unit not in self.done}
         if self.proc.main:
             append_lines(self.work / "units.jsonl", [{"unit": unit, "value": value, "seconds": 0.0,
                                                       "reused_from": str(self.reuse)} for unit, value in new.items()])

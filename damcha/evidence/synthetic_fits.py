@@ -1,6 +1,5 @@
-"""A synthetic unit's fits at each learning rate, kept in the work folder: a unit stopped between its fits
-resumes where it stopped, and a unit whose stored choice lies at an edge of the rates it tried (results
-made before the choice extended along the ladder, issue 63) goes on from its stored fits, not from scratch.
+"""A synthetic tuning unit's fits at each learning rate, kept in the work folder (a unit stopped between its fits
+resumes where it stopped), and what synthetic units store of their results.
 
 A fit is deterministic in (unit, rate) on one machine (damcha.inputs.synthetic.fit seeds itself), so a fit
 read here is the fit a fresh unit would make (docs/evidence.md, "What reproduces where")."""
@@ -12,7 +11,6 @@ import json
 import re
 from pathlib import Path
 
-from damcha.evidence import tuning
 from damcha.inputs.synthetic import RateFit, SyntheticResult
 from damcha.runs.checkpoints import write_text_atomic
 
@@ -57,29 +55,19 @@ def rates_tried(value: dict) -> dict[float, float]:
     return {float(m["lr"]): v for key, v in value.items() if (m := _VALIDATION_KEY.match(key))}
 
 
-def choice_open(value: dict, quick: bool) -> bool:
-    """Whether a stored synthetic unit chose an edge of the rates it tried that the ladder goes beyond:
-    its value is not what the unit computes now (a quick run keeps its two rates)."""
-    rates = rates_tried(value)
-    return not quick and len(rates) > 1 and "lr" in value and tuning.beyond(value["lr"], list(rates)) is not None
+def validation_scores(value: dict) -> tuple[str, dict[float, float]]:
+    """A synthetic tuning unit's metric and rate -> validation score."""
+    metric = next((m["metric"] for key in value if (m := _VALIDATION_KEY.match(key))), "")
+    return metric, rates_tried(value)
 
 
-def seed_from_value(work: Path, unit: str, value: dict) -> None:
-    """Write a stored value's fits into the unit's record where it has none: every rate's validation score,
-    and the chosen rate's test score and parameter count."""
-    metric = next(m["metric"] for key in value if (m := _VALIDATION_KEY.match(key)))
-    record = FitRecord(work, unit)
-    stored = {lr: RateFit(validation, value[metric] if lr == value["lr"] else None,
-                          int(value["parameters"]) if lr == value["lr"] else 0)
-              for lr, validation in rates_tried(value).items()}
-    record.save({**stored, **record.read()})
+def tuning_value(result: SyntheticResult) -> dict[str, float]:
+    """What a synthetic tuning unit stores: the rate chosen and each rate's validation score (its test score is
+    never read: the tuning seed is not reported)."""
+    return {key: v for key, v in stored_value(result).items() if key == "lr" or _VALIDATION_KEY.match(key)}
 
 
-def settled(units: dict[str, dict], quick: bool, work: Path, write: bool = True) -> dict[str, dict]:
-    """The stored units whose values stand; each synthetic unit whose choice is open is left out, to be
-    computed on from its stored fits (written into the work folder where `write`: the main rank)."""
-    still_open = {unit: value for unit, value in units.items() if choice_open(value, quick)}
-    if write:
-        for unit, value in still_open.items():
-            seed_from_value(work, unit, value)
-    return {unit: value for unit, value in units.items() if unit not in still_open}
+def tuning_value_of_row(row: dict) -> dict[str, float]:
+    """The tuning unit's value that a results document's synthetic tuning row (tuning.tuning_table) records."""
+    return {"lr": float(row["chosen"]), **{f"validation_{row['metric']}_lr={float(lr):g}": scores[0]
+                                           for lr, scores in row["validation"].items()}}

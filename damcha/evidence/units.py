@@ -18,7 +18,7 @@ from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG,
 from damcha.evidence.efficiency import efficiency_ratios
 from damcha.evidence.records import AS_TRAINED, Arm
 from damcha.evidence.setting import DEMO, Setting
-from damcha.evidence.synthetic_fits import FitRecord, stored_value
+from damcha.evidence.synthetic_fits import FitRecord, stored_value, tuning_value
 from damcha.evidence.tuning import HOLDOUT
 from damcha.inputs.datasets import data_set_spec
 from damcha.inputs.synthetic import train_synthetic
@@ -63,12 +63,14 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
             n = train_settings(arm.dataset, quick).get("completion_images") if quick else EVALUATION["completion_images"]
         return completion_baseline(arm.task, arm.dataset, n, setting.load)
     if arm.kind == "synthetic":
-        record = FitRecord(work, arm.unit(seed, quick))
-        result = train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
-                                 n_test=synthetic_test_size(quick), **({"lrs": arm.lrs} if arm.lrs else {}),
-                                 beyond=None if quick else tuning.beyond,
-                                 known=record.read(), on_fit=record.write)
-        return stored_value(result)
+        if arm.tuning:  # the configuration's rates along the ladder, chosen on the tuning seed's validation set
+            record = FitRecord(work, arm.unit(seed, quick))
+            return tuning_value(train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
+                                                n_test=synthetic_test_size(quick), lrs=arm.lrs,
+                                                beyond=None if quick else tuning.beyond,
+                                                known=record.read(), on_fit=record.write))
+        return stored_value(train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
+                                            n_test=synthetic_test_size(quick), **({"lrs": (arm.lr,)} if arm.lr else {})))
     if arm.kind == "efficiency":
         torch.manual_seed(seed)
         if setting.scale:

@@ -27,8 +27,7 @@ from damcha.evidence.statistics import (
     NOT_CONFIRMED,
     SANITY_FAILED,
 )
-from damcha.evidence.synthetic_fits import rates_tried
-from damcha.evidence.tuning import LADDER
+from damcha.evidence.tuning import LADDER, row_scores
 from damcha.views import figures
 from damcha.views.export import ExportItem, Provenance, library_params, run_name_in
 from damcha.views.regeneration import regenerate as regenerate_named
@@ -157,24 +156,27 @@ def arm_table(claim: dict) -> list[dict]:
 
 
 def tuning_rows(doc: dict) -> list[dict]:
-    """One row per tuned run configuration: its hold-out loss at each rate (fitted on several tuning
-    seeds: the mean, then each seed's) and the rate chosen, from a results document's `tuning` table."""
-    def cell(losses: list[float]) -> str:
-        if len(losses) == 1:
-            return f"{losses[0]:.4f}"
-        return f"{sum(losses) / len(losses):.4f} ({', '.join(f'{v:.4f}' for v in losses)})"
-    return [{"run": row["run"], **{f"loss at lr={lr}": cell(v) for lr, v in row["losses"].items()},
+    """One row per tuned configuration: what it chose by at each rate (a real-data run's hold-out loss, fitted on
+    several tuning seeds: the mean, then each seed's; a synthetic configuration's validation score on the tuning
+    seed) and the rate chosen, from a results document's `tuning` table."""
+    def cell(scores: list[float]) -> str:
+        if len(scores) == 1:
+            return f"{scores[0]:.4f}"
+        return f"{sum(scores) / len(scores):.4f} ({', '.join(f'{v:.4f}' for v in scores)})"
+    return [{"run": row["run"], "scored by": f"validation {row['metric']}" if "metric" in row else "hold-out loss",
+             **{f"at lr={lr}": cell(v) for lr, v in row_scores(row).items()},
              "chosen": f"{row['chosen']:g}"} for row in doc.get("tuning", [])]
 
 
 def grid_edge_warning(doc: dict) -> str | None:
-    """Which run configurations, and which synthetic units (each chooses its rate on its own validation
-    set), chose their grid's top or bottom rate: the best rate may lie beyond the grid, so those arms may
-    be under-tuned. None when every choice is inside its grid."""
+    """Which tuned configurations (real-data runs and synthetic models at a level) chose the top or bottom rate they
+    tried short of the ladder's end: the best rate may lie beyond, so those arms may be under-tuned; and which
+    chose an end of the ladder (a stated bound). None when every choice is inside the rates tried."""
     ends: dict[str, list[str]] = {"top": [], "bottom": []}
     bounds = []
-    for row in doc.get("tuning", []):
-        rates = sorted(float(lr) for lr in row["losses"])
+    rows = doc.get("tuning", [])
+    for row in rows:
+        rates = sorted(float(lr) for lr in row_scores(row))
         if len(rates) > 1 and row["chosen"] in (rates[0], rates[-1]):
             said_row = f"{row['run']} ({row['chosen']:g})"
             if row["chosen"] in (LADDER[0], LADDER[-1]):  # tried up to the ladder's end: the stated bound
@@ -182,39 +184,47 @@ def grid_edge_warning(doc: dict) -> str | None:
             else:
                 ends["top" if row["chosen"] == rates[-1] else "bottom"].append(said_row)
     said = [f"the {end} rate: {', '.join(runs)}" for end, runs in ends.items() if runs]
-    runs = (f"{sum(map(len, ends.values()))} of {len(doc['tuning'])} run configurations chose the edge of the rates "
-            f"they tried, {'; '.join(said)}." if said else "")
-    at_bound = (f"{len(bounds)} of {len(doc['tuning'])} run configurations chose a bound of the tuning ladder, beyond "
+    sizes = {len(row_scores(row)) for row in rows}
+    under_tuned = (f"{sum(map(len, ends.values()))} of {len(rows)} tuned configurations chose the edge of the rates "
+                   f"they tried{' (two rates have no inside)' if min(sizes, default=3) == 2 else ''}, {'; '.join(said)}. "
+                   "A rate beyond the edge was not tried, so these arms may be under-tuned." if said else "")
+    at_bound = (f"{len(bounds)} of {len(rows)} tuned configurations chose a bound of the tuning ladder, beyond "
                 f"which no rate is tried ({LADDER[0]:g} and {LADDER[-1]:g}; a stated bound, not an edge left "
                 f"untried): {', '.join(bounds)}." if bounds else "")
-    edges, units, sizes, synthetic_bounds = synthetic_grid_edges(doc)
-    synthetic_at_bound = (f"{synthetic_bounds} of {units} synthetic units chose a bound of the ladder ({LADDER[0]:g} or "
-                          f"{LADDER[-1]:g}), beyond which no rate is tried." if synthetic_bounds else "")
-    synthetic = (f"{sum(n for ends in edges.values() for n, _ in ends.values())} of {units} synthetic units chose an edge of "
-                 f"the {' or '.join(map(str, sorted(sizes)))} rates they tried"
-                 f"{' (two rates have no inside)' if min(sizes, default=3) == 2 else ''}: "
-                 + "; ".join(f"{variant} " + ", ".join(f"{end} {n} of {of}" for end, (n, of) in ends.items() if n)
-                             for variant, ends in edges.items()) + "." if edges else "")
-    under_tuned = (" ".join(filter(None, (runs, synthetic))) + " A rate beyond the edge was not tried, so these arms may "
-                   "be under-tuned.") if runs or synthetic else ""
-    return " ".join(filter(None, (under_tuned, at_bound, synthetic_at_bound))) or None
+    return " ".join(filter(None, (under_tuned, at_bound))) or None
 
 
 def rate_edges_sentence(doc: dict) -> str:
     """Where the chosen learning rates lie against the rates tried, for the docs: the page's warning, or that
-    every choice lies inside (the real-data configurations and the synthetic units counted)."""
-    _, units, _, _ = synthetic_grid_edges(doc)
-    return grid_edge_warning(doc) or (f"All {len(doc.get('tuning', []))} tuned run configurations and all {units} "
-                                      "synthetic units chose a rate inside the rates they tried.")
+    every choice lies inside (the real-data and the synthetic configurations counted)."""
+    rows = doc.get("tuning", [])
+    synthetic = sum("metric" in row for row in rows)
+    return grid_edge_warning(doc) or (f"All {len(rows)} tuned configurations ({len(rows) - synthetic} real-data runs, "
+                                      f"{synthetic} synthetic models at a level) chose a rate inside the rates they tried.")
 
 
 def fresh_run_sentence(doc: dict, workers: int = 2) -> str:
-    """What a run of these results from an empty work folder costs, from the compute the document records of
-    every call that made it (an estimate: units recomputed by a later call are counted twice)."""
+    """What a run of these results from an empty work folder costs: measured, where one call computed every unit
+    the results use (nothing taken over, nothing resumed); else estimated from the compute the document records of
+    every call that made it (units recomputed by a later call are counted twice)."""
+    calls = doc.get("calls", [])
+    if not doc.get("reused_from") and not doc.get("reused_units") and len(calls) == 1 and \
+            calls[0].get("units_computed") == doc.get("units"):
+        call = calls[0]
+        return (f"One call from an empty work folder computed every unit these results use ({call['units_computed']} "
+                f"units, nothing taken over): {call['wall_seconds']:,.0f} s ({call['wall_seconds'] / 60:.0f} minutes) "
+                f"of wall time on {call['workers']} one-thread workers, {doc['compute_seconds']:,.0f} s of compute "
+                "summed over them, measured.")
     compute = compute_seconds_of_every_call(doc)
-    return (f"The calls that made these results spent {compute:,.0f} s of compute in all, so a run from an empty work "
-            f"folder on {workers} one-thread workers needs about {compute / workers / 3600:.1f} hours of wall time "
-            "(an estimate: units a later call recomputed are counted twice, idle workers at the end not at all).")
+    earlier = compute - doc.get("compute_seconds", 0.0)
+    last = (f"The last call's work folder computed {doc.get('units', 0) - doc.get('reused_units', 0)} of the "
+            f"{doc.get('units', 0)} units these results use ({doc.get('compute_seconds', 0.0):,.0f} s of compute) and "
+            f"took {doc.get('reused_units', 0)} over from an earlier document, whose calls record {earlier:,.0f} s. "
+            if doc.get("reused_from") else "")
+    return (f"{last}The calls that made these results spent {compute:,.0f} s of compute in all, so a run from an empty "
+            f"work folder on {workers} one-thread workers needs at most about {compute / workers / 3600:.1f} hours of "
+            "wall time on their machines (not measured: units a later call recomputed are counted twice, idle workers at "
+            "the end not at all).")
 
 
 def reproduction_sentence(report: dict) -> str:
@@ -244,30 +254,6 @@ def reproduction_sentence(report: dict) -> str:
     return (f"Stored units recomputed with the current code and the same torch and Python on this session's machine "
             f"({side(report['recomputed_on'])}; stored on {side(report['stored_on'])}): "
             + "; ".join(filter(None, parts)) + chosen + ".")
-
-
-def synthetic_grid_edges(doc: dict) -> tuple[dict[str, dict[str, tuple[int, int]]], int, set[int], int]:
-    """({variant: {"bottom"/"top": (its units at that end, its units)}}, synthetic units with a grid, the
-    numbers of rates they tried, the units at an end of the tuning LADDER): the synthetic units whose chosen
-    rate is the lowest or highest of the rates they tried and not the ladder's end there (the stated bound;
-    a variant is an arm's name up to its level, 'damcha' of 'damcha e=0.5')."""
-    counts: dict[str, dict[str, list[int]]] = {}
-    units, sizes, bounds = 0, set(), 0
-    for claim in doc.get("claims", []):
-        for arm, rows in claim.get("values", {}).items():
-            for row in rows:
-                rates = sorted(rates_tried(row))
-                if len(rates) < 2 or "lr" not in row:
-                    continue
-                units, sizes = units + 1, sizes | {len(rates)}
-                at = counts.setdefault(arm.split(" ")[0], {"bottom": [0, 0], "top": [0, 0]})
-                bounds += row["lr"] in (rates[0], rates[-1]) and row["lr"] in (LADDER[0], LADDER[-1])
-                for end, rate, bound in (("bottom", rates[0], LADDER[0]), ("top", rates[-1], LADDER[-1])):
-                    at[end][0] += row["lr"] == rate != bound
-                    at[end][1] += 1
-    edges = {v: {end: (n, of) for end, (n, of) in ends.items()} for v, ends in counts.items()
-             if any(n for n, _ in ends.values())}
-    return edges, units, sizes, bounds
 
 
 def detectable_sentence(claim: dict, not_counted_verdicts: tuple[str, ...]) -> str | None:

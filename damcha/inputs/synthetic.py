@@ -37,9 +37,10 @@ any per-head mechanism represents exactly) and U_all a random subspace of the wh
 
 Models: one attention layer of a registered variant, or of one of SYNTHETIC_MODELS (an MHA whose
 heads' queries and keys read only their own slice; a static bilinear DAMCHA), a residual and a
-linear read-out; the same width, optimiser and steps for all. A unit may train over a small grid of
+linear read-out; the same width, optimiser and steps for all. A fit may go over a small grid of
 learning rates and keep the one best on a validation set (its own generator seed), scored on the
-test set.
+test set: the evidence's tuning unit of a configuration, whose rate its reported seeds train at
+(damcha/evidence/tuning.py).
 """
 
 from __future__ import annotations

@@ -303,8 +303,10 @@ def test_evidence_command_runs_every_claim_and_takes_units_over_from_results(tmp
     tuned = {c.key: c for c in tuning.tuned(evidence_claims(True), doc["tuning"])}
     for claim in doc["claims"]:
         for arm in tuned[claim["key"]].arms:
-            if arm.trains:
+            if arm.rate_tuned:  # a run's and a synthetic model's at a level alike
                 assert claim["learning_rates"][arm.name] == arm.lr == chosen[tuning.describe(tuning.configuration(arm))]
+            if arm.kind == "synthetic" and arm.rate_tuned:
+                assert [row["lr"] for row in claim["values"][arm.name]] == [arm.lr] * 2  # every seed trained at it
     fit = json.loads(next((work / "runs").glob("*-tuning-quick-seed1000")).joinpath("config.json").read_text())
     assert fit["train"]["tuning_holdout"] == tuning.HOLDOUT and fit["data"]["tuning_holdout"] == tuning.HOLDOUT
     # (a second call redoing nothing: tests/integration/test_evidence_at_scale.py, on the same code path)
@@ -695,31 +697,24 @@ def test_the_page_draws_nlls_in_bits_as_every_other_page_and_differences_on_thei
     assert "log ratio" in dict(evidence_figures(ratio))["evidence_differences"].to_json()
 
 
-def test_synthetic_units_at_the_edge_of_their_rate_grid_are_warned_of_as_run_configurations_are():
-    """Each synthetic unit picks its rate on its own validation set: DAMCHA sat at the bottom of its grid in
-    every shipped unit with no warning, while run configurations at an edge were named."""
-    from damcha.evidence.view import grid_edge_warning, rate_edges_sentence, synthetic_grid_edges
+def test_synthetic_configurations_at_the_edge_of_their_rates_are_warned_of_as_run_configurations_are():
+    """A synthetic configuration's tuning row (validation scores, higher is better for accuracy) is read by the
+    same warning as a run's: an edge short of the ladder's end is named, an end is a stated bound."""
+    from damcha.evidence.view import grid_edge_warning, rate_edges_sentence, tuning_rows
 
-    def unit(lr: float, grid=(0.001, 0.003, 0.01)) -> dict:
-        return {"relative_mse": 0.5, "lr": lr, **{f"validation_relative_mse_lr={r:g}": 0.5 for r in grid}}
-
-    doc = {"tuning": [], "claims": [{"key": "fig12_regression", "values": {
-        "damcha e=0.0": [unit(0.001), unit(0.001)], "damcha e=1.0": [unit(0.003)], "mha e=0.0": [unit(0.01), unit(0.003)],
-        "mean": [{"relative_mse": 1.0}]}}]}
-    edges, units, sizes, bounds = synthetic_grid_edges(doc)
-    assert units == 5 and sizes == {3} and bounds == 0
-    assert edges == {"damcha": {"bottom": (2, 3), "top": (0, 3)}, "mha": {"bottom": (0, 2), "top": (1, 2)}}
-    assert grid_edge_warning(doc) == ("3 of 5 synthetic units chose an edge of the 3 rates they tried: damcha bottom 2 "
-                                      "of 3; mha top 1 of 2. A rate beyond the edge was not tried, so these arms may be "
-                                      "under-tuned.")
-    # an edge at the tuning ladder's end is its stated bound, said apart
-    at_bound = {"tuning": [], "claims": [{"key": "k", "values": {"mha e=0.0": [unit(0.1, (0.01, 0.03, 0.1)),
-                                                                                unit(0.03, (0.01, 0.03, 0.1))]}}]}
-    assert synthetic_grid_edges(at_bound) == ({}, 2, {3}, 1)
-    assert grid_edge_warning(at_bound) == ("1 of 2 synthetic units chose a bound of the ladder (0.0001 or 0.1), beyond "
-                                           "which no rate is tried.")
-    inside = {"tuning": [], "claims": [{"key": "k", "values": {"damcha e=0.0": [unit(0.003)]}}]}
+    def row(run, chosen, grid=(0.001, 0.003, 0.01), metric="accuracy"):
+        return {"run": run, "metric": metric, "seeds": [1000], "validation": {f"{r:g}": [0.5] for r in grid},
+                "chosen": chosen}
+    real = {"run": "mha on digits", "losses": {"0.001": [1.5], "0.003": [1.4], "0.01": [1.6]}, "chosen": 0.003}
+    doc = {"tuning": [real, row("damcha on the classification task at 2", 0.001), row("mha on the regression task at 0", 0.003)]}
+    assert grid_edge_warning(doc) == ("1 of 3 tuned configurations chose the edge of the rates they tried, the bottom "
+                                      "rate: damcha on the classification task at 2 (0.001). A rate beyond the edge was "
+                                      "not tried, so these arms may be under-tuned.")
+    at_bound = {"tuning": [row("mha on the regression task at 0", 0.1, (0.01, 0.03, 0.1))]}
+    assert grid_edge_warning(at_bound).startswith("1 of 1 tuned configurations chose a bound of the tuning ladder")
+    inside = {"tuning": [real, row("damcha on the regression task at 0", 0.003, metric="relative_mse")]}
     assert grid_edge_warning(inside) is None
-    assert rate_edges_sentence(inside) == ("All 0 tuned run configurations and all 1 synthetic units chose a rate inside "
-                                           "the rates they tried.")
+    assert rate_edges_sentence(inside) == ("All 2 tuned configurations (1 real-data runs, 1 synthetic models at a level) "
+                                           "chose a rate inside the rates they tried.")
     assert rate_edges_sentence(doc) == grid_edge_warning(doc)  # the docs say what the page warns
+    assert [r["scored by"] for r in tuning_rows(inside)] == ["hold-out loss", "validation relative_mse"]

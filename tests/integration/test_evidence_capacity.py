@@ -95,3 +95,26 @@ def test_the_compute_matched_mha_trains_the_epochs_at_which_its_flops_equal_damc
     # the counter sees the attention scores: DAMCHA's step and MHA's differ by exactly what the counts say
     assert training_step_flops("damcha", "digits") / training_step_flops("mha", "digits") == pytest.approx(2.177, abs=1e-3)
     assert not any(a.train_overrides for c in claims(quick=True) for a in c.arms)  # a smoke run goes without
+
+
+def test_a_synthetic_matched_arm_runs_exactly_where_its_comparison_with_the_reference_counts():
+    """A wide matched fit costs minutes: it runs at a level only where the declared representability leaves its
+    comparison with the reference to learning (counted there), and is absent only where that comparison would
+    be fixed in advance (a construction check or an approximation, never counted)."""
+    seen = 0
+    for claim in claims(False):
+        for group in claim.groups:
+            reference, level = group[0], group[0].split("=")[-1]
+            wide = [a for a in claim.arms if a.name in claim.matched_arms]
+            for arm in (a for a in wide if a.name.split("=")[-1] == level):
+                seen += 1
+                assert arm.name in group and claim.representability(reference, arm.name) is None
+                assert claim.counts(arm.name)
+        for matched in {a.variant for a in claim.arms if a.name in claim.matched_arms and a.kind == "synthetic"}:
+            for group in claim.groups:
+                reference, level = group[0], group[0].split("=")[-1]
+                if not any(name.startswith(f"{matched} ") and name.endswith(f"={level}") for name in group):
+                    plain = next(n for n in group if n.startswith("mha ") and n.endswith(f"={level}"))
+                    assert claim.representability(reference, plain) is not None, (claim.key, level)
+                    seen += 1
+    assert seen >= 8  # Fig. 12 and the Fig. 13 knob: once where it runs, and at every level it does not

@@ -60,5 +60,16 @@ def test_a_fresh_runs_cost_is_estimated_from_every_calls_recorded_compute():
 
     doc = {"compute_seconds": 3600.0, "reused_from": {"compute_seconds": 10800.0, "reused_from": {"compute_seconds": 0.0}}}
     said = fresh_run_sentence(doc)
-    assert said.startswith("The calls that made these results spent 14,400 s of compute in all, so a run from an "
-                           "empty work folder on 2 one-thread workers needs about 2.0 hours of wall time")
+    assert ("The calls that made these results spent 14,400 s of compute in all, so a run from an empty work folder "
+            "on 2 one-thread workers needs at most about 2.0 hours of wall time") in said
+    composed = {**doc, "units": 800, "reused_units": 300}
+    assert fresh_run_sentence(composed).startswith(
+        "The last call's work folder computed 500 of the 800 units these results use (3,600 s of compute) and took "
+        "300 over from an earlier document, whose calls record 10,800 s. The calls that made these results spent 14,400 s")
+    one_call = {"units": 700, "reused_units": 0, "compute_seconds": 13000.0,
+                "calls": [{"wall_seconds": 7000.4, "units_computed": 700, "workers": 2}]}
+    assert fresh_run_sentence(one_call) == ("One call from an empty work folder computed every unit these results use "
+                                            "(700 units, nothing taken over): 7,000 s (117 minutes) of wall time on 2 "
+                                            "one-thread workers, 13,000 s of compute summed over them, measured.")
+    resumed = {**one_call, "calls": [*one_call["calls"], {"wall_seconds": 5.0, "units_computed": 0, "workers": 2}]}
+    assert "spent 13,000 s of compute in all" in fresh_run_sentence(resumed)  # not one call: an estimate

@@ -45,11 +45,13 @@ def test_every_arm_that_trains_on_a_data_set_gets_the_same_grid_and_fits(quick):
     fits = tuning.tuning_arms(claims)
     assert {tuning.configuration(a) for a in arms if a.trains} == set(fits)
     assert all(set(rates) == set(tuning.grid(quick)) for rates in fits.values())
+    synthetic = tuning.synthetic_tuning_arms(claims)  # one ladder unit per synthetic model, task and level
+    assert set(synthetic) == {tuning.configuration(a) for a in arms if a.kind == "synthetic" and a.lrs}
     first = tuning.tuning_units(claims, quick)  # nothing done: the first tuning seed at every rate
-    assert len(first) == len(fits) * len(tuning.grid(quick))
+    assert len(first) == len(fits) * len(tuning.grid(quick)) + len(synthetic)
     done = {u: {"tuning_loss": arm.lr} for u, (arm, _) in first.items()}  # every first fit done
     everything = tuning.tuning_units(claims, quick, done)
-    assert len(everything) == len(fits) * tuning.fits_per_configuration(quick)  # the same fits for each
+    assert len(everything) == len(fits) * tuning.fits_per_configuration(quick) + len(synthetic)  # the same for each
     assert not set(tuning.tuning_seeds(quick)) & set(range(16))  # apart from the reported seeds
     if not quick:
         assert set(tuning.GRID) >= {1e-3, 3e-3, 1e-2}
@@ -82,6 +84,9 @@ def test_an_arm_trained_at_the_default_rate_before_tuning_is_the_tuned_arm_at_th
     assert not same_arm(dataclasses.replace(tuned, tuning=True), before)
     synthetic = Arm("mha e=0", kind="synthetic", variant="mha", task="regression", lrs=(3e-3, 1e-2))
     assert not same_arm(synthetic, dataclasses.replace(synthetic, lrs=()).spec())
+    tuned_synthetic = dataclasses.replace(synthetic, lr=1e-2)  # a synthetic arm is measured by its rate, as a run is
+    assert same_arm(tuned_synthetic, dataclasses.replace(tuned_synthetic, lrs=(1e-2, 3e-2)).spec())
+    assert not same_arm(tuned_synthetic, synthetic.spec())  # an older unit that chose its own rate is another arm
 
 
 def test_tuning_fits_are_taken_over_from_an_earlier_document_unless_redone():
@@ -110,7 +115,7 @@ def test_a_rate_chosen_at_the_grids_edge_is_named_as_possibly_under_tuned():
     assert grid_edge_warning({"tuning": [inside]}) is None and grid_edge_warning({}) is None
     top, bottom = row("mha on text", {1e-3: 2.0, 3e-3: 1.9, 1e-2: 1.8}), row("moa on digits", {1e-3: 1.3, 3e-3: 1.4, 1e-2: 1.5})
     said = grid_edge_warning({"tuning": [inside, top, bottom]})
-    assert said.startswith("2 of 3 run configurations") and "the top rate: mha on text (0.01)" in said
+    assert said.startswith("2 of 3 tuned configurations") and "the top rate: mha on text (0.01)" in said
     assert "the bottom rate: moa on digits (0.001)" in said and "damcha on digits" not in said
 
 
@@ -158,7 +163,7 @@ def test_a_choice_at_the_edge_of_the_rates_tried_fits_the_next_rate_beyond_until
     assert all(len(row["losses"][f"{lr:g}"]) == len(tuning.TUNING_SEEDS) for lr in beyond)  # on every tuning seed
     said = grid_edge_warning({"tuning": [row]})
     if chosen == 0.1:
-        assert said.startswith("1 of 1 run configurations chose a bound of the tuning ladder") and "under-tuned" not in said
+        assert said.startswith("1 of 1 tuned configurations chose a bound of the tuning ladder") and "under-tuned" not in said
     else:
         assert said is None  # inside the rates tried
     previous = {"quick": False, "tuning": tuning.tuning_table(claims, False, done)}

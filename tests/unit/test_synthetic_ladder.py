@@ -1,13 +1,12 @@
-"""Synthetic units extend their learning rates along the ladder while the choice is an edge (issue 63), and
-a unit stored before that goes on from its stored fits to exactly what a fresh unit computes."""
+"""A synthetic configuration's tuning extends its learning rates along the ladder while the choice is an edge
+(issue 63), and a tuning unit stopped between its fits resumes from them to exactly what a fresh unit computes."""
 
-import dataclasses
 import math
 
 import pytest
 
 from damcha.evidence import tuning
-from damcha.evidence.synthetic_fits import FitRecord, choice_open, seed_from_value, settled, stored_value
+from damcha.evidence.synthetic_fits import FitRecord, stored_value, tuning_value
 from damcha.inputs import synthetic
 from damcha.inputs.synthetic import RateFit, train_synthetic
 
@@ -27,27 +26,24 @@ def counted_fits(monkeypatch):
     return rates
 
 
-def test_the_choice_goes_along_the_ladder_until_it_lies_inside_the_rates_tried_and_a_stored_two_rate_unit_goes_on_from_its_fits_to_exactly_the_fresh_value(tmp_path, counted_fits):
+def test_the_choice_goes_along_the_ladder_until_it_lies_inside_the_rates_tried_and_a_stopped_unit_resumes_to_exactly_the_fresh_value(tmp_path, counted_fits):
     fresh = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES, beyond=tuning.beyond)
     tried = sorted(fresh.validation)
     assert len(tried) > 2 and set(TWO_RATES) <= set(tried) and set(tried) <= set(tuning.LADDER)
     assert tried[0] < fresh.lr < tried[-1] or fresh.lr in (tuning.LADDER[0], tuning.LADDER[-1])
     assert fresh.lr == min(fresh.validation, key=fresh.validation.get)  # the lowest validation error is tested
     assert sorted(counted_fits) == tried  # every rate fitted once, the tested one not again
-    fresh_fits = len(counted_fits)
-    stored = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES)  # the rule before the ladder
-    assert sorted(stored.validation) == list(TWO_RATES)
-    assert choice_open(stored_value(stored), quick=False) and not choice_open(stored_value(stored), quick=True)
-    assert not choice_open(stored_value(fresh), quick=False)
     counted_fits.clear()
-    units = {"open": stored_value(stored), "settled": stored_value(fresh), "other": {"nll": 1.0}}
-    assert settled(units, False, tmp_path) == {"settled": stored_value(fresh), "other": {"nll": 1.0}}
-    record = FitRecord(tmp_path, "open")
+    record = FitRecord(tmp_path, "stopped")
+    first = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES, on_fit=record.write)  # stopped there
+    assert set(record.read()) == set(TWO_RATES) and first.lr in TWO_RATES
+    counted_fits.clear()
     resumed = train_synthetic("mha", "regression", 0.5, 1, STEPS, lrs=TWO_RATES, beyond=tuning.beyond,
                               known=record.read(), on_fit=record.write)
     assert resumed == fresh  # to the last bit: score, parameters, rate and every validation score
-    assert len(counted_fits) <= fresh_fits - len(TWO_RATES) + (resumed.lr in TWO_RATES and resumed.lr != stored.lr)
+    assert set(counted_fits) == set(tried) - set(TWO_RATES) | ({fresh.lr} & set(TWO_RATES) - {first.lr})
     assert set(record.read()) == set(fresh.validation) and record.read()[fresh.lr].test == fresh.score
+    assert tuning_value(resumed) == {"lr": fresh.lr, **{k: v for k, v in stored_value(fresh).items() if k.startswith("validation_")}}
 
 
 def test_a_record_is_the_units_own_and_a_foreign_or_broken_file_is_fitted_afresh(tmp_path):
@@ -70,12 +66,3 @@ def test_a_diverged_fit_is_never_chosen(monkeypatch):
     monkeypatch.setattr(synthetic, "fit", fit)
     result = train_synthetic("mha", "regression", 0.5, 0, 2, lrs=TWO_RATES)
     assert result.lr == TWO_RATES[1] and math.isnan(result.validation[TWO_RATES[0]])
-
-
-def test_seeding_keeps_fits_the_record_already_has(tmp_path):
-    record = FitRecord(tmp_path, "u")
-    record.write(3e-3, RateFit(0.25, 0.2, 7))
-    seed_from_value(tmp_path, "u", {"relative_mse": 0.3, "parameters": 7.0, "lr": 1e-2,
-                                    "validation_relative_mse_lr=0.003": 0.9, "validation_relative_mse_lr=0.01": 0.31})
-    assert record.read() == {3e-3: RateFit(0.25, 0.2, 7), 1e-2: RateFit(0.31, 0.3, 7)}
-    assert dataclasses.asdict(record.read()[1e-2]) == {"validation": 0.31, "test": 0.3, "parameters": 7}

@@ -49,25 +49,48 @@ def synthetic_claim(key: str, title: str, statement: str, metric: str, lower_is_
     than, levels, predicted, why, margin) — comparisons at those levels (None: every level) whose
     outcome the task's construction fixes: construction checks, not counted (records.ConstructionCheck).
     represents: mechanism -> the levels at which it can represent the task (None: every level), for the
-    mechanisms whose function class on this task is known (Claim.represents)."""
+    mechanisms whose function class on this task is known (Claim.represents). A `matched` mechanism (the
+    capacity-matched MHA) runs only at the levels where its comparison with the reference counts
+    (matched_levels)."""
     def name(m, level):
         return f"{m} {label}={level}"
+    at_levels = matched_levels(levels, reference, matched, represents or {})
+
+    def runs(m: str, level) -> bool:
+        return m in mechs and level in at_levels.get(m, levels)
+    note += "".join(f" {m} runs at {label} = {', '.join(map(str, at))} only, where its comparison with {reference} "
+                    "counts; at the other levels what the two can represent fixes the outcome whatever the width, "
+                    "and MHA, the same function class, checks it." for m, at in at_levels.items()
+                    if m in mechs and at != levels)
     return Claim(key, title, statement, metric, lower_is_better,
                  tuple(Arm(name(m, v), kind="synthetic", variant=m, task=task, level=v,
-                           lrs=(grids or {}).get(m, ())) for v in levels for m in mechs),
+                           lrs=(grids or {}).get(m, ())) for v in levels for m in mechs if runs(m, v)),
                  name(reference, levels[0]), note=note,
-                 groups=tuple((name(reference, v), *(name(m, v) for m in mechs if m != reference)) for v in levels),
+                 groups=tuple((name(reference, v), *(name(m, v) for m in mechs if m != reference and runs(m, v)))
+                              for v in levels),
                  verdict_against=tuple(against), sanity=sanity, requires=requires,
                  pairs=tuple((name(a, v), name(b, v), what) for v in levels for a, b, what in pairs
-                             if a in mechs and b in mechs),
+                             if runs(a, v) and runs(b, v)),
                  columns=("parameters", "lr"), scale=SYNTHETIC_SCALE,
                  cannot_speak_to=cannot_speak_to, summary_pairs=summary_pairs,
-                 matched_arms=tuple(name(m, v) for m in matched if m in mechs for v in levels),
-                 represents={name(m, v): at is None or v in at for m, at in (represents or {}).items() if m in mechs
-                             for v in levels},
+                 matched_arms=tuple(name(m, v) for m in matched for v in levels if runs(m, v)),
+                 represents={name(m, v): at is None or v in at for m, at in (represents or {}).items()
+                             for v in levels if runs(m, v)},
                  construction_checks=tuple(ConstructionCheck(name(a, v), name(b, v), predicted, why, margin)
                                            for a, b, at, predicted, why, margin in construction
-                                           for v in levels if (at is None or v in at) and a in mechs and b in mechs))
+                                           for v in levels if (at is None or v in at) and runs(a, v) and runs(b, v)))
+
+
+def matched_levels(levels: tuple, reference: str, matched: tuple[str, ...],
+                   represents: dict[str, tuple | None]) -> dict[str, tuple]:
+    """matched mechanism -> the levels at which it runs: those where the declared representability leaves its
+    comparison with the reference to learning, so that it counts (records.Claim.representability). Where only
+    one of the two can represent the task the outcome is fixed whatever the width, and MHA, the same function
+    class at its own width, already checks it; a wide fit there would cost minutes and decide nothing."""
+    def can(m: str, level) -> bool | None:
+        return None if m not in represents else represents[m] is None or level in represents[m]
+    return {m: tuple(v for v in levels if None in (can(reference, v), can(m, v)) or (can(reference, v) and can(m, v)))
+            for m in matched}
 
 
 @functools.cache
@@ -173,25 +196,27 @@ def identity_start_arms(quick: bool, dataset: str = "digits") -> tuple[Arm, ...]
                                  overrides=(("generator_start", "identity"),)),)
 
 
-def ladder_note(quick: bool) -> str:
-    """How a synthetic unit's rates go beyond its grid (damcha.inputs.synthetic.train_synthetic; none in a smoke run)."""
-    return "" if quick else (
-        f" Where the better rate is the lowest or highest tried, the next rate of the ladder "
-        f"({', '.join(f'{r:g}' for r in LADDER)}) beyond it is fitted too and joins the choice, until the choice lies "
-        f"inside the rates tried or at {LADDER[0]:g} or {LADDER[-1]:g}, the ladder's ends (stated bounds).")
+def tuning_note(quick: bool) -> str:
+    """How a synthetic arm's rate is chosen (damcha/evidence/tuning.py; no ladder in a smoke run)."""
+    return (" Each arm's rate is tuned per level before its reported seeds train: on tuning seed 1000 (a teacher, "
+            "initialisation and batches of its own) the arm fits each rate of its grid, and the rate best on 1024 "
+            "validation sequences of that teacher is the one its seeds train at (the `lr` column), scored on the "
+            "test set." + ("" if quick else
+            f" Where the better rate is the lowest or highest tried, the next rate of the ladder "
+            f"({', '.join(f'{r:g}' for r in LADDER)}) beyond it is fitted too and joins the choice, until the choice "
+            f"lies inside the rates tried or at {LADDER[0]:g} or {LADDER[-1]:g}, the ladder's ends (stated bounds)."))
 
 
 def classification_grid_note(quick: bool) -> str:
     grids = classification_grids(quick)
-    return ("Each arm trains at two learning rates and keeps the one best on 1024 validation sequences (a generator "
-            "seed of their own), scored on the test set; the chosen rate is the `lr` column. The grids: "
+    return ("Each arm's grid holds two learning rates: "
             + "; ".join(f"{m}: {', '.join(map(str, g))}" for m, g in grids.items() if m in classification_arms(quick))
             + "."
-            + ("" if quick else " They are the two rates each arm's validation chose in the previous full run, which "
+            + ("" if quick else " They are the two rates each arm's validation chose in an earlier full run, which "
                "tried 1e-3, 3e-3 and 1e-2 for every arm on 24 units (5 d_e and 3 e levels, 3 seeds): no arm chose its "
                "dropped rate more than once. DAMCHA chose 1e-3, the lowest, in 23 of 24, so 3e-4 was probed on 6 of "
                "its units (seed 0): below 1e-3's validation accuracy by 0.04 to 0.18 in every one.")
-            + ladder_note(quick))
+            + tuning_note(quick))
 
 
 def fig13_shared(quick: bool) -> dict:

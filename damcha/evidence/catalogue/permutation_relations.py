@@ -33,7 +33,7 @@ def claim(quick: bool) -> Claim:
         "arms that cannot represent the task: they measure how each approximates it, and DAMCHA's lead there is not "
         "evidence that it follows per-input relations. The arm that can, the bilinear extension, is reported beside "
         f"its static form. Models, budget and learning-rate grid as in Fig. 12 ({steps} steps; "
-        f"{', '.join(map(str, grids['mha']))}, the better on validation sequences{'' if quick else ', along the ladder as there'}). Sanity: the "
+        f"{', '.join(map(str, grids['mha']))}, tuned per level as there). Sanity: the "
         "teacher's batched code equals an explicit loop (per-sequence relations), an oracle at K = 1 reproduces the "
         "teacher, and MHA and the static bilinear form learn K = 1 (below 0.1).",
         Sanity((f"mha K={codes[0]}", f"damcha-static-bilinear K={codes[0]}"), 0.1, "below",

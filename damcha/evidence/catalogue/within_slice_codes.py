@@ -34,7 +34,7 @@ def claim(quick: bool) -> Claim:
         f"counted, DAMCHA's relative MSE at each K > 1 against {LEARNS_CODES} (the bound the sanity check holds "
         "MHA to at K = 1; the per-code oracle's is 0 to float rounding). At K = 1 every arm represents the task, so its comparisons "
         "measure optimisation, not input dependence: reported, not counted. Models, budget and learning-rate grid as in "
-        f"Fig. 12 ({steps} steps; {', '.join(map(str, grids['mha']))}, the better on validation sequences{'' if quick else ', along the ladder as there'}). "
+        f"Fig. 12 ({steps} steps; {', '.join(map(str, grids['mha']))}, tuned per level as there). "
         "Sanity: the teacher's batched code equals an explicit loop (per-sequence metrics), an oracle that scores "
         "each sequence with its code's blocks as a row-sum metric reproduces the teacher at every K, and MHA and "
         "the slice MHA learn K = 1 (below 0.1); DAMCHA's and w/o f(x)'s seeds at K = 1 are reported.",
