@@ -208,13 +208,15 @@ def fresh_run_sentence(doc: dict, workers: int = 2) -> str:
     the results use (nothing taken over, nothing resumed); else estimated from the compute the document records of
     every call that made it (units recomputed by a later call are counted twice)."""
     calls = doc.get("calls", [])
-    if not doc.get("reused_from") and not doc.get("reused_units") and len(calls) == 1 and \
-            calls[0].get("units_computed") == doc.get("units"):
-        call = calls[0]
-        return (f"One call from an empty work folder computed every unit these results use ({call['units_computed']} "
-                f"units, nothing taken over): {call['wall_seconds']:,.0f} s ({call['wall_seconds'] / 60:.0f} minutes) "
-                f"of wall time on {call['workers']} one-thread workers, {doc['compute_seconds']:,.0f} s of compute "
-                "summed over them, measured.")
+    if calls and not doc.get("reused_from") and not doc.get("reused_units"):
+        wall = sum(c["wall_seconds"] for c in calls)
+        said = "One call from an empty work folder" if len(calls) == 1 else \
+            f"{len(calls)} calls over one work folder, begun empty,"
+        return (f"{said} computed every unit these results use ({doc.get('units', 0)} "
+                f"units, nothing taken over): {wall:,.0f} s ({wall / 60:.0f} minutes) of wall time on "
+                f"{max(c['workers'] for c in calls)} one-thread workers, {doc.get('compute_seconds', 0.0):,.0f} s of "
+                "compute summed over them, measured" + ("." if len(calls) == 1 else
+                                                        " (a call stopped by a kill records no time of its own)."))
     compute = compute_seconds_of_every_call(doc)
     earlier = compute - doc.get("compute_seconds", 0.0)
     last = (f"The last call's work folder computed {doc.get('units', 0) - doc.get('reused_units', 0)} of the "

@@ -71,5 +71,9 @@ def test_a_fresh_runs_cost_is_estimated_from_every_calls_recorded_compute():
     assert fresh_run_sentence(one_call) == ("One call from an empty work folder computed every unit these results use "
                                             "(700 units, nothing taken over): 7,000 s (117 minutes) of wall time on 2 "
                                             "one-thread workers, 13,000 s of compute summed over them, measured.")
-    resumed = {**one_call, "calls": [*one_call["calls"], {"wall_seconds": 5.0, "units_computed": 0, "workers": 2}]}
-    assert "spent 13,000 s of compute in all" in fresh_run_sentence(resumed)  # not one call: an estimate
+    resumed = {**one_call, "calls": [*one_call["calls"], {"wall_seconds": 600.0, "units_computed": 0, "workers": 2}]}
+    assert fresh_run_sentence(resumed).startswith("2 calls over one work folder, begun empty, computed "
+                                                  "every unit these results use (700 units, nothing taken over): 7,600 s "
+                                                  "(127 minutes) of wall time")  # a resumed run: its calls' time summed
+    taken_over = {**resumed, "reused_units": 100}
+    assert "spent 13,000 s of compute in all" in fresh_run_sentence(taken_over)  # units taken over: an estimate
