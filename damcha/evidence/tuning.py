@@ -47,8 +47,8 @@ RULE = ("Every arm that trains on a data set has its learning rate tuned first: 
         "alone (a teacher, initialisation and batches of its own): it fits each rate of its grid, scored on 1024 "
         "validation sequences of its teacher, and goes along the same ladder until the choice lies inside the rates "
         "tried or at a bound; the reported seeds then train once at the chosen rate and are scored on their test "
-        "sequences. (One tuning seed, not two: it keeps a fresh run within 180 minutes on two cores; the reported "
-        "seeds' spread includes what a rate tuned on another seed costs them.)")
+        "sequences. (One tuning seed, not two: a second would add about a third to the synthetic claims' cost; the "
+        "reported seeds' spread includes what a rate tuned on another seed costs them.)")
 
 
 def grid(quick: bool) -> tuple[float, ...]:
