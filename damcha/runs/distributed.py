@@ -12,6 +12,7 @@ metrics, snapshots and the training state; every rank reads the state to resume.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -42,7 +43,15 @@ def start(device: torch.device) -> Process:
         return Process()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # a group left for the interpreter's teardown can abort the process after its work is done (Gloo's
+        # threads: "terminate called without an active exception"); the group this call made ends first
+        atexit.register(_end_group)
     return Process(dist.get_rank(), dist.get_world_size())
+
+
+def _end_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def device_for(device: torch.device) -> torch.device:

@@ -130,3 +130,22 @@ def test_activation_checkpointing_recomputes_the_blocks_and_the_shared_metric():
 
     assert forwards_in_one_step(False) == ["block", "generator"]
     assert forwards_in_one_step(True) == ["block", "block", "generator", "generator"]  # recomputed in backward
+
+
+def test_the_process_group_a_torchrun_process_joins_is_ended_before_the_interpreter_exits(tmp_path):
+    """A group left to the interpreter's teardown can abort a rank after its work is done (Gloo's threads:
+    "terminate called without an active exception", seen once in CI): the group `start` made is ended
+    at exit, before what was registered earlier (atexit runs last in, first out) looks at it."""
+    script = tmp_path / "join.py"
+    script.write_text(
+        "import atexit, os, sys\n"
+        "import torch, torch.distributed as dist\n"
+        "from damcha.runs import distributed\n"
+        f"mark = os.path.join({str(tmp_path)!r}, 'rank' + os.environ['RANK'])\n"
+        "atexit.register(lambda: open(mark, 'w').write(str(dist.is_initialized())))\n"
+        "proc = distributed.start(torch.device('cpu'))\n"
+        "distributed.barrier(proc)\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == ["False", "False"]
