@@ -2,6 +2,10 @@
 
     python benchmarks/device_check.py --out DIR
 
+0. The cost table first (`python -m damcha costs --scale paper`): one training step of every run
+   configuration of the paper-scale claims on this GPU, written into damcha/evidence/cost_table.json
+   under the GPU's name and copied to DIR/cost_table.json (commit it: the evidence budget reads it).
+   --costs-only stops there; --skip-costs leaves it out.
 1. The train CLI on CUDA: fp32, bf16 autocast, torch.compile, and torchrun with NCCL (one process
    per visible GPU), each for one short epoch; every run must load back and give the same loss
    on CPU as recorded on the GPU (to float tolerance).
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
+from damcha.evidence.costs import SHIPPED_TABLE  # noqa: E402
 from damcha.runs.checkpoints import load_model, load_run  # noqa: E402
 from damcha.runs.evaluation import evaluate  # noqa: E402
 
@@ -46,6 +52,15 @@ def check_training(out: Path, device: str) -> None:
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
                     *TRAIN, "--device", device, "--out", str(run_dir)], cwd=ROOT, check=True)
     report(f"torchrun ({'NCCL' if device == 'cuda' else 'Gloo'}) x{processes}", run_dir)
+
+
+def measure_costs(out: Path, device: str) -> None:
+    scale = "paper" if device == "cuda" else "tiny"  # (on the CPU: to exercise the script)
+    subprocess.run([sys.executable, "-m", "damcha", "costs", "--scale", scale, "--device", device, "--repeats", "10"],
+                   cwd=ROOT, check=True)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SHIPPED_TABLE, out / "cost_table.json")
+    print(f"cost table: {out / 'cost_table.json'}", flush=True)
 
 
 def report(name: str, run_dir: Path) -> None:
@@ -81,6 +96,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cuda", help="cuda; cpu only exercises this script")
+    p.add_argument("--costs-only", action="store_true", help="measure the cost table and stop")
+    p.add_argument("--skip-costs", action="store_true", help="leave the cost table out")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: nothing to check here")
@@ -88,6 +105,10 @@ def main() -> int:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
     print(json.dumps({"torch": torch.__version__, "device": args.device, "gpu": gpu,
                       "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}), flush=True)
+    if not args.skip_costs:
+        measure_costs(Path(args.out), args.device)
+        if args.costs_only:
+            return 0
     check_inspection(args.device)
     check_training(Path(args.out), args.device)
     return 0

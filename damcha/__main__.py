@@ -302,7 +302,7 @@ def _evidence(args) -> int:
 
 
 SLURM_FLAGS = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "cpus_per_unit", "gpus_per_unit",
-               "slurm_parallel", "slurm_retries")
+               "nodes_per_unit", "ranks_per_node", "slurm_parallel", "slurm_retries")
 
 
 def _slurm_settings(args):
@@ -319,7 +319,8 @@ def _slurm_settings(args):
     settings = SlurmSettings(**{field: value for field, value in (
         ("partition", args.slurm_partition), ("account", args.slurm_account), ("qos", args.slurm_qos),
         ("time_minutes", args.slurm_time), ("cpus_per_unit", args.cpus_per_unit),
-        ("gpus_per_unit", args.gpus_per_unit), ("max_parallel", args.slurm_parallel),
+        ("gpus_per_unit", args.gpus_per_unit), ("nodes_per_unit", args.nodes_per_unit),
+        ("ranks_per_node", args.ranks_per_node), ("max_parallel", args.slurm_parallel),
         ("retries", args.slurm_retries)) if value is not None})
     check(settings, Path(args.work))
     return settings
@@ -328,8 +329,8 @@ def _slurm_settings(args):
 def _evidence_setting(args, seeds: int):
     """The scale's setting, its data read and checked and its budget printed (and held to --budget),
     all before anything trains; the demo's when no --scale is given."""
+    from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget, budget_lines, uncosted
     from damcha.evidence.scales import (
-        budget,
         check_data,
         chosen_by,
         locate_data,
@@ -340,20 +341,21 @@ def _evidence_setting(args, seeds: int):
     from damcha.evidence.setting import DEMO, Setting
 
     if args.scale == "demo":
+        for flag in ("cost_table", "cost_device", "budget"):
+            if getattr(args, flag) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')} applies with --scale (the demo's runs are not costed)")
         return DEMO, None
     scale = scale_named(args.scale)
     os.environ.setdefault("DAMCHA_CACHE", str(Path(args.out) / "cache"))  # a zip's member: written under --out
     setting = Setting(scale, locate_data(scale, args.data_dir, args.only), args.device or scale.default_device)
     data = check_data(setting)
     chosen = [c for c in scale_claims(scale, setting) if chosen_by(c.key, args.only)]
-    rows = budget(setting, chosen, seeds)
+    table = CostTable.read(SHIPPED_TABLE, args.cost_table)
+    device = args.cost_device or _unit_device_name(args, setting.device)
+    rows = budget(setting, chosen, seeds, table, device)
     memory = memory_plan(setting, chosen)  # every run that does not fit the device is refused here, at once
     hours = sum(r["hours"] for r in rows)
-    lines = [f"budget at --scale {scale.name} (training only, at {scale.throughput_source}):"]
-    for r in rows:
-        guess = f"; {', '.join(r['unmeasured'])} at the slowest measured rate" if r["unmeasured"] else ""
-        lines.append(f"  {r['claim']:<28s} {r['runs']:>3d} runs  {r['hours']:10.3g} device-hours{guess}")
-    lines.append(f"  {'total':<28s}           {hours:10.3g} device-hours")
+    lines = budget_lines(rows, device, table, scale)
     largest = max(memory, key=lambda r: r["gib_per_device"], default=None)
     if largest:
         lines.append(f"memory: every run fits one {setting.device} device; the largest, {largest['claim']} "
@@ -362,11 +364,55 @@ def _evidence_setting(args, seeds: int):
               for dataset, record in data.items()]
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
         print("\n".join(lines))
+    if args.budget is not None and uncosted(rows):
+        raise ValueError(f"--budget cannot be held to: {uncosted(rows)} run(s) have no measured cost on {device} "
+                         f"(named above); measure them with `python -m damcha costs --scale {scale.name}` on that "
+                         "device, name a measured device with --cost-device, or narrow the claims with --only")
     if args.budget is not None and hours > args.budget:
         raise ValueError(f"the claims need about {hours:.2f} device-hours, more than --budget {args.budget:g}: "
                          "narrow them with --only or --seeds, or raise --budget")
-    return setting, {"data": data, "files": dict(setting.files), "budget": {"hours": round(hours, 4), "claims": rows,
-                                              "measured_at": scale.throughput_source}, "memory": memory}
+    return setting, {"data": data, "files": dict(setting.files), "memory": memory,
+                     "budget": {"hours": round(hours, 4), "device": device, "claims": rows}}
+
+
+def _unit_device_name(args, device: str) -> str:
+    """The device a unit trains on, as the cost table names it: a GPU, or the CPU at the threads a unit
+    uses (one a local worker; --cpus-per-unit under Slurm)."""
+    from damcha.runs.machine import device_name
+
+    return device_name(device, args.cpus_per_unit or 1)
+
+
+def _costs(args) -> int:
+    import time
+
+    import torch
+
+    from damcha.evidence.costs import SHIPPED_TABLE, CostTable, measure
+    from damcha.evidence.scales import scale_named
+    from damcha.runs.train import pick_device
+
+    scale = scale_named(args.scale)
+    device = pick_device(args.device or scale.default_device)
+    if device.type != "cpu" and args.threads is not None:
+        raise ValueError("--threads sets the CPU's threads; a GPU's step is timed as it runs")
+    path = Path(args.table) if args.table else SHIPPED_TABLE
+    table = CostTable.read(path)  # (a damaged table is refused before anything is timed)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads or 1)
+    try:
+        name, rows = measure(scale, device, args.repeats, args.only)
+    finally:
+        torch.set_num_threads(threads)
+    about = {"torch": torch.__version__, "measured": time.strftime("%Y-%m-%d"),
+             "command": "python -m damcha " + " ".join(sys.argv[1:])}
+    table.with_rows(name, rows, about).write(path)
+    for r in rows:
+        cost = f"{r['step_seconds'] * 1e3:10.1f} ms a step" if "step_seconds" in r else "   does not fit"
+        print(f"{cost}  {', '.join(r['arms'])}")
+    print(f"wrote {len(rows)} step kinds measured on {name} to {path}")
+    return 0
 
 
 APP_DIR = Path(__file__).resolve().parent.parent / "app"
@@ -466,8 +512,12 @@ def main(argv: list[str] | None = None) -> int:
                     "standard files under --data-dir, on GPUs) or tiny (the paper path at a tiny size: a rehearsal)")
     ev.add_argument("--data-dir", help="with --scale: the folder holding cifar-10-batches-py, enwik8(.zip), text8(.zip)")
     ev.add_argument("--device", help="with --scale: cpu, cuda (default: the scale's; under torchrun each rank its GPU)")
-    ev.add_argument("--budget", type=float, help="with --scale: refuse to start when the claims' estimated "
-                    "device-hours exceed this")
+    ev.add_argument("--budget", type=float, help="with --scale: refuse to start when the claims' device-hours "
+                    "(from the cost table) exceed this, or when some of their runs have no measured cost")
+    ev.add_argument("--cost-table", help="with --scale: a cost table written by `damcha costs --table`, read over the "
+                    "shipped one")
+    ev.add_argument("--cost-device", help="with --scale: the device the budget costs the runs on, as the cost table "
+                    "names it (default: where the units train: --device, at the threads a unit uses)")
     ev.add_argument("--reuse", metavar="RESULTS_JSON", help="take over the units of an earlier results.json for the "
                     "arms the claims still define (recorded in the document)")
     ev.add_argument("--redo", nargs="*", default=[], metavar="CLAIM_OR_VARIANT",
@@ -480,9 +530,13 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--slurm-qos", help="with --launcher slurm: the quality of service")
     ev.add_argument("--slurm-time", type=int, metavar="MINUTES", help="with --launcher slurm: each job's time limit "
                     "(default 60; a job that reaches it is submitted again)")
-    ev.add_argument("--cpus-per-unit", type=int, help="with --launcher slurm: CPUs (and torch threads) per job "
+    ev.add_argument("--cpus-per-unit", type=int, help="with --launcher slurm: CPUs (and torch threads) per rank "
                     "(default 1)")
-    ev.add_argument("--gpus-per-unit", type=int, help="with --launcher slurm: 0 or 1 GPU per job (default 0)")
+    ev.add_argument("--gpus-per-unit", type=int, help="with --launcher slurm: GPUs per node of a unit's allocation, "
+                    "one rank each (default 0)")
+    ev.add_argument("--nodes-per-unit", type=int, help="with --launcher slurm: nodes a unit spans (default 1)")
+    ev.add_argument("--ranks-per-node", type=int, help="with --launcher slurm: processes a unit trains with on each "
+                    "node (default: one per GPU, else 1; on CPUs, Gloo ranks)")
     ev.add_argument("--slurm-parallel", type=int, help="with --launcher slurm: jobs of one array running at once "
                     "(default 64)")
     ev.add_argument("--slurm-retries", type=int, help="with --launcher slurm: resubmissions of a task whose job left "
@@ -513,6 +567,20 @@ def main(argv: list[str] | None = None) -> int:
     app.add_argument("--port", type=int, default=8501)
     app.add_argument("--allow-root", action="append", default=[], metavar="DIR",
                      help="a folder visitors may open runs from (repeatable); sets DAMCHA_ALLOWED_ROOTS")
+    costs = sub.add_parser("costs", help="time one training step of every run configuration of a scale's claims on "
+                           "this device, into the cost table the evidence budget reads",
+                           description="Measure what the evidence at --scale costs on the device at hand: one "
+                                       "optimiser step of each distinct run configuration (model, batch, precision, "
+                                       "compilation), timed after warm-up, written to the cost table under this "
+                                       "device's name.")
+    costs.add_argument("--scale", required=True, help="paper or tiny")
+    costs.add_argument("--device", help="cpu or cuda (default: the scale's)")
+    costs.add_argument("--threads", type=int, help="on the CPU: torch threads a step uses (default 1, as a local "
+                       "evidence worker)")
+    costs.add_argument("--repeats", type=int, default=3, help="timed steps after warm-up (their median is stored)")
+    costs.add_argument("--only", nargs="*", help="claim keys to measure (default: all of the scale's)")
+    costs.add_argument("--table", help="the cost table to write into (default: the shipped one, "
+                       "damcha/evidence/cost_table.json)")
     demo = sub.add_parser("demo-runs", help="(re)train the shipped demo runs into checkpoints/")
     demo.add_argument("--out", default="checkpoints")
     demo.add_argument("--only", nargs="*", help="names of the runs to train (default: all)")
@@ -537,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
             return _import_reference(args)
         if args.command == "evidence":
             return _evidence(args)
+        if args.command == "costs":
+            return _costs(args)
         if args.command == "app":
             return _app(args)
         if args.command == "export-hf":

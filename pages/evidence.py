@@ -22,6 +22,7 @@ from damcha.evidence.view import (
     family_table,
     grid_edge_warning,
     implementation_bound_sentence,
+    paper_beside,
     record_caption,
     results_at_other_scales,
     samples_word,
@@ -167,6 +168,11 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
             st.subheader(f"{at['title']}, {scale_words(name)}")
             colour, words = scale_verdict_words(name, at)
             st.markdown(f"**Verdict:** :{colour}-badge[{words}]. {at.get('seeds', '')} {samples_word(at)}. {at['scale']}")
+            beside = paper_beside(at)
+            if beside:
+                st.markdown("**Beside the paper:** its number, ours on the test split, and the difference")
+                st.dataframe(pd.DataFrame(beside), hide_index=True)
+                st.caption("Where the paper is silent or this differs from it: " + " ".join(at.get("deviations", [])))
             a, b = st.columns(2)
             a.dataframe(pd.DataFrame(arm_table(at)), hide_index=True)
             b.dataframe(pd.DataFrame(at["comparisons"]), hide_index=True)

@@ -1,5 +1,5 @@
 """The lists in the docs that the registries decide (variants, mechanism settings, data sets) and the verdict
-table and every claim's numbers that the shipped evidence results decide.
+table and every claim's numbers that the shipped evidence results decide, and the budget the cost table gives.
 
 The docs hold each between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; `python
 tools/generated_docs.py` rewrites them from the registries, and tests/unit/test_generated_docs.py fails
@@ -14,7 +14,9 @@ import re
 import sys
 from pathlib import Path
 
+from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget_markdown
 from damcha.evidence.results import load_results
+from damcha.evidence.scales import SCALES
 from damcha.evidence.view import (
     claim_numbers_markdown,
     fresh_run_sentence,
@@ -71,10 +73,15 @@ def reproduction_block() -> str:
     return reproduction_sentence(json.loads(REPRODUCTION.read_text()))
 
 
+def budget_block() -> str:
+    return budget_markdown(CostTable.read(SHIPPED_TABLE), list(SCALES.values()))
+
+
 BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block,
           "verdicts": verdicts_block, "numbers": numbers_block, "rate-edges": rate_edges_block,
-          "reproduction": reproduction_block, "fresh-run": fresh_run_block}
-PAGES = ("library.md", "evidence.md")
+          "reproduction": reproduction_block, "fresh-run": fresh_run_block,
+          "budget": budget_block}
+PAGES = ("library.md", "evidence.md", "reproduce.md")
 
 
 def _pattern(name: str) -> re.Pattern:

@@ -160,6 +160,16 @@ class Claim:
     min_seeds: int = 0  # at least this many seeds in a full run, whatever --seeds says (the main comparisons)
     construction_checks: tuple[ConstructionCheck, ...] = ()  # comparisons fixed in advance: checked, never counted
     cannot_speak_to: tuple[str, ...] = ()  # what the paper reports for this claim that it does not measure
+    # where the paper is silent or this project deviates from it, in what stands beside the paper's numbers
+    # (unit, split, evaluation, tokenisation, training): shown with them (Evidence page, "Beside the paper"); set
+    # when the claim runs at a scale, from the *_at_scale fields below
+    deviations: tuple[str, ...] = ()
+    # what replace `note` and `cannot_speak_to`, and make `deviations` with the scale's training, when the claim
+    # runs at a scale (damcha.evidence.scales): the demo's describe the demo's data, whose paper numbers are
+    # shown for scale only
+    note_at_scale: str = ""
+    cannot_speak_to_at_scale: tuple[str, ...] = ()
+    deviations_at_scale: tuple[str, ...] = ()
     # (label, variants): the reference against these variants' arms read as a family of their own (Holm over
     # it, each comparison worded), beside the verdict and never part of it
     families: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -29,6 +29,7 @@ from damcha.evidence.synthetic_fits import tuning_value_of_row
 from damcha.evidence.units import run_task
 from damcha.runs import distributed
 from damcha.runs.checkpoints import write_text_atomic
+from damcha.runs.machine import cpu_model
 from damcha.runs.train import TrainConfig, pick_device
 from damcha.runs.workers import workers_die_with_this_process
 
@@ -133,6 +134,7 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
             "columns": list(claim.columns), "lower_is_better": claim.lower_is_better, "note": claim.note,
             "scale": claim.scale or SCALE, "seeds": seeds, "arms": {a.name: a.spec() for a in claim.arms},
             "cannot_speak_to": list(claim.cannot_speak_to), "summary_pairs": list(claim.summary_pairs), "values": values,
+            **({"deviations": list(claim.deviations)} if claim.deviations else {}),
             "parameters": arm_parameters(claim, setting) if parameters is None else parameters,
             **({"learning_rates": rates} if (rates := {a.name: a.lr for a in claim.arms if a.rate_tuned}) else {}),
             **summarise(claim, values, sanity)}
@@ -385,6 +387,7 @@ class _EvidenceRun:
         this_call = {"command": self.launch.command, "wall_seconds": round(time.perf_counter() - self.t0, 1),
                      "units_computed": self.fresh, "workers": self.launch.workers,
                      "launcher": "slurm" if self.launch.slurm else "local",
+                     **({"ranks_per_unit": self.launch.slurm.ranks} if self.launch.slurm else {}),
                      **({"processes": self.proc.world} if self.proc.distributed else {})}
         calls = [*self.earlier_calls, this_call]
         counted = self.used_units()
@@ -427,20 +430,6 @@ class _EvidenceRun:
         else:
             for task in tasks:
                 yield run_task(list(task.values()), self.quick, self.work, self.setting)
-
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The processor as the kernel names it: vendor, family, model and stepping, and its name ("" off
-    Linux). Two machines whose torch reports the same CPU kernels (AVX512) can still round differently:
-    the math libraries pick code paths by CPU model (docs/evidence.md, "What reproduces where")."""
-    try:
-        first = cpuinfo.read_text(errors="replace").split("\n\n", 1)[0]
-    except OSError:
-        return ""
-    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    return (f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')} "
-            f"stepping {fields.get('stepping', '?')} ({fields.get('model name', '?')})")
 
 
 def _start_worker() -> None:

@@ -27,10 +27,6 @@ from damcha.runs.train import model_config_for
 
 PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table4_ablations", "table5_text")
 
-# Measured on one H200 (benchmarks/results/scale-h200.json, "paper-size training step (bf16, compiled;
-# B=16, T=1024)"): the rate a paper-size run trains at.
-H200_TOKENS_PER_SECOND = {"damcha": 473_884.1, "mha": 1_079_883.9}
-
 PAPER = Scale(
     "paper", "The paper's model size: 10 layers, width 512, 8 heads, f of widths (256, 512); CIFAR-10 for 50 "
     "epochs, enwik8 and text8 for 100K steps of 16 x 1024 bytes (the paper's Table 8 budget), on the standard "
@@ -38,7 +34,6 @@ PAPER = Scale(
     PAPER_CLAIMS, model=dict(n_layer=10, n_head=8, n_embd=512, generator_widths=(256, 512)),
     efficiency_model=dict(vocab_size=256, block_size=1024, n_layer=1, n_head=8, n_embd=512, generator_widths=(256, 512)),
     efficiency_case=dict(T=1024, batch=4), smoke=False, nonstandard_ok=False,
-    tokens_per_second=H200_TOKENS_PER_SECOND, throughput_source="one H200, bf16, compiled (benchmarks/scale.py)",
     compile=True, default_device="cuda",
     notes=("Table 2 is timed on the host's CPU (the efficiency code times CPU layers); benchmarks/scale.py times "
            "the GPU.",))
@@ -48,10 +43,7 @@ TINY = Scale(
     "standard formats (nonstandard copies, split 90/5/5): a rehearsal, its numbers are not evidence.",
     PAPER_CLAIMS, model=dict(n_layer=2, n_head=4, n_embd=32, generator_widths=(64, 128)),
     efficiency_model=dict(vocab_size=256, block_size=64, n_layer=1, n_head=4, n_embd=32, generator_widths=(64, 128)),
-    efficiency_case=dict(T=32, batch=2), smoke=True, nonstandard_ok=True,
-    tokens_per_second={"damcha": 20_000.0, "mha": 28_000.0},
-    throughput_source="2 CPU cores: the slower text8 epoch of two seeds in a tiny run, 2,048 tokens in 0.095 s "
-                      "(DAMCHA) and 0.071 s (MHA), rounded down")
+    efficiency_case=dict(T=32, batch=2), smoke=True, nonstandard_ok=True)
 
 SCALES: dict[str, Scale] = {s.name: s for s in (TINY, PAPER)}
 
@@ -123,7 +115,20 @@ def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) ->
         note=f"The demo's {demo} data are {spec.title} here. The verdict reads the validation split, as in the demo; "
              f"the test split, evaluated once after the last epoch, is reported beside it (the test_ columns), and is "
              f"the number to set beside the paper's.{AT_DEMO_LENGTH if any(a.train_overrides for a in claim.arms) else ''} "
-             f"{claim.note}")
+             f"{claim.note_at_scale}".rstrip(),
+        cannot_speak_to=claim.cannot_speak_to_at_scale, deviations=(*claim.deviations_at_scale, _training_sentence(scale, target)))
+
+
+def _training_sentence(scale: Scale, dataset: str) -> str:
+    """How every arm trains at the scale, declared beside the paper's numbers (the paper gives its length only)."""
+    place = scale.place(dataset)
+    t = place.train
+    length = (f"{t['epochs'] * t['steps_per_epoch']:,} steps of {t['batch_size']} x {place.block_size} tokens"
+              if "steps_per_epoch" in t else f"{t['epochs']} epoch{'s' if t['epochs'] != 1 else ''} of {place.train_samples:,} images in batches of "
+              f"{t['batch_size']}")
+    warmup = f", {t['warmup_steps']:,} warm-up steps" if t.get("warmup_steps") else ""
+    return (f"Training: every arm {length} at one rate ({t['lr']:g}{warmup}, then cosine decay; "
+            f"{t.get('precision', 'fp32')}); the paper's Table 8 gives its length, not its rate or schedule.")
 
 
 # why an arm with its own training length (Arm.train_overrides) is left out at a scale
@@ -226,28 +231,4 @@ def memory_plan(setting: Setting, claims: list[Claim]) -> list[dict]:
                          + " | ".join(refused) + ". Narrow the claims with --only, or run on more or larger devices "
                          "(under torchrun each rank trains on its share of the batch, and a run whose weights and "
                          "optimiser state do not fit one device is sharded over the ranks).")
-    return rows
-
-
-def budget(setting: Setting, claims: list[Claim], seeds: int) -> list[dict]:
-    """Device-hours of every claim's training runs at the measured rates (a run shared by claims counted
-    at its first), evaluation and Table 2's CPU timings not counted."""
-    scale, seen, rows = setting.scale, set(), []
-    for claim in claims:
-        hours, runs, unmeasured = 0.0, 0, set()
-        for arm in claim.arms:
-            if arm.kind not in ("train", "adaptivity"):
-                continue
-            for seed in range(claim.seeds(seeds, scale.smoke)):
-                run = arm.run_name(seed, scale.smoke)
-                if run in seen:
-                    continue
-                seen.add(run)
-                runs += 1
-                at_size = dict(arm.overrides) == dict(scale.model_overrides(arm.dataset))  # (a widened arm: not)
-                h, measured = scale.run_hours(arm.variant if at_size else "", arm.dataset)
-                hours += h
-                if not measured:
-                    unmeasured.add(arm.variant if at_size else arm.name)
-        rows.append({"claim": claim.key, "hours": hours, "runs": runs, "unmeasured": sorted(unmeasured)})
     return rows

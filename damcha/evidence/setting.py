@@ -3,7 +3,6 @@ data and device (`Setting`). The scales themselves, and which claims they run, l
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from damcha.inputs.datasets import DATA_SETS, data_set_spec, load_dataset
@@ -15,9 +14,8 @@ class Scale:
     """name: what --scale takes. claims: catalogue keys run at this scale. model: ModelConfig fields of
     every model arm. The data sets a scale runs on declare their place in it themselves
     (`DataSetSpec.scales[name]`: the demo data sets they stand in for, the files, the training settings).
-    smoke: claims are built as --quick builds them (fewer arms). tokens_per_second: measured training
-    throughput of a variant at this size (`throughput_source`); a variant not measured, or a model of
-    another size, is costed at the slowest measured rate, and says so."""
+    smoke: claims are built as --quick builds them (fewer arms). What its runs cost is measured per device
+    (damcha.evidence.costs)."""
 
     name: str
     description: str
@@ -27,8 +25,6 @@ class Scale:
     efficiency_case: dict
     smoke: bool
     nonstandard_ok: bool
-    tokens_per_second: dict[str, float]
-    throughput_source: str
     compile: bool = False
     default_device: str = "cpu"
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -43,17 +39,6 @@ class Scale:
     def model_overrides(self, dataset: str) -> tuple:
         block = self.place(dataset).block_size
         return tuple({**self.model, **({"block_size": block} if block else {})}.items())
-
-    def run_hours(self, variant: str, dataset: str) -> tuple[float, bool]:
-        """Device-hours of one training run (its training tokens at the measured rate), and whether the
-        variant's own rate was measured ("": a model of another size, costed at the slowest rate)."""
-        place = self.place(dataset)
-        t = place.train
-        steps = t["steps_per_epoch"] if "steps_per_epoch" in t else math.ceil(place.train_samples / t["batch_size"])
-        length = place.block_size or 64  # (images: 64 patches)
-        tokens = t["epochs"] * steps * t["batch_size"] * length
-        rate = self.tokens_per_second.get(variant)
-        return tokens / (rate or min(self.tokens_per_second.values())) / 3600, rate is not None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,11 @@ result as it lands, and submits again a task whose job vanished without a result
 preempted without requeue, timed out, its node lost), up to `retries` times. A task whose code
 raised is an error, not a retry: its log is named.
 
+A unit may span several processes (ranks): `ranks_per_node` on each of `nodes_per_unit` nodes, one rank per
+GPU where the unit asks for GPUs. Slurm starts the job's tasks together (srun); each exports the torch.distributed
+environment of its allocation (submitit: rank, world, master address and port) and trains with the others
+exactly as under torchrun (DDP, or FSDP2 where only sharded weights fit); rank 0's results come back.
+
 Everything that can be checked before a job is submitted is: submitit installed, the Slurm commands
 on PATH and the controller answering, the partition known, the work folder on storage every node
 sees. Each refusal is one sentence naming the fix.
@@ -40,9 +45,11 @@ class SlurmError(ValueError):
 @dataclass(frozen=True)
 class SlurmSettings:
     """What each job asks of Slurm. partition, account, qos: passed through (None: the cluster's default).
-    time_minutes: each job's limit. cpus_per_unit: CPUs (and torch threads) per job. gpus_per_unit:
-    0 or 1 (a unit spanning GPUs is not launched this way yet). max_parallel: jobs of one array running
-    at once. retries: resubmissions of a task whose job vanished without a result."""
+    time_minutes: each job's limit. cpus_per_unit: CPUs (and torch threads) per rank. gpus_per_unit: GPUs
+    per node of a unit's allocation (one rank each). nodes_per_unit: nodes a unit spans. ranks_per_node:
+    processes a unit trains with on each node (None: one per GPU, or one without GPUs; on CPUs, Gloo ranks).
+    max_parallel: jobs of one array running at once. retries: resubmissions of a task whose job vanished
+    without a result."""
 
     partition: str | None = None
     account: str | None = None
@@ -50,8 +57,19 @@ class SlurmSettings:
     time_minutes: int = 60
     cpus_per_unit: int = 1
     gpus_per_unit: int = 0
+    nodes_per_unit: int = 1
+    ranks_per_node: int | None = None
     max_parallel: int = 64
     retries: int = 2
+
+    @property
+    def ranks_on_a_node(self) -> int:
+        return self.ranks_per_node or max(1, self.gpus_per_unit)
+
+    @property
+    def ranks(self) -> int:
+        """The processes one unit trains with."""
+        return self.nodes_per_unit * self.ranks_on_a_node
 
 
 def check(settings: SlurmSettings, work: Path) -> None:
@@ -65,18 +83,22 @@ def check(settings: SlurmSettings, work: Path) -> None:
         if shutil.which(command) is None:
             raise SlurmError(f"--launcher slurm: {command} is not on PATH; run the command on a Slurm login node (or "
                              "load the cluster's Slurm module first)")
-    if settings.gpus_per_unit > 1:
-        raise SlurmError(f"--gpus-per-unit {settings.gpus_per_unit}: a unit runs on one GPU (or none) per job for "
-                         "now; give 0 or 1")
-    if settings.cpus_per_unit < 1 or settings.time_minutes < 1 or settings.max_parallel < 1 or settings.retries < 0:
-        raise SlurmError("--cpus-per-unit, --slurm-time and --slurm-parallel must be at least 1, --slurm-retries at "
-                         "least 0")
+    if settings.gpus_per_unit and settings.ranks_per_node not in (None, settings.gpus_per_unit):
+        raise SlurmError(f"--ranks-per-node {settings.ranks_per_node} with --gpus-per-unit {settings.gpus_per_unit}: a "
+                         "unit trains with one rank per GPU; leave --ranks-per-node out")
+    if min(settings.cpus_per_unit, settings.time_minutes, settings.max_parallel, settings.nodes_per_unit,
+           settings.ranks_on_a_node) < 1 or settings.retries < 0 or settings.gpus_per_unit < 0:
+        raise SlurmError("--cpus-per-unit, --slurm-time, --slurm-parallel, --nodes-per-unit and --ranks-per-node must "
+                         "be at least 1, --slurm-retries and --gpus-per-unit at least 0")
     partitions = _sinfo("%P")
     known = {p.rstrip("*") for p in partitions}
     if settings.partition is not None and settings.partition not in known:
         raise SlurmError(f"--slurm-partition {settings.partition}: not a partition of this cluster (it has: "
                          f"{', '.join(sorted(known)) or 'none'}); give one of those")
     nodes = sum(int(n) for n in _sinfo("%D") if n.isdigit())
+    if settings.nodes_per_unit > nodes:
+        raise SlurmError(f"--nodes-per-unit {settings.nodes_per_unit}: the cluster has {nodes} node(s); ask for at most "
+                         "that many")
     kind = file_system(work)
     if nodes > 1 and kind not in SHARED_FILE_SYSTEMS:
         raise SlurmError(f"--work {work}: on a {kind} file system, which the cluster's other nodes cannot see (it has "
@@ -114,6 +136,7 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
     executor = submitit.AutoExecutor(folder=Path(work) / "slurm" / "%j", cluster="slurm")
     executor.update_parameters(
         name="damcha-evidence", timeout_min=settings.time_minutes, cpus_per_task=settings.cpus_per_unit,
+        nodes=settings.nodes_per_unit, tasks_per_node=settings.ranks_on_a_node,
         slurm_array_parallelism=settings.max_parallel,
         **({"gpus_per_node": settings.gpus_per_unit} if settings.gpus_per_unit else {}),
         **{f"slurm_{k}": v for k, v in (("partition", settings.partition), ("account", settings.account),
@@ -168,7 +191,7 @@ def _result(job) -> list | None:
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     try:
-        return job.result()
+        return job.results()[0]  # (a unit of several ranks: rank 0's, which the others trained with)
     except FailedJobError as e:
         raise SlurmError(f"a job of the evidence's units failed ({job.job_id}; its log: {job.paths.stderr}): "
                          f"{str(e).strip().splitlines()[-1] if str(e).strip() else 'no message'}") from None
@@ -177,6 +200,12 @@ def _result(job) -> list | None:
 
 
 def slurm_task(units: list, quick: bool, work: str, setting, threads: int) -> list:
-    """What one job runs: the task's units, as a local worker runs them (torch on `threads` threads)."""
+    """What each rank of one job runs: the task's units, as a local worker runs them (torch on `threads`
+    threads); a job of several ranks first takes its place in the allocation's process group (as torchrun
+    would give it: each rank picks its GPU by its local rank)."""
+    import submitit
+
     torch.set_num_threads(threads)
+    if submitit.JobEnvironment().num_tasks > 1:
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     return run_task(units, quick, Path(work), setting)

@@ -155,6 +155,28 @@ def arm_table(claim: dict) -> list[dict]:
              **{metric_label(m): cells.get((arm, m), "—") for m in metrics}} for arm in arms]
 
 
+def paper_beside(claim: dict) -> list[dict]:
+    """One row per arm the paper gives a number for: the paper's number, ours on the test split (the claim's metric,
+    evaluated once after the last epoch; mean and 95% interval over seeds) and ours minus the paper's. Empty where the
+    claim has no test split (the demo's, whose paper numbers are another data set's, shown for scale only)."""
+    metric = claim["metric"]
+    tested = metric.replace("val_", "test_", 1)
+    if not metric.startswith("val_") or tested not in claim.get("columns", []):
+        return []
+    ours = {d["arm"]: d for d in claim.get("details", []) if d["metric"] == tested}
+    unit = drawn_unit(metric, "")
+    rows = []
+    for r in claim["summary"]:
+        if r.get("paper") is None or r["paper"] != r["paper"] or r["arm"] not in ours:
+            continue
+        paper, d, k = r["paper"] * shown_factor(metric), ours[r["arm"]], shown_factor(tested)
+        difference = d["mean"] * k - paper
+        rows.append({"arm": r["arm"], f"paper{f' ({unit})' if unit else ''}": f"{paper:.4g}",
+                     "ours, test split [95% interval]": figures.interval_cell(d["mean"] * k, d["low"] * k, d["high"] * k),
+                     "ours − paper": f"{difference:+.4g} ({100 * difference / paper:+.1f}%)" if paper else f"{difference:+.4g}"})
+    return rows
+
+
 def tuning_rows(doc: dict) -> list[dict]:
     """One row per tuned configuration: what it chose by at each rate (a real-data run's hold-out loss, fitted on
     several tuning seeds: the mean, then each seed's; a synthetic configuration's validation score on the tuning

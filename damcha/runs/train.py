@@ -399,6 +399,20 @@ def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
     return math.ceil(len(data.tensor("train_inputs")) / tcfg.batch_size)
 
 
+def optimiser_step(model, opt, x: torch.Tensor, y: torch.Tensor, tcfg: TrainConfig, device: torch.device,
+                   share: float = 1.0):
+    """One training step on a batch already on the device (the loss weighted by `share`, this process's part
+    of the global batch); returns the model's output. The cost table times this step (damcha.evidence.costs)."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
+        out = model(x, targets=y)
+    opt.zero_grad(set_to_none=True)
+    (out.loss * share).backward()  # the task loss plus the mechanism's auxiliary losses, if any
+    if tcfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
+    opt.step()
+    return out
+
+
 def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress,
                      proc: distributed.Process | None = None, observer: TrainingObserver | None = None):
     proc = proc or distributed.Process()
@@ -420,16 +434,10 @@ def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per
             group["lr"] = lr_at(step, total_steps, tcfg)
         n = len(x)
         x, y = distributed.shard(x, proc), distributed.shard(y, proc)  # this process's rows of the global batch
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
-            out = model(x.to(device), targets=y.to(device))
-        opt.zero_grad(set_to_none=True)
         # DDP averages gradients over processes: weighting each by its share of the batch makes the
         # step that of the whole batch, whatever the shard sizes.
         share = len(x) * proc.world / n
-        (out.loss * share).backward()  # the task loss plus the mechanism's auxiliary losses, if any
-        if tcfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
-        opt.step()
+        out = optimiser_step(model, opt, x.to(device), y.to(device), tcfg, device, share)
         step += 1
         loss_value = distributed.total(out.task_loss.detach() * share / proc.world, proc).item()
         total += loss_value

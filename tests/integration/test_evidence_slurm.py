@@ -79,6 +79,26 @@ def test_evidence_through_slurm_survives_a_cancelled_job_and_equals_the_local_la
     assert list((tmp_path / "slurm" / "work" / "slurm").iterdir()), "the jobs' logs are kept beside the units"
 
 
+def test_a_unit_of_two_ranks_trains_in_its_allocation_as_under_torchrun(cluster, tmp_path):
+    """--ranks-per-node 2: each job is two Slurm tasks that form the unit's process group (Gloo on the CPU) and
+    train it together; its results equal a local torchrun of two processes, value for value."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    env = {k: v for k, v in cluster.items() if k != "DAMCHA_CACHE"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "damcha",
+                *_evidence(data, tmp_path / "torchrun")[3:]]
+    local = subprocess.run(torchrun, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    slurm = subprocess.run(_evidence(data, tmp_path / "slurm", "--launcher", "slurm", "--ranks-per-node", "2"),
+                           cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert slurm.returncode == 0, slurm.stderr[-3000:]
+    assert _values(tmp_path / "slurm") == _values(tmp_path / "torchrun")
+    doc = json.loads((tmp_path / "slurm" / "results.json").read_text())
+    assert doc["calls"][-1]["ranks_per_unit"] == 2
+    logs = list((tmp_path / "slurm" / "work" / "slurm").rglob("*_1_log.out"))  # (submitit: one log per task)
+    assert logs, "each job ran two tasks"
+
+
 def test_a_slurm_launch_that_cannot_work_is_refused_before_anything_is_submitted(cluster, tmp_path):
     data = tmp_path / "data"
     write_standard_format_files(data)
@@ -91,7 +111,14 @@ def test_a_slurm_launch_that_cannot_work_is_refused_before_anything_is_submitted
     ignored = subprocess.run(_evidence(data, tmp_path / "out", "--slurm-partition", "debug"), cwd=ROOT,
                              capture_output=True, text=True, timeout=300, env=cluster)
     assert ignored.returncode == 2 and "--slurm-partition only apply with --launcher slurm" in ignored.stderr
-    for refused in (unknown, no_slurm, ignored):
+    too_wide = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--nodes-per-unit", "2"),
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=cluster)
+    assert too_wide.returncode == 2 and "--nodes-per-unit 2: the cluster has 1 node(s)" in too_wide.stderr
+    per_gpu = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--gpus-per-unit", "2",
+                                       "--ranks-per-node", "3"), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env=cluster)
+    assert per_gpu.returncode == 2 and "one rank per GPU" in per_gpu.stderr
+    for refused in (unknown, no_slurm, ignored, too_wide, per_gpu):
         assert "Traceback" not in refused.stderr and refused.stderr.strip().splitlines()[-1].startswith("error: ")
     queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster)
     assert queue.stdout.strip() == "" and not (tmp_path / "out" / "work" / "slurm").exists()  # nothing submitted

@@ -1,5 +1,5 @@
 """The evidence at another scale: claims moved onto the standard data sets at the scale's model size, the
-files located and checked and the budget held to, all before anything trains."""
+files located and checked, all before anything trains (the budget: test_costs.py)."""
 
 import json
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 from damcha.__main__ import main
 from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
-from damcha.evidence.scales import PAPER, SCALES, TINY, budget, check_data, locate_data, scale_claims
+from damcha.evidence.scales import PAPER, SCALES, TINY, check_data, locate_data, scale_claims
 from damcha.evidence.setting import Setting
 from damcha.inputs.datasets import DataError
 from damcha.inputs.datasets.generated import write_standard_format_files
@@ -68,6 +68,43 @@ def test_each_data_set_at_a_scale_stands_beside_its_own_published_numbers_never_
         assert claim.paper == demo[key.split("@")[0]].paper_on.get(row, {}), key
 
 
+def test_a_claim_at_a_scale_says_nothing_of_the_demos_data_and_declares_where_it_departs_from_the_paper(tiny):
+    """A claim at a scale keeps no demo-only note or gap ("bundled corpus", "NLL on digits"), and every claim with
+    the paper's numbers there declares what stands beside them differently (unit, split, tokens, training)."""
+    demo_words = ("bundled", "digits", "crops", "sample images", "pydoc", "shipped text corpus", "minutes")
+    for claim in scale_claims(TINY, tiny):
+        if "@tiny" in claim.key:  # Table 2: timed, no data set moved
+            continue
+        said = " ".join([claim.note.split(" here. ", 1)[1], *claim.cannot_speak_to]).lower()  # (after "the demo's
+        # digits data are CIFAR-10 here")
+        assert not [w for w in demo_words if w in said], (claim.key, said)
+        training = claim.deviations[-1]
+        place = TINY.place(claim.key.split("@")[1])
+        assert training.startswith("Training: every arm") and f"({place.train['lr']:g}" in training
+        if claim.paper:
+            assert len(claim.deviations) >= 3, claim.key
+
+
+def test_the_paper_is_set_beside_our_test_split_arm_by_arm_with_the_difference():
+    from damcha.evidence.view import paper_beside
+
+    claim = {"metric": "val_bits_per_char", "columns": ["val_nll", "test_bits_per_char"],
+             "summary": [{"arm": "damcha", "paper": 1.486}, {"arm": "mha", "paper": 1.5437},
+                         {"arm": "MHA at DAMCHA's parameters", "paper": None}],
+             "details": [{"arm": "damcha", "metric": "test_bits_per_char", "mean": 1.5, "low": 1.4, "high": 1.6},
+                         {"arm": "damcha", "metric": "val_bits_per_char", "mean": 9.0, "low": 8.0, "high": 10.0},
+                         {"arm": "mha", "metric": "test_bits_per_char", "mean": 1.6, "low": 1.55, "high": 1.65},
+                         {"arm": "MHA at DAMCHA's parameters", "metric": "test_bits_per_char", "mean": 1.7,
+                          "low": 1.6, "high": 1.8}]}
+    rows = paper_beside(claim)
+    assert [r["arm"] for r in rows] == ["damcha", "mha"]  # the arms the paper gives a number for
+    assert rows[0]["paper (bits per char)"] == "1.486"
+    assert rows[0]["ours, test split [95% interval]"] == "1.5 [1.4, 1.6]"  # the test split, never validation
+    assert rows[0]["ours − paper"] == f"{1.5 - 1.486:+.4g} ({100 * (1.5 - 1.486) / 1.486:+.1f}%)"
+    assert rows[1]["ours − paper"].startswith(f"{1.6 - 1.5437:+.4g}")
+    assert paper_beside({**claim, "columns": ["val_nll"]}) == []  # no test split (the demo): nothing set beside
+
+
 def test_the_capacity_matched_arm_is_matched_again_at_the_scale(tiny):
     table4 = next(c for c in scale_claims(TINY, tiny) if c.key == "table4_ablations@cifar10")
     matched = next(a for a in table4.arms if a.name.startswith("MHA at"))
@@ -105,27 +142,7 @@ def test_too_little_data_for_a_batch_is_refused(tmp_path):
         check_data(Setting(TINY, locate_data(TINY, tmp_path)))
 
 
-def test_the_budget_counts_each_run_once_at_the_measured_rates_and_is_held_to(data_dir, tmp_path, capsys, tiny):
-    rows = {r["claim"]: r for r in budget(tiny, scale_claims(TINY, tiny), 2)}
-    assert rows["table4_ablations@cifar10"]["runs"] == 2 * 3  # DAMCHA's runs are Table 1's, counted there
-    assert rows["table2_efficiency@tiny"]["hours"] == 0  # timed on the CPU, not training
-    hours, measured = TINY.run_hours("damcha", "enwik8")
-    assert measured and hours == pytest.approx(4 * 8 * 64 / TINY.tokens_per_second["damcha"] / 3600)
-    assert TINY.run_hours("dcmha", "enwik8") == (pytest.approx(4 * 8 * 64 / 20_000 / 3600), False)  # the slowest rate
-    out = tmp_path / "out"
-    code = main(["evidence", "--scale", "tiny", "--data-dir", str(data_dir), "--out", str(out), "--budget", "0"])
-    said = capsys.readouterr()
-    assert code == 2 and "more than --budget 0" in said.err
-    assert "table5_text@enwik8" in said.out and "standard files: no" in said.out
-    assert not (out / "work").exists()
-
-
-def test_the_paper_budget_rests_on_the_measured_h200_step():
-    rows = json.loads((ROOT / "benchmarks" / "results" / "scale-h200.json").read_text())["rows"]
-    compiled = next(r for r in rows if r["case"].startswith("paper-size training step (bf16, compiled"))
-    assert PAPER.tokens_per_second == pytest.approx({"damcha": compiled["damcha_tokens_per_s"],
-                                                     "mha": compiled["mha_tokens_per_s"]}, rel=1e-6)
-    assert PAPER.run_hours("damcha", "enwik8")[0] == pytest.approx(100_000 * 16 * 1024 / compiled["damcha_tokens_per_s"] / 3600)
+def test_the_paper_scale_sizes_its_models_as_the_paper_does():
     assert PAPER.model_overrides("enwik8") == (("n_layer", 10), ("n_head", 8), ("n_embd", 512),
                                                ("generator_widths", (256, 512)), ("block_size", 1024))
     assert set(SCALES) >= {"tiny", "paper"}
@@ -143,7 +160,11 @@ def test_the_page_shows_a_scales_results_beside_the_demos(tmp_path, monkeypatch)
     shutil.copytree(shipped, demo)
     doc = json.loads((shipped / "results.json").read_text())
     table5 = next(c for c in doc["claims"] if c["key"] == "table5_text")
-    at_scale = {**table5, "key": "table5_text@enwik8", "title": table5["title"] + " — on enwik8"}
+    tested = [{**d, "metric": "test_bits_per_char", "mean": d["mean"] + 0.5} for d in table5["details"]
+              if d["metric"] == "val_bits_per_char"]  # a scale's record: its test split beside validation
+    at_scale = {**table5, "key": "table5_text@enwik8", "title": table5["title"] + " — on enwik8",
+                "columns": [*table5["columns"], "test_bits_per_char"], "details": [*table5["details"], *tested],
+                "deviations": ["Unit: read as nats."]}
     (tmp_path / "evidence-tiny").mkdir()
     (tmp_path / "evidence-tiny" / "results.json").write_text(json.dumps({**doc, "scale": "tiny", "claims": [at_scale]}))
     (tmp_path / "evidence-paper").mkdir()
@@ -163,3 +184,10 @@ def test_the_page_shows_a_scales_results_beside_the_demos(tmp_path, monkeypatch)
     assert at_scale["title"] + ", at the tiny scale (a rehearsal of the code path: not evidence)" in \
         [s.value for s in at.subheader]
     assert any(":gray-badge[" in m.value and "(rehearsal)" in m.value for m in at.markdown)
+    beside = next(d.value for d in at.dataframe if "ours − paper" in d.value.columns)  # the paper beside our test split
+    damcha = next(d for d in tested if d["arm"] == "damcha")
+    row = beside[beside["arm"] == "damcha"].iloc[0]
+    assert row["ours, test split [95% interval]"].startswith(f"{damcha['mean']:.4g} [")
+    assert row["paper (bits per char)"] == f"{next(r['paper'] for r in table5['summary'] if r['arm'] == 'damcha'):.4g}"
+    assert any(c.value.startswith("Where the paper is silent or this differs from it: Unit: read as nats.")
+               for c in at.caption)

@@ -68,7 +68,7 @@ def test_no_public_function_is_left_unreferenced():
     from collections import Counter
 
     root = Path(__file__).resolve().parents[2]
-    sources = [p for pattern in ("damcha/**/*.py", "app/**/*.py", "pages/*.py", "tests/**/*.py", "benchmarks/**/*.py",
+    sources = [p for pattern in ("damcha/**/*.py", "app/**/*.py", "pages/*.py", "tests/**/*.py", "benchmarks/**/*.py", "tools/*.py",
                                  "examples/*", "docs/*.md") for p in root.glob(pattern) if p.is_file()]
     words = Counter(re.findall(r"\w+", "\n".join(p.read_text(errors="ignore") for p in sources)))
     dead = []

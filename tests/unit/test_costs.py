@@ -1,0 +1,143 @@
+"""The cost table and the budget it gives (damcha.evidence.costs): each run costed at its own configuration's
+measured step on the named device, every run without one named, never costed at another arm's rate."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from damcha.__main__ import main
+from damcha.evidence.costs import (
+    SHIPPED_TABLE,
+    CostTable,
+    budget,
+    budget_lines,
+    generated_setting,
+    measure_step,
+    planned_runs,
+    scale_claims_chosen,
+    uncosted,
+)
+from damcha.evidence.scales import PAPER, TINY
+from damcha.inputs.datasets.generated import write_standard_format_files
+from damcha.runs import memory
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICE = "a test device"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    with generated_setting(TINY) as setting:
+        yield setting, scale_claims_chosen(setting)
+
+
+def test_a_tiny_run_walks_its_epochs_steps_and_a_shared_run_is_counted_once(tiny):
+    setting, claims = tiny
+    runs = list(planned_runs(setting, claims, 2))
+    assert len({r.run for r in runs}) == len(runs)
+    table4 = [r for r in runs if r.claim == "table4_ablations@cifar10"]
+    assert "damcha" not in {r.arm for r in table4}  # its DAMCHA runs are Table 1's, counted there
+    steps = {r.claim.split("@")[1]: r.steps for r in runs}
+    cifar, corpus = TINY.place("cifar10").train, TINY.place("enwik8").train
+    assert steps["cifar10"] == cifar["epochs"] * math.ceil(TINY.place("cifar10").train_samples / cifar["batch_size"])
+    assert steps["enwik8"] == corpus["epochs"] * corpus["steps_per_epoch"]
+
+
+def test_the_budget_costs_each_run_at_its_own_step_and_names_every_run_it_cannot_cost(tiny):
+    setting, claims = tiny
+    runs = list(planned_runs(setting, claims, 2))
+    kinds = list(dict.fromkeys(r.kind for r in runs))
+    seconds = {kind: 0.01 * (i + 1) for i, kind in enumerate(kinds[:-2])}  # the last two kinds: one not
+    table = CostTable({DEVICE: {"rows": [{**k.row_key(), "step_seconds": s} for k, s in seconds.items()]
+                                + [{**kinds[-2].row_key(), "does_not_fit": "too large"}]}})  # measured, one unmeasured
+    rows = {r["claim"]: r for r in budget(setting, claims, 2, table, DEVICE)}
+    for claim in rows:
+        mine = [r for r in runs if r.claim == claim]
+        assert rows[claim]["runs"] == len(mine)
+        assert rows[claim]["hours"] == pytest.approx(sum(r.steps * seconds[r.kind] / 3600 for r in mine if r.kind in seconds))
+        unmeasured = {r.arm for r in mine if r.kind == kinds[-1]}
+        assert set(rows[claim]["unmeasured"]) == unmeasured
+        assert set(rows[claim]["does_not_fit"]) == {r.arm for r in mine if r.kind == kinds[-2]}
+    assert uncosted(list(rows.values())) == sum(r.kind in kinds[-2:] for r in runs)
+    said = "\n".join(budget_lines(list(rows.values()), DEVICE, table, TINY))
+    assert "not measured on a test device" in said and "python -m damcha costs --scale tiny" in said
+    assert "does not fit the device" in said
+
+    on_another = budget(setting, claims, 2, table, "another device")  # the rates of one device never cost another's
+    assert all(r["hours"] == 0 and sum(r["unmeasured"].values()) == r["runs"] for r in on_another)
+
+
+def test_a_step_is_timed_for_real_and_a_run_the_memory_rule_refuses_is_recorded_as_not_fitting(tiny, monkeypatch):
+    setting, claims = tiny
+    kind = next(r.kind for r in planned_runs(setting, claims, 1) if r.claim == "table5_text@enwik8")
+    row = measure_step(kind, torch.device("cpu"), repeats=2)
+    assert row["timed_steps"] == 2 and row["spread"][0] <= row["step_seconds"] <= row["spread"][1]
+    assert row["step_seconds"] > 0
+    monkeypatch.setattr(memory, "device_memory", lambda device: 1)
+    assert "does_not_fit" in measure_step(kind, torch.device("cpu"))
+
+
+def test_the_costs_command_writes_this_devices_rows_and_keeps_the_others(tmp_path, capsys):
+    table = tmp_path / "costs.json"
+    CostTable({"elsewhere": {"rows": [{"config": {}, "batch": 1, "precision": "fp32", "compiled": False,
+                                       "step_seconds": 1.0}]}}).write(table)
+    assert main(["costs", "--scale", "tiny", "--only", "table5_text@text8", "--repeats", "1", "--table", str(table)]) == 0
+    written = json.loads(table.read_text())["devices"]
+    mine = next(d for d in written if d.startswith("CPU "))
+    assert mine.endswith(", 1 thread") and "elsewhere" in written
+    assert {a for r in written[mine]["rows"] for a in r["arms"]} == {"table5_text@text8: damcha", "table5_text@text8: mha",
+                                                                    "table5_text@text8: MHA at DAMCHA's parameters"}
+    assert "wrote 3 step kinds" in capsys.readouterr().out
+    table.write_text("{not json")
+    assert main(["costs", "--scale", "tiny", "--table", str(table)]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+
+
+def test_the_budget_is_held_to_only_where_every_run_is_costed(tmp_path, capsys):
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    base = ["evidence", "--scale", "tiny", "--data-dir", str(data), "--out", str(tmp_path / "out"), "--budget", "0"]
+    assert main([*base, "--cost-device", "nowhere"]) == 2
+    said = capsys.readouterr()
+    assert "--budget cannot be held to: 24 run(s) have no measured cost on nowhere" in said.err
+    assert "not measured on nowhere" in said.out
+    with generated_setting(TINY) as setting:
+        kinds = {r.kind for r in planned_runs(setting, scale_claims_chosen(setting), 2)}
+    table = tmp_path / "costs.json"
+    CostTable({DEVICE: {"rows": [{**k.row_key(), "step_seconds": 1.0} for k in kinds]}}).write(table)
+    assert main([*base, "--cost-table", str(table), "--cost-device", DEVICE]) == 2
+    assert "more than --budget 0" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "work").exists()  # refused before anything trained
+    assert main(["evidence", "--budget", "1"]) == 2
+    assert "--budget applies with --scale" in capsys.readouterr().err
+
+
+def test_every_shipped_row_is_a_step_the_scales_plan_now():
+    """A row whose configuration no claim trains any more (the code changed) is stale: measure again."""
+    table = CostTable.read(SHIPPED_TABLE)
+    planned = {}
+    for scale in (PAPER, TINY):
+        with generated_setting(scale) as setting:
+            planned.update({json.dumps(k.row_key(), sort_keys=True): scale.name
+                            for k in {r.kind for r in planned_runs(setting, scale_claims_chosen(setting), 1)}})
+    for device, entry in table.devices.items():
+        for row in entry["rows"]:
+            key = {k: row[k] for k in ("config", "batch", "precision", "compiled")}
+            assert json.dumps(key, sort_keys=True) in planned, (device, row["arms"])
+
+
+def test_the_shipped_h200_rows_are_the_scale_benchmarks_measured_step_of_those_very_runs():
+    measured = json.loads((ROOT / "benchmarks" / "results" / "scale-h200.json").read_text())["rows"]
+    compiled = next(r for r in measured if r["case"] == "paper-size training step (bf16, compiled; B=16, T=1024, cuda)")
+    rows = CostTable.read(SHIPPED_TABLE).devices["NVIDIA H200"]["rows"]
+    assert {r["config"]["attention"]: r["step_seconds"] for r in rows} == {"damcha": compiled["damcha_ms"] / 1e3,
+                                                                         "mha": compiled["mha_ms"] / 1e3}
+    with generated_setting(PAPER) as setting:
+        kinds = {r.arm: r.kind for r in planned_runs(setting, scale_claims_chosen(setting, ["table5_text@enwik8"]), 1)}
+    for row in rows:
+        kind = kinds[row["config"]["attention"]]
+        assert {k: row[k] for k in ("config", "batch", "precision", "compiled")} == kind.row_key()
+        assert (row["batch"], row["precision"], row["compiled"]) == (16, "bf16", True)
