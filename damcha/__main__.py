@@ -308,7 +308,7 @@ SLURM_FLAGS = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "c
 def _slurm_settings(args):
     """--launcher slurm's settings, checked against the cluster before anything is submitted; Slurm flags
     without it are refused (they would be ignored)."""
-    from damcha.evidence.slurm import SlurmSettings, check
+    from damcha.evidence.slurm import check
 
     given = [f"--{name.replace('_', '-')}" for name in SLURM_FLAGS if getattr(args, name) is not None]
     if args.launcher != "slurm":
@@ -316,14 +316,20 @@ def _slurm_settings(args):
             raise ValueError(f"{', '.join(given)} only apply with --launcher slurm (the local launcher runs the units "
                              "here); add --launcher slurm or leave them out")
         return None
-    settings = SlurmSettings(**{field: value for field, value in (
+    settings = _slurm_settings_given(args)
+    check(settings, Path(args.work))
+    return settings
+
+
+def _slurm_settings_given(args):
+    from damcha.evidence.slurm import SlurmSettings
+
+    return SlurmSettings(**{field: value for field, value in (
         ("partition", args.slurm_partition), ("account", args.slurm_account), ("qos", args.slurm_qos),
         ("time_minutes", args.slurm_time), ("cpus_per_unit", args.cpus_per_unit),
         ("gpus_per_unit", args.gpus_per_unit), ("nodes_per_unit", args.nodes_per_unit),
         ("ranks_per_node", args.ranks_per_node), ("max_parallel", args.slurm_parallel),
         ("retries", args.slurm_retries)) if value is not None})
-    check(settings, Path(args.work))
-    return settings
 
 
 def _evidence_setting(args, seeds: int):
@@ -332,6 +338,7 @@ def _evidence_setting(args, seeds: int):
     from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget, budget_lines, uncosted
     from damcha.evidence.scales import (
         check_data,
+        check_only,
         chosen_by,
         locate_data,
         memory_plan,
@@ -346,20 +353,34 @@ def _evidence_setting(args, seeds: int):
                 raise ValueError(f"--{flag.replace('_', '-')} applies with --scale (the demo's runs are not costed)")
         return DEMO, None
     scale = scale_named(args.scale)
+    check_only(scale, args.only)
     os.environ.setdefault("DAMCHA_CACHE", str(Path(args.out) / "cache"))  # a zip's member: written under --out
     setting = Setting(scale, locate_data(scale, args.data_dir, args.only), args.device or scale.default_device)
+    here = _device_here(setting.device)
+    if not here and args.launcher == "local":
+        raise ValueError(f"--device {setting.device}: no such device on this machine; run where it is, or submit the "
+                         "units to the cluster's nodes with --launcher slurm")
+    if args.cost_table is not None and not Path(args.cost_table).is_file():
+        raise ValueError(f"--cost-table {args.cost_table}: no such file; write one with `python -m damcha costs "
+                         f"--scale {scale.name} --table {args.cost_table}` on the units' device")
     data = check_data(setting)
     chosen = [c for c in scale_claims(scale, setting) if chosen_by(c.key, args.only)]
     table = CostTable.read(SHIPPED_TABLE, args.cost_table)
     device = args.cost_device or _unit_device_name(args, setting.device)
     rows = budget(setting, chosen, seeds, table, device)
-    memory = memory_plan(setting, chosen)  # every run that does not fit the device is refused here, at once
+    # every run that does not fit the device is refused here, at once (on the nodes, by each unit, where the
+    # device is not on the submitting machine)
+    ranks = _slurm_settings_given(args).ranks if args.launcher == "slurm" else None  # (None: torchrun's, or 1)
+    memory = memory_plan(setting, chosen, ranks) if here else []
     hours = sum(r["hours"] for r in rows)
     lines = budget_lines(rows, device, table, scale)
     largest = max(memory, key=lambda r: r["gib_per_device"], default=None)
     if largest:
         lines.append(f"memory: every run fits one {setting.device} device; the largest, {largest['claim']} "
                      f"{largest['arm']}, holds about {largest['gib_per_device']} GiB")
+    if not here:
+        lines.append(f"memory: no {setting.device} device on this machine; each unit checks that its run fits on its "
+                     "node before it trains")
     lines += [f"  {dataset}: {record.get('source')} (standard files: {'yes' if record.get('standard_files') else 'no'})"
               for dataset, record in data.items()]
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
@@ -373,6 +394,12 @@ def _evidence_setting(args, seeds: int):
                          "narrow them with --only or --seeds, or raise --budget")
     return setting, {"data": data, "files": dict(setting.files), "memory": memory,
                      "budget": {"hours": round(hours, 4), "device": device, "claims": rows}}
+
+
+def _device_here(device: str) -> bool:
+    import torch
+
+    return torch.device(device).type != "cuda" or torch.cuda.is_available()
 
 
 def _unit_device_name(args, device: str) -> str:

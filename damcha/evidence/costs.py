@@ -1,4 +1,5 @@
 """What a scale's training runs cost, read from a table of measured training steps keyed by device name.
+
     python -m damcha costs --scale paper --device cuda        (on each kind of GPU the runs will use)
 
 A run's cost is its optimiser steps times the seconds one step of its exact configuration (model config,
@@ -231,7 +232,6 @@ def scale_claims_chosen(setting: Setting, only: list[str] | None = None) -> list
 def budget(setting: Setting, claims: list[Claim], seeds: int, table: CostTable, device: str) -> list[dict]:
     """Per claim: its runs, the device-hours of those measured on `device` (their steps at the measured
     step time), and the arms whose runs have no measurement there (with how many runs) or do not fit it."""
-
     rows: dict[str, dict] = {c.key: {"claim": c.key, "hours": 0.0, "runs": 0, "measured_runs": 0, "unmeasured": {},
                                      "does_not_fit": {}} for c in claims}
     for run in planned_runs(setting, claims, seeds):

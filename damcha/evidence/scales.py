@@ -157,6 +157,20 @@ def needed_data(scale: Scale, only: list[str] | None = None) -> list[str]:
     return sorted(needed)
 
 
+def check_only(scale: Scale, only: list[str] | None) -> None:
+    """Refuse, in words, --only naming a claim of the catalogue that has no configuration at this scale (or none
+    at all), before any file is read."""
+    keys = {c.key for c in claims(scale.smoke)}
+    asked = {name.split("@")[0] for name in only or ()}
+    elsewhere = sorted(asked & keys - set(scale.claims))
+    unknown = sorted(asked - keys)
+    if elsewhere or unknown:
+        said = [f"{', '.join(elsewhere)} {'has' if len(elsewhere) == 1 else 'have'} no configuration at --scale "
+                f"{scale.name} (docs/reproduce.md, 'Not done at this scale')"] if elsewhere else []
+        said += [f"{', '.join(unknown)}: no such claim"] if unknown else []
+        raise ValueError(f"{'; '.join(said)}; --scale {scale.name} runs {', '.join(scale.claims)}")
+
+
 def locate_data(scale: Scale, data_dir: str | Path | None, only: list[str] | None = None) -> tuple[tuple[str, str], ...]:
     """data set -> the file under data_dir each needed data set is read from; every file missing is named
     at once, with what is looked for."""
@@ -202,13 +216,13 @@ def check_data(setting: Setting) -> dict[str, dict]:
     return records
 
 
-def memory_plan(setting: Setting, claims: list[Claim]) -> list[dict]:
+def memory_plan(setting: Setting, claims: list[Claim], world: int | None = None) -> list[dict]:
     """Every distinct training run of the claims with how it trains on the devices at hand (damcha.runs.memory:
-    under torchrun each rank its share of the batch; "fsdp" where only sharded weights and optimiser state fit)
-    and the memory one device then holds, before anything trains: every run that fits neither way is named
-    at once, with its numbers."""
+    each of `world` ranks its share of the batch (default: torchrun's); "fsdp" where only sharded weights and
+    optimiser state fit) and the memory one device then holds, before anything trains: every run that fits
+    neither way is named at once, with its numbers."""
     device = torch.device(setting.device)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world or int(os.environ.get("WORLD_SIZE", "1"))
     available = device_memory(device)
     rows, refused, seen = [], [], set()
     for claim in claims:

@@ -436,9 +436,10 @@ def record_caption(doc: dict) -> str:
     reused = (f"; {doc['reused_units']} units taken over from earlier results (`--reuse`){computed}{other}"
               if doc.get("reused_units") else "")
     quick = " **A quick run: its numbers are a smoke test, not evidence.**" if doc["quick"] else ""
+    computed_here, units = doc.get("units_computed_in_this_call", "?"), doc.get("units", "?")
+    resumed = "" if computed_here == units else " (the others resumed)"
     return (f"`{doc['command'] or 'python -m damcha evidence'}` — {seeds}, {doc['wall_seconds']} s for "
-            f"{doc.get('units_computed_in_this_call', '?')} of {doc.get('units', '?')} units (the others resumed)"
-            f"{compute}, versions {doc['versions']}{where}{reused}.{quick}")
+            f"{computed_here} of {units} units{resumed}{compute}, versions {doc['versions']}{where}{reused}.{quick}")
 
 
 def verdict_tally(claims: list[dict]) -> str:

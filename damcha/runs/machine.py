@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+NO_GPU_HERE = "a GPU not on this machine (name it with --cost-device)"
+
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The processor as the kernel names it: vendor, family, model and stepping, and its name ("" off
@@ -26,6 +28,8 @@ def device_name(device: str | torch.device, threads: int | None = None) -> str:
     """The device a training step runs on, as the cost table names it: a GPU's name, or the CPU's model and
     the threads a step uses (default: torch's now; a CPU step's time depends on both)."""
     device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return NO_GPU_HERE
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     threads = threads or torch.get_num_threads()

@@ -94,6 +94,8 @@ def test_the_paper_scale_plan_refuses_every_run_that_does_not_fit_before_anythin
     sharded = scales.memory_plan(setting, claims)
     assert {r["arm"] for r in sharded if r["strategy"] == "fsdp"} == {"w/o sharing"}
     assert all(r["gib_per_device"] <= 0.85 * 24 for r in sharded)
+    monkeypatch.delenv("WORLD_SIZE")  # a Slurm unit of 8 ranks (--gpus-per-unit 8), planned on the login node
+    assert scales.memory_plan(setting, claims, world=8) == sharded
 
 
 def test_an_arm_with_its_own_training_length_is_left_out_at_a_scale_and_said_to_be(paper_scale):

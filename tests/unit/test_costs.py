@@ -141,3 +141,24 @@ def test_the_shipped_h200_rows_are_the_scale_benchmarks_measured_step_of_those_v
         kind = kinds[row["config"]["attention"]]
         assert {k: row[k] for k in ("config", "batch", "precision", "compiled")} == kind.row_key()
         assert (row["batch"], row["precision"], row["compiled"]) == (16, "bf16", True)
+
+
+def test_a_device_not_on_this_machine_is_costed_by_name_or_refused_in_words(tmp_path, capsys):
+    """From a login node without the units' GPU: the budget names what to give (--cost-device), each unit
+    checks its memory on its node; the local launcher is refused the device outright; a cost table that is
+    not there is refused, not silently left out."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the case is a machine without one")
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    base = ["evidence", "--scale", "tiny", "--data-dir", str(data), "--out", str(tmp_path / "out"), "--device", "cuda"]
+    assert main([*base, "--launcher", "slurm", "--budget", "1"]) == 2
+    said = capsys.readouterr()
+    assert "--budget cannot be held to: 24 run(s) have no measured cost on a GPU not on this machine (name it with " \
+           "--cost-device)" in said.err
+    assert "each unit checks that its run fits on its node" in said.out
+    assert main(base) == 2
+    assert "--device cuda: no such device on this machine" in capsys.readouterr().err
+    assert main([*base[:-2], "--cost-table", str(tmp_path / "absent.json")]) == 2
+    assert f"--cost-table {tmp_path / 'absent.json'}: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "work").exists()

@@ -73,3 +73,6 @@ def test_the_record_caption_names_the_reused_documents_compute_and_the_machine()
             "wall time and 17184.8 s of compute (the first by `python -m damcha evidence --work a`)") in composed
     assert "units taken over ran on another CPU (one not recorded, another CPU)" in composed
     assert "smoke test" in record_caption({**shipped, "quick": True}) and "smoke test" not in said
+    assert shipped["units_computed_in_this_call"] == shipped["units"] and "resumed" not in said  # (every unit here)
+    assert f"for 10 of {shipped['units']} units (the others resumed)" in record_caption(
+        {**shipped, "units_computed_in_this_call": 10})

@@ -131,8 +131,8 @@ def test_copies_that_are_not_the_published_files_are_refused_at_paper_scale(data
     assert "nothing was trained" in said and "not the published cifar10 data_batch_1" in said
     assert "not the published enwik8" in said and "not the published text8" in said  # every file, at once
     out = tmp_path / "out"
-    code = main(["evidence", "--scale", "paper", "--data-dir", str(data_dir), "--out", str(out)])
-    assert code == 2 and "not the published" in capsys.readouterr().err
+    code = main(["evidence", "--scale", "paper", "--data-dir", str(data_dir), "--out", str(out), "--device", "cpu"])
+    assert code == 2 and "not the published" in capsys.readouterr().err  # (on the CPU: the device is here)
     assert not (out / "work" / "runs").exists()
 
 
@@ -191,3 +191,13 @@ def test_the_page_shows_a_scales_results_beside_the_demos(tmp_path, monkeypatch)
     assert row["paper (bits per char)"] == f"{next(r['paper'] for r in table5['summary'] if r['arm'] == 'damcha'):.4g}"
     assert any(c.value.startswith("Where the paper is silent or this differs from it: Unit: read as nats.")
                for c in at.caption)
+
+
+def test_a_claim_without_a_configuration_at_the_scale_is_refused_in_words_before_any_file_is_read(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["evidence", "--scale", "paper", "--data-dir", str(tmp_path / "absent"), "--out", str(out),
+                 "--only", "table3_depth", "table5_text@enwik8", "tableX"])
+    said = capsys.readouterr().err
+    assert code == 2 and "table3_depth has no configuration at --scale paper" in said and "tableX: no such claim" in said
+    assert "--scale paper runs table1_images, table2_efficiency, table4_ablations, table5_text" in said
+    assert not out.exists()

@@ -65,6 +65,16 @@ def test_a_run_replays_from_the_command_line(tmp_path):
     assert changed == {"epochs", "train_limit", "completion_images", "snapshot_epochs"}
 
 
+def test_a_setting_the_replayed_runs_mechanism_lacks_is_refused_in_words_not_dropped(tmp_path, capsys):
+    """--generator-widths with --config of an MHA run: MHA has no f, so the flag is refused before anything trains
+    (and with a DAMCHA run it is honoured, test_flags_given_set_their_fields)."""
+    out = tmp_path / "again"
+    assert main(["train", "--config", str(ROOT / "checkpoints" / "digits-mha"), "--generator-widths", "16",
+                 "--out", str(out)]) == 2
+    assert "mha has no settings ['generator_widths']" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_run_without_training_settings_is_refused_in_words(tmp_path):
     run = tmp_path / "imported"
     shutil.copytree(ROOT / "checkpoints" / "digits-mha", run)
