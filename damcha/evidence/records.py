@@ -170,6 +170,10 @@ class Claim:
     note_at_scale: str = ""
     cannot_speak_to_at_scale: tuple[str, ...] = ()
     deviations_at_scale: tuple[str, ...] = ()
+    # (claim, scale) -> the claim with the arms it has at that scale, where they follow from the scale's model
+    # sizes rather than from the demo's (Table 3's f depths); None: the demo's arms, moved to the scale's size.
+    # A module-level function (claims travel to worker processes by pickle)
+    arms_at_scale: object = None
     # (label, variants): the reference against these variants' arms read as a family of their own (Holm over
     # it, each comparison worded), beside the verdict and never part of it
     families: tuple[tuple[str, tuple[str, ...]], ...] = ()

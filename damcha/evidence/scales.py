@@ -25,7 +25,7 @@ from damcha.inputs.datasets import DataError, data_set_spec
 from damcha.runs.memory import DoesNotFit, device_memory, plan_strategy
 from damcha.runs.train import model_config_for
 
-PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table4_ablations", "table5_text")
+PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table3_depth", "table4_ablations", "table5_text")
 
 PAPER = Scale(
     "paper", "The paper's model size: 10 layers, width 512, 8 heads, f of widths (256, 512); CIFAR-10 for 50 "
@@ -89,6 +89,8 @@ def _at_scale(claim: Claim, scale: Scale, setting: Setting) -> list[Claim]:
 
 
 def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) -> Claim:
+    if claim.arms_at_scale is not None:
+        claim = claim.arms_at_scale(claim, scale)
     renamed = _metric_names(demo, target)
     reference = next(a for a in claim.arms if a.name == claim.reference)
 

@@ -32,8 +32,8 @@ def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
     assert "device-hours" in first.stdout and "standard files: no" in first.stdout  # the budget, before it starts
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "tiny" and doc["complete"]
-    assert sum(r["runs"] for r in doc["budget"]["claims"]) == 24 and doc["budget"]["device"].startswith("CPU ")
-    assert [c["key"] for c in doc["claims"]] == ["table1_images@cifar10", "table2_efficiency@tiny",
+    assert sum(r["runs"] for r in doc["budget"]["claims"]) == 28 and doc["budget"]["device"].startswith("CPU ")
+    assert [c["key"] for c in doc["claims"]] == ["table1_images@cifar10", "table2_efficiency@tiny", "table3_depth@cifar10",
                                                  "table4_ablations@cifar10", "table5_text@enwik8", "table5_text@text8"]
     assert {d: r["standard_files"] for d, r in doc["data"].items()} == {"cifar10": False, "enwik8": False, "text8": False}
     for claim in doc["claims"]:

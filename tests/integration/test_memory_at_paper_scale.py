@@ -44,7 +44,8 @@ def paper_arms(paper_scale):
 
 
 def test_every_paper_scale_arm_builds_on_the_meta_device_at_its_exact_count(paper_arms):
-    assert {key.split("@")[0] for key, *_ in paper_arms} == {"table1_images", "table4_ablations", "table5_text"}
+    assert {key.split("@")[0] for key, *_ in paper_arms} == {"table1_images", "table3_depth", "table4_ablations",
+                                                             "table5_text"}
     for key, arm, config, _ in paper_arms:
         with torch.device("meta"):
             model = build_model(config)

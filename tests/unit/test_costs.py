@@ -102,7 +102,7 @@ def test_the_budget_is_held_to_only_where_every_run_is_costed(tmp_path, capsys):
     base = ["evidence", "--scale", "tiny", "--data-dir", str(data), "--out", str(tmp_path / "out"), "--budget", "0"]
     assert main([*base, "--cost-device", "nowhere"]) == 2
     said = capsys.readouterr()
-    assert "--budget cannot be held to: 24 run(s) have no measured cost on nowhere" in said.err
+    assert "--budget cannot be held to: 28 run(s) have no measured cost on nowhere" in said.err
     assert "not measured on nowhere" in said.out
     with generated_setting(TINY) as setting:
         kinds = {r.kind for r in planned_runs(setting, scale_claims_chosen(setting), 2)}
@@ -154,7 +154,7 @@ def test_a_device_not_on_this_machine_is_costed_by_name_or_refused_in_words(tmp_
     base = ["evidence", "--scale", "tiny", "--data-dir", str(data), "--out", str(tmp_path / "out"), "--device", "cuda"]
     assert main([*base, "--launcher", "slurm", "--budget", "1"]) == 2
     said = capsys.readouterr()
-    assert "--budget cannot be held to: 24 run(s) have no measured cost on a GPU not on this machine (name it with " \
+    assert "--budget cannot be held to: 28 run(s) have no measured cost on a GPU not on this machine (name it with " \
            "--cost-device)" in said.err
     assert "each unit checks that its run fits on its node" in said.out
     assert main(base) == 2

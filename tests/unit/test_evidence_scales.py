@@ -31,18 +31,21 @@ def tiny(data_dir):
 
 def test_a_scale_moves_each_claim_onto_the_data_its_demo_data_stand_for(tiny):
     moved = {c.key: c for c in scale_claims(TINY, tiny)}
-    assert set(moved) == {"table1_images@cifar10", "table2_efficiency@tiny", "table4_ablations@cifar10",
-                          "table5_text@enwik8", "table5_text@text8"}
+    assert set(moved) == {"table1_images@cifar10", "table2_efficiency@tiny", "table3_depth@cifar10",
+                          "table4_ablations@cifar10", "table5_text@enwik8", "table5_text@text8"}
     demo = {c.key: c for c in claims(TINY.smoke)}
     for key, claim in moved.items():
         base = demo[key.split("@")[0]]
-        assert [a.name for a in claim.arms] == [a.name for a in base.arms]  # the same arms, seeds and verdict rule
-        assert (claim.reference, claim.verdict_against, claim.controls, claim.min_seeds) == \
-               (base.reference, base.verdict_against, base.controls, base.min_seeds)
+        if base.arms_at_scale is None:  # the same arms, seeds and verdict rule (Table 3: its depths, below)
+            assert [a.name for a in claim.arms] == [a.name for a in base.arms]
+            assert claim.reference == base.reference
+        assert (claim.verdict_against, claim.controls, claim.min_seeds) == \
+               (base.verdict_against, base.controls, base.min_seeds)
         for arm in claim.arms:
             if arm.kind == "train":
                 assert arm.dataset == key.split("@")[1]
-                assert dict(arm.overrides).items() >= {k: v for k, v in TINY.model.items() if k != "n_embd"}.items()
+                own = ("n_embd", "generator_widths") if base.arms_at_scale else ("n_embd",)  # (Table 3: f's own widths)
+                assert dict(arm.overrides).items() >= {k: v for k, v in TINY.model.items() if k not in own}.items()
     table4 = moved["table4_ablations@cifar10"]  # digits' likelihood becomes CIFAR's squared error
     assert table4.metric == "val_mse" and table4.compared == ("val_mse",) and "val_completion_mse" in table4.columns
     assert moved["table5_text@text8"].metric == "val_bits_per_char"
@@ -103,6 +106,27 @@ def test_the_paper_is_set_beside_our_test_split_arm_by_arm_with_the_difference()
     assert rows[0]["ours − paper"] == f"{1.5 - 1.486:+.4g} ({100 * (1.5 - 1.486) / 1.486:+.1f}%)"
     assert rows[1]["ours − paper"].startswith(f"{1.6 - 1.5437:+.4g}")
     assert paper_beside({**claim, "columns": ["val_nll"]}) == []  # no test split (the demo): nothing set beside
+
+
+def test_table_3_sweeps_the_papers_depths_of_f_at_the_scales_widths_against_a_matched_shallow_f():
+    """At the paper's size: f of 1, 3, 5, 7 and 9 hidden layers (the scale's first width, then its last), the
+    deepest the reference, and one hidden layer widened to the deepest f's parameters, counted."""
+    from damcha.evidence.capacity import base_config
+    from damcha.evidence.costs import generated_setting, scale_claims_chosen
+
+    with generated_setting(PAPER) as setting:
+        (table3,) = scale_claims_chosen(setting, ["table3_depth"])
+    widths = {a.name: dict(a.overrides)["generator_widths"] for a in table3.arms}
+    assert [widths[f"f depth {k}"] for k in (1, 3, 9)] == [(256,), (256, 512, 512), (256,) + (512,) * 8]
+    assert table3.reference == "f depth 9" and table3.matched_arms == ("f depth 1 at depth 9's parameters",)
+
+    def count(w):
+        return base_config("damcha", (*PAPER.model.items(), ("generator_widths", w))).parameter_estimate()
+
+    matched, target = widths["f depth 1 at depth 9's parameters"], count(widths["f depth 9"])
+    assert matched[0] % 8 == 0 and all(abs(count(matched) - target) <= abs(count((w,)) - target)
+                                       for w in range(8, 2048, 8))  # the nearest one-layer f
+    assert table3.seeds(3, quick=False) == 5 and "FID@Top-50" in table3.deviations[0]
 
 
 def test_the_capacity_matched_arm_is_matched_again_at_the_scale(tiny):
@@ -196,8 +220,9 @@ def test_the_page_shows_a_scales_results_beside_the_demos(tmp_path, monkeypatch)
 def test_a_claim_without_a_configuration_at_the_scale_is_refused_in_words_before_any_file_is_read(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["evidence", "--scale", "paper", "--data-dir", str(tmp_path / "absent"), "--out", str(out),
-                 "--only", "table3_depth", "table5_text@enwik8", "tableX"])
+                 "--only", "table6_classification", "table5_text@enwik8", "tableX"])
     said = capsys.readouterr().err
-    assert code == 2 and "table3_depth has no configuration at --scale paper" in said and "tableX: no such claim" in said
-    assert "--scale paper runs table1_images, table2_efficiency, table4_ablations, table5_text" in said
+    assert code == 2 and "table6_classification has no configuration at --scale paper" in said
+    assert "tableX: no such claim" in said
+    assert "--scale paper runs table1_images, table2_efficiency, table3_depth, table4_ablations, table5_text" in said
     assert not out.exists()
