@@ -172,7 +172,8 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
             if beside:
                 st.markdown("**Beside the paper:** its number, ours on the test split, and the difference")
                 st.dataframe(pd.DataFrame(beside), hide_index=True)
-                st.caption("Where the paper is silent or this differs from it: " + " ".join(at.get("deviations", [])))
+            if at.get("deviations"):
+                st.caption("Where the paper is silent or this differs from it: " + " ".join(at["deviations"]))
             a, b = st.columns(2)
             a.dataframe(pd.DataFrame(arm_table(at)), hide_index=True)
             b.dataframe(pd.DataFrame(at["comparisons"]), hide_index=True)

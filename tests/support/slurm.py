@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -93,11 +94,18 @@ def one_node_cluster(folder: Path, start_seconds: float = 60, ghost_node: bool =
     finally:
         if "slurmctld" in started:
             subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, env=env, timeout=60)
+        pids = []
         for daemon in ("slurmd", "slurmctld", "munged"):
             pid_file = folder / f"{daemon}.pid"
             if daemon in started and pid_file.exists():
                 try:
-                    os.kill(int(pid_file.read_text().split()[0]), 15)
+                    pids.append(int(pid_file.read_text().split()[0]))
+                    os.kill(pids[-1], signal.SIGTERM)
                 except (ProcessLookupError, ValueError):
                     pass
         time.sleep(1)
+        for pid in pids:  # a daemon still waiting on a job step that never ended (a test failed mid-job): gone
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
