@@ -42,12 +42,17 @@ def matched_width(variant: str, reference: str, dataset: str, base: tuple = (), 
     def count(steps: int) -> int:  # the count of the width cfg.n_embd + steps heads' worth; it grows with the width
         return model_parameters(variant, dataset, (*base, ("n_embd", cfg.n_embd + steps * cfg.n_head)), setting)
 
-    low, high = 0, 7 * cfg.n_embd // cfg.n_head  # the first width whose count reaches the target, by bisection
+    return cfg.n_embd + nearest_step(count, target, 0, 7 * cfg.n_embd // cfg.n_head) * cfg.n_head
+
+
+def nearest_step(count, target: int, low: int, high: int) -> int:
+    """The step in [low, high] whose count (growing with the step) is nearest `target`, the smaller on a tie: the
+    first step whose count reaches the target, found by bisection, or the one before it."""
+    first = low
     while low < high:
         middle = (low + high) // 2
         low, high = (middle + 1, high) if count(middle) < target else (low, middle)
-    nearest = min({max(low - 1, 0), low}, key=lambda steps: (abs(count(steps) - target), steps))
-    return cfg.n_embd + nearest * cfg.n_head
+    return min({max(low - 1, first), low}, key=lambda step: (abs(count(step) - target), step))
 
 
 def training_step_flops(variant: str, dataset: str, overrides: tuple = (), setting: Setting = DEMO) -> float:

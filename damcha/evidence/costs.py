@@ -28,9 +28,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from damcha.evidence.capacity import base_config, data_of
 from damcha.evidence.records import Arm, Claim
-from damcha.evidence.scales import chosen_by, scale_claims
+from damcha.evidence.scales import chosen_by, run_config, scale_claims
 from damcha.evidence.setting import Scale, Setting
 from damcha.evidence.units import run_train_config
 from damcha.inputs.datasets.generated import write_standard_format_files
@@ -39,7 +38,7 @@ from damcha.model.transformer import build_model
 from damcha.runs.checkpoints import write_text_atomic
 from damcha.runs.machine import device_name
 from damcha.runs.memory import DoesNotFit, check_training_fits
-from damcha.runs.train import TrainConfig, make_optimizer, model_config_for, optimiser_step
+from damcha.runs.train import TrainConfig, make_optimizer, optimiser_step
 
 SHIPPED_TABLE = Path(__file__).with_name("cost_table.json")
 WARMUP_STEPS = {False: 1, True: 3}  # (compiled: the first steps compile, for the full batch and again)
@@ -87,21 +86,15 @@ def planned_runs(setting: Setting, claims: list[Claim], seeds: int) -> Iterator[
                 if name in seen:
                     continue
                 seen.add(name)
-                yield PlannedRun(claim.key, arm.name, name, _step_kind(arm, setting), _steps(arm, setting))
+                yield _planned(claim, arm, name, setting)
 
 
-def _step_kind(arm: Arm, setting: Setting) -> StepKind:
-    place = setting.scale.place(arm.dataset)
-    tcfg = run_train_config(arm, 0, setting.scale.smoke, setting)
-    config = model_config_for(data_of(arm.dataset, place.block_size or 64, setting), base_config(arm.variant, arm.overrides))
-    return StepKind.of(config, tcfg.batch_size, tcfg.precision, setting.scale.compile)
-
-
-def _steps(arm: Arm, setting: Setting) -> int:
+def _planned(claim: Claim, arm: Arm, name: str, setting: Setting) -> PlannedRun:
     place = setting.scale.place(arm.dataset)
     tcfg = run_train_config(arm, 0, setting.scale.smoke, setting)
     per_epoch = tcfg.steps_per_epoch if "steps_per_epoch" in place.train else math.ceil(place.train_samples / tcfg.batch_size)
-    return tcfg.epochs * per_epoch
+    kind = StepKind.of(run_config(arm, setting), tcfg.batch_size, tcfg.precision, setting.scale.compile)
+    return PlannedRun(claim.key, arm.name, name, kind, tcfg.epochs * per_epoch)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -115,9 +108,8 @@ class CostTable:
 
     @classmethod
     def read(cls, *paths: Path | str | None) -> CostTable:
-        devices: dict[str, dict] = {}
-        for path in (p for p in paths if p is not None):
-            path = Path(path)
+        table = cls({})
+        for path in (Path(p) for p in paths if p is not None):
             if not path.exists():
                 continue
             try:
@@ -126,11 +118,8 @@ class CostTable:
                 raise ValueError(f"the cost table {path} cannot be read ({e}); measure it again with "
                                  "`python -m damcha costs`") from None
             for device, entry in doc.get("devices", {}).items():
-                merged = devices.setdefault(device, {"rows": []})
-                merged.update({k: v for k, v in entry.items() if k != "rows"})
-                for row in entry.get("rows", []):
-                    merged["rows"] = [r for r in merged["rows"] if _key(r) != _key(row)] + [row]
-        return cls(devices)
+                table = table.with_rows(device, entry.get("rows", []), {k: v for k, v in entry.items() if k != "rows"})
+        return table
 
     def row(self, device: str, kind: StepKind) -> dict | None:
         wanted = _key(kind.row_key())

@@ -22,6 +22,7 @@ from damcha.evidence.catalogue import claims
 from damcha.evidence.records import Arm, Claim
 from damcha.evidence.setting import Scale, Setting
 from damcha.inputs.datasets import DataError, data_set_spec
+from damcha.model.config import ModelConfig
 from damcha.runs.memory import DoesNotFit, device_memory, plan_strategy
 from damcha.runs.train import model_config_for
 
@@ -218,6 +219,12 @@ def check_data(setting: Setting) -> dict[str, dict]:
     return records
 
 
+def run_config(arm: Arm, setting: Setting) -> ModelConfig:
+    """The model config a training arm trains at the setting's scale, its data's fields filled in."""
+    return model_config_for(data_of(arm.dataset, setting.scale.place(arm.dataset).block_size or 64, setting),
+                            base_config(arm.variant, arm.overrides))
+
+
 def memory_plan(setting: Setting, claims: list[Claim], world: int | None = None) -> list[dict]:
     """Every distinct training run of the claims with how it trains on the devices at hand (damcha.runs.memory:
     each of `world` ranks its share of the batch (default: torchrun's); "fsdp" where only sharded weights and
@@ -232,11 +239,9 @@ def memory_plan(setting: Setting, claims: list[Claim], world: int | None = None)
             if not arm.trains or (arm.dataset, arm.variant, arm.overrides) in seen:
                 continue
             seen.add((arm.dataset, arm.variant, arm.overrides))
-            place = setting.scale.place(arm.dataset)
-            config = model_config_for(data_of(arm.dataset, place.block_size or 64, setting),
-                                      base_config(arm.variant, arm.overrides))
             try:
-                strategy, estimate = plan_strategy(config, place.train["batch_size"], available, world)
+                strategy, estimate = plan_strategy(run_config(arm, setting), setting.scale.place(arm.dataset).train["batch_size"],
+                                                   available, world)
             except DoesNotFit as e:
                 refused.append(f"{claim.key}, {arm.name}: {e}")
                 continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from damcha.evidence.capacity import base_config
+from damcha.evidence.capacity import base_config, nearest_step
 from damcha.evidence.catalogue.common import COMPLETION, F_DEPTHS, depth_matched_arm
 from damcha.evidence.records import Arm, Claim
 
@@ -64,8 +64,4 @@ def _width_matching(scale, deepest: Arm) -> int:
         return base_config("damcha", (*scale.model.items(), ("generator_widths", widths))).parameter_estimate()
 
     target = count(dict(deepest.overrides)["generator_widths"])
-    low, high = 1, 8 * 1024  # (in eighths) the first width whose count reaches the target, by bisection
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (middle + 1, high) if count((8 * middle,)) < target else (low, middle)
-    return 8 * min({max(low - 1, 1), low}, key=lambda w: (abs(count((8 * w,)) - target), w))
+    return 8 * nearest_step(lambda eighths: count((8 * eighths,)), target, 1, 1024)
