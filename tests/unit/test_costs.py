@@ -162,3 +162,14 @@ def test_a_device_not_on_this_machine_is_costed_by_name_or_refused_in_words(tmp_
     assert main([*base[:-2], "--cost-table", str(tmp_path / "absent.json")]) == 2
     assert f"--cost-table {tmp_path / 'absent.json'}: no such file" in capsys.readouterr().err
     assert not (tmp_path / "out" / "work").exists()
+
+
+def test_the_costs_commands_threads_and_repeats_are_honoured_and_torchs_threads_given_back(tmp_path):
+    table = tmp_path / "costs.json"
+    threads = torch.get_num_threads()
+    assert main(["costs", "--scale", "tiny", "--only", "table5_text@text8", "--threads", "2", "--repeats", "2",
+                 "--table", str(table)]) == 0
+    assert torch.get_num_threads() == threads  # the calling process keeps its own
+    (device, entry), = json.loads(table.read_text())["devices"].items()
+    assert device.endswith(", 2 threads")
+    assert [r["timed_steps"] for r in entry["rows"]] == [2, 2, 2]
