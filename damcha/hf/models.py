@@ -20,7 +20,10 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from torch import nn
+from torch.nn import functional as F
 from transformers import GenerationMixin, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.utils import can_return_tuple
 from transformers.modeling_outputs import (
     BaseModelOutput,
     CausalLMOutputWithPast,
@@ -125,7 +128,8 @@ class DamchaPreTrainedModel(PreTrainedModel):
              kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None,
              cache: PrefixCache | None = None) -> ModelOutput:
         """The project's forward pass with Hugging Face's arguments, refused in words where it has no meaning.
-        cache: DamchaForCausalLM's, the tokens read before (inputs are then the new ones)."""
+        cache: DamchaForCausalLM's, the tokens read before (inputs are then the new ones). The caller has taken
+        num_items_in_batch out of kwargs (accumulated_loss)."""
         if kwargs.pop("past_key_values", None) is not None or kwargs.pop("use_cache", None):
             raise ValueError(NO_CACHE.format(cls=type(self).__name__))
         if kwargs.pop("inputs_embeds", None) is not None:
@@ -133,9 +137,6 @@ class DamchaPreTrainedModel(PreTrainedModel):
         options = kwargs.pop("options", None)
         if options is not None and not isinstance(options, ForwardOptions):
             raise TypeError("options must be the mechanism's ForwardOptions (e.g. DamchaOptions)")
-        # Trainer's count of targets across accumulated batches: the loss here is the batch's mean, as the
-        # project's training computes it.
-        kwargs.pop("num_items_in_batch", None)
         positions = kwargs.pop("position_ids", None)
         if kwargs:
             raise TypeError(f"{type(self).__name__} got arguments it does not use: {sorted(kwargs)}")
@@ -163,13 +164,68 @@ class DamchaPreTrainedModel(PreTrainedModel):
         return tuple(layer.weights for layer in out.layers)  # (B, H, T, T) each
 
 
+def accumulated_loss(elementwise: torch.Tensor, counted: torch.Tensor, aux_loss: torch.Tensor | None,
+                     num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
+    """The loss Trainer steps on. elementwise: the unreduced task loss (0 where a target is ignored); counted:
+    where a target counts. Without num_items_in_batch, the mean over counted targets. With it (Trainer's count of
+    the targets of every micro-batch of one optimiser step, given to models whose forward takes **kwargs), this
+    micro-batch's summed loss over that count, as GPT-2's loss does, so k accumulated micro-batches step as one
+    batch of their union; the mechanism's auxiliary loss (a per-batch mean) is weighted by this micro-batch's
+    share of the count."""
+    here = counted.sum()
+    if num_items_in_batch is None:
+        task = elementwise.sum() / here.clamp_min(1)
+        share = 1.0
+    else:
+        total = torch.as_tensor(num_items_in_batch, device=elementwise.device).clamp_min(1)
+        task = elementwise.sum() / total
+        share = here / total
+    return task if aux_loss is None else task + aux_loss * share
+
+
+def classification_loss(config: DamchaConfig, logits: torch.Tensor, labels: torch.Tensor, aux_loss: torch.Tensor | None,
+                        num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
+    """Hugging Face's classifier loss by `config.problem_type`, chosen as its classifiers choose it when unset
+    (one label: regression; integer labels: single-label; otherwise multi-label): mean squared error,
+    cross-entropy, or binary cross-entropy with logits; each reduced by accumulated_loss."""
+    if config.problem_type is None:
+        if config.num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    logits = logits.float()  # (B, C)
+    if config.problem_type == "regression":
+        target = labels.to(logits.dtype).reshape(logits.shape)  # (B, C)
+        elementwise = (logits - target).pow(2)  # (B, C)
+        counted = torch.ones_like(elementwise, dtype=torch.bool)
+    elif config.problem_type == "single_label_classification":
+        target = labels.reshape(-1)  # (B,)
+        counted = target != IGNORE_INDEX  # (B,)
+        elementwise = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="none")  # (B,)
+    elif config.problem_type == "multi_label_classification":
+        target = labels.to(logits.dtype)  # (B, C)
+        if target.shape != logits.shape:
+            raise ValueError(f"multi_label_classification needs labels of the logits' shape {tuple(logits.shape)} "
+                             f"(one 0/1 column per label), got {tuple(labels.shape)}")
+        elementwise = F.binary_cross_entropy_with_logits(logits, target, reduction="none")  # (B, C)
+        counted = torch.ones_like(elementwise, dtype=torch.bool)
+    else:
+        raise ValueError(f"problem_type={config.problem_type!r}: choose 'regression', 'single_label_classification' "
+                         "or 'multi_label_classification', as Hugging Face's classifiers do")
+    return accumulated_loss(elementwise, counted, aux_loss, num_items_in_batch)
+
+
 class DamchaModel(DamchaPreTrainedModel):
     """The stack alone: last_hidden_state (B, T, D) after the final norm (the task head is kept in the
     weights so every class reads the same checkpoint, but not run)."""
 
+    @can_return_tuple
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, **kwargs) -> BaseModelOutput:
+                **kwargs) -> BaseModelOutput:
+        kwargs.pop("num_items_in_batch", None)  # no loss here
         out = self._run(input_ids, attention_mask, None, kwargs, output_attentions, True)
         return BaseModelOutput(last_hidden_state=out.hidden_states[-1],
                                hidden_states=out.hidden_states if output_hidden_states else None,
@@ -201,20 +257,26 @@ class DamchaForCausalLM(DamchaPreTrainedModel, GenerationMixin):
         head.weight, head.bias = new.weight, new.bias
         head.out_features = new.out_features
 
+    @can_return_tuple
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_attentions: bool | None = None,
-                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                output_hidden_states: bool | None = None,
                 logits_to_keep: int = 0, past_key_values: PrefixCache | None = None, use_cache: bool | None = None,
                 **kwargs) -> CausalLMOutputWithPast:
         """past_key_values / use_cache: decode with a PrefixCache (a new one when use_cache and none is given),
-        returned as past_key_values; input_ids are then the tokens after the cached ones."""
+        returned as past_key_values; input_ids are then the tokens after the cached ones. num_items_in_batch
+        (Trainer's, under gradient accumulation): see accumulated_loss. return_dict=False (or the config's):
+        a tuple, as every Hugging Face model gives one."""
         targets = None
         if labels is not None:
             targets = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)  # (B, T)
+        num_items = kwargs.pop("num_items_in_batch", None)
         cache = self._cache(past_key_values, use_cache)
         out = self._run(input_ids, attention_mask, targets, kwargs, output_attentions, output_hidden_states, cache)
         logits = out.logits if not logits_to_keep else out.logits[:, -logits_to_keep:]  # (B, T', V)
-        return CausalLMOutputWithPast(loss=out.loss, logits=logits, past_key_values=cache,
+        loss = None if targets is None else accumulated_loss(out.token_loss, targets != IGNORE_INDEX, out.aux_loss,
+                                                             num_items)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache,
                                       hidden_states=out.hidden_states, attentions=self._attentions(out, output_attentions))
 
     def _cache(self, given, use_cache: bool | None) -> PrefixCache | None:
@@ -262,12 +324,15 @@ class DamchaForSequenceClassification(DamchaPreTrainedModel):
                     "AutoModelForCausalLM or DamchaForImageClassification")
         return None
 
+    @can_return_tuple
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, output_attentions: bool | None = None,
-                output_hidden_states: bool | None = None, return_dict: bool | None = None,
-                **kwargs) -> SequenceClassifierOutput:
-        out = self._run(input_ids, attention_mask, labels, kwargs, output_attentions, output_hidden_states)
-        return SequenceClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,
+                output_hidden_states: bool | None = None, **kwargs) -> SequenceClassifierOutput:
+        """labels: by config.problem_type, as Hugging Face's classifiers take them (classification_loss)."""
+        num_items = kwargs.pop("num_items_in_batch", None)
+        out = self._run(input_ids, attention_mask, None, kwargs, output_attentions, output_hidden_states)
+        loss = None if labels is None else classification_loss(self.config, out.logits, labels, out.aux_loss, num_items)
+        return SequenceClassifierOutput(loss=loss, logits=out.logits, hidden_states=out.hidden_states,
                                         attentions=self._attentions(out, output_attentions))
 
 
@@ -283,13 +348,22 @@ class DamchaForImageClassification(DamchaPreTrainedModel):
             return "it needs a config of layout 'vit' (DamchaConfig.for_images)"
         return None
 
+    @can_return_tuple
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, **kwargs) -> ImageClassifierOutput:
-        out = self._run(patches_of(pixel_values, self.config.patch_size), None, labels, kwargs, output_attentions,
+                **kwargs) -> ImageClassifierOutput:
+        """labels: by config.problem_type, as Hugging Face's classifiers take them (classification_loss)."""
+        num_items = kwargs.pop("num_items_in_batch", None)
+        out = self._run(patches_of(pixel_values, self.config.patch_size), None, None, kwargs, output_attentions,
                         output_hidden_states)
-        return ImageClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states,
+        loss = None if labels is None else classification_loss(self.config, out.logits, labels, out.aux_loss, num_items)
+        return ImageClassifierOutput(loss=loss, logits=out.logits, hidden_states=out.hidden_states,
                                      attentions=self._attentions(out, output_attentions))
+
+
+# Trainer's label smoother shifts the labels (position t predicts token t + 1) only for the classes named in this
+# mapping of causal LMs; named here, label_smoothing_factor smooths DamchaForCausalLM's next-token loss as GPT-2's.
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(DamchaConfig.model_type, DamchaForCausalLM.__name__)
 
 
 def _refuse_oversized_weights(folder: Path) -> None:

@@ -57,6 +57,9 @@ class Layout:
     attention_class: Callable[[], type]
     causal: bool
     projections: Callable[[nn.Module, int], dict[str, tuple[torch.Tensor, torch.Tensor | None]]]
+    # The attention's own dropout after its output projection (GPT-2's resid_pdrop), kept on the swapped output;
+    # Llama has none and ViT's is in its layer, outside the attention (kept there).
+    output_dropout: str | None = None
 
 
 def _gpt2_projections(attn: nn.Module, D: int) -> dict:
@@ -77,7 +80,7 @@ def _class(module: str, name: str) -> Callable[[], type]:
 
 
 LAYOUTS = {
-    "gpt2": Layout("gpt2", _class("gpt2.modeling_gpt2", "GPT2Attention"), True, _gpt2_projections),
+    "gpt2": Layout("gpt2", _class("gpt2.modeling_gpt2", "GPT2Attention"), True, _gpt2_projections, "resid_dropout"),
     "llama": Layout("llama", _class("llama.modeling_llama", "LlamaAttention"), True, _named_projections),
     "vit": Layout("vit", _class("vit.modeling_vit", "ViTAttention"), False, _named_projections),
 }
@@ -172,6 +175,7 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
             nn.Module.__init__(new)
             new.config, new.layer_idx, new.layer, new.swap_state = config, index, layer, state
             new.mechanism, new.causal, new.rotary = mechanism, layout.causal, rotary
+            new.output_dropout = getattr(old, layout.output_dropout) if layout.output_dropout else None
             ours = _carry(layout.projections(old, mechanism_config.n_embd), layer)
             carried += [f"{name}.layer.{p}" for p in ours]
             fresh += [f"{name}.layer.{p}" for p, _ in layer.named_parameters() if p not in ours]
@@ -288,7 +292,8 @@ def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
     call = LayerCall(real, mask, self.causal, self.mechanism.options(None), implementation == "eager",
                      self.training, state.shared, rotary=rotary)
     out = self.layer(hidden_states, call)
-    return out.y, out.weights  # (B, T, D), (B, H, T, T) or None
+    y = out.y if self.output_dropout is None else self.output_dropout(out.y)  # (B, T, D)
+    return y, out.weights  # (B, T, D), (B, H, T, T) or None
 
 
 MAX_CONFIG_BYTES = 1_000_000

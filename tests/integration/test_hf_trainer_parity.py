@@ -1,0 +1,216 @@
+"""Hugging Face's Trainer on the project's classes and on swapped models, option by option, against the field's own
+model (GPT-2 under the same Trainer) or an explicit recomputation: gradient accumulation steps as one batch of the
+union, label smoothing shifts the labels as for GPT-2, a classifier's loss follows `problem_type`, return_dict=False
+gives tuples, and a swap into GPT-2 keeps GPT-2's dropout after the attention's output projection."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+transformers = pytest.importorskip("transformers", reason="the Hugging Face extra is not installed "
+                                   "(pip install 'damcha[hf]'); CI installs it")
+
+from damcha import ModelConfig, variant_config, variant_names  # noqa: E402
+
+hf = pytest.importorskip("damcha.hf")
+transformers.logging.set_verbosity_error()
+VOCAB, LENGTH, CLASSES = 11, 8, 3
+# Mechanisms whose auxiliary loss is a statistic of the whole batch (MoA's load balance): accumulated micro-batches
+# weight each micro-batch's by its share (damcha.hf.models.accumulated_loss), which is not the union's statistic.
+BATCH_STATISTIC_AUX = ("moa", "moa-authors")
+
+
+def _base(**changes) -> ModelConfig:
+    return ModelConfig(n_layer=2, n_head=4, n_embd=16, block_size=LENGTH, vocab_size=VOCAB, dropout=0.0,
+                       attention_options={"generator_widths": (8,)}, **changes)
+
+
+def _causal_lm(variant: str = "damcha") -> "hf.DamchaForCausalLM":
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(hf.DamchaConfig.from_model_config(variant_config(_base(), variant)))
+
+
+def _classifier(variant: str = "damcha", **config) -> "hf.DamchaForSequenceClassification":
+    torch.manual_seed(0)
+    cfg = hf.DamchaConfig.from_model_config(variant_config(_base(causal=False, n_classes=config.pop("n_classes", CLASSES)),
+                                                           variant))
+    for key, value in config.items():
+        setattr(cfg, key, value)
+    return transformers.AutoModelForSequenceClassification.from_config(cfg)
+
+
+def _gpt2_config(**changes) -> "transformers.GPT2Config":
+    settings = dict(n_layer=2, n_head=4, n_embd=16, vocab_size=VOCAB, n_positions=16, pad_token_id=VOCAB - 1,
+                    num_labels=CLASSES, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return transformers.GPT2Config(**{**settings, **changes})
+
+
+def _rows(n: int, classify: bool) -> list[dict]:
+    """Token rows; a language model's odd rows ignore their first three labels, so micro-batches count different
+    numbers of targets (a mean per micro-batch would then weigh them wrongly)."""
+    x = torch.randint(0, VOCAB - 1, (n, LENGTH), generator=torch.Generator().manual_seed(0))
+    rows = []
+    for i in range(n):
+        labels = torch.tensor(i % CLASSES) if classify else x[i].clone()
+        if not classify and i % 2:
+            labels[:3] = -100
+        rows.append({"input_ids": x[i], "attention_mask": torch.ones(LENGTH, dtype=torch.long), "labels": labels})
+    return rows
+
+
+def _trained(model, rows, tmp_path, batch: int, accumulate: int, **args) -> dict[str, torch.Tensor]:
+    """The weights after one optimiser step of plain SGD (no clipping) under Trainer."""
+    model = copy.deepcopy(model)
+    arguments = transformers.TrainingArguments(
+        str(tmp_path / f"b{batch}a{accumulate}"), per_device_train_batch_size=batch, gradient_accumulation_steps=accumulate,
+        max_steps=1, learning_rate=0.1, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, report_to=[],
+        use_cpu=True, save_strategy="no", disable_tqdm=True, **args)
+    transformers.Trainer(model=model, args=arguments, train_dataset=rows).train()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _assert_accumulation_is_one_batch(model, rows, tmp_path) -> None:
+    """Two micro-batches of 4 accumulated give the update of one batch of 8, to float tolerance, and both move."""
+    before = model.state_dict()
+    accumulated = _trained(model, rows, tmp_path, 4, 2)
+    whole = _trained(model, rows, tmp_path, 8, 1)
+    moved = [k for k in whole if whole[k].is_floating_point() and not torch.equal(whole[k], before[k])]
+    assert moved, "one SGD step moved no weight"
+    for name in moved:
+        torch.testing.assert_close(accumulated[name] - before[name], whole[name] - before[name], rtol=1e-4, atol=1e-7,
+                                   msg=name)
+
+
+def test_gradient_accumulation_steps_as_one_batch_in_gpt2_itself(tmp_path):
+    """The harness on the field's model: GPT-2's causal LM under the same Trainer arguments."""
+    torch.manual_seed(0)
+    _assert_accumulation_is_one_batch(transformers.GPT2LMHeadModel(_gpt2_config()), _rows(8, False), tmp_path)
+
+
+@pytest.mark.parametrize("variant", [v for v in variant_names() if v not in BATCH_STATISTIC_AUX])
+def test_gradient_accumulation_steps_as_one_batch_for_every_causal_lm(variant, tmp_path):
+    _assert_accumulation_is_one_batch(_causal_lm(variant), _rows(8, False), tmp_path)
+
+
+@pytest.mark.parametrize("variant", ["damcha", "mha"])
+def test_gradient_accumulation_steps_as_one_batch_for_a_classifier(variant, tmp_path):
+    # (transformers 5.23's GPT2ForSequenceClassification steps twice as far here: it takes **kwargs, so Trainer
+    # skips its division, and returns a micro-batch mean; the project's classifiers honour num_items_in_batch.)
+    _assert_accumulation_is_one_batch(_classifier(variant), _rows(8, True), tmp_path)
+
+
+def test_gradient_accumulation_steps_as_one_batch_for_a_swapped_gpt2(tmp_path):
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(_gpt2_config())
+    hf.swap_attention(model, "damcha", seed=0, generator_widths=(8,))
+    _assert_accumulation_is_one_batch(model, _rows(8, False), tmp_path)
+
+
+def test_an_auxiliary_loss_is_weighted_by_its_micro_batch_share():
+    """num_items_in_batch: the summed task loss over the whole count, the auxiliary loss times this share."""
+    model = _causal_lm("moa").train()
+    row = _rows(4, False)
+    x, labels = torch.stack([r["input_ids"] for r in row]), torch.stack([r["labels"] for r in row])
+    torch.manual_seed(1)
+    mean = model(x, labels=labels)
+    torch.manual_seed(1)
+    out = model.transformer(x, targets=torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], 1))
+    counted = int((labels[:, 1:] != -100).sum())
+    torch.manual_seed(1)
+    shared = model(x, labels=labels, num_items_in_batch=torch.tensor(3 * counted))
+    assert out.aux_loss is not None
+    torch.testing.assert_close(mean.loss, out.loss)
+    torch.testing.assert_close(shared.loss, out.token_loss.sum() / (3 * counted) + out.aux_loss / 3)
+
+
+def _smoothed_loss(model, rows, tmp_path) -> tuple[float, float]:
+    """Trainer's loss with label_smoothing_factor=0.1, and the shifted smoothed cross-entropy recomputed."""
+    arguments = transformers.TrainingArguments(str(tmp_path / "smooth"), label_smoothing_factor=0.1, report_to=[],
+                                               use_cpu=True)
+    trainer = transformers.Trainer(model=model.eval(), args=arguments)
+    batch = {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+    with torch.no_grad():
+        got = float(trainer.compute_loss(model, dict(batch)))
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]  # (B, T-1, V)
+    expected = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100,
+                               label_smoothing=0.1)
+    return got, float(expected)
+
+
+def test_label_smoothing_shifts_the_labels_as_for_gpt2(tmp_path):
+    torch.manual_seed(0)
+    for model in (transformers.GPT2LMHeadModel(_gpt2_config()), _causal_lm()):
+        got, expected = _smoothed_loss(model, _rows(4, False), tmp_path)
+        assert got == pytest.approx(expected, rel=1e-5), type(model).__name__
+
+
+def test_a_classifier_loss_follows_problem_type_as_every_hugging_face_classifier():
+    x = torch.randint(0, VOCAB - 1, (4, LENGTH), generator=torch.Generator().manual_seed(2))
+    several = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    model = _classifier(problem_type="multi_label_classification").eval()
+    out = model(x, labels=several)
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, several))
+    unset = _classifier().eval()
+    assert unset.config.problem_type is None
+    out = unset(x, labels=several)  # float labels of several columns: multi-label, as HF's classifiers decide
+    assert unset.config.problem_type == "multi_label_classification"
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, several))
+    one = _classifier(n_classes=1).eval()
+    scores = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    out = one(x, labels=scores)
+    assert one.config.problem_type == "regression"
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), scores))
+    single = _classifier().eval()
+    classes = torch.tensor([0, 2, 1, 2])
+    out = single(x, labels=classes)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, classes))
+    wrong = _classifier(problem_type="multi_label_classification").eval()
+    with pytest.raises(ValueError, match="one 0/1 column per label"):
+        wrong(x, labels=classes)
+
+
+def test_return_dict_false_gives_a_tuple_by_argument_or_config():
+    x = torch.randint(0, VOCAB - 1, (2, LENGTH), generator=torch.Generator().manual_seed(3))
+    model = _causal_lm().eval()
+    with torch.no_grad():
+        as_dict = model(x, labels=x)
+        as_tuple = model(x, labels=x, return_dict=False)
+        assert isinstance(as_tuple, tuple) and len(as_tuple) == len(as_dict.to_tuple())
+        for ours, theirs in zip(as_tuple, as_dict.to_tuple(), strict=True):
+            torch.testing.assert_close(ours, theirs)
+        model.config.return_dict = False
+        loss, logits = model(x, labels=x)
+        torch.testing.assert_close(logits, as_dict.logits)
+        classifier = _classifier().eval()
+        classifier.config.return_dict = False
+        assert isinstance(classifier(x), tuple) and isinstance(hf.DamchaModel(classifier.config)(x), tuple)
+
+
+def test_a_swap_into_gpt2_keeps_its_dropout_after_the_output_projection():
+    """resid_pdrop drops the swapped attention's output in training, exactly F.dropout of its output in eval."""
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(_gpt2_config(resid_pdrop=0.5))
+    hf.swap_attention(model, "damcha", seed=0, generator_widths=(8,))
+    attention = model.transformer.h[0].attn
+    hidden = torch.randn(2, LENGTH, 16, generator=torch.Generator().manual_seed(4))
+    model.transformer(torch.zeros(2, LENGTH, dtype=torch.long))  # sets the call's shared metric
+    with torch.no_grad():
+        plain = attention.eval()(hidden)[0]
+        torch.manual_seed(5)
+        dropped = attention.train()(hidden)[0]
+        torch.manual_seed(5)
+        expected = F.dropout(plain, 0.5, training=True)
+    torch.testing.assert_close(dropped, expected)
+    assert 0.3 < float((dropped == 0).float().mean()) < 0.7
+
+
+
+def test_docs_interop_lists_each_trainer_option_this_suite_holds():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "interop.md").read_text()
+    section = page[page.index("### Under Hugging Face's Trainer"):page.index("## Swap a mechanism")]
+    for option in ("gradient_accumulation_steps", "label_smoothing_factor", "problem_type", "return_dict=False",
+                   "resid_pdrop", "test_hf_trainer_parity.py"):
+        assert option in section, option
