@@ -22,14 +22,14 @@ from safetensors import SafetensorError
 from torch import nn
 from torch.nn import functional as F
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-from transformers.utils import can_return_tuple
 from transformers.modeling_outputs import (
     BaseModelOutput,
     CausalLMOutputWithPast,
     ImageClassifierOutput,
     SequenceClassifierOutput,
 )
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.utils import can_return_tuple
 
 from damcha.hf.config import DamchaConfig
 from damcha.model.mechanisms import ForwardOptions
