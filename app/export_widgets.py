@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import streamlit as st
 
 from app.roots import checkpoint_root
-from app.sharing import is_local_server
+from app.sharing import failure_text, is_local_server
 from damcha.inputs.model_inputs import ModelInput
 from damcha.runs.checkpoints import Run
 from damcha.views.export import (
@@ -86,7 +87,9 @@ def show(fig, name: str, prov: Provenance, width: str = "stretch") -> None:
 
 
 def export_all_widget() -> None:
-    """A ZIP of every figure shown on this page, with data and provenance."""
+    """A ZIP of every figure shown on this page, with data and provenance: made on a click with its progress shown
+    (a failure is said on the page, naming the figure), then offered for download while the page shows the same
+    figures in the same formats."""
     registry = st.session_state.get("export_registry", {})
     if not registry:
         return
@@ -98,6 +101,33 @@ def export_all_widget() -> None:
         st.warning(why)
         formats = [f for f in formats if f not in STATIC_FORMATS]
     items = [ExportItem(name, fig, prov) for name, (fig, prov) in registry.items()]
-    settings = st.session_state.get("export_settings")  # read now: the callable runs outside the session
-    st.download_button(f"Export all {len(items)} figure{'s' if len(items) != 1 else ''} (ZIP)", lambda: zip_bundle(items, formats, settings),
-                       "damcha-figures.zip", "application/zip", key="dl_all", icon=":material/folder_zip:", on_click="ignore")
+    settings = st.session_state.get("export_settings")
+    count = f"{len(items)} figure{'s' if len(items) != 1 else ''}"
+    contents = _bundle_contents(items, formats, settings)
+    if st.button(f"Export all {count} (ZIP)", key="make_all", icon=":material/folder_zip:", disabled=not formats):
+        st.session_state.pop("export_all_zip", None)
+        with st.status(f"Exporting {count} as {', '.join(formats)}…", expanded=True) as status:
+            bar = st.progress(0.0)
+
+            def advance(done: int, name: str) -> None:
+                bar.progress(done / len(items), text=f"{done}/{len(items)}: {name}")
+            try:
+                raw = zip_bundle(items, formats, settings, progress=advance)
+            except Exception as e:  # noqa: BLE001 - whatever failed is said on the page, never a silent non-download
+                status.update(label="The ZIP could not be made", state="error")
+                st.error(f"The ZIP could not be made: {failure_text(e, checkpoint_root())}. The figures on this "
+                         "page still export one by one.")
+            else:
+                status.update(label=f"{count} exported: {len(raw) / 1e6:.2f} MB", state="complete", expanded=False)
+                st.session_state["export_all_zip"] = (contents, raw)
+    ready = st.session_state.get("export_all_zip")
+    if ready is not None and ready[0] == contents:
+        st.download_button(f"Download the ZIP of {count}", ready[1], "damcha-figures.zip", "application/zip",
+                           key="dl_all", icon=":material/download:", on_click="ignore")
+
+
+def _bundle_contents(items: list[ExportItem], formats: list[str], settings: ExportSettings | None) -> str:
+    """What a ZIP of these figures holds, by their names and provenance (run, epoch, input, parameters), the
+    formats and the export settings: a ZIP made for other figures is never offered for these."""
+    described = [[item.name, asdict(item.provenance)] for item in items]
+    return json.dumps([described, formats, asdict(settings or ExportSettings())], sort_keys=True, default=str)

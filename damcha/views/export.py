@@ -12,7 +12,7 @@ import shutil
 import threading
 import warnings
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from damcha import __version__
 from damcha.inputs.model_inputs import tokens_sha256
 from damcha.runs.checkpoints import atomic_path
 from damcha.runs.files import file_sha256
+from damcha.views.plotly_arrays import trace_array
 from damcha.views.typesetting import COLUMN_WIDTHS, plain_title, typeset, with_pdf_metadata
 from damcha.views.vector_heatmaps import vector_heatmaps
 
@@ -76,6 +77,9 @@ def static_export_status() -> tuple[bool, str]:
 
 _server_lock = threading.Lock()
 _server_started = False
+# kaleido's sync server answers through one shared return queue: two renders in flight at once (two download
+# clicks, two visitors) can each take the other's bytes, a PNG named .svg. One render at a time per process.
+_render_lock = threading.Lock()
 
 
 def _ensure_server() -> None:
@@ -139,7 +143,7 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
     if settings.vector_heatmaps and fmt in ("svg", "pdf"):
         styled = vector_heatmaps(styled)
     _ensure_server()
-    with warnings.catch_warnings():
+    with _render_lock, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "kopts ignored when using a server"
         height = settings.height or styled.layout.height or int(0.85 * settings.width)
         raw = pio.to_image(styled, format=fmt, width=settings.width, height=height,
@@ -160,17 +164,20 @@ def _numbers(values: np.ndarray) -> np.ndarray:
 
 def figure_data(fig: go.Figure) -> dict[str, np.ndarray]:
     """The arrays a figure shows, by trace: z of heatmaps, contours and surfaces; x and y of
-    lines and bars. Animation frames are included as frame_<name>_<trace>."""
+    lines and bars. Animation frames are included as frame_<name>_<trace>. Arrays in plotly's typed-array
+    form (a figure from Streamlit's cache, from JSON) are decoded."""
     out: dict[str, np.ndarray] = {}
 
     def take(traces, prefix):
         for k, t in enumerate(traces):
             name = f"{prefix}{k}_{(t.name or t.type).replace(' ', '_')}"
-            if getattr(t, "z", None) is not None:
-                out[name] = np.asarray(t.z, dtype=float)
-            elif getattr(t, "y", None) is not None and t.type in ("scatter", "bar"):
-                x = np.arange(len(t.y)) if t.x is None else np.asarray(t.x)
-                out[f"{name}_x"], out[f"{name}_y"] = _numbers(x), _numbers(np.asarray(t.y))
+            z, y = trace_array(getattr(t, "z", None)), trace_array(getattr(t, "y", None))
+            if z is not None:
+                out[name] = np.asarray(z, dtype=float)
+            elif y is not None and t.type in ("scatter", "bar"):
+                x = trace_array(t.x)
+                x = np.arange(len(y)) if x is None else np.asarray(x)
+                out[f"{name}_x"], out[f"{name}_y"] = _numbers(x), _numbers(np.asarray(y))
 
     take(fig.data, "trace")
     for frame in fig.frames or ():
@@ -346,16 +353,34 @@ def write_item(item: ExportItem, out_dir: str | Path, formats: Iterable[str],
     return paths
 
 
-def zip_bundle(items: Iterable[ExportItem], formats: Iterable[str], settings: ExportSettings | None = None) -> bytes:
-    """A ZIP of every item's files and a manifest.json listing them."""
+class ExportFailed(RuntimeError):
+    """One figure of a bundle could not be exported: its name and why."""
+
+    def __init__(self, figure: str, cause: Exception):
+        super().__init__(f"figure {figure!r}: {type(cause).__name__}: {str(cause)[:300]}")
+        self.figure = figure
+
+
+def zip_bundle(items: Iterable[ExportItem], formats: Iterable[str], settings: ExportSettings | None = None,
+               progress: Callable[[int, str], None] | None = None) -> bytes:
+    """A ZIP of every item's files and a manifest.json listing them. progress(done, name) is called after each
+    figure; a figure that cannot be exported ends the bundle with ExportFailed naming it."""
     formats = list(formats)
+    unknown = [f for f in formats if f not in ALL_FORMATS]
+    if unknown:
+        raise ValueError(f"unknown formats {unknown}; expected some of {ALL_FORMATS}")
     buf = io.BytesIO()
     manifest = []
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for item in items:
-            files = item_files(item, formats, settings)
+        for done, item in enumerate(items, 1):
+            try:
+                files = item_files(item, formats, settings)
+            except Exception as e:  # noqa: BLE001 - whatever failed, the bundle says which figure it was
+                raise ExportFailed(item.name, e) from e
             for name, raw in files.items():
                 z.writestr(name, raw)
             manifest.append({"figure": item.name, "files": sorted(files)})
+            if progress is not None:
+                progress(done, item.name)
         z.writestr("manifest.json", json.dumps(manifest, indent=2))
     return buf.getvalue()

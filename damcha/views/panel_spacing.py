@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 
+from damcha.views.plotly_arrays import trace_array
+
 BAR_PAD = 4  # px between a panel and its colour bar, and around what stands in a gap
 TICK_PAD = 6  # px between an axis and its tick labels
 
@@ -37,9 +39,9 @@ def _number_chars(values: np.ndarray) -> int:
 
 
 def _trace_values(trace, letter: str) -> np.ndarray:
-    data = getattr(trace, letter, None)
+    data = trace_array(getattr(trace, letter, None))
     if data is None and trace.type in ("heatmap", "contour") and trace.z is not None:
-        z = np.asarray(trace.z, dtype=object)
+        z = np.asarray(trace_array(trace.z), dtype=object)
         return np.array([0.0, float(z.shape[0 if letter == "y" else 1] - 1)]) if z.ndim == 2 else np.array([0.0])
     try:
         return np.asarray(data, dtype=float).ravel() if data is not None else np.array([])
@@ -56,7 +58,8 @@ def _tick_label_chars(fig: go.Figure, axis_name: str, traces: list) -> int:
         return max((len(str(t)) for t in labels), default=0)
     letter = axis_name[0]
     values = [_trace_values(t, letter) for t in traces]
-    names = [v for t in traces if getattr(t, letter, None) is not None for v in getattr(t, letter) if isinstance(v, str)]
+    names = [v for t in traces if getattr(t, letter, None) is not None for v in trace_array(getattr(t, letter))
+             if isinstance(v, str)]
     if names:
         return max(len(n) for n in names)
     numbers = np.concatenate(values) if values else np.array([])
@@ -70,7 +73,7 @@ def _colour_bar_px(trace, font_size: float, character_width: float, line: float)
     values = np.array([v for v in (trace.zmin, trace.zmax) if v is not None], dtype=float)
     if values.size < 2 and getattr(trace, "z", None) is not None:
         try:
-            values = np.asarray(trace.z, dtype=float).ravel()
+            values = np.asarray(trace_array(trace.z), dtype=float).ravel()
         except (TypeError, ValueError):
             values = np.array([0.0, 1.0])
     size = bar.tickfont.size or font_size

@@ -10,28 +10,19 @@ stay images (hundreds of thousands of rectangles would make a file no viewer ope
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, unlabel_rgb
 
+from damcha.views.plotly_arrays import trace_array
+
 MAX_VECTOR_CELLS = 128 * 128  # per figure
-
-
-def _array(values) -> np.ndarray | list | None:
-    """A trace's data as given, or decoded from plotly's typed-array form ({"dtype", "bdata", "shape"})."""
-    if isinstance(values, dict) and "bdata" in values:
-        flat = np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"]))
-        shape = values.get("shape")
-        return flat.reshape(tuple(int(n) for n in str(shape).split(","))) if shape else flat
-    return values
 
 
 def _positions(coords, n: int) -> tuple[np.ndarray, np.ndarray, list | None]:
     """Cell centres and half-widths along one axis (n cells), and the categories when the axis is
     categorical (cells then sit at their category's index)."""
-    coords = _array(coords)
+    coords = trace_array(coords)
     if coords is None:
         return np.arange(n, dtype=float), np.full(n, 0.5), None
     values = list(coords)
@@ -68,7 +59,7 @@ def _cell_texts(trace: go.Heatmap, z: np.ndarray) -> np.ndarray | None:
     """What the heatmap writes in its cells (its text, or z formatted by its texttemplate), or None."""
     template = trace.texttemplate or ""
     if trace.text is not None and "%{text}" in template:
-        return np.asarray(_array(trace.text), dtype=object).reshape(z.shape).astype(str)
+        return np.asarray(trace_array(trace.text), dtype=object).reshape(z.shape).astype(str)
     if "%{z" in template:
         return np.vectorize(lambda v: "" if not np.isfinite(v) else f"{v:.3g}", otypes=[object])(z)
     return None
@@ -77,7 +68,7 @@ def _cell_texts(trace: go.Heatmap, z: np.ndarray) -> np.ndarray | None:
 def _vector_traces(trace: go.Heatmap) -> tuple[list[dict], list[go.Scatter]]:
     """The cell rectangles (layout shapes) and the carrier (colour bar, categories) and text traces
     that draw one heatmap."""
-    z = np.asarray(_array(trace.z), dtype=float)  # (rows, cols)
+    z = np.asarray(trace_array(trace.z), dtype=float)  # (rows, cols)
     rows, cols = z.shape
     xs, xhalf, xcats = _positions(trace.x, cols)
     ys, yhalf, ycats = _positions(trace.y, rows)
@@ -108,7 +99,7 @@ def vector_heatmaps(fig: go.Figure, max_cells: int = MAX_VECTOR_CELLS) -> go.Fig
     """A copy of the figure with its heatmaps drawn as vector cells (see the module's docstring), or
     the figure itself when its heatmaps hold more than `max_cells` cells together."""
     heatmaps = [t for t in fig.data if t.type == "heatmap" and t.z is not None]
-    cells = sum(np.asarray(_array(t.z)).size for t in heatmaps)
+    cells = sum(np.asarray(trace_array(t.z)).size for t in heatmaps)
     if not heatmaps or cells > max_cells:
         return fig
     shapes, traces, extents = list(fig.layout.shapes or ()), [], {}

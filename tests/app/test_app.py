@@ -438,3 +438,64 @@ def test_compare_draws_the_papers_figures_of_several_runs_on_request_and_says_wh
     at = compared(["digits-damcha", "digits-mha"])
     refused = [i.value for i in at.info if "the paper's metric figures need DAMCHA runs" in i.value]
     assert [r.split(":")[0] for r in refused] == list(PAPER_FIGURES)
+
+
+def _export_all_clicked(at: AppTest, formats: list[str]) -> None:
+    """The page's "Export all" in `formats`, clicked as a user clicks it: the ZIP it offers, opened and checked."""
+    from tests.support.exports import checked_archive, page_items
+
+    if at.multiselect(key="exp_all_formats").value != formats:
+        at.multiselect(key="exp_all_formats").set_value(formats).run()
+    at.button(key="make_all").click().run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    contents, raw = at.session_state["export_all_zip"]
+    checked_archive(raw, page_items(at), formats)
+
+
+@pytest.mark.parametrize("run", ["images-damcha", "text-damcha"])
+def test_export_all_on_every_page_makes_the_zip_of_its_figures(run):
+    """Each page's ZIP for the modalities the every-mechanism walk (digits, digit classes: tests/app/
+    test_every_mechanism.py, its data in every view) does not cover: their data files, as the page holds the
+    figures (HTML and the static formats are drawn from the figure alike on every page: the six-format test)."""
+    from tests.support.app_views import RUN_PAGES
+
+    for page in RUN_PAGES:
+        at = AppTest.from_file(APP, default_timeout=180)
+        at.query_params["run"] = run
+        at.session_state["exp_all_formats"] = ["csv", "npz"]
+        at.switch_page(f"../pages/{page}.py")
+        if at.run().session_state["export_registry"]:
+            _export_all_clicked(at, ["csv", "npz"])
+
+
+@pytest.mark.parametrize("page", ["inspector", "dynamics"])
+def test_export_all_makes_the_zip_in_all_six_formats(page):
+    """Training dynamics' ZIP failed on its cached figures ("float() argument must be ... not 'dict'") with no
+    file and no message; with a browser for the static formats (CI) all six, elsewhere the other three."""
+    from damcha.views.export import static_export_status
+
+    at = new_app("digits-damcha", page)
+    _export_all_clicked(at, ["html", "csv", "npz"] + (["png", "svg", "pdf"] if static_export_status()[0] else []))
+
+
+def test_a_failed_export_all_says_so_on_the_page_and_names_the_figure(monkeypatch):
+    import damcha.views.export as export
+
+    real = export.item_files
+
+    def failing(item, formats, settings=None):
+        if item.name == "input":
+            raise RuntimeError("the renderer went away")
+        return real(item, formats, settings)
+
+    monkeypatch.setattr(export, "item_files", failing)
+    at = new_app("digits-damcha", "inspector")
+    names = list(at.session_state["export_registry"])
+    assert "input" in names, names
+    at.multiselect(key="exp_all_formats").set_value(["csv"]).run()
+    at.button(key="make_all").click().run()
+    assert_clean(at)
+    said = " ".join(e.value for e in at.error)
+    assert "The ZIP could not be made" in said and "'input'" in said and "the renderer went away" in said
+    assert "export_all_zip" not in at.session_state

@@ -27,6 +27,7 @@ from damcha.views.export import data_csv, figure_data, read_data_csv
 from damcha.views.figure_sets import build_figure, per_head, structure_index, structure_style
 from damcha.views.typesetting import with_subscripts
 from tests.support.app_views import RUN_PAGES, every_view, in_every_view, page_app, z_of
+from tests.support.exports import checked_bundle, page_items
 from tests.support.toy_mechanism import TOY_VARIANT, Tied
 from tests.support.units import losses_without_unit, shown_texts
 
@@ -137,6 +138,7 @@ def test_every_page_renders_for_every_variant(root, variant, task):
             assert not view.exception, (page, [e.value for e in view.exception])
             assert not losses_without_unit(shown_texts(view)), (page, losses_without_unit(shown_texts(view)))
             figures += specs(view) if page == "inspector" else []
+            checked_bundle(page_items(view), ["csv", "npz"])  # "Export all"'s data of the figures as the page holds them
         if page == "inspector":
             INSPECTOR_FIGURES[run.name] = figures
 

@@ -173,3 +173,59 @@ def test_provenance_counts_layers_and_heads_from_one_as_the_app_does():
     assert written == {"layer": 1, "head": 4, "position": 5, "mode": "full", "counted_from": 1}
     assert library_params(written) == {"layer": 0, "head": 3, "position": 5, "mode": "full"}
     assert library_params({"layer": 1}) == {"layer": 1}  # an older file, counted from 0
+
+
+def test_concurrent_exports_each_get_their_own_figure_in_their_own_format():
+    """Eighteen renders at once from as many threads (two download clicks, two visitors): each gets its own
+    figure in its own format. kaleido's one return queue handed a PNG to an SVG request, and a PDF to a PNG."""
+    import threading
+
+    from pypdf import PdfReader
+
+    require_static_export()
+    figs = [figures.metric_heatmap_figure(np.random.default_rng(k).normal(size=(8, 8)), 4, f"Concurrent figure {k}")
+            for k in range(3)]
+    settings = [ExportSettings(width=300 + 40 * k, height=300, scale=1) for k in range(3)]
+    figure_bytes(figs[0], "png", settings[0])  # the renderer started, as after a first export
+    jobs = [(k, fmt) for _ in range(2) for k in range(3) for fmt in ("png", "svg", "pdf")]
+    got: dict[int, bytes] = {}
+    start = threading.Barrier(len(jobs))
+
+    def render(index: int, k: int, fmt: str) -> None:
+        start.wait()
+        got[index] = figure_bytes(figs[k], fmt, settings[k])
+
+    threads = [threading.Thread(target=render, args=(i, k, fmt)) for i, (k, fmt) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(got) == len(jobs)
+    for i, (k, fmt) in enumerate(jobs):
+        raw = got[i]
+        if fmt == "png":
+            assert raw[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", raw[16:24]) == (300 + 40 * k, 300), (k, raw[:8])
+        elif fmt == "svg":
+            assert raw.startswith(b"<svg"), (k, raw[:8])
+            assert f"Concurrent figure {k}" in " ".join(ET.fromstring(raw).itertext())
+        else:
+            assert raw.startswith(b"%PDF"), (k, raw[:8])
+            assert PdfReader(io.BytesIO(raw)).metadata.title == f"Concurrent figure {k}"
+
+
+def test_export_all_in_every_combination_of_formats_holds_each_file_as_named():
+    """Every non-empty combination of the formats that need no browser, and with a browser at hand (CI) each
+    static format alone and all six together (a format's files do not depend on the others chosen)."""
+    from itertools import combinations
+
+    from damcha.views.export import STATIC_FORMATS, static_export_status
+    from tests.support.exports import checked_bundle
+
+    plain = ("html", "csv", "npz")
+    chosen = [list(c) for size in range(1, 4) for c in combinations(plain, size)]
+    if static_export_status()[0]:
+        chosen += [[fmt] for fmt in STATIC_FORMATS] + [[*STATIC_FORMATS, *plain]]
+    item = ExportItem("metric", FIG, Provenance("metric"))
+    for formats in chosen:
+        members = checked_bundle([item], formats)
+        assert set(members) == {f"metric.{f}" for f in formats} | {"metric.provenance.json"}

@@ -302,3 +302,22 @@ def test_the_comparison_at_a_single_column_draws_its_heatmaps_square_and_no_smal
         w, h = a["x1"] - a["x0"], a["y1"] - a["y0"]
         assert abs(w - h) <= 2 and w >= 80, a
     assert not clashes(drawn)
+
+
+@pytest.mark.slow
+def test_every_named_figure_as_the_apps_cache_hands_it_out_exports_and_lays_out_as_drawn(every_figure):
+    """Streamlit's cache hands out pickled copies, whose arrays plotly holds as {"dtype", "bdata", "shape"}:
+    such a copy exports the same data (Training dynamics' "Export all" failed on it with "float() argument
+    must be ... not 'dict'") and is typeset with the same margins (its numbers read as three category names)."""
+    import pickle
+
+    from damcha.views.export import figure_data
+
+    settings = ExportSettings.column("single column")
+    for name, fig in every_figure:
+        cached = pickle.loads(pickle.dumps(fig))
+        drawn, handed_out = figure_data(fig), figure_data(cached)
+        assert drawn.keys() == handed_out.keys(), name
+        for key, values in drawn.items():
+            np.testing.assert_array_equal(handed_out[key], values, err_msg=f"{name}: {key}")
+        assert paper_style(cached, settings).layout.margin == paper_style(fig, settings).layout.margin, name
