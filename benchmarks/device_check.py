@@ -2,9 +2,10 @@
 
     python benchmarks/device_check.py --out DIR
 
-0. The cost table first (`python -m damcha costs --scale paper`): one training step of every run
-   configuration of the paper-scale claims on this GPU, written into damcha/evidence/cost_table.json
-   under the GPU's name and copied to DIR/cost_table.json (commit it: the evidence budget reads it).
+0. The cost table first (`python -m damcha costs --scale paper --replace`): one training step of every run
+   configuration of the paper-scale claims on this GPU, written under the GPU's name into DIR/cost_table.json,
+   a copy of damcha/evidence/cost_table.json (copy it over the shipped one and commit it: the evidence budget
+   reads it). The shipped table itself is never written by this script.
    --costs-only stops there; --skip-costs leaves it out.
 1. The train CLI on CUDA: fp32, bf16 autocast, torch.compile, and torchrun with NCCL (one process
    per visible GPU), each for one short epoch; every run must load back and give the same loss
@@ -24,16 +25,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from damcha.inputs.datasets import load_dataset
-
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # before the package's first import: the script runs from a clone, uninstalled
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from damcha import ModelConfig, build_model, inspect_input, variant_config  # noqa: E402
 from damcha.evidence.costs import SHIPPED_TABLE  # noqa: E402
+from damcha.inputs.datasets import load_dataset  # noqa: E402
 from damcha.runs.checkpoints import load_model, load_run  # noqa: E402
 from damcha.runs.evaluation import evaluate  # noqa: E402
 
@@ -56,11 +56,12 @@ def check_training(out: Path, device: str) -> None:
 
 def measure_costs(out: Path, device: str) -> None:
     scale = "paper" if device == "cuda" else "tiny"  # (on the CPU: to exercise the script)
-    subprocess.run([sys.executable, "-m", "damcha", "costs", "--scale", scale, "--device", device, "--repeats", "10"],
-                   cwd=ROOT, check=True)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SHIPPED_TABLE, out / "cost_table.json")
-    print(f"cost table: {out / 'cost_table.json'}", flush=True)
+    table = out / "cost_table.json"
+    shutil.copy(SHIPPED_TABLE, table)
+    subprocess.run([sys.executable, "-m", "damcha", "costs", "--scale", scale, "--device", device, "--repeats", "10",
+                    "--table", str(table), "--replace"], cwd=ROOT, check=True)
+    print(f"cost table: {table}", flush=True)
 
 
 def report(name: str, run_dir: Path) -> None:

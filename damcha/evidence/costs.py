@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from damcha.inputs.datasets.generated import write_standard_format_files
 from damcha.model.config import ModelConfig
 from damcha.model.transformer import build_model
 from damcha.runs.checkpoints import write_text_atomic
-from damcha.runs.machine import device_name
+from damcha.runs.files import CheckpointError, read_json
 from damcha.runs.memory import DoesNotFit, check_training_fits
 from damcha.runs.train import TrainConfig, make_optimizer, optimiser_step
 
@@ -99,6 +100,10 @@ def _planned(claim: Claim, arm: Arm, name: str, setting: Setting) -> PlannedRun:
 
 # ----------------------------------------------------------------------------- the table
 
+MAX_TABLE_BYTES = 8 * 2**20  # a table of every scale on a dozen devices is well under 1 MB
+ROW_KEYS = {"config": dict, "batch": int, "precision": str, "compiled": bool}
+
+
 class CostTable:
     """device name -> its measured rows ({config, batch, precision, compiled, step_seconds | does_not_fit,
     arms, ...}); later files' rows replace earlier ones of the same step kind."""
@@ -108,17 +113,19 @@ class CostTable:
 
     @classmethod
     def read(cls, *paths: Path | str | None) -> CostTable:
+        """The tables at `paths` merged (a path that does not exist adds nothing). Each is read as the run
+        folder's files are (a regular file of at most MAX_TABLE_BYTES, bounded nesting) and refused in words,
+        naming the file and the field, when it is not a cost table."""
         table = cls({})
         for path in (Path(p) for p in paths if p is not None):
-            if not path.exists():
+            if not os.path.lexists(path):
                 continue
             try:
-                doc = json.loads(path.read_text())
-            except (OSError, ValueError) as e:
-                raise ValueError(f"the cost table {path} cannot be read ({e}); measure it again with "
-                                 "`python -m damcha costs`") from None
-            for device, entry in doc.get("devices", {}).items():
-                table = table.with_rows(device, entry.get("rows", []), {k: v for k, v in entry.items() if k != "rows"})
+                doc = read_json(path, MAX_TABLE_BYTES, None, "cost table")
+            except CheckpointError as e:
+                raise ValueError(f"{e}: it cannot be read as a cost table (one is written by `python -m damcha costs`)") from None
+            for device, entry in validated_devices(doc, path).items():
+                table = table.with_rows(device, entry["rows"], {k: v for k, v in entry.items() if k != "rows"})
         return table
 
     def row(self, device: str, kind: StepKind) -> dict | None:
@@ -132,6 +139,37 @@ class CostTable:
 
     def write(self, path: Path | str) -> None:
         write_text_atomic(Path(path), json.dumps({"devices": self.devices}, indent=1) + "\n")
+
+
+def validated_devices(doc, path: Path) -> dict[str, dict]:
+    """The `devices` of a parsed cost table, every row's fields checked; a ValueError naming the file and the
+    first field that is wrong."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("devices"), dict):
+        found = f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else f"an object of {sorted(doc)[:5]}"
+        raise ValueError(f"{path}: not a cost table ({found}, no 'devices' object); a cost table is written by "
+                         "`python -m damcha costs`, and no other file is read or written as one")
+    for device, entry in doc["devices"].items():
+        where = f"{path}: devices[{device[:80]!r}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("rows"), list):
+            raise ValueError(f"{where}: not an object with a 'rows' list")
+        for i, row in enumerate(entry["rows"]):
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}.rows[{i}]: not an object")
+            for key, kind in ROW_KEYS.items():
+                if not isinstance(row.get(key), kind) or (kind is int and isinstance(row.get(key), bool)):
+                    raise ValueError(f"{where}.rows[{i}].{key}: {type(row.get(key)).__name__}, not {kind.__name__}")
+            seconds = row.get("step_seconds")
+            if seconds is None and not isinstance(row.get("does_not_fit"), str):
+                raise ValueError(f"{where}.rows[{i}]: neither step_seconds nor does_not_fit")
+            if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                                        or not math.isfinite(seconds) or seconds <= 0):
+                raise ValueError(f"{where}.rows[{i}].step_seconds: {str(seconds)[:40]}, not a positive number of seconds")
+    return doc["devices"]
+
+
+def replaced_rows(table: CostTable, device: str, kinds: Iterable[StepKind]) -> list[dict]:
+    """The rows of `device` that measuring `kinds` would replace."""
+    return [r for r in (table.row(device, kind) for kind in kinds) if r is not None]
 
 
 def _key(row: dict) -> str:
@@ -186,20 +224,27 @@ def _synchronise(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(scale: Scale, device: torch.device, repeats: int = 3, only: list[str] | None = None,
-            progress: bool = True) -> tuple[str, list[dict]]:
-    """One row per step kind of the scale's claims (those `only` names), measured on `device`: (the
-    device's name, the rows)."""
-    with generated_setting(scale, device.type) as setting:
+def step_kinds(scale: Scale, device_type: str, only: list[str] | None = None) -> dict[StepKind, list[str]]:
+    """Every distinct step kind of the scale's claims (those `only` names), with the arms that train it."""
+    with generated_setting(scale, device_type) as setting:
         kinds: dict[StepKind, list[str]] = {}
         for run in planned_runs(setting, scale_claims_chosen(setting, only), 1):
             kinds.setdefault(run.kind, []).append(f"{run.claim}: {run.arm}")
+    return kinds
+
+
+def measure(kinds: dict[StepKind, list[str]], device: torch.device, repeats: int = 3,
+            progress: bool = True) -> list[dict]:
+    """One row per step kind, measured on `device`, each with what it was measured under: the date, torch's
+    threads and the machine's load per core as the row began (a row timed beside other work is slower)."""
     rows = []
-    for kind, arms in tqdm(kinds.items(), desc=f"timing the steps of --scale {scale.name}", disable=not progress):
-        rows.append({**kind.row_key(), "arms": sorted(set(arms)), **measure_step(kind, device, repeats)})
+    for kind, arms in tqdm(kinds.items(), desc="timing one training step of each configuration", disable=not progress):
+        under = {"measured": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(),
+                 "load_per_core": round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)}
+        rows.append({**kind.row_key(), "arms": sorted(set(arms)), **measure_step(kind, device, repeats), **under})
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return device_name(device), rows
+    return rows
 
 
 @contextmanager

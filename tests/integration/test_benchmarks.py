@@ -140,3 +140,34 @@ def test_the_reproduction_benchmark_samples_every_kind_and_compares_value_for_va
     assert rows == [{"metric": "val_nll", "stored": 1.0, "here": 1.0 + 1e-7, "identical": False,
                      "relative_difference": pytest.approx(1e-7)}]
     assert reproduction.compared({"a": 0.5}, {"a": 0.5})[0]["identical"]
+
+
+def test_the_device_check_puts_the_clone_on_the_path_before_it_imports_the_package():
+    """The one script a lent GPU runs, from a fresh clone with the package not installed: no import of damcha at
+    its top before its sys.path.insert (it failed with ModuleNotFoundError there)."""
+    import ast
+
+    for script in [ROOT / "benchmarks" / "device_check.py"]:
+        body = ast.parse(script.read_text()).body
+        inserted = next((i for i, node in enumerate(body) if "sys.path.insert" in ast.unparse(node)), None)
+        for i, node in enumerate(body):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n == "damcha" or n.startswith("damcha.") for n in names):
+                assert inserted is not None and i > inserted, f"{script.name}: {ast.unparse(node)}"
+
+
+def test_the_device_check_runs_its_cpu_dry_run_from_another_folder_and_leaves_the_shipped_table(tmp_path):
+    from damcha.evidence.costs import SHIPPED_TABLE
+
+    shipped = SHIPPED_TABLE.read_bytes()
+    script = str(ROOT / "benchmarks" / "device_check.py")
+    helped = subprocess.run([sys.executable, script, "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert helped.returncode == 0 and "--costs-only" in helped.stdout
+    done = subprocess.run([sys.executable, script, "--device", "cpu", "--costs-only", "--out", str(tmp_path / "out")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads((tmp_path / "out" / "cost_table.json").read_text())["devices"]
+    assert any(device.startswith("CPU ") and all("threads" in r for r in entry["rows"] if "load_per_core" in r)
+               for device, entry in written.items())
+    assert SHIPPED_TABLE.read_bytes() == shipped

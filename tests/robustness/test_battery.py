@@ -285,6 +285,64 @@ def attention_options_as_a_list(tmp: Path) -> Case:
     return case
 
 
+# --- cost tables: `damcha costs --table` writes only a cost table, and reads one as the run folder's files are read ---
+
+def _costs_into(table: Path, *words: str) -> Case:
+    return Case(["costs", "--scale", "tiny", "--only", "table5_text@text8", "--repeats", "1", "--table", table], [table],
+                list(words), owned=[table.parent])
+
+
+def costs_pointed_at_a_copy_of_the_evidence_results(tmp: Path) -> Case:
+    (tmp / "mine").mkdir()
+    shutil.copy(SHIPPED / "evidence" / "results.json", tmp / "mine" / "results.json")
+    return _costs_into(tmp / "mine" / "results.json", "cannot be read as a cost table")
+
+
+def costs_pointed_at_a_runs_config(tmp: Path) -> Case:
+    return _costs_into(_run(tmp) / "config.json", "not a cost table")
+
+
+def _table_file(tmp: Path, text: str) -> Path:
+    (tmp / "tables").mkdir()
+    (tmp / "tables" / "costs.json").write_text(text)
+    return tmp / "tables" / "costs.json"
+
+
+def a_cost_table_that_is_a_list(tmp: Path) -> Case:
+    return _costs_into(_table_file(tmp, "[1, 2, 3]"), "not a cost table (a JSON list")
+
+
+def a_cost_table_whose_devices_are_a_list(tmp: Path) -> Case:
+    return _costs_into(_table_file(tmp, '{"devices": ["CPU"]}'), "not a cost table")
+
+
+def a_cost_table_whose_rows_are_a_string(tmp: Path) -> Case:
+    return _costs_into(_table_file(tmp, '{"devices": {"CPU": {"rows": "fast"}}}'), "devices['CPU']", "'rows' list")
+
+
+def a_cost_table_row_with_a_string_batch(tmp: Path) -> Case:
+    row = '{"config": {}, "batch": "64", "precision": "fp32", "compiled": false, "step_seconds": 1.0}'
+    return _costs_into(_table_file(tmp, '{"devices": {"CPU": {"rows": [' + row + ']}}}'), "rows[0].batch", "not int")
+
+
+def a_cost_table_nested_100000_deep(tmp: Path) -> Case:
+    return _costs_into(_table_file(tmp, "[" * 100_000 + "]" * 100_000), "nested")
+
+
+def a_cost_table_linked_to_dev_zero(tmp: Path) -> Case:
+    (tmp / "tables").mkdir()
+    (tmp / "tables" / "costs.json").symlink_to("/dev/zero")
+    return _costs_into(tmp / "tables" / "costs.json", "not a regular file (a character device)")
+
+
+def a_cost_table_that_is_a_fifo(tmp: Path) -> Case:
+    import os
+
+    (tmp / "tables").mkdir()
+    os.mkfifo(tmp / "tables" / "costs.json")
+    return _costs_into(tmp / "tables" / "costs.json", "not a regular file (a named pipe)")
+
+
 BATTERY = [export_into_the_run_itself, export_into_another_run, export_into_a_folder_with_a_config,
            export_onto_a_file, import_into_a_folder_with_a_config,
            a_billion_laughs_as_the_epoch, a_billion_laughs_in_the_config, values_nested_200_deep,
@@ -294,7 +352,11 @@ BATTERY = [export_into_the_run_itself, export_into_another_run, export_into_a_fo
            a_trainer_state_of_11_million_empty_entries, a_sparse_weights_file_of_200_mb, pickled_weights_only,
            lying_safetensors_offsets, nan_weights, a_text_of_5_1_mb, a_5000_digit_integer_in_config,
            a_5000_digit_epoch_in_metrics, a_400_digit_loss_in_metrics, infinity_in_config,
-           attention_options_as_a_list]
+           attention_options_as_a_list,
+           costs_pointed_at_a_copy_of_the_evidence_results, costs_pointed_at_a_runs_config, a_cost_table_that_is_a_list,
+           a_cost_table_whose_devices_are_a_list, a_cost_table_whose_rows_are_a_string,
+           a_cost_table_row_with_a_string_batch, a_cost_table_nested_100000_deep, a_cost_table_linked_to_dev_zero,
+           a_cost_table_that_is_a_fifo]
 
 
 # --- 2. a disk that fills: each writer on a real 2 MB tmpfs (tests/robustness/conftest.py) ----------------

@@ -173,3 +173,35 @@ def test_the_costs_commands_threads_and_repeats_are_honoured_and_torchs_threads_
     (device, entry), = json.loads(table.read_text())["devices"].items()
     assert device.endswith(", 2 threads")
     assert [r["timed_steps"] for r in entry["rows"]] == [2, 2, 2]
+
+
+def test_a_rerun_into_a_table_replaces_this_devices_rows_only_when_asked_and_says_so(tmp_path, capsys):
+    table = tmp_path / "costs.json"
+    command = ["costs", "--scale", "tiny", "--only", "table5_text@text8", "--repeats", "1", "--table", str(table)]
+    assert main(command) == 0
+    first = table.read_bytes()
+    rows = json.loads(first)["devices"]
+    (device, entry), = rows.items()
+    for row in entry["rows"]:  # what each row was measured under, beside it
+        assert row["threads"] == 1 and row["load_per_core"] >= 0 and len(row["measured"]) == 10
+    assert "load per core up to" in capsys.readouterr().out
+    assert main(command) == 2
+    said = capsys.readouterr().err
+    assert f"{table} already holds 3 of these 3 step kinds measured on {device}" in said and "--replace" in said
+    assert table.read_bytes() == first  # refused before anything was timed or written
+    assert main([*command, "--replace"]) == 0
+    assert "replacing 3 rows measured before" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--threads", "-4"], "--threads -4: a step runs on at least one thread"),
+    (["--threads", "0"], "--threads 0: a step runs on at least one thread"),
+    (["--repeats", "0"], "--repeats 0: at least one timed step is needed"),
+    (["--device", "banana"], "--device 'banana': cpu, cuda or cuda:N"),
+    (["--only", "table6_classification"], "--only table6_classification: no claim at --scale tiny trains a run there"),
+])
+def test_the_costs_command_refuses_what_it_cannot_time_in_words_and_writes_nothing(tmp_path, capsys, flags, words):
+    table = tmp_path / "costs.json"
+    assert main(["costs", "--scale", "tiny", "--table", str(table), *flags]) == 2
+    assert words in capsys.readouterr().err
+    assert not table.exists()
