@@ -9,6 +9,7 @@ renamed without the docs following).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -95,14 +96,27 @@ def rendered(text: str) -> str:
     return text
 
 
-def main() -> int:
+def main(argv: list[str] | None = None, docs: Path = DOCS) -> int:
+    """Rewrite the generated blocks of the pages in `docs`; with --check, write nothing and exit 1 naming each page
+    whose blocks differ from what the registries and results give."""
+    parser = argparse.ArgumentParser(description="The docs' generated blocks, from the registries and the results.")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page's blocks are stale")
+    args = parser.parse_args(argv)
+    stale = []
     for page in PAGES:
-        path = DOCS / page
+        path = docs / page
         text = path.read_text(encoding="utf-8")
         new = rendered(text)
-        if new != text:
+        if new == text:
+            continue
+        stale.append(path)
+        if not args.check:
             path.write_text(new, encoding="utf-8")
             print(f"rewrote the generated blocks of {path}", file=sys.stderr)
+    if args.check and stale:
+        print("stale generated blocks in " + ", ".join(map(str, stale)) + ": run `python tools/generated_docs.py`",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import json
 import math
 import os
@@ -250,17 +252,28 @@ def _families(claim: Claim, comparisons: list[dict]) -> list[dict]:
     return rows
 
 
+CSV_SECTIONS = ("arm,seed,metric,value", "arm,metric,mean,low,high", "arm,paper",
+                "metric,better,than,scale,gain,low,high,ratio,p,holm_rejected,mdd,sd,n,counted,verdict")
+
+
 def write_csv(path: Path, result: dict) -> None:
-    lines = ["arm,seed,metric,value"] + [f"{arm},{s},{k},{v}" for arm, rows in result["values"].items()
-                                         for s, row in enumerate(rows) for k, v in row.items()]
-    lines += ["", "arm,metric,mean,low,high"] + [f"{r['arm']},{r['metric']},{r['mean']},{r['low']},{r['high']}"
-                                                 for r in result["details"]]
-    lines += ["", "arm,paper"] + [f"{r['arm']},{r['paper']}" for r in result["summary"] if r["paper"] is not None]
-    lines += ["", "metric,better,than,scale,gain,low,high,ratio,p,holm_rejected,mdd,sd,n,counted,verdict"] + [
-        f"{c['metric']},{c['better']},{c['than']},{c['scale']},{c['gain']},{c['low']},{c['high']},{c['ratio']},{c['p']},"
-        f"{c.get('holm_rejected', '')},{c['mdd']},{c['sd']},{c['n']},{c['counted']},{c['verdict']}"
-        for c in result["comparisons"]]
-    write_text_atomic(path, "\n".join(lines) + "\n")
+    """A claim's values, intervals, the paper's numbers and its comparisons: four tables, each under its header
+    line and separated by an empty line, written by the csv module (an arm named with a comma is quoted)."""
+    sections = [
+        [[arm, s, k, v] for arm, rows in result["values"].items() for s, row in enumerate(rows) for k, v in row.items()],
+        [[r["arm"], r["metric"], r["mean"], r["low"], r["high"]] for r in result["details"]],
+        [[r["arm"], r["paper"]] for r in result["summary"] if r["paper"] is not None],
+        [[c["metric"], c["better"], c["than"], c["scale"], c["gain"], c["low"], c["high"], c["ratio"], c["p"],
+          c.get("holm_rejected", ""), c["mdd"], c["sd"], c["n"], c["counted"], c["verdict"]] for c in result["comparisons"]],
+    ]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for i, (header, rows) in enumerate(zip(CSV_SECTIONS, sections, strict=True)):
+        if i:
+            writer.writerow([])
+        writer.writerow(header.split(","))
+        writer.writerows(rows)
+    write_text_atomic(path, buffer.getvalue())
 
 
 def compute_record(doc: dict) -> dict:

@@ -42,3 +42,22 @@ def test_the_docs_numbers_are_the_shipped_results_and_a_changed_number_changes_t
     changed = copy.deepcopy(shipped)
     changed["claims"][0]["details"][0]["mean"] += 1.0  # (the arms table reads each metric's details)
     assert claim_numbers_markdown(changed) != claim_numbers_markdown(shipped)
+
+
+def test_every_shipped_evidence_csv_reads_back_with_the_csv_module_as_its_results():
+    """An arm named with a comma ("DAMCHA, f from the identity") is quoted: each of the four tables of every
+    claim's CSV reads back with Python's csv module at its header's width, and its values are the results'."""
+    import csv
+
+    from damcha.evidence.results import CSV_SECTIONS
+
+    doc = load_results(ROOT / "checkpoints" / "evidence")
+    for claim in doc["claims"]:
+        text = (ROOT / "checkpoints" / "evidence" / f"{claim['key']}.csv").read_text()
+        tables = [list(csv.reader(part.splitlines())) for part in text.rstrip("\n").split("\n\n")]
+        assert [",".join(t[0]) for t in tables] == list(CSV_SECTIONS), claim["key"]
+        for table in tables:
+            assert all(len(row) == len(table[0]) for row in table), (claim["key"], table[0])
+        values = {(arm, int(seed), metric): float(value) for arm, seed, metric, value in tables[0][1:]}
+        assert values == {(arm, s, k): v for arm, rows in claim["values"].items() for s, row in enumerate(rows)
+                          for k, v in row.items()}, claim["key"]

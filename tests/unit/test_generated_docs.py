@@ -26,3 +26,19 @@ def test_a_data_set_registered_without_the_docs_following_is_caught():
         assert rendered(text) != text and "`my-corpus`" in rendered(text)
     finally:
         unregister("my-corpus")
+
+
+def test_check_writes_nothing_and_fails_on_a_stale_block_and_the_plain_run_rewrites_it(tmp_path, monkeypatch, capsys):
+    import generated_docs
+
+    monkeypatch.setattr(generated_docs, "BLOCKS", {"variants": BLOCKS["variants"]})  # the one block this test edits
+    for page in PAGES:
+        (tmp_path / page).write_text((DOCS / page).read_text(encoding="utf-8"), encoding="utf-8")
+    library = tmp_path / "library.md"
+    stale = library.read_text(encoding="utf-8").replace("Variants (", "Variants (a stale count, ", 1)
+    library.write_text(stale, encoding="utf-8")
+    assert generated_docs.main(["--check"], docs=tmp_path) == 1
+    assert library.read_text(encoding="utf-8") == stale and "stale generated blocks in" in capsys.readouterr().err
+    assert generated_docs.main([], docs=tmp_path) == 0
+    assert library.read_text(encoding="utf-8") == (DOCS / "library.md").read_text(encoding="utf-8")
+    assert generated_docs.main(["--check"], docs=tmp_path) == 0
