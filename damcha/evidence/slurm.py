@@ -132,6 +132,7 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
     """Run every task (a list of (arm, seed) units sharing a run) as one job-array element; yield each
     task's results [(unit, value, seconds), ...] as its job finishes."""
     import submitit
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
 
     executor = submitit.AutoExecutor(folder=Path(work) / "slurm" / "%j", cluster="slurm")
     executor.update_parameters(
@@ -143,9 +144,13 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
                                         ("qos", settings.qos)) if v is not None})
 
     def submit(indices: list[int]) -> dict[int, object]:
-        jobs = executor.map_array(slurm_task, [tasks[i] for i in indices], [quick] * len(indices),
-                                  [str(work)] * len(indices), [setting] * len(indices),
-                                  [settings.cpus_per_unit] * len(indices))
+        try:
+            jobs = executor.map_array(slurm_task, [tasks[i] for i in indices], [quick] * len(indices),
+                                      [str(work)] * len(indices), [setting] * len(indices),
+                                      [settings.cpus_per_unit] * len(indices))
+        except (FailedJobError, FailedSubmissionError) as e:  # sbatch's refusal (account, partition, QoS, time, resources): its own words
+            raise SlurmError(f"sbatch refused the evidence's jobs: {sbatch_reason(str(e))}; the units recorded so far "
+                             "are kept") from None
         return dict(zip(indices, jobs))
 
     running, attempts = submit(list(range(len(tasks)))), dict.fromkeys(range(len(tasks)), 0)
@@ -174,6 +179,13 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
             running.update(submit(lost))  # cancelled, preempted, timed out or lost with its node: again
         if running:
             time.sleep(POLL_SECONDS)
+
+
+def sbatch_reason(said: str) -> str:
+    """Slurm's own reason from what submitit reports of a refused sbatch (its `sbatch: error:` lines)."""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    reasons = [line.split("error:", 1)[1].strip() for line in lines if "sbatch: error:" in line]
+    return "; ".join(dict.fromkeys(reasons)) or (lines[-1][:300] if lines else "no message")
 
 
 def _queued(arrays: set[str]) -> set[str]:

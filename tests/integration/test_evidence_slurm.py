@@ -124,6 +124,20 @@ def test_a_slurm_launch_that_cannot_work_is_refused_before_anything_is_submitted
     assert queue.stdout.strip() == "" and not (tmp_path / "out" / "work" / "slurm").exists()  # nothing submitted
 
 
+def test_a_job_sbatch_refuses_ends_in_one_line_with_slurms_reason(cluster, tmp_path):
+    """What only sbatch can judge (here a GPU from a cluster that declares none): its own reason on one line, the
+    command's last, no traceback, and nothing queued."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    refused = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--gpus-per-unit", "1"), cwd=ROOT,
+                             capture_output=True, text=True, timeout=600, env=cluster)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in refused.stderr and last.startswith("error: sbatch refused the evidence's jobs: "), last
+    assert len(last) > len("error: sbatch refused the evidence's jobs: ") + 10  # Slurm's reason, not an empty one
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster).stdout.strip() == ""
+
+
 def test_a_work_folder_other_nodes_cannot_see_is_refused_on_a_cluster_of_several_nodes(tmp_path, monkeypatch):
     from damcha.evidence.slurm import SlurmError, SlurmSettings, check, file_system
 
