@@ -21,7 +21,7 @@ from pathlib import Path
 
 from damcha.inputs.cache_folder import cache_folder
 from damcha.runs.checkpoints import Run, write_text_atomic
-from damcha.runs.files import file_sha256
+from damcha.runs.files import file_sha256, read_json
 
 DEFAULT_CACHE_MB = 512
 SHIPPED_FOLDER = "derived"  # a run's entries computed when it was made, shipped in its folder
@@ -52,15 +52,15 @@ def shipped_path(kind: str, key: str, snapshots: list[tuple[Run, int]]) -> Path 
 
 
 def read_shipped(kind: str, key: str, snapshots: list[tuple[Run, int]]):
-    """The entry the run shipped, or None (absent, too large, or not JSON). Read as the run's own
-    record, like its training log: the key names the snapshot's content, so a retrained snapshot
-    never reads a stale entry."""
+    """The entry the run shipped, or None (absent, too large, not JSON, or not a regular file inside the run's own
+    folder: a link out of it is never followed, as for every file of a run). Read as the run's own record, like
+    its training log: the key names the snapshot's content, so a retrained snapshot never reads a stale entry."""
     path = shipped_path(kind, key, snapshots)
+    if path is None or not os.path.lexists(path):
+        return None
     try:
-        if path is None or path.stat().st_size > MAX_SHIPPED_BYTES:
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path, MAX_SHIPPED_BYTES, snapshots[0][0].path, f"{kind} table", allow_non_finite=True)
+    except ValueError:  # (CheckpointError) outside the run, a FIFO, too large, torn: computed again
         return None
 
 

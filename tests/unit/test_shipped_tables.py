@@ -85,3 +85,26 @@ def test_only_one_runs_entry_ships_with_it():
     runs = [RUNS["digits-mha"], RUNS["digits-damcha"]]
     with pytest.raises(ValueError, match="one run"):
         disk_cache.ship("pair", {}, [(r, r.epochs[-1]) for r in runs], dict)
+
+
+def test_a_shipped_entry_linked_out_of_its_run_is_never_read(tmp_path, monkeypatch):
+    """On a fenced server a run's derived/ table that links to a file outside the run had that file's values
+    shown on the Data table page: the link is not followed and the table is computed from the run itself."""
+    import shutil
+
+    monkeypatch.setenv("DAMCHA_CACHE", str(tmp_path / "cache"))
+    shutil.copytree(SHIPPED / "digits-mha", tmp_path / "runs" / "digits-mha")
+    run = load_run(tmp_path / "runs" / "digits-mha")
+    snapshots = [(run, run.epochs[-1])]
+    settings = shipped_tables(run)["validation_table"][0]
+    path = disk_cache.shipped_path("validation_table", disk_cache.entry_key("validation_table", settings, snapshots),
+                                   snapshots)
+    outside = tmp_path / "secret.json"
+    outside.write_text(json.dumps({"rows": "the outside file's values"}))
+    path.unlink()
+    path.symlink_to(outside)
+    assert disk_cache.read_shipped("validation_table", path.stem, snapshots) is None
+    assert disk_cache.cached("validation_table", settings, snapshots, lambda: {"rows": "computed"}) == {"rows": "computed"}
+    path.unlink()
+    path.symlink_to(path.parent.parent.parent / "config.json")  # a link that stays inside the run is read as a file
+    assert disk_cache.read_shipped("validation_table", path.stem, snapshots)["model"]
