@@ -118,11 +118,14 @@ class DamchaPreTrainedModel(PreTrainedModel):
         self.transformer.tok_emb = value
         self.transformer.config = dataclasses.replace(self.transformer.config, vocab_size=value.num_embeddings)
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+    def gradient_checkpointing_enable(self, *args, **kwargs) -> None:
+        """Refused in words however it is called (Trainer's gradient_checkpointing=True passes every_n_layers)."""
         raise ValueError(f"{type(self).__name__} does not checkpoint activations through Hugging Face: the project's "
                          "training does (damcha train --activation-checkpointing, under FSDP2); the mechanisms' "
                          "per-call structures (DAMCHA's shared metric) are computed once per stack and would be "
                          "recomputed per block by Hugging Face's per-layer checkpointing")
+
+    activation_checkpointing_enable = gradient_checkpointing_enable  # the name Trainer calls first (v5)
 
     def _run(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor | None,
              kwargs: dict, output_attentions: bool | None, output_hidden_states: bool | None,

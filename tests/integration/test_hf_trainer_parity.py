@@ -214,3 +214,10 @@ def test_docs_interop_lists_each_trainer_option_this_suite_holds():
     for option in ("gradient_accumulation_steps", "label_smoothing_factor", "problem_type", "return_dict=False",
                    "resid_pdrop", "test_hf_trainer_parity.py"):
         assert option in section, option
+
+
+def test_trainer_gradient_checkpointing_is_refused_in_the_projects_words(tmp_path):
+    arguments = transformers.TrainingArguments(str(tmp_path / "gc"), gradient_checkpointing=True, max_steps=1,
+                                               report_to=[], use_cpu=True, save_strategy="no")
+    with pytest.raises(ValueError, match="does not checkpoint activations through Hugging Face"):
+        transformers.Trainer(model=_causal_lm(), args=arguments, train_dataset=_rows(4, False)).train()
