@@ -151,6 +151,11 @@ class DamchaPreTrainedModel(PreTrainedModel):
         if output_attentions and implementation != "eager":
             raise ValueError("output_attentions needs attn_implementation='eager' (the fused path never builds the "
                              "weights); load with attn_implementation='eager' or call set_attn_implementation('eager')")
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError(f"a {attention_mask.dim()}-D attention_mask (packed sequences, a custom pattern) cannot be "
+                             f"honoured by {type(self).__name__}: its masks and any context a mechanism computes from the "
+                             "sequence (DAMCHA's prefix mean) follow a 2-D padding mask, one sequence per row; pass a "
+                             "(batch, length) mask")
         real = None if attention_mask is None else attention_mask.bool()  # (B, T), or (B, S + T) with a cache
         if cache is not None and real is not None and real.shape[1] == cache.length + inputs.shape[1]:
             real = real[:, cache.length:]  # (B, T): the cache holds the earlier tokens' flags

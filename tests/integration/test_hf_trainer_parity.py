@@ -221,3 +221,11 @@ def test_trainer_gradient_checkpointing_is_refused_in_the_projects_words(tmp_pat
                                                report_to=[], use_cpu=True, save_strategy="no")
     with pytest.raises(ValueError, match="does not checkpoint activations through Hugging Face"):
         transformers.Trainer(model=_causal_lm(), args=arguments, train_dataset=_rows(4, False)).train()
+
+
+def test_a_4d_attention_mask_is_refused_in_words_by_every_class():
+    x = torch.randint(0, VOCAB - 1, (2, LENGTH), generator=torch.Generator().manual_seed(7))
+    four = torch.ones(2, 1, LENGTH, LENGTH)
+    for model in (_causal_lm(), _classifier()):
+        with pytest.raises(ValueError, match="a 4-D attention_mask .* pass a \\(batch, length\\) mask"):
+            model(x, attention_mask=four)
