@@ -229,3 +229,18 @@ def test_a_4d_attention_mask_is_refused_in_words_by_every_class():
     for model in (_causal_lm(), _classifier()):
         with pytest.raises(ValueError, match="a 4-D attention_mask .* pass a \\(batch, length\\) mask"):
             model(x, attention_mask=four)
+
+
+@pytest.mark.parametrize("variant", [v for v in variant_names() if hf.DamchaForCausalLM(
+    hf.DamchaConfig.from_model_config(variant_config(_base(), v))).transformer.mechanism.decodes_with_cache])
+def test_beam_search_with_the_cache_gives_the_beams_of_recomputing_the_prefix(variant):
+    """generate(num_beams=3) reorders the PrefixCache as beams survive (it was refused: "the cache cannot be
+    reordered"), and gives exactly the sequences and scores of recomputing the whole prefix at every step."""
+    model = _causal_lm(variant).eval()
+    prompt = torch.randint(0, VOCAB - 1, (2, 3), generator=torch.Generator().manual_seed(8))
+    settings = dict(num_beams=3, num_return_sequences=2, max_new_tokens=LENGTH - 3, do_sample=False,
+                    pad_token_id=VOCAB - 1, output_scores=True, return_dict_in_generate=True)
+    cached = model.generate(prompt, use_cache=True, **settings)
+    recomputed = model.generate(prompt, use_cache=False, **settings)
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(cached.sequences_scores, recomputed.sequences_scores, rtol=1e-5, atol=1e-5)

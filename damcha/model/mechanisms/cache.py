@@ -61,6 +61,20 @@ class PrefixCache:
         empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, T, 1)
         return allowed | (empty & (key_at == query_at))  # (B, 1, T, S + T)
 
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:
+        """Keep, for each row, the cache of row beam_idx[row] (beam search's step: Hugging Face's generate() calls
+        this with the surviving beams' rows): every layer's keys, values and state, the real flags and the shared
+        state, all of which hold the batch first."""
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t.index_select(0, beam_idx.to(t.device))  # (B, ...)
+
+        for layer in self.layers:
+            layer.keys = None if layer.keys is None else pick(layer.keys)  # (B, H, S, e)
+            layer.values = None if layer.values is None else pick(layer.values)  # (B, H, S, d)
+            layer.state = {k: pick(v) if isinstance(v, torch.Tensor) else v for k, v in layer.state.items()}
+        self.real = None if self.real is None else pick(self.real)  # (B, S)
+        self.state = {k: pick(v) if isinstance(v, torch.Tensor) else v for k, v in self.state.items()}
+
     def advance(self, new_real: torch.Tensor) -> None:
         """Record T new tokens as seen (after every layer has extended its keys and values)."""
         if self.real is not None or not bool(new_real.all()):
