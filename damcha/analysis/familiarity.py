@@ -63,11 +63,19 @@ class LossStanding:
     def unusual(self) -> bool:
         return not self.low <= self.loss <= self.high
 
+    def rank(self) -> str:
+        """Where the loss stands, counted ("above all of its losses on 256 validation inputs", "above 240 of ..."): a
+        share rounded to a percentage read "above 100%" for 255 of 256."""
+        above = round(self.below * self.n)
+        count = "all" if above == self.n else str(above)
+        if above == 0:
+            return f"at or below all of its losses on {self.n} validation inputs"
+        return f"above {count} of its losses on {self.n} validation inputs"
+
     def sentence(self, shown: Callable[[float], str]) -> str:
         """In words, with `shown` writing a loss in the page's unit."""
-        where = (f"The model's loss on this input, {shown(self.loss)}, is above {self.below:.0%} of its losses on "
-                 f"{self.n} validation inputs (the middle {1 - 2 * self.tail:.0%} lie in {shown(self.low)} … "
-                 f"{shown(self.high)}).")
+        where = (f"The model's loss on this input, {shown(self.loss)}, is {self.rank()} (the middle "
+                 f"{1 - 2 * self.tail:.0%} lie in {shown(self.low)} … {shown(self.high)}).")
         if self.loss > self.high:
             return (where + " It predicts this input worse than almost any it was validated on. That is what this "
                             "measures; it often means the input is unlike the training data (another script or "

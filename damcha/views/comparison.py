@@ -65,7 +65,8 @@ def head_grid_caption(drawn: Sequence[tuple[str, InspectionRecord, str | None]])
         structure = record.structure(name or main_structure_name(record) or "")
         if structure is None or structure not in grid_matrices(record):
             continue
-        shown.append(f"{label}: {structure.title} ({structure.identifiability.value})")
+        said = f"({structure.identifiability.value})"  # once: a residue's title already says it is unidentifiable
+        shown.append(f"{label}: {structure.title}" + ("" if structure.title.endswith(said) else f" {said}"))
         partly |= structure.identifiability in (Identifiability.PARTLY, Identifiability.UNIDENTIFIABLE)
     if not shown:
         return None

@@ -119,3 +119,26 @@ def test_compare_on_a_classifier_upload_shows_each_runs_answer_and_the_familiari
     assert not any(c.startswith("loss on this input") for c in table.columns)  # no label, no loss: not a None column
     said = [c.value for c in at.caption] + [w.value for w in at.warning]
     assert any("in raw values" in s for s in said)
+
+
+def test_where_a_loss_stands_is_counted_not_rounded_to_a_percentage():
+    from damcha.analysis.familiarity import loss_standing
+
+    validation = np.arange(256, dtype=float)
+    assert "above all of its losses on 256 validation inputs" in loss_standing(300.0, validation).sentence(str)
+    assert "above 255 of its losses on 256 validation inputs" in loss_standing(254.5, validation).sentence(str)
+    assert "at or below all of its losses on 256 validation inputs" in loss_standing(-1.0, validation).sentence(str)
+
+
+def test_a_residues_caption_says_unidentifiable_once():
+    from damcha.analysis.inspection import inspect_input
+    from damcha.inputs.model_inputs import validation_input
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.views.comparison import head_grid_caption
+
+    run = load_run(Path(__file__).resolve().parents[2] / "checkpoints" / "digits-damcha")
+    inp = validation_input(run, 0)
+    record = inspect_input(load_model(run), inp.tokens, inp.targets)
+    residue = next(s.name for s in record.structures if "residue" in s.title)
+    caption = head_grid_caption([("digits-damcha", record, residue)])
+    assert "residue (unidentifiable)" in caption and "(unidentifiable) (unidentifiable)" not in caption
