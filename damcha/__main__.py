@@ -465,6 +465,20 @@ def _costs(args) -> int:
     return 0
 
 
+def _standard_files(args) -> int:
+    from damcha.inputs.datasets.generated import write_standard_format_files
+
+    out = Path(args.out)
+    if os.path.lexists(out):
+        raise ValueError(f"--out {out}: already exists; name a folder to create (nothing of yours is written into)")
+    written = write_standard_format_files(out)
+    for name, path in written.items():
+        print(f"{name}: {path}")
+    print(f"generated files in the standard formats (not the data sets): python -m damcha evidence --scale tiny "
+          f"--data-dir {out}")
+    return 0
+
+
 APP_DIR = Path(__file__).resolve().parent.parent / "app"
 
 
@@ -633,6 +647,12 @@ def main(argv: list[str] | None = None) -> int:
                        "damcha/evidence/cost_table.json); a file that is not a cost table is refused, never replaced")
     costs.add_argument("--replace", action="store_true", help="time again step kinds the table already holds for this "
                        "device, replacing their rows (refused without it)")
+    standard = sub.add_parser("standard-files", help="write generated files in the published data sets' formats "
+                              "(CIFAR-10 batches, enwik8.zip, text8) for a rehearsal of --scale tiny",
+                              description="Generated files with the published files' names, formats and vocabularies "
+                                          "(random content): `evidence --scale tiny --data-dir DIR` runs on them. They "
+                                          "are not the data sets; results on them are a rehearsal of the code path.")
+    standard.add_argument("--out", required=True, help="a folder to create (refused when it exists)")
     demo = sub.add_parser("demo-runs", help="(re)train the shipped demo runs into checkpoints/")
     demo.add_argument("--out", default="checkpoints")
     demo.add_argument("--only", nargs="*", help="names of the runs to train (default: all)")
@@ -659,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
             return _evidence(args)
         if args.command == "costs":
             return _costs(args)
+        if args.command == "standard-files":
+            return _standard_files(args)
         if args.command == "app":
             return _app(args)
         if args.command == "export-hf":

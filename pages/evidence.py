@@ -26,6 +26,7 @@ from damcha.evidence.view import (
     record_caption,
     results_at_other_scales,
     samples_word,
+    scale_data_words,
     scale_verdict_words,
     scale_words,
     summary_pair_sentence,
@@ -78,7 +79,7 @@ for name, scale_doc, problem in scaled:
     if problem:
         st.warning(f"The results {scale_words(name)} cannot be shown: {problem}")
     else:
-        st.info(f"Beside these demo-scale results: results {scale_words(name)} "
+        st.info(f"Beside these demo-scale results: results {scale_words(name)}{scale_data_words(scale_doc)} "
                 f"(`{scale_doc.get('command') or 'python -m damcha evidence --scale ' + name}`), in a column of the "
                 "table and under each claim they cover.")
 scaled = [(name, scale_doc) for name, scale_doc, problem in scaled if not problem]
@@ -166,6 +167,7 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     for name, scale_doc in scaled:
         for at in claims_at_scale(scale_doc, claim["key"]):
             st.subheader(f"{at['title']}, {scale_words(name)}")
+            st.caption(f"Computed {scale_data_words(scale_doc).removeprefix(', ') or 'on the published data sets'}.")
             colour, words = scale_verdict_words(name, at)
             st.markdown(f"**Verdict:** :{colour}-badge[{words}]. {at.get('seeds', '')} {samples_word(at)}. {at['scale']}")
             beside = paper_beside(at)

@@ -607,6 +607,15 @@ def scale_words(name: str) -> str:
     return f"at the {name} scale" + (" (a rehearsal of the code path: not evidence)" if _rehearsal(name) else "")
 
 
+def scale_data_words(doc: dict) -> str:
+    """What a scale's results were computed on, where that is not the published data sets (the files' checksums
+    are not the published ones: generated files of the standard formats, a copy of another size)."""
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    other = sorted(name for name, entry in data.items() if isinstance(entry, dict) and entry.get("standard_files") is False)
+    return (f", on files that are not the published data sets ({', '.join(other)}: the standard formats, other "
+            "content)") if other else ""
+
+
 def scale_verdict_words(name: str, claim: dict) -> tuple[str, str]:
     """verdict_words of a claim at a scale; a rehearsal's verdict in grey, never green or red."""
     colour, words = verdict_words(claim)

@@ -93,3 +93,17 @@ def test_an_image_run_walks_every_page_of_the_sidebar_without_an_error(server, p
         settled(page)
         assert page.locator(".stException").count() == 0, title
         assert page.locator("[data-testid=stAlertContentError]").count() == 0, title
+
+
+def test_the_evidence_page_shows_the_shipped_rehearsal_beside_the_paper(server, page):
+    """checkpoints/evidence-tiny (the tiny rehearsal on generated files) beside the demo's results: named as a
+    rehearsal on files that are not the published data sets, with the paper's numbers beside its test split."""
+    from urllib.parse import quote
+
+    page.goto(f"{server}/evidence?claim={quote('Table 5: text, bits per character')}")
+    page.get_by_text("Beside the paper:").first.wait_for(timeout=120_000)
+    settled(page)
+    assert page.get_by_text("a rehearsal of the code path: not evidence").count() >= 1
+    assert page.get_by_text("on files that are not the published data sets").count() >= 1
+    assert page.locator(".stException").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "evidence-rehearsal.png"), full_page=True)

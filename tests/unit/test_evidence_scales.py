@@ -226,3 +226,16 @@ def test_a_claim_without_a_configuration_at_the_scale_is_refused_in_words_before
     assert "tableX: no such claim" in said
     assert "--scale paper runs table1_images, table2_efficiency, table3_depth, table4_ablations, table5_text" in said
     assert not out.exists()
+
+
+def test_the_shipped_rehearsal_shows_beside_the_demo_evidence_as_a_rehearsal_on_generated_files():
+    """checkpoints/evidence-tiny: `python -m damcha standard-files --out DATA` and `python -m damcha evidence --scale
+    tiny --data-dir DATA --out checkpoints/evidence-tiny` (docs/reproduce.md)."""
+    from damcha.evidence.view import results_at_other_scales, scale_data_words
+
+    found = {name: (doc, problem) for name, doc, problem in results_at_other_scales(ROOT / "checkpoints" / "evidence")}
+    doc, problem = found["tiny"]
+    assert not problem and doc["scale"] == "tiny" and "standard-files" not in doc["command"]
+    assert scale_data_words(doc) == (", on files that are not the published data sets (cifar10, enwik8, text8: the "
+                                     "standard formats, other content)")
+    assert {c["key"] for c in doc["claims"]} >= {"table5_text@enwik8", "table5_text@text8", "table1_images@cifar10"}

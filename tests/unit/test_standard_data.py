@@ -200,3 +200,15 @@ def test_the_train_command_takes_nonstandard_data_as_a_switch():
     assert settings_from(parser.parse_args(["--nonstandard-data"]))[1].nonstandard_data is True
     assert settings_from(parser.parse_args([]))[1].nonstandard_data is False
     assert settings_from(parser.parse_args(["--no-nonstandard-data"]))[1].nonstandard_data is False
+
+
+def test_the_standard_files_command_writes_the_rehearsals_files_into_a_new_folder_only(tmp_path, capsys):
+    from damcha.__main__ import main
+
+    assert main(["standard-files", "--out", str(tmp_path / "data")]) == 0
+    assert "--data-dir" in capsys.readouterr().out
+    assert {p.name for p in (tmp_path / "data").iterdir()} == {"cifar-10-batches-py", "enwik8.zip", "text8"}
+    before = (tmp_path / "data" / "text8").read_bytes()
+    assert main(["standard-files", "--out", str(tmp_path / "data")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "data" / "text8").read_bytes() == before
