@@ -103,7 +103,6 @@ def export_all_widget() -> None:
     items = [ExportItem(name, fig, prov) for name, (fig, prov) in registry.items()]
     settings = st.session_state.get("export_settings")
     count = f"{len(items)} figure{'s' if len(items) != 1 else ''}"
-    contents = _bundle_contents(items, formats, settings)
     if st.button(f"Export all {count} (ZIP)", key="make_all", icon=":material/folder_zip:", disabled=not formats):
         st.session_state.pop("export_all_zip", None)
         with st.status(f"Exporting {count} as {', '.join(formats)}…", expanded=True) as status:
@@ -119,9 +118,9 @@ def export_all_widget() -> None:
                          "page still export one by one.")
             else:
                 status.update(label=f"{count} exported: {len(raw) / 1e6:.2f} MB", state="complete", expanded=False)
-                st.session_state["export_all_zip"] = (contents, raw)
-    ready = st.session_state.get("export_all_zip")
-    if ready is not None and ready[0] == contents:
+                st.session_state["export_all_zip"] = (_bundle_contents(items, formats, settings), raw)
+    ready = st.session_state.get("export_all_zip")  # (described only while a ZIP is held: reruns stay cheap)
+    if ready is not None and ready[0] == _bundle_contents(items, formats, settings):
         st.download_button(f"Download the ZIP of {count}", ready[1], "damcha-figures.zip", "application/zip",
                            key="dl_all", icon=":material/download:", on_click="ignore")
 
