@@ -341,9 +341,23 @@ def test_evidence_command_runs_every_claim_and_takes_units_over_from_results(tmp
 def test_the_page_renders_the_shipped_results_without_training():
     from streamlit.testing.v1 import AppTest
 
-    from damcha.evidence.view import grid_edge_warning, verdict_tally, verdict_words
+    from damcha.evidence.view import (
+        claims_at_scale,
+        grid_edge_warning,
+        paper_beside,
+        results_at_other_scales,
+        verdict_tally,
+        verdict_words,
+    )
 
     shipped = json.loads((ROOT / "checkpoints" / "evidence" / "results.json").read_text())
+    # the shipped rehearsal (checkpoints/evidence-tiny) beside them: per claim it covers, its arms, its
+    # comparisons and, where the paper gives numbers, the paper beside our test split
+    scaled = [doc for _, doc, problem in results_at_other_scales(ROOT / "checkpoints" / "evidence") if not problem]
+    assert scaled, "the shipped rehearsal is missing"
+
+    def scale_tables(key: str) -> int:
+        return sum(2 + bool(paper_beside(at)) for doc in scaled for at in claims_at_scale(doc, key))
     at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120)
     at.switch_page("../pages/evidence.py")
     at.run()
@@ -364,7 +378,7 @@ def test_the_page_renders_the_shipped_results_without_training():
         counted = any(c["counted"] for c in claim["comparisons"])  # none where every one is a construction check
         assert len(at.get("plotly_chart")) == 1 + counted + contrasted  # arms, differences, contrasts
         assert len(at.dataframe) == 3 + bool(claim.get("construction_checks")) + bool(claim.get("families")) \
-            + bool(shipped.get("tuning"))  # (the rates' table, in an expander under the summary)
+            + bool(shipped.get("tuning")) + scale_tables(claim["key"])  # (the rates' table: in an expander)
     at.selectbox(key="claim").set_value(at.selectbox(key="claim").options[-1]).run()  # every claim
     assert [h.value for h in at.header] == [*titles, "What this evidence cannot speak to"]
 
