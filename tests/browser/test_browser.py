@@ -94,6 +94,7 @@ def test_export_a_pdf_and_the_zip_from_the_app(server, page, tmp_path):
     page.get_by_role("button", name="Export all").click()  # made with its progress shown, then offered
     with page.expect_download(timeout=180_000) as dl:
         page.get_by_role("button", name="Download the ZIP").click(timeout=180_000)
+    page.screenshot(path=str(ARTIFACTS / "export-all.png"), full_page=True)
     bundle = tmp_path / "all.zip"
     dl.value.save_as(bundle)
     import zipfile
