@@ -10,7 +10,8 @@ from app.named_figures import show_evidence_figures
 from app.roots import SHIPPED_ROOT
 from app.url_state import bound
 from damcha.evidence.catalogue import claims
-from damcha.evidence.results import EvidenceFileError, load_results, wall_seconds_of_every_call
+from damcha.evidence.documents import EvidenceFileError, load_results
+from damcha.evidence.results import wall_seconds_of_every_call
 from damcha.evidence.statistics import BY_CONSTRUCTION, HOLDS, LEARNED, SANITY_FAILED
 from damcha.evidence.view import (
     arm_table,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget_markdown
-from damcha.evidence.results import load_results
+from damcha.evidence.documents import load_results
 from damcha.evidence.scales import SCALES
 from damcha.evidence.view import (
     claim_numbers_markdown,

@@ -8,7 +8,6 @@ import io
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -298,34 +297,6 @@ def compute_seconds_of_every_call(doc: dict) -> float:
     return doc.get("compute_seconds", 0.0) + (compute_seconds_of_every_call(earlier) if earlier else 0.0)
 
 
-class EvidenceFileError(ValueError):
-    """An evidence file cannot be read; the message names it."""
-
-
-def read_jsonl(path: Path) -> list:
-    """The rows of an append-only JSON-lines file. A torn last line (the writer was killed mid-line)
-    is cut off the file, so the next append starts on a line of its own, and reported; a bad line
-    before the last one is an error naming the file and line."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    rows = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            if any(rest.strip() for rest in lines[i + 1:]):
-                raise EvidenceFileError(f"{path}: line {i + 1} is not valid JSON; remove it (its unit is redone)") from None
-            with path.open("r+b") as f:
-                f.truncate(len(b"\n".join(lines[:i])) + (1 if i else 0))
-            print(f"warning: {path}: its last line was torn (a killed write) and is dropped; that unit is redone",
-                  file=sys.stderr)
-    return rows
-
-
 def append_lines(path: Path, rows: list[dict]) -> None:
     """Append `rows` to a JSON-lines file one whole line at a time. When the disk fills, the line being
     written is cut off again, so the file keeps only whole lines (the ones before it), and the error
@@ -347,17 +318,3 @@ def append_lines(path: Path, rows: list[dict]) -> None:
                 raise
     finally:
         os.close(fd)
-
-
-def load_results(folder: Path) -> dict | None:
-    """results.json of a folder (None when there is none); EvidenceFileError when it cannot be read."""
-    path = Path(folder) / "results.json"
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EvidenceFileError(f"{path.name} cannot be read ({e}); run `python -m damcha evidence` again to rewrite it") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
-        raise EvidenceFileError(f"{path.name} is not a results file of `python -m damcha evidence`")
-    return doc

@@ -18,8 +18,9 @@ from damcha.evidence import tuning
 from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
+from damcha.evidence.documents import load_results, read_jsonl, read_results, read_unit_rows
 from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
-from damcha.evidence.results import append_lines, compute_record, load_results, read_jsonl, summarise, write_csv
+from damcha.evidence.results import append_lines, compute_record, summarise, write_csv
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.scales import chosen_by, scale_claims, scale_named
 from damcha.evidence.setting import DEMO, Setting
@@ -197,7 +198,7 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
         raise ValueError("--launcher slurm submits the units as Slurm jobs: start the command itself without torchrun")
     run = _EvidenceRun.planned(Path(out), Path(work), quick, seeds, only, setting, proc,
                                _Launch(command, 1 if proc.distributed else workers, progress, slurm),
-                               json.loads(Path(reuse).read_text()) if reuse is not None else None, reuse, tuple(redo))
+                               read_results(reuse) if reuse is not None else None, reuse, tuple(redo))
     run.start_document(recorded)
     run.compute({**run.timings(), **run.by_run(run.fits().values())})  # the timings and the first tuning seed's fits:
     while pending := run.by_run(run.fits().values()):  # the reported seeds train at the rates they choose; each
@@ -263,7 +264,7 @@ class _EvidenceRun:
             out.mkdir(parents=True, exist_ok=True)
             work.mkdir(parents=True, exist_ok=True)
         distributed.barrier(proc)
-        rows = [row for row in read_jsonl(work / "units.jsonl") if isinstance(row, dict)]
+        rows = read_unit_rows(work / "units.jsonl")
         done = {row["unit"]: row["value"] for row in rows if isinstance(row.get("value"), dict)}
         seconds = {row["unit"]: row.get("seconds", 0.0) for row in rows if isinstance(row.get("value"), dict)}
         distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it

@@ -15,7 +15,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from damcha.evidence.catalogue.common import PAPER_RESULTS_NOT_CLAIMED
-from damcha.evidence.results import RATIO_METRICS, EvidenceFileError, compute_seconds_of_every_call, load_results
+from damcha.evidence.documents import EvidenceFileError, load_results
+from damcha.evidence.results import RATIO_METRICS, compute_seconds_of_every_call
 from damcha.evidence.sanity import SANITY_BOUNDS
 from damcha.evidence.scales import SCALES
 from damcha.evidence.statistics import (

@@ -27,6 +27,11 @@ class CheckpointError(ValueError):
     """A run, snapshot or file cannot be used; the message says which file and why."""
 
 
+class NotJSON(CheckpointError):
+    """Text that does not parse as JSON at all (a torn write, another format), as against JSON refused
+    for its content."""
+
+
 def resolved_inside(path: Path, root: Path | None) -> Path:
     """`path` with every symlink resolved; refused when that leaves `root` or loops."""
     path = Path(path)
@@ -101,7 +106,7 @@ def parse_json(text: str, where: str, allow_non_finite: bool = False) -> Any:
     except RecursionError:
         raise CheckpointError(f"{where}: nested too deeply to be a DAMCHA file") from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{where}: not valid JSON ({e})") from None
+        raise NotJSON(f"{where}: not valid JSON ({e})") from None
     depth = json_depth(value, MAX_JSON_DEPTH)
     if depth > MAX_JSON_DEPTH:
         raise CheckpointError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep, more than a DAMCHA file is")

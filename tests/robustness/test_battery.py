@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import zipfile
 from collections.abc import Callable
@@ -336,11 +337,125 @@ def a_cost_table_linked_to_dev_zero(tmp: Path) -> Case:
 
 
 def a_cost_table_that_is_a_fifo(tmp: Path) -> Case:
-    import os
-
     (tmp / "tables").mkdir()
     os.mkfifo(tmp / "tables" / "costs.json")
     return _costs_into(tmp / "tables" / "costs.json", "not a regular file (a named pipe)")
+
+
+# --- the evidence's own files: units.jsonl of a work folder, results.json for --reuse and --restate, a scale's data ---
+
+def _units(tmp: Path, text: str | None = None) -> Case:
+    """`damcha evidence` resuming from a work folder whose units.jsonl is `text` (None: already made)."""
+    (tmp / "work").mkdir(exist_ok=True)
+    if text is not None:
+        (tmp / "work" / "units.jsonl").write_text(text)
+    return Case(["evidence", "--quick", "--only", "table1_digits", "--out", tmp / "out", "--work", tmp / "work"],
+                [tmp / "work" / "units.jsonl"], [], owned=[tmp / "work"], absent=[tmp / "out" / "results.json"])
+
+
+def _with_words(case: Case, *words: str) -> Case:
+    case.words.extend(words)
+    return case
+
+
+def a_unit_row_without_its_unit(tmp: Path) -> Case:
+    return _with_words(_units(tmp, '{"value": {"val_loss": 1.0}, "seconds": 1.0}\n'), "line 1", "no 'unit'")
+
+
+def a_unit_row_whose_unit_is_a_list(tmp: Path) -> Case:
+    return _with_words(_units(tmp, '{"unit": ["a"], "value": {"val_loss": 1.0}}\n'), "line 1.unit", "a list")
+
+
+def a_unit_row_whose_value_holds_text(tmp: Path) -> Case:
+    return _with_words(_units(tmp, '{"unit": "a", "value": {"val_loss": 1.0}}\n{"unit": "b", "value": {"val_loss": '
+                                   '"low"}}\n'), "line 2.value.val_loss", "text, not a number")
+
+
+def a_unit_row_whose_seconds_are_an_object(tmp: Path) -> Case:
+    return _with_words(_units(tmp, '{"unit": "a", "value": {"val_loss": 1.0}, "seconds": {}}\n'), "line 1.seconds",
+                       "an object, not a number")
+
+
+def units_nested_100000_deep(tmp: Path) -> Case:
+    return _with_words(_units(tmp, "[" * 100_000 + "]" * 100_000 + "\n" + '{"unit": "a", "value": {}}\n'), "line 1",
+                       "nested")
+
+
+def units_linked_to_dev_zero(tmp: Path) -> Case:
+    (tmp / "work").mkdir()
+    (tmp / "work" / "units.jsonl").symlink_to("/dev/zero")
+    return _with_words(_units(tmp), "not a regular file (a character device)")
+
+
+def units_as_a_fifo(tmp: Path) -> Case:
+    (tmp / "work").mkdir()
+    os.mkfifo(tmp / "work" / "units.jsonl")
+    return _with_words(_units(tmp), "not a regular file (a named pipe)")
+
+
+def _reuse(tmp: Path, text: str | None = None, name: str = "results.json") -> Case:
+    """`damcha evidence --reuse FILE`, FILE holding `text` (None: already made)."""
+    (tmp / "earlier").mkdir(exist_ok=True)
+    if text is not None:
+        (tmp / "earlier" / name).write_text(text)
+    return Case(["evidence", "--quick", "--only", "table1_digits", "--reuse", tmp / "earlier" / name, "--out",
+                 tmp / "out", "--work", tmp / "work"], [tmp / "earlier" / name], [], owned=[tmp / "earlier"],
+                absent=[tmp / "out" / "results.json", tmp / "work" / "units.jsonl"])
+
+
+def reusing_results_whose_claims_are_text(tmp: Path) -> Case:
+    return _with_words(_reuse(tmp, '{"claims": "all of them"}'), "not a results file", "'claims' list")
+
+
+def reusing_results_whose_values_are_text(tmp: Path) -> Case:
+    doc = json.loads((SHIPPED / "evidence" / "results.json").read_text())
+    doc["claims"][0]["values"]["damcha"] = "good"
+    return _with_words(_reuse(tmp, json.dumps(doc)), "claims[0].values.damcha", "text, not a list of seeds")
+
+
+def reusing_results_with_a_tuning_rate_that_is_not_a_number(tmp: Path) -> Case:
+    doc = json.loads((SHIPPED / "evidence" / "results.json").read_text())
+    doc["tuning"][0]["losses"] = {"fast": [1.0]}
+    return _with_words(_reuse(tmp, json.dumps(doc)), "tuning[0].losses", "'fast' is not a learning rate")
+
+
+def reusing_results_linked_to_dev_zero(tmp: Path) -> Case:
+    (tmp / "earlier").mkdir()
+    (tmp / "earlier" / "results.json").symlink_to("/dev/zero")
+    return _with_words(_reuse(tmp), "not a regular file (a character device)")
+
+
+def reusing_results_that_are_a_fifo(tmp: Path) -> Case:
+    (tmp / "earlier").mkdir()
+    os.mkfifo(tmp / "earlier" / "results.json")
+    return _with_words(_reuse(tmp), "not a regular file (a named pipe)")
+
+
+def reusing_results_that_are_not_there(tmp: Path) -> Case:
+    return _with_words(_reuse(tmp, name="missing.json"), "no such file")
+
+
+def _restate(tmp: Path, text: str) -> Case:
+    (tmp / "out").mkdir()
+    (tmp / "out" / "results.json").write_text(text)
+    return Case(["evidence", "--restate", "--out", tmp / "out"], [tmp / "out" / "results.json"], [], owned=[tmp / "out"])
+
+
+def restating_results_nested_100000_deep(tmp: Path) -> Case:
+    return _with_words(_restate(tmp, '{"claims": ' + "[" * 100_000 + "]" * 100_000 + "}"), "nested")
+
+
+def restating_results_whose_seeds_hold_text(tmp: Path) -> Case:
+    doc = json.loads((SHIPPED / "evidence" / "results.json").read_text())
+    doc["claims"][1]["values"]["mha"][0] = {"val_loss": "low"}
+    return _with_words(_restate(tmp, json.dumps(doc)), "claims[1].values.mha[0].val_loss", "text, not a number")
+
+
+def a_text8_that_is_a_fifo(tmp: Path) -> Case:
+    (tmp / "data").mkdir()
+    os.mkfifo(tmp / "data" / "text8")
+    return Case(["evidence", "--scale", "tiny", "--only", "table5_text@text8", "--data-dir", tmp / "data", "--out",
+                 tmp / "out"], [tmp / "data" / "text8"], ["a FIFO, not"], owned=[tmp / "data"])
 
 
 BATTERY = [export_into_the_run_itself, export_into_another_run, export_into_a_folder_with_a_config,
@@ -356,7 +471,13 @@ BATTERY = [export_into_the_run_itself, export_into_another_run, export_into_a_fo
            costs_pointed_at_a_copy_of_the_evidence_results, costs_pointed_at_a_runs_config, a_cost_table_that_is_a_list,
            a_cost_table_whose_devices_are_a_list, a_cost_table_whose_rows_are_a_string,
            a_cost_table_row_with_a_string_batch, a_cost_table_nested_100000_deep, a_cost_table_linked_to_dev_zero,
-           a_cost_table_that_is_a_fifo]
+           a_cost_table_that_is_a_fifo,
+           a_unit_row_without_its_unit, a_unit_row_whose_unit_is_a_list, a_unit_row_whose_value_holds_text,
+           a_unit_row_whose_seconds_are_an_object, units_nested_100000_deep, units_linked_to_dev_zero, units_as_a_fifo,
+           reusing_results_whose_claims_are_text, reusing_results_whose_values_are_text,
+           reusing_results_with_a_tuning_rate_that_is_not_a_number, reusing_results_linked_to_dev_zero,
+           reusing_results_that_are_a_fifo, reusing_results_that_are_not_there, restating_results_nested_100000_deep,
+           restating_results_whose_seeds_hold_text, a_text8_that_is_a_fifo]
 
 
 # --- 2. a disk that fills: each writer on a real 2 MB tmpfs (tests/robustness/conftest.py) ----------------

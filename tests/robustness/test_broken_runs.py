@@ -240,7 +240,7 @@ def test_disk_full_while_saving_is_one_clear_line(tmp_path, monkeypatch, capsys)
 
 
 def test_evidence_work_files_survive_a_torn_write(tmp_path):
-    from damcha.evidence.results import EvidenceFileError, read_jsonl
+    from damcha.evidence.documents import EvidenceFileError, read_jsonl
 
     units = tmp_path / "units.jsonl"
     units.write_text('{"unit": "a", "value": {"nll": 1.0}}\n{"unit": "b", "val')  # killed mid-line

@@ -9,7 +9,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from damcha.analysis.inspection import inspect_input
-from damcha.evidence.results import load_results
+from damcha.evidence.documents import load_results
 from damcha.evidence.view import EVIDENCE_FIGURES, evidence_item
 from damcha.inputs.model_inputs import validation_input
 from damcha.runs.checkpoints import load_model, load_run

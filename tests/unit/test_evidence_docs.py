@@ -4,7 +4,7 @@ tests/unit/test_generated_docs.py fails when the two drift), and it changes when
 import copy
 from pathlib import Path
 
-from damcha.evidence.results import load_results
+from damcha.evidence.documents import load_results
 from damcha.evidence.view import verdict_table_markdown
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from damcha.evidence.results import load_results
+from damcha.evidence.documents import load_results
 from damcha.evidence.view import IMPLEMENTATION_BOUND, implementation_bound_sentence, summary_pair_sentence
 
 ROOT = Path(__file__).resolve().parents[2]

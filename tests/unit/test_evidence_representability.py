@@ -77,7 +77,7 @@ def test_the_within_slice_task_counts_what_f_learns_and_checks_what_representabi
 def test_the_shipped_results_read_the_synthetic_tasks_by_the_rule():
     from pathlib import Path
 
-    from damcha.evidence.results import load_results
+    from damcha.evidence.documents import load_results
     from damcha.evidence.view import unrepresented_comparisons
 
     shipped = {c["key"]: c for c in load_results(Path(__file__).resolve().parents[2] / "checkpoints" / "evidence")["claims"]}

@@ -137,7 +137,7 @@ def test_losses_are_shown_in_the_runs_unit_and_tables_name_it():
 
 @pytest.mark.parametrize("name", list(EVIDENCE_FIGURES))
 def test_every_evidence_figure_is_rebuilt_from_its_provenance_and_draws_the_stored_intervals(name):
-    from damcha.evidence.results import load_results
+    from damcha.evidence.documents import load_results
     from damcha.evidence.view import evidence_item
 
     doc = load_results(SHIPPED / "evidence")
@@ -153,7 +153,7 @@ def test_every_evidence_figure_is_rebuilt_from_its_provenance_and_draws_the_stor
 
 
 def test_the_arm_table_has_every_arm_with_its_interval_cells_and_the_papers_number():
-    from damcha.evidence.results import load_results
+    from damcha.evidence.documents import load_results
     from damcha.evidence.view import arm_table, metric_label
 
     claim = load_results(SHIPPED / "evidence")["claims"][0]
@@ -199,7 +199,7 @@ def test_the_command_line_rebuilds_exports_of_several_runs_and_of_the_evidence_a
 
 
 def load_results_claims() -> list[dict]:
-    from damcha.evidence.results import load_results
+    from damcha.evidence.documents import load_results
 
     return load_results(SHIPPED / "evidence")["claims"]
 

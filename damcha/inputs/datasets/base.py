@@ -12,8 +12,11 @@ Everything loads from the Python install or a local path; nothing downloads.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,6 +28,23 @@ TASKS = ("next_token", "classification", "next_vector")
 
 class DataError(ValueError):
     """A data file is missing or not in the expected format (the message names both)."""
+
+
+def data_file(path: str | Path, expected: str) -> Path:
+    """`path`, which must be a regular file (a FIFO would block its reader, a device fill memory): missing,
+    a folder, a FIFO or a device are each refused as what they are, naming what was expected."""
+    p = Path(path)
+    try:
+        info = os.stat(p)
+    except FileNotFoundError:
+        raise DataError(f"{p}: no such file (expected {expected})") from None
+    except OSError as e:
+        raise DataError(f"{p}: cannot be opened ({e.strerror or type(e).__name__})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a file")
+        raise DataError(f"{p}: {kind}, not {expected}")
+    return p
 
 
 @dataclass

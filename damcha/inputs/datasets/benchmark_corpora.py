@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from damcha.inputs.cache_folder import extracted_folder, write_atomically
-from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec, data_file
 from damcha.inputs.datasets.checksums import CHUNK, Digests, PublishedFile, check_standard, file_digests
 from damcha.inputs.datasets.text import BYTE_VOCAB
 
@@ -143,9 +143,7 @@ def _from_zip(archive: Path, corpus: BenchmarkCorpus, nonstandard_ok: bool) -> t
 
 def corpus_file(path: str | Path, corpus: BenchmarkCorpus, nonstandard_ok: bool = False) -> tuple[Path, dict, str]:
     """The file to map (the user's, or the zip's member as extracted), its digests, and its source."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such file (expected {corpus.expected_content})")
+    p = data_file(path, corpus.expected_content)
     if zipfile.is_zipfile(p):
         return _from_zip(p, corpus, nonstandard_ok)
     return p, file_digests(p), str(p)

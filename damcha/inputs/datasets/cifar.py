@@ -6,13 +6,12 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec, data_file
 from damcha.inputs.datasets.checksums import PublishedFile, check_standard, file_digests
 from damcha.inputs.datasets.image_sets import array_store, image_dataset
 
@@ -70,15 +69,7 @@ def read_cifar_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 def _refuse_not_a_batch_file(p: Path) -> None:
     """A batch must be a regular file of at most MAX_BATCH_BYTES (read whole: a FIFO would block, /dev/zero fill)."""
-    try:
-        info = p.stat()
-    except FileNotFoundError:
-        raise DataError(f"{p}: no such file (expected a CIFAR python batch such as data_batch_1 or train)") from None
-    except OSError as e:
-        raise DataError(f"{p}: cannot be opened ({e.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a folder" if stat.S_ISDIR(info.st_mode) else "not a file"
-        raise DataError(f"{p}: {kind}, not a CIFAR python batch file")
+    info = data_file(p, "a CIFAR python batch file such as data_batch_1 or train").stat()
     if info.st_size > MAX_BATCH_BYTES:
         raise DataError(f"{p}: {info.st_size:,} bytes, more than a CIFAR python batch holds ({MAX_BATCH_BYTES:,} at "
                         "most; CIFAR-100's train is about 155 MB)")

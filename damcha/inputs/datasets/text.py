@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec, data_file
 
 BYTE_VOCAB = 256
 
@@ -46,9 +46,7 @@ def corpus_dataset(name: str, data: bytes, block_size: int, val_fraction: float,
 
 
 def load_text_file(path: str | Path, block_size: int, name: str = "textfile", val_fraction: float = 0.1) -> DataSet:
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such file (expected a text file)")
+    p = data_file(path, "a text file")
     return corpus_dataset(name, p.read_bytes(), block_size, val_fraction, str(p))
 
 
