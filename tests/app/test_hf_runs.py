@@ -12,13 +12,13 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the Hugging Face extra is not installed "
                                    "(pip install 'damcha[hf]'); CI installs it")
 
-from damcha import ModelConfig, variant_config  # noqa: E402
 from damcha.runs.checkpoints import CheckpointError, list_runs, load_model, load_run  # noqa: E402
 from tests.support.app_views import (  # noqa: E402
     RUN_PAGES,
     every_view,  # noqa: E402
     page_app,
 )
+from tests.support.trainer_runs import trainer_run  # noqa: E402
 from tests.support.units import losses_without_unit, shown_texts  # noqa: E402
 
 hf = pytest.importorskip("damcha.hf")
@@ -26,25 +26,12 @@ transformers.logging.set_verbosity_error()
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
 
-def _trainer_run(out: Path, save_strategy: str = "epoch") -> None:
-    """Two epochs of Hugging Face's Trainer on a tiny DAMCHA decoder over token ids."""
-    base = ModelConfig(vocab_size=11, block_size=16, n_layer=1, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)})
-    torch.manual_seed(0)
-    model = hf.DamchaForCausalLM(hf.DamchaConfig.from_model_config(variant_config(base, "damcha")))
-    rows = [{"input_ids": (torch.arange(16) + i) % 10, "labels": (torch.arange(16) + i) % 10} for i in range(32)]
-    args = transformers.TrainingArguments(
-        output_dir=str(out), num_train_epochs=2, per_device_train_batch_size=16, eval_strategy=save_strategy,
-        save_strategy=save_strategy, logging_strategy=save_strategy, eval_steps=3, save_steps=3, logging_steps=3,
-        report_to=[], learning_rate=3e-3, use_cpu=True, disable_tqdm=True)
-    transformers.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows[:16]).train()
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hf-runs")
     hf.export_run(CHECKPOINTS / "text-damcha", root / "text-damcha-hf")
     hf.export_run(CHECKPOINTS / "digits-cls-mma", root / "digits-cls-mma-hf", epoch=6)
-    _trainer_run(root / "trainer-damcha")
+    trainer_run(root / "trainer-damcha")
     return root
 
 
@@ -72,7 +59,7 @@ def test_a_trainer_run_shows_its_checkpoints_as_epochs_and_its_eval_loss(folders
 
 
 def test_trainer_checkpoints_off_whole_epochs_are_numbered_by_step(tmp_path):
-    _trainer_run(tmp_path / "by-step", save_strategy="steps")
+    trainer_run(tmp_path / "by-step", save_strategy="steps")
     run = load_run(tmp_path / "by-step")
     assert run.epochs == (3, 4) and any("training step" in note for note in run.raw_config["provenance"])
     assert [row["epoch"] for row in run.metrics] == [3, 4]  # evaluated every 3 steps and where training ends
