@@ -102,9 +102,10 @@ def plain_text(text: str) -> str:
     """Text from a file, a folder name or an upload shown as it is: Markdown and HTML characters
     escaped, so nothing a visitor or a file supplies can draw links, images or formatting."""
     escaped = re.sub(r"([\\`*_{}\[\]()#!|~<>$:&])", r"\\\1", text)
-    # Streamlit's Markdown links a bare www.example.org or name@example.org whatever is escaped: an invisible
-    # word joiner (U+2060) where the link would start keeps the text as it reads and links nothing.
-    escaped = re.sub(r"(?i)\b(www)\.", "\\1\u2060.", escaped).replace("@", "@\u2060")
+    # Streamlit's Markdown links a bare https://…, www.example.org or name@example.org whatever is escaped (GFM's
+    # autolinks are found in the text after escapes are read): an invisible word joiner (U+2060) where the link
+    # would start keeps the text as it reads and links nothing.
+    escaped = re.sub(r"(?i)\b(www)\.", "\\1\u2060.", escaped).replace("@", "@\u2060").replace("\\://", "\\:\u2060//")
     return re.sub(r"^(\s*)([-+>=])", r"\1\\\2", escaped, flags=re.MULTILINE)  # list, quote and heading markers
 
 

@@ -5,6 +5,7 @@ than 127.0.0.1, so the app treats it as shared), and the visitor types folders o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,6 +28,10 @@ def fenced_server(tmp_path_factory):
     base = tmp_path_factory.mktemp("fence")
     allowed, outside = base / "allowed", base / "outside"
     shutil.copytree(SHIPPED / "digits-mha", allowed / "runs" / "digits-mha")
+    noted = Path(shutil.copytree(SHIPPED / "digits-mha", allowed / "runs" / "noted"))
+    config = json.loads((noted / "config.json").read_text())
+    config["notes"] = [f"{NOTE} https://example.invalid/steal www.example.invalid me@example.invalid"]
+    (noted / "config.json").write_text(json.dumps(config))
     shutil.copytree(SHIPPED / "digits-damcha", outside / "secret-run")
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
@@ -47,6 +52,7 @@ def fenced_server(tmp_path_factory):
 
 
 REFUSED = "outside the folders this server allows"
+NOTE = "Written by whoever made the run:"
 
 
 def type_folder(page, folder: str) -> None:
@@ -93,4 +99,22 @@ def test_a_visitor_cannot_reach_outside_the_fence(fenced_server):
         page.get_by_text("is not in this folder").wait_for(timeout=60_000)
         assert "secret-run" not in page.inner_text("[data-testid='stMain']")
         assert page.locator(".stException").count() == 0
+        browser.close()
+
+
+def test_a_link_in_a_runs_notes_is_shown_as_text_never_as_a_link(fenced_server):
+    """A run's notes are the run's author's words: a bare https:// address, www. name or e-mail address in them
+    reads as written and is not a link a visitor could follow."""
+    from playwright.sync_api import sync_playwright
+
+    url, exe, _ = fenced_server
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(f"{url}/inspector?run=noted")
+        note = page.get_by_text(NOTE)
+        note.wait_for(timeout=60_000)
+        shown = note.inner_text().replace("\u2060", "")
+        assert "https://example.invalid/steal" in shown and "me@example.invalid" in shown, shown
+        assert page.locator("a[href*='example.invalid']").count() == 0, "a note's address became a link"
         browser.close()
