@@ -25,6 +25,7 @@ from damcha.inputs.model_inputs import tokens_sha256
 from damcha.runs.checkpoints import atomic_path
 from damcha.runs.files import file_sha256
 from damcha.views.plotly_arrays import trace_array
+from damcha.views.render_folders import render_folder
 from damcha.views.typesetting import COLUMN_WIDTHS, plain_title, typeset, with_pdf_metadata
 from damcha.views.vector_heatmaps import vector_heatmaps
 
@@ -90,7 +91,14 @@ def _ensure_server() -> None:
         if not _server_started:
             import kaleido
 
-            kaleido.start_sync_server(silence_warnings=True)
+            folder = render_folder()  # Chromium's profile and the page in a folder a killed process's successor clears
+            if folder is not None:
+                page = folder / "index.html"
+                page.write_text(kaleido.PageGenerator().generate_index(), encoding="utf-8")
+                kaleido.start_sync_server(silence_warnings=True, tmp_dir=str(folder), page_generator=page)
+                atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (runs after Chromium is closed)
+            else:
+                kaleido.start_sync_server(silence_warnings=True)
             atexit.register(kaleido.stop_sync_server, silence_warnings=True)  # close Chromium before exit
             _server_started = True
 
