@@ -1,5 +1,6 @@
 """Metric ablations (paper table 3): the full, diagonal-only, off-diagonal-only and H-scaled diagonal metric at inference."""
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ from app.controls import computed_on_request, input_picker
 from app.named_figures import show_model_figure
 from app.run_picker import listing, run_page
 from app.sharing import plain_text
-from damcha.analysis.ablation import has_ablation_modes, long_form, modes_by_run
+from damcha.analysis.ablation import has_ablation_modes, long_form, mode_title, modes_by_run
 from damcha.analysis.heads import head_site_note
 from damcha.analysis.inspection import identifiability_note
 from damcha.analysis.interventions import available_interventions
@@ -52,7 +53,7 @@ else:
         if any(o.continuation is not None for o in outcomes):
             st.caption("Most likely next bytes after the input, and a greedy continuation of 40 bytes.")
             for o in outcomes:
-                st.markdown(f"**{o.mode}**: next " + ", ".join(f"`{inp.modality.token_text(t)}` {p:.2f}" for t, p in o.next_bytes)
+                st.markdown(f"**{o.title}**: next " + ", ".join(f"`{inp.modality.token_text(t)}` {p:.2f}" for t, p in o.next_bytes)
                             + f" — continues: `{o.continuation!r}`")
 
 st.subheader("Validation set, every run on this data set")
@@ -80,9 +81,11 @@ if table:
                     + (f"; its 95% interval is a Student-t interval over the {inputs} validation inputs, paired by "
                        "input — it says how surely this snapshot's Δ differs from 0, not how a retrained run would "
                        "differ" if inputs else "") + "), the shape of the paper's table 3:")
-        st.dataframe(pd.DataFrame(modes_by_run(table, metric)), hide_index=True, width="stretch")
+        titled = functools.partial(mode_title, ablated[0].model_config)  # (every run here declares the same modes)
+        st.dataframe(pd.DataFrame(modes_by_run(table, metric, titled)), hide_index=True, width="stretch")
     with st.expander("Every run × mode and every measure (long form, as in the CSV)", expanded=not metric):
-        st.dataframe(df, hide_index=True, width="stretch")
+        st.dataframe(df.assign(mode=[mode_title(ablated[0].model_config, m) for m in df["mode"]]) if "mode" in df else df,
+                     hide_index=True, width="stretch")  # (the CSV keeps the modes' names, as the CLI takes them)
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv", on_click="ignore")
     shown = {cfg.mechanism.inference_ablation.note(cfg)} if has_ablation_modes(cfg) else set()
     notes = dict.fromkeys(r.model_config.mechanism.inference_ablation.note(r.model_config) for r in ablated)

@@ -127,8 +127,8 @@ else:
 more = not_placed(RUN_SET_FIGURES)
 if more:
     st.subheader("More figures of these runs")
-    st.caption(f"Every other named figure of several runs ({', '.join(more)}), as its table declares it, of the "
-               "runs above at their epochs.")
+    st.caption(f"Every other named figure of several runs ({'; '.join(RUN_SET_FIGURES[n].title for n in more)}), as "
+               "its table declares it, of the runs above at their epochs.")
     if st.toggle("Draw them (each inspects every run again, some at several snapshots)", value=False,
                  key="compare_more_on"):
         runs, taken_by = [r for r, _ in results], {}  # figures that take the same from each run take it once
@@ -140,4 +140,4 @@ if more:
                                                    inp.targets, params, load=model_for)
                 show_run_set_figure(more_name, taken_by[per_run], inp, params)
             except ValueError as e:  # a figure that does not apply to these runs says why
-                st.info(f"{more_name}: {e}")
+                st.info(f"{RUN_SET_FIGURES[more_name].title}: {e}")

@@ -37,6 +37,13 @@ def ablation_modes(config) -> tuple[str, ...]:
     return () if ablation is None else config.mechanism.choice(ablation.choice).values
 
 
+def mode_title(config, mode: str) -> str:
+    """A mode as a reader sees it (its declared title: 'diagonal only × H', not the code's 'diagonal_scaled')."""
+    ablation = config.mechanism.inference_ablation
+    choice = None if ablation is None else config.mechanism.choice(ablation.choice)
+    return choice.title_of(mode) if choice is not None else mode.replace("_", " ")
+
+
 def has_ablation_modes(config) -> bool:
     """Whether a run's mechanism declares a choice to ablate (DAMCHA: its metric modes)."""
     return bool(ablation_modes(config))
@@ -109,11 +116,11 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
 
 
 
-def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
+def modes_by_run(rows: list[dict], metric: str, title: Callable[[str], str] = str) -> list[dict]:
     """The paper's Table 3 shape from validation_ablation rows: one row per run, the metric under
     the full metric (a run's first row: the model as trained), then each other mode as its value, its
     change from full (Δ) and that change's 95% interval paired over the validation inputs (where the
-    rows carry one)."""
+    rows carry one). Columns name each mode by `title` (mode_title of the runs' mechanism, on a page)."""
     out: dict[str, dict] = {}
     first: dict[str, dict] = {}
     for r in rows:
@@ -123,12 +130,13 @@ def modes_by_run(rows: list[dict], metric: str) -> list[dict]:
         if r.get(metric) is None:
             continue
         row = out.setdefault(r["run"], {"run": r["run"], "variant": r["variant"]})
-        row[r["mode"]] = r[metric]
+        mode = title(r["mode"])
+        row[mode] = r[metric]
         if r is not first[r["run"]] and full.get(r["run"]) is not None:
-            row[f"Δ {r['mode']}"] = r[metric] - full[r["run"]]
+            row[f"Δ {mode}"] = r[metric] - full[r["run"]]
             interval = r.get("delta_interval", {}).get(metric)
             if interval is not None:
-                row[f"Δ {r['mode']} 95% interval"] = f"[{interval[0]:+.3g}, {interval[1]:+.3g}]"
+                row[f"Δ {mode} 95% interval"] = f"[{interval[0]:+.3g}, {interval[1]:+.3g}]"
     return list(out.values())
 
 
@@ -166,6 +174,7 @@ class ModeOutcome:
     next_bytes: the 5 most likely next bytes with their probabilities; predicted class and its probability."""
 
     mode: str
+    title: str  # the mode as a reader sees it (mode_title)
     loss: float | None
     completed: np.ndarray | None = None
     continuation: str | None = None
@@ -198,5 +207,5 @@ def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tu
             top = np.argsort(probs)[::-1][:5]
             extra = dict(next_bytes=tuple((int(t), float(probs[t])) for t in top),
                          continuation=greedy_continuation(model, tokens, continuation_bytes, mode).decode("utf-8", "replace"))
-        outcomes.append(ModeOutcome(mode, record.loss, **extra))
+        outcomes.append(ModeOutcome(mode, mode_title(cfg, mode), record.loss, **extra))
     return outcomes

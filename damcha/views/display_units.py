@@ -81,7 +81,7 @@ def mode_outcome_rows(outcomes, config) -> list[dict]:
     unit = LossUnit.of(config)
     rows = []
     for o in outcomes:
-        row = {"metric mode": o.mode, unit.label: unit.value(o.loss)}
+        row = {"metric mode": o.title, unit.label: unit.value(o.loss)}
         if o.predicted_class is not None:
             row["predicted class"] = o.predicted_class
             row["p(class)"] = o.class_probability

@@ -168,9 +168,9 @@ def _completion_by_mode(values, params, where, factor, unit):
     images = {"truth": _as_rgb(values["truth"])}
     for o in values["outcomes"]:
         if o.completed_patches is not None:
-            images[o.mode.replace("_", " ")] = patches_image(o.completed_patches)
+            images[o.title] = patches_image(o.completed_patches)
         elif o.completed is not None:
-            images[o.mode.replace("_", " ")] = _as_rgb(o.completed)
+            images[o.title] = _as_rgb(o.completed)
     return figures.image_row_figure(images, "The bottom half completed from the true top half, under each metric mode")
 
 

@@ -40,6 +40,7 @@ class RunSetFigure:
     name: str
     per_run: Callable[[Run, int, Loader, np.ndarray, object, dict], object]
     draw: Callable[[Sequence[Taken], dict, str], go.Figure]
+    title: str  # what a reader sees (the name is the code's, and the export's file name)
 
 
 def _record(run, epoch, load, tokens, targets, params):
@@ -136,13 +137,14 @@ def _losses_against(taken, params, input_source):
 
 
 RUN_SET_FIGURES = {f.name: f for f in (
-    RunSetFigure("comparison", _record, _comparison),
-    RunSetFigure("comparison_panel", _record, _comparison_panel),
-    RunSetFigure("contribution_side_by_side", _contribution, _contributions_side_by_side),
-    RunSetFigure("losses_against", _validation_losses, _losses_against),
-    RunSetFigure("fig8_first_vs_last", _metric_snapshots, _fig8),
-    RunSetFigure("fig10_contours", _metric_snapshots, _fig10),
-    RunSetFigure("fig11_surfaces", _metric_snapshots, _fig11),
+    RunSetFigure("comparison", _record, _comparison, "Each run's cross-head structure"),
+    RunSetFigure("comparison_panel", _record, _comparison_panel, "One run's structure, large"),
+    RunSetFigure("contribution_side_by_side", _contribution, _contributions_side_by_side,
+                 "Gradient contributions side by side"),
+    RunSetFigure("losses_against", _validation_losses, _losses_against, "Loss of each validation input, run against run"),
+    RunSetFigure("fig8_first_vs_last", _metric_snapshots, _fig8, "M(x): first against last snapshot (paper fig. 8)"),
+    RunSetFigure("fig10_contours", _metric_snapshots, _fig10, "Contours of M(x) across snapshots (paper fig. 10)"),
+    RunSetFigure("fig11_surfaces", _metric_snapshots, _fig11, "M(x) as a surface (paper fig. 11)"),
 )}
 
 # The paper's metric figures, in the paper's order (`damcha figures --paper`).

@@ -200,7 +200,11 @@ def test_ablation_page_table_and_csv(tmp_path, monkeypatch):
     frames = [d.value for d in at.dataframe]
     per_run = frames[-1]
     assert set(per_run["run"]) == {"digits-damcha-bilinear", "digits-damcha-static"}
-    assert set(per_run["mode"]) == {m.value for m in __import__("damcha").MetricMode}
+    from damcha.analysis.ablation import mode_title
+    from damcha.runs.checkpoints import load_run
+
+    config = load_run(root / "digits-damcha-bilinear").model_config  # the modes by their titles, not the code's names
+    assert set(per_run["mode"]) == {mode_title(config, m.value) for m in __import__("damcha").MetricMode}
     assert "completion_mse" in per_run.columns
     assert "delta_interval" not in per_run.columns and "Δ nll 95% low" in per_run.columns  # flat, as in the CSV
     ablated = per_run[per_run["mode"] != "full"]  # full has no Δ
@@ -419,7 +423,7 @@ def test_dynamics_draws_a_fixed_structure_once_and_says_so_instead_of_animating_
 def test_compare_draws_the_papers_figures_of_several_runs_on_request_and_says_why_not_for_others():
     """Figures 8, 10 and 11 of the paper (a table's figures of several runs no page placed) are offered on
     Compare: drawn for DAMCHA runs from their metrics, refused in words where a run has no M(x)."""
-    from damcha.views.run_set_figures import PAPER_FIGURES
+    from damcha.views.run_set_figures import PAPER_FIGURES, RUN_SET_FIGURES
 
     def compared(runs: list[str]) -> AppTest:
         at = AppTest.from_file(APP, default_timeout=180)
@@ -438,7 +442,8 @@ def test_compare_draws_the_papers_figures_of_several_runs_on_request_and_says_wh
     assert any("paper fig. 8" in s for s in specs) and sum("digits-damcha" in s for s in specs) >= 3
     at = compared(["digits-damcha", "digits-mha"])
     refused = [i.value for i in at.info if "the paper's metric figures need DAMCHA runs" in i.value]
-    assert [r.split(":")[0] for r in refused] == list(PAPER_FIGURES)
+    assert len(refused) == len(PAPER_FIGURES)  # each named by its title, in order
+    assert all(r.startswith(f"{RUN_SET_FIGURES[n].title}: ") for r, n in zip(refused, PAPER_FIGURES, strict=True))
 
 
 def _export_all_clicked(at: AppTest, formats: list[str]) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from damcha import ModelConfig, inspect_input, variant_config
-from damcha.analysis.ablation import ablation_modes, validation_ablation
+from damcha.analysis.ablation import ablation_modes, mode_title, validation_ablation
 from damcha.analysis.dynamics import generator_weight_drift, metric_statistics, symmetric_spectrum
 from damcha.analysis.intervals import mean_interval
 from damcha.model.mechanisms.damcha.metric import MetricMode
@@ -182,7 +182,8 @@ def test_the_completions_under_each_mode_are_a_named_figure_rebuilt_from_its_pro
     inp = validation_input(run, 3)
     (item,) = figure_set(run, [run.epochs[-1]], inp.tokens, inp.targets, names=["completion_by_mode"])
     titles = [a["text"] for a in item.figure.to_dict()["layout"]["annotations"]]
-    assert titles == ["truth", *(m.replace("_", " ") for m in ablation_modes(run.model_config))]  # the modes in words
+    assert titles == ["truth", *(mode_title(run.model_config, m) for m in ablation_modes(run.model_config))]  # titles
+    assert not any("_" in t for t in titles)
     outcomes = input_under_modes(load_model(run), inp.tokens, inp.targets)
     shown = figure_data(item.figure)
     last = np.asarray(shown[sorted(shown)[-1]])  # the last mode's picture

@@ -169,10 +169,17 @@ class Choice:
     values: tuple[str, ...]
     help: str
     url_key: str
+    titles: tuple[str, ...] = ()  # what a reader sees for each value (default: the value in words)
 
     @property
     def label(self) -> str:
         return self.name.replace("_", " ").capitalize()
+
+    def title_of(self, value: str) -> str:
+        """A value as pages, tables and figures show it: its title, never the code's name for it."""
+        if value in self.values and len(self.titles) == len(self.values):
+            return self.titles[self.values.index(value)]
+        return str(value).replace("_", " ")
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,15 @@ from damcha.model.mechanisms.structures import Identifiability, Structure, Struc
 if TYPE_CHECKING:
     from damcha.model.config import ModelConfig
 
+MODE_TITLES = {MetricMode.FULL: "full", MetricMode.DIAGONAL: "diagonal only", MetricMode.OFF_DIAGONAL: "off-diagonal only",
+               MetricMode.DIAGONAL_SCALED: "diagonal only × H"}
+
 # How to read the validation set under each metric mode (the Ablation page), by the run's score form.
 ABLATION_NOTES = {
     "row_sum": "**Row-sum runs:** the diagonal-only metric is M_ii = m_i / H + its initialisation residue, and the "
                "off-diagonal-only metric is (H−1)/H · m_i minus that residue. Neither 'the diagonal' nor 'the "
                "off-diagonal' was learned as such, so a gap between them measures the random residue and the "
-               "1 : (H−1) scaling, not what cross-head blocks learned. The mode diagonal_scaled (H · M_ii = m_i + "
+               "1 : (H−1) scaling, not what cross-head blocks learned. The mode 'diagonal only × H' (H · M_ii = m_i + "
                "H · residue) restores the scale: where it ties with full, the diagonal-only loss is that arithmetic.",
     "bilinear": "**Bilinear runs:** every block M_ij is trained for its own role (head i's queries against head j's "
                 "keys), so the diagonal/off-diagonal split is meaningful there.",
@@ -51,7 +54,8 @@ class Damcha(Mechanism[DamchaOptions]):
     shared_entry_points = ("intervened",)  # the metric under an intervention (run_source)
     option_choices = (Choice("metric_mode", tuple(m.value for m in MetricMode),
                              "Inference-time row sum: full m_i = Σ_j M_ij, diagonal-only M_ii, off-diagonal-only "
-                             "Σ_{j≠i} M_ij.", "mode"),)
+                             "Σ_{j≠i} M_ij.", "mode",
+                             tuple(MODE_TITLES[m] for m in MetricMode)),)
     inference_ablation = InferenceAblation("metric_mode", lambda config: ABLATION_NOTES[config.setting("score_form")],
                                            lambda config: {"score_form": config.setting("score_form")})
     # The first five were ModelConfig fields until December 2026 (config.MOVED_SETTINGS: saved runs open as before).
