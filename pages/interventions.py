@@ -16,7 +16,13 @@ from damcha.analysis.interventions import ADAPTIVITY_GAP_READING, MEAN_INPUTS, a
 from damcha.analysis.structure_patching import structure_site_note
 from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count, validation_input, validation_length
-from damcha.views.display_units import LossUnit, head_metric_ablation_sentence, residue_check_sentence
+from damcha.views.display_units import (
+    LossUnit,
+    head_metric_ablation_sentence,
+    output_change_text,
+    output_word,
+    residue_check_sentence,
+)
 from damcha.views.model_figures import intervention_views
 from damcha.views.readings import one_snapshot_sentence
 
@@ -125,7 +131,8 @@ c1, c2, c3 = st.columns(3)
 c1.metric(f"Loss without ({unit.label})", unit.text(before.loss))
 c2.metric("Loss with the intervention", unit.text(after.loss), unit.text(after.loss - before.loss, signed=True),
           delta_color="inverse")
-c3.metric("Largest change of a logit", f"{np.abs(after.logits - before.logits).max():.3g}")
+c3.metric(f"Largest change of a {output_word(run.model_config)}",
+          output_change_text(float(np.abs(after.logits - before.logits).max()), float(np.abs(before.logits).max())))
 
 left, right = st.columns(2)
 for column, applied in ((left, "without"), (right, "with")):

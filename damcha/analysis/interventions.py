@@ -173,6 +173,7 @@ class ResidueCheck:
     loss_change: float
     residue_learned: bool
     form: str
+    largest_output: float = 0.0  # the largest |logit| of the model's own forward: what float rounding is relative to
 
 
 def residue_check(model: Transformer, tokens, targets) -> ResidueCheck:
@@ -180,7 +181,8 @@ def residue_check(model: Transformer, tokens, targets) -> ResidueCheck:
     plain = evaluate(model, tokens, targets, access.explicit())
     dropped = evaluate(model, tokens, targets, access.learned_only())
     return ResidueCheck(float(np.abs(dropped.logits - plain.logits).max()), dropped.loss - plain.loss,
-                        access.residue_learned(model.config), access.scoring_form(model.config))
+                        access.residue_learned(model.config), access.scoring_form(model.config),
+                        float(np.abs(plain.logits).max()))
 
 
 def adaptivity_gap(model: Transformer, inputs, targets, mbar: torch.Tensor) -> np.ndarray:

@@ -114,10 +114,28 @@ def residue_check_sentence(check, config) -> str:
     kept = (f"Keeping only the learned part of M(x) (each block m_i / H, the unidentifiable residue dropped; {check.form} "
             "form)" if row_sum else "Keeping only each block row's mean m_i / H (its learned deviation from the mean "
             f"dropped; {check.form} form)")
-    unchanged = check.max_logit_change < 1e-4
+    unchanged = check.max_logit_change <= rounding_bound(check.largest_output)
     verdict = ("unchanged up to float rounding, as the identifiability statement says" if unchanged and row_sum
                else "unchanged up to float rounding" if unchanged
                else "changed: the model uses what was dropped" + ("" if row_sum else ", which this form learns"))
-    outputs = "predicted-vector entry" if config.input_dim else "logit"  # a patch model regresses, it has no logits
-    return (f"{kept}: largest {outputs} change {check.max_logit_change:.3g}, loss change "
+    return (f"{kept}: largest {output_word(config)} change "
+            f"{output_change_text(check.max_logit_change, check.largest_output)}, loss change "
             f"{unit.value(check.loss_change):+.3g} {unit.label} — {verdict}.")
+
+
+def output_word(config) -> str:
+    """What one output of the model is: a patch model regresses vectors, it has no logits."""
+    return "predicted-vector entry" if config.input_dim else "logit"
+
+
+def rounding_bound(largest_output: float) -> float:
+    """How far two float32 forwards of the same arithmetic in another order may differ on outputs of this size
+    (16 units in the last place of the largest): a change within it is rounding, not the intervention."""
+    return 16 * float(np.finfo(np.float32).eps) * largest_output
+
+
+def output_change_text(change: float, largest_output: float) -> str:
+    """The largest change of an output to the precision a float32 forward has: the same change reads the same
+    wherever it is shown, whichever order of arithmetic computed it (the page's metric, the residue check)."""
+    bound = rounding_bound(largest_output)
+    return f"below float32 rounding (< {bound:.1g})" if change <= bound else f"{change:.3g}"

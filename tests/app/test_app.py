@@ -245,6 +245,22 @@ def test_interventions_page_patches_each_mechanisms_own_structure(run):
     np.testing.assert_allclose(z_of(fig, key="y"), expected / math.log(2), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("run", ["digits-damcha", "images-damcha"])
+def test_the_largest_output_change_of_dropping_the_residue_reads_the_same_in_the_metric_and_the_sentence(run):
+    """One quantity, one number: the Interventions page's metric for "Keep only the learned part" and the residue
+    check's sentence on the same input say the same thing, each to a float32 forward's precision, and name the
+    output the model has (a patch model regresses: no logits)."""
+    at = new_app(run, "interventions")
+    at.selectbox(key="intervention").set_value("drop_residue").run()
+    assert_clean(at)
+    word = "predicted-vector entry" if run.startswith("images") else "logit"
+    (metric,) = [m for m in at.metric if m.label.startswith("Largest change")]
+    assert metric.label == f"Largest change of a {word}"
+    (sentence,) = [i.value for i in at.info if "Keeping only the learned part" in i.value]
+    assert f"largest {word} change {metric.value}," in sentence, (metric.value, sentence)
+    assert metric.value.startswith("below float32 rounding (< ")  # the row sum cannot reach the residue
+
+
 def test_interventions_page_on_damcha_and_on_a_comparison_run():
     at = new_app("digits-damcha", "interventions")
     assert_clean(at)

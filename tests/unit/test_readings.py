@@ -36,7 +36,7 @@ def test_the_decomposition_shares_add_to_the_whole_and_the_reading_names_the_sco
 
 def test_the_residue_check_states_the_loss_change_in_the_runs_unit():
     run, _ = _record("digits-damcha")
-    sentence = residue_check_sentence(ResidueCheck(1e-7, np.log(2) / 100, False, "row sum"), run.model_config)
+    sentence = residue_check_sentence(ResidueCheck(1e-7, np.log(2) / 100, False, "row sum", 12.0), run.model_config)
     assert "loss change +0.01 bits per pixel" in sentence and "unchanged up to float rounding" in sentence
     bilinear = residue_check_sentence(ResidueCheck(0.3, 0.0, True, "bilinear"), run.model_config)
     assert "each block row's mean m_i / H" in bilinear and "which this form learns" in bilinear
@@ -45,6 +45,9 @@ def test_the_residue_check_states_the_loss_change_in_the_runs_unit():
     assert "largest predicted-vector entry change" in residue_check_sentence(ResidueCheck(0.1, 0.0, False, "row sum"), images)
     assert "largest logit change 2.38e-06" in residue_check_sentence(ResidueCheck(2.38e-6, 0.0, False, "row sum"),
                                                                      run.model_config)  # not rounded to "0"
+    # within float32 rounding of logits of this size, the bound is said, the same whichever order computed it
+    small = residue_check_sentence(ResidueCheck(2.38e-6, 0.0, False, "row sum", 20.0), run.model_config)
+    assert "largest logit change below float32 rounding (< 4e-05)" in small and "unchanged up to float rounding" in small
 
 
 def test_the_generator_drift_sentence_lists_each_epoch_and_says_what_the_row_sum_trains():
