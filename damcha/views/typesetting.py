@@ -26,15 +26,19 @@ LINE = 1.3  # a line of text is about 1.3 times its font size high
 # x_i, m_i, M_ij, W_Q, D~_k: one letter, an underscore and a short index read as a subscript (a
 # word before the underscore is a name: val_nll, metric_mode).
 _SUPERSCRIPT = re.compile(r"\^([A-Za-z0-9]{1,3})(?![A-Za-z0-9])")
-_SUBSCRIPT = re.compile(r"(?<![A-Za-z0-9_~])([A-Za-zα-ωΑ-Ω]~?)_([A-Za-z0-9]{1,3})(?![A-Za-z0-9_])")
+_SUBSCRIPT = re.compile(r"(?<![A-Za-z0-9_~])([A-Za-zα-ωΑ-Ω]\u0303?)_([A-Za-z0-9]{1,3})(?![A-Za-z0-9_])")
+# W~, D~: the code's and the docs' ASCII for a letter with a tilde (ColMHA's W̃_Q), drawn as one
+_TILDED = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z])~")
 
 
 def with_subscripts(text: str | None) -> str | None:
     """Underscore indices as HTML subscripts and caret indices as superscripts (plotly draws <sub>
     and <sup>): "m_i" -> "m<sub>i</sub>", "W_K^h" -> "W<sub>K</sub><sup>h</sup>". A name joined by
-    underscores (metric_mode, head_2_x) is left alone."""
+    underscores (metric_mode, head_2_x) is left alone. A letter written with a tilde after it (W~_Q) is drawn
+    with the tilde over it (W̃<sub>Q</sub>)."""
     if not text:
         return text
+    text = _TILDED.sub("\\1\u0303", text)
     text = _SUBSCRIPT.sub(lambda m: f"{m.group(1)}<sub>{m.group(2)}</sub>", text)
     return _SUPERSCRIPT.sub(lambda m: f"<sup>{m.group(1)}</sup>", text)
 

@@ -163,6 +163,7 @@ def test_inspector_draws_each_structure_with_its_own_labels(root, variant, task)
         figs = in_every_view(at, specs)
     for s in record.structures:
         fig = titled(figs, s.title)
+        assert "~" not in fig["layout"]["title"]["text"], (s.name, "a tilde is drawn over its letter, not beside it")
         style = structure_style(s, record)
         panels = [a["text"] for a in fig["layout"].get("annotations", [])]
         if s.kind in (StructureKind.HEAD_GRID_MATRIX, StructureKind.HEAD_BY_HEAD, StructureKind.MATRIX,

@@ -23,6 +23,8 @@ SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints"
     ("W_Q^h W_K^hᵀ", "W<sub>Q</sub><sup>h</sup> W<sub>K</sub><sup>h</sup>ᵀ"),
     ("val_nll and train_mse", "val_nll and train_mse"),  # names joined by underscores stay as they are
     ("metric_mode = head_2_x", "metric_mode = head_2_x"),
+    ("Per-head bilinear forms W~_Q diag(m_h) W~_Kᵀ", "Per-head bilinear forms W\u0303<sub>Q</sub> diag(m<sub>h</sub>) "
+                                                    "W\u0303<sub>K</sub>ᵀ"),  # ColMHA's W̃: a tilde over, not beside
 ])
 def test_underscore_indices_become_subscripts_and_names_stay(text, typeset):
     assert with_subscripts(text) == typeset
