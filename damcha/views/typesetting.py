@@ -186,6 +186,8 @@ def _thin_listed_ticks(fig: go.Figure, plot_width: float, height: float, font_si
         labels = [str(t) for t in (axis.ticktext if axis.ticktext is not None else axis.tickvals)]
         flat = name.startswith("x") and not axis.tickangle  # horizontal labels side by side
         pitch = (max(map(len, labels)) * CHARACTER_WIDTH + 0.5) * font_size if flat else LINE * font_size
+        if flat and length // pitch < min(len(labels), 3):  # side by side one or two would be left ("head 1" of
+            axis.tickangle, pitch = -90, LINE * font_size  # four): turned upright they stand a line apart
         room = max(1, int(length // pitch))
         step = -(-len(axis.tickvals) // room)
         if step > 1:

@@ -52,6 +52,20 @@ def _comparison(n_runs: int = 4):
     return comparison_figure(rows, "validation input 0 of the digits set: four runs compared side by side")
 
 
+def test_a_narrow_panels_listed_axis_keeps_its_labels_upright_rather_than_one_of_them():
+    """At a single column each panel of a comparison is a few label-widths wide: side by side only "head 1" of
+    four fitted under M(x) (and "expert 1", "0 start" under the others). Turned upright they stand a line apart."""
+    fig = _comparison()
+    listed = {k: len(fig.layout[k].tickvals) for k in fig.layout if k.startswith(("xaxis", "yaxis"))
+              and fig.layout[k].tickvals is not None and len(fig.layout[k].tickvals) > 1}
+    single = paper_style(fig, ExportSettings.column("single column"))
+    kept = {k: len(single.layout[k].tickvals) for k in listed}
+    assert all(kept[k] >= min(n, 3) for k, n in listed.items()), (listed, kept)
+    heads = next(k for k in listed if list(fig.layout[k].ticktext or ())[:1] == ["head 1"] and k.startswith("x"))
+    assert list(single.layout[heads].ticktext) == ["head 1", "head 2", "head 3", "head 4"]
+    assert single.layout[heads].tickangle == -90
+
+
 def test_the_paper_style_wraps_subplot_titles_at_a_single_column_and_less_at_a_double_one():
     fig = _comparison()
     single = paper_style(fig, ExportSettings.column("single column"))
