@@ -66,14 +66,19 @@ def url_int(key: str, low: int, high: int) -> int | None:
 
 def url_number_input(where, label: str, low: int, high: int, default: int, key: str, **kw) -> int:
     """An integer input in [low, high] whose value is in the URL (not when it is the default)."""
+    kept_key = f"_{key}_kept"
     st.session_state.setdefault(BOUND_KEYS, set()).add(key)
-    if key not in st.session_state:  # first run of this control in the session: what the link says
+    # As typed_text_area: a widget's own state belongs to its page, and a page without it (Home) drops it, so
+    # the value is kept under a plain key, updated as it changes, and given to the widget on every page.
+    if kept_key not in st.session_state:  # first run of this control in the session: what the link says
         linked = url_int(key, low, high)
-        st.session_state[key] = default if linked is None else linked
-    kept = st.session_state[key]
+        st.session_state[kept_key] = default if linked is None else linked
+    kept = st.session_state[kept_key]
     if not isinstance(kept, int) or not low <= kept <= high:  # chosen for another input or run
-        st.session_state[key] = min(max(int(kept), low), high) if isinstance(kept, int) else default
-    value = int(where.number_input(label, low, high, key=key, **kw))
+        kept = min(max(int(kept), low), high) if isinstance(kept, int) else default
+    st.session_state[key] = st.session_state[kept_key] = kept
+    value = int(where.number_input(label, low, high, key=key,
+                                   on_change=lambda: st.session_state.__setitem__(kept_key, st.session_state[key]), **kw))
     if value == default:
         _drop(key)
     else:

@@ -83,16 +83,23 @@ def test_typed_text_survives_every_page_of_the_sidebar_in_both_directions(server
         assert page.locator(".stException").count() == 0, title
 
 
-def test_an_image_run_walks_every_page_of_the_sidebar_without_an_error(server, page):
+def test_an_image_run_walks_every_page_of_the_sidebar_without_an_error_keeping_its_validation_index(server, page):
+    """Every page, Home and Evidence included, in both directions: no error, and the validation index chosen
+    on the Inspector is the one every page with an input picker shows (a visit to Home lost it)."""
     from app.navigation import PAGES
 
     page.goto(f"{server}/inspector?run=digits-damcha&source=Validation+sample&sample=5")
-    page.locator("[data-testid=stSidebarNav]").wait_for(timeout=60_000)
-    for title in [p.title for p in PAGES]:  # (going back and forth: the text run's walk above)
+    page.get_by_label("Validation index (0..", exact=False).first.wait_for(timeout=60_000)
+    settled(page)
+    titles = [p.title for p in PAGES]
+    for title in titles + titles[::-1]:
         page.locator("[data-testid=stSidebarNav]").get_by_text(title, exact=True).click()
         settled(page)
         assert page.locator(".stException").count() == 0, title
         assert page.locator("[data-testid=stAlertContentError]").count() == 0, title
+        index = page.get_by_label("Validation index (0..", exact=False)
+        if index.count():
+            assert index.first.input_value() == "5", title
 
 
 def test_the_evidence_page_shows_the_shipped_rehearsal_beside_the_paper(server, page):
