@@ -39,13 +39,14 @@ def validation_columns(row: dict | None) -> dict[str, float]:
 
 
 def comparison_table(entries: Sequence[tuple[Run, int, InspectionRecord]]) -> list[dict]:
-    """One row per (run, epoch, record): the run, its mechanism, the epoch, its loss on this input in
-    the unit the app shows (bits per … or squared error), and its validation metrics at that epoch."""
+    """One row per (run, epoch, record): the run, its variant, the epoch, its loss on this input in
+    the unit the app shows (bits per … or squared error), and its validation metrics at that epoch. (The
+    mechanism's full title is the panels' business: as a column it pushed the losses past the page's right edge.)"""
     rows = []
     for run, epoch, record in entries:
         cfg = run.model_config
         loss = None if record.loss is None else record.loss * loss_factor(cfg)
-        row = {"run": run.name, "variant": run.variant, "mechanism": cfg.mechanism.title, "epoch": epoch}
+        row = {"run": run.name, "variant": run.variant, "epoch": epoch}
         if record.task == "classification":  # an upload has no label, so no loss: what each run answers instead
             probabilities = next_token_probabilities(record, 0)
             row.update({"predicted class": int(probabilities.argmax()), "its probability": float(probabilities.max())})

@@ -26,6 +26,9 @@ def test_compare_mechanisms_draws_every_run_of_the_data_set(server, page, run): 
         assert any(t.startswith(f"{name} @") for t in titles), (name, titles[:6])
     page.locator("[data-testid='stDataFrame']").first.wait_for(timeout=60_000)  # drawn after the panels
     assert page.locator("[data-testid='stDataFrame']").count() == 1  # the losses
+    settled(page)
+    scroll = page.eval_on_selector("[data-testid='stDataFrame'] .dvn-scroller", "d => [d.scrollWidth, d.clientWidth]")
+    assert scroll[0] <= scroll[1], ("the loss table is cut at the right", scroll)
     page.screenshot(path=str(ARTIFACTS / f"compare-{dataset}.png"), full_page=True)
 
 
