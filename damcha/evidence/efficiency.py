@@ -134,7 +134,7 @@ def layer_parameters(cfg: ModelConfig, variant: str) -> int:
 
 
 _PEAK_PROBE = """
-import ctypes, json, sys, threading, torch
+import ctypes, json, sys, threading, time, torch
 from damcha.model.config import ModelConfig
 from damcha.evidence.efficiency import make_layer
 class MI(ctypes.Structure):
@@ -143,6 +143,7 @@ class MI(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
 used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
 cfg = ModelConfig.from_dict(json.loads(sys.argv[1])); T, batch = int(sys.argv[3]), int(sys.argv[4])
+MIN_SECONDS = 0.3
 for variant in json.loads(sys.argv[2]):
     run = make_layer(cfg, variant)
     x = torch.randn(batch, T, cfg.n_embd)
@@ -154,8 +155,10 @@ for variant in json.loads(sys.argv[2]):
                 peak[0] = max(peak[0], used())
                 done.wait(0.0002)
         t = threading.Thread(target=sample); t.start()
-        for _ in range(3):
-            run(x)
+        runs, start = 0, time.perf_counter()
+        while runs < 3 or time.perf_counter() - start < MIN_SECONDS:  # a small layer runs in less than a sample's
+            run(x)  # interval: repeated for long enough, the sampler meets its peak
+            runs += 1
         done.set(); t.join()
     print((peak[0] - base) / 2**20)
 """
@@ -195,6 +198,11 @@ def efficiency_ratios(cfg: ModelConfig, variant: str, T: int, batch: int, repeat
         tv_e, te = interleaved(lambda: layer(x), lambda: eager(x), repeats)
         tv_nc, tm_nc = interleaved(lambda: layer_nc(x), lambda: mha_nc(x), repeats)
     memory = peak_memories_mb(cfg, (variant, "mha"), T, batch)  # one fresh process, not one each
+    for name, peak in zip((variant, "mha"), memory, strict=True):
+        if not peak > 0:  # a ratio of 0 would be a log ratio of -inf, read as "within noise"
+            raise ValueError(f"the malloc probe saw no memory above the level before {name}'s layer ran ({peak:g} MB at "
+                             f"T = {T}, batch {batch}): no memory ratio can be formed from it; measure at a larger T "
+                             "or batch")
     ts, tsm = interleaved(make_training_step(cfg, variant, TRAINING_LAYERS, T, batch),
                           make_training_step(cfg, "mha", TRAINING_LAYERS, T, batch), max(3, repeats // 2), warmup=2)
     return {"params_ratio": layer_parameters(cfg, variant) / layer_parameters(cfg, "mha"),

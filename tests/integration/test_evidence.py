@@ -445,6 +445,22 @@ def test_efficiency_ratios_of_mha_against_itself_are_one():
     assert damcha["params_ratio"] > 1 and damcha["flops_ratio"] > 1  # f outputs a D x D metric per input
 
 
+def test_the_memory_probe_meets_a_small_layers_peak_every_time_and_a_zero_peak_is_refused(monkeypatch):
+    """The tiny rehearsal's layers run in less than the sampler's interval: three runs let it miss MHA's peak
+    (0.0016 MB one time, 0.047 the next: a ratio off by 30x, or 0 and a log ratio of -inf read as within noise).
+    Repeated for long enough the peak is met every time; a peak of 0 is refused in words, never made a ratio."""
+    from damcha.evidence import efficiency
+
+    cfg = ModelConfig(vocab_size=256, block_size=64, n_layer=1, n_head=4, n_embd=32,
+                      attention_options={"generator_widths": (64, 128)})
+    peaks = [efficiency.peak_memories_mb(cfg, ("dcmha", "mha"), 32, 2) for _ in range(4)]
+    for column in zip(*peaks, strict=True):
+        assert min(column) > 0 and max(column) / min(column) < 1.25, peaks
+    monkeypatch.setattr(efficiency, "peak_memories_mb", lambda *a: [0.4, 0.0])
+    with pytest.raises(ValueError, match="no memory ratio can be formed"):
+        efficiency.efficiency_ratios(cfg, "dcmha", T=32, batch=2, repeats=1)
+
+
 def test_interval_figure_puts_the_papers_numbers_on_their_own_axis():
     from damcha.views.figures import interval_figure
 

@@ -61,3 +61,16 @@ def test_every_shipped_evidence_csv_reads_back_with_the_csv_module_as_its_result
         values = {(arm, int(seed), metric): float(value) for arm, seed, metric, value in tables[0][1:]}
         assert values == {(arm, s, k): v for arm, rows in claim["values"].items() for s, row in enumerate(rows)
                           for k, v in row.items()}, claim["key"]
+
+
+def test_no_interval_in_the_evidence_docs_prose_is_typed_by_hand():
+    """An interval written in docs/evidence.md outside its generated sections reads as a current result: each must
+    be one the results generate (inside a generated section), or not be there (a restatement's old figures were)."""
+    import re
+
+    text = (ROOT / "docs" / "evidence.md").read_text()
+    generated = re.compile(r"<!-- generated: (\S+) -->\n.*?<!-- end: \1 -->", re.S)
+    inside = " ".join(" ".join(m.group(0).split()) for m in generated.finditer(text))
+    interval = re.compile(r"-?\d[\d.,e+-]*\s+\[-?\d[\d.,e+-]*,\s+-?\d[\d.,e+-]*\]")
+    typed = [" ".join(i.split()) for i in interval.findall(generated.sub("", text))]
+    assert not [i for i in typed if i not in inside], typed

@@ -20,7 +20,8 @@ def claim(quick: bool) -> Claim:
                              "five seeds; MHA and DAMCHA are the same runs), against mechanisms published after it. "
                              "Differential attention runs under its authors' comparison protocol (diff-official: half "
                              "the heads, each map at MHA's head width); interleaved heads with the paper's flat mask "
-                             "and start. Knocking heads is a control: shared parameters, no mixing of heads. MHA at DAMCHA's "
+                             "and start. Knocking heads shares parameters among the heads but mixes none (no head reads "
+                             "another's data); it is compared and counted like the others. MHA at DAMCHA's "
                              "parameters is Table 1's (the same runs), counted here too: every arm but DAMCHA holds a "
                              "sixth of its parameters.")
     return newer_claim

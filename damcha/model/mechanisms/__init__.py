@@ -119,7 +119,7 @@ register(Differential(),
 register(InterleavedHeads(), Variant("iha", "iha", {}, "interleaved head attention: P pseudo-heads per head mixed "
                                      "from all heads, attending over the interleaved sequence"))
 register(KnockingHeads(), Variant("knocking", "knocking", {}, "knocking heads: one d×d matrix shared by all heads "
-                                  "on the values (a control: shared parameters, no mixing)"))
+                                  "on the values (shared parameters; no head reads another's data)"))
 
 __all__ = [
     "AttentionOutput", "Choice", "DamchaOptions", "ForwardOptions", "Identifiability", "Intervention", "LayerCall",

@@ -136,4 +136,4 @@ class KnockingHeads(Mechanism):
 
     def notes(self, config) -> list[str]:
         return ["Knocking heads shares one small matrix among the heads of a layer; no head reads another's data, "
-                "so it is a control for the mechanisms that mix heads, with parameters of the same kind."]
+                "so beside the mechanisms that mix heads it shows what shared parameters of the same kind do without mixing."]
