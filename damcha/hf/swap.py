@@ -41,7 +41,15 @@ from safetensors.torch import load_model
 from torch import nn
 
 from damcha.hf.models import NO_CACHE
-from damcha.hf.swap_saving import ARCHITECTURES, CONFIG_FILE, MODEL_TYPE, WEIGHTS_FILE, record_swap
+from damcha.hf.swap_saving import (
+    ARCHITECTURES,
+    CONFIG_FILE,
+    DERIVED_CLASSES,
+    MODEL_TYPE,
+    WEIGHTS_FILE,
+    record_swap,
+    reduce_by_base,
+)
 from damcha.model.config import MAX_BLOCK_SIZE, ModelConfig, variant_config
 from damcha.model.mechanisms import LayerCall, attention_mask, get_variant
 from damcha.model.transformer import non_finite
@@ -109,6 +117,11 @@ class _CallState:
         self.real: torch.Tensor | None = None
         self.shared: Any = None
 
+    def __getstate__(self) -> dict:
+        """A copy or a pickle keeps no value of the last call (set again at the start of each forward): after a
+        forward with gradients, that value is a tensor of the graph, which deepcopy refuses."""
+        return {**self.__dict__, "real": None, "shared": None}
+
     def read_mask(self, module, args, kwargs):
         mask = kwargs.get("attention_mask")
         if mask is not None and mask.dim() != 2:
@@ -157,7 +170,7 @@ def swap_attention(model: nn.Module, variant: str, seed: int | None = None, rope
     implementation = config._attn_implementation or "sdpa"
     if implementation not in ("sdpa", "eager"):
         raise ValueError(f"attn_implementation={implementation!r}: a swapped model attends with 'sdpa' or 'eager'")
-    swapped_class = type(f"Swapped{original.__name__}", (original,), {"forward": _swapped_forward})
+    swapped_class = swapped_attention_class(original)
     # The new modules take the place, dtype, device and train/eval mode of the ones they replace.
     weight = next(found[0][1].parameters())
     where = {"device": weight.device, "dtype": weight.dtype}
@@ -273,6 +286,20 @@ def _carry(theirs: dict, layer: nn.Module) -> list[str]:
                 target.bias.copy_(bias if bias is not None else torch.zeros_like(target.bias))
                 carried.append(f"{role}.bias")
     return carried
+
+
+_SWAPPED_ATTENTION: dict[type, type] = {}
+
+
+def swapped_attention_class(original: type) -> type:
+    """The attention class a swap puts in place of `original`: its forward runs the mechanism (one per class)."""
+    if original not in _SWAPPED_ATTENTION:
+        _SWAPPED_ATTENTION[original] = type(f"Swapped{original.__name__}", (original,), {
+            "forward": _swapped_forward, "derived_kind": "attention", "__reduce_ex__": reduce_by_base})
+    return _SWAPPED_ATTENTION[original]
+
+
+DERIVED_CLASSES["attention"] = swapped_attention_class
 
 
 def _swapped_forward(self, hidden_states: torch.Tensor, *args, **kwargs):

@@ -11,7 +11,9 @@ expects and drop the mechanism's tensors with a warning; finding no model.safete
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from safetensors.torch import save_model
@@ -69,5 +71,25 @@ def _refuse_or_save(model: nn.Module, folder: str | Path, **kwargs: object) -> N
 def _saving_class(cls: type) -> type:
     if cls not in _SAVING_CLASSES:
         _SAVING_CLASSES[cls] = type(cls.__name__, (cls,), {"save_pretrained": _refuse_or_save,
-                                                           "__module__": cls.__module__})
+                                                           "__module__": cls.__module__, "derived_kind": "saving",
+                                                           "__reduce_ex__": reduce_by_base})
     return _SAVING_CLASSES[cls]
+
+
+# The classes a swap makes at run time from a transformers class (the model's saving class, the attention's forward):
+# they exist in no module, so pickle (torch.save, multiprocessing, Trainer's workers) names them by the class they
+# derive from and the kind of derivation, and unpickling makes the same class again.
+DERIVED_CLASSES: dict[str, Callable[[type], type]] = {"saving": _saving_class}
+
+
+def reduce_by_base(self, protocol: int):
+    """`__reduce_ex__` of a derived class: rebuilt from its base class and kind, then its state set as usual."""
+    return _rebuilt, (self.derived_kind, type(self).__mro__[1]), self.__getstate__()
+
+
+def _rebuilt(kind: str, base: type):
+    importlib.import_module("damcha.hf.swap")  # (registers the attention's derived class)
+    if kind not in DERIVED_CLASSES:
+        raise ValueError(f"a pickled swapped model names an unknown derived class {kind!r}: made by another version")
+    cls = DERIVED_CLASSES[kind](base)
+    return cls.__new__(cls)

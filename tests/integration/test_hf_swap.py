@@ -5,6 +5,7 @@ attention under eager, generation and the refusals hold."""
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -256,6 +257,65 @@ def test_position_ids_reach_a_llamas_rotary_positions_and_4d_masks_are_refused()
         packed[:, :, 6:, :6] = False  # two documents of six tokens in each row
         with pytest.raises(ValueError, match="4-D attention_mask .* pass a \\(batch, length\\) mask"):
             model(TOKENS, attention_mask=packed)
+
+
+_LOAD_IN_A_FRESH_PROCESS = """
+import sys, torch
+for path in sys.argv[1:]:
+    saved = torch.load(path, weights_only=False)  # the user's own file: a whole pickled model and its inputs
+    with torch.no_grad():
+        logits = saved["model"](**saved["inputs"]).logits
+    torch.save({"logits": logits, "class": type(saved["model"]).__name__,
+                "saves": type(saved["model"]).save_pretrained.__name__}, path + ".out")
+"""
+
+
+def _swapped_after_a_step(layout: str, variant: str):
+    torch.manual_seed(0)
+    model, loss_of = LAYOUTS[layout]()
+    rotary = layout == "llama" and get_mechanism(get_variant(variant).mechanism).rotary_positions
+    hf.swap_attention(model, variant, seed=0, rope=None if rotary or layout != "llama" else "none")
+    loss_of(model).loss.backward()  # a forward with gradients: the call's values hold the graph
+    return model, {"pixel_values": PIXELS} if layout == "vit" else {"input_ids": TOKENS}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("variant", variant_names())
+def test_a_swapped_model_pickles_and_deep_copies_after_a_training_step(layout, variant):
+    """pickle (torch.save of the whole model, multiprocessing) raised a PicklingError naming the model's own
+    class; deepcopy after a forward with gradients refused the last call's tensor. Both give the same logits."""
+    import pickle
+
+    model, inputs = _swapped_after_a_step(layout, variant)
+    copied, unpickled = copy.deepcopy(model).eval(), pickle.loads(pickle.dumps(model)).eval()
+    model.eval()
+    with torch.no_grad():
+        here = model(**inputs).logits
+        torch.testing.assert_close(copied(**inputs).logits, here, rtol=0, atol=0)
+        torch.testing.assert_close(unpickled(**inputs).logits, here, rtol=0, atol=0)
+    assert type(unpickled) is type(model)
+
+
+def test_swapped_models_saved_whole_load_in_a_fresh_process_as_swapped_models(tmp_path):
+    """torch.save(model) of every variant in every layout, loaded by a process that imported nothing of the
+    project: the same logits, and each is still a swapped model (it saves as one)."""
+    import subprocess
+    import sys
+
+    expected = {}
+    for layout in LAYOUTS:
+        for variant in variant_names():
+            model, inputs = _swapped_after_a_step(layout, variant)
+            model.eval()
+            with torch.no_grad():
+                expected[f"{layout}-{variant}"] = (model(**inputs).logits, type(model).__name__)
+            torch.save({"model": model, "inputs": inputs}, tmp_path / f"{layout}-{variant}.pt")
+    subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, *(str(tmp_path / f"{k}.pt") for k in expected)],
+                   check=True, cwd=Path(__file__).resolve().parents[2], capture_output=True)
+    for key, (logits, cls) in expected.items():
+        there = torch.load(tmp_path / f"{key}.pt.out")
+        torch.testing.assert_close(there["logits"], logits, rtol=0, atol=0, msg=key)
+        assert there["class"] == cls and there["saves"] == "_refuse_or_save", key
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
