@@ -15,6 +15,7 @@ from typing import Any
 from transformers import PreTrainedConfig
 
 from damcha.model.config import MOVED_SETTINGS, ModelConfig, moved_into_settings
+from damcha.runs.hf_folders import UNREAD_SETTINGS
 
 _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 
@@ -26,23 +27,6 @@ _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 # step: for DAMCHA, q = x_i·m_i and k = x_i), for the mechanisms that score through that step.
 LAYOUTS = ("gpt2", "vit", "llama")
 LLAMA = {"norm": "rms", "feed_forward": "swiglu", "position_encoding": "rotary", "head_bias": False}
-
-# Settings other Hugging Face architectures read that this model does not: given with a value other than what
-# the model does, each is refused in words rather than stored and ignored (name -> (accepted?, what it does)).
-_ROPE_DEFAULT = (None, 10000, 10000.0)
-UNREAD_SETTINGS = {
-    "num_key_value_heads": (lambda c, v: v in (None, c.n_head),
-                            "every registered mechanism has one key and value per head (no grouped-query attention)"),
-    "head_dim": (lambda c, v: v in (None, c.n_embd // max(c.n_head, 1)), "heads are n_embd / n_head wide"),
-    "tie_word_embeddings": (lambda c, v: not v, "the output head is its own matrix, not tied to the embedding"),
-    "rope_theta": (lambda c, v: v in _ROPE_DEFAULT, "the llama layout rotates with the default RoPE (theta 10000)"),
-    "rope_scaling": (lambda c, v: v is None, "the llama layout rotates with the default RoPE (no scaling)"),
-    "rope_parameters": (lambda c, v: v is None or (v.get("rope_type", "default") == "default"
-                                                  and v.get("rope_theta") in _ROPE_DEFAULT),
-                        "the llama layout rotates with the default RoPE (theta 10000, no scaling)"),
-    "sliding_window": (lambda c, v: v is None, "every layer attends to the whole (causal) context"),
-}
-
 
 class DamchaConfig(PreTrainedConfig):
     """Any registered attention mechanism in the project's transformer, as a Hugging Face config.

@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from damcha.model.config import ModelConfig, moved_into_settings
@@ -40,6 +41,34 @@ MAX_CONFIG_BYTES = 1_000_000
 MAX_STATE_BYTES = 50_000_000
 MAX_STATE_OBJECTS = 200_000
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
+
+# Settings other Hugging Face architectures read that this model does not: given with a value other than what
+# the model does, each is refused in words rather than stored and ignored (name -> (accepted?, what it does)).
+_ROPE_DEFAULT = (None, 10000, 10000.0)
+UNREAD_SETTINGS = {
+    "num_key_value_heads": (lambda c, v: v in (None, c.n_head),
+                            "every registered mechanism has one key and value per head (no grouped-query attention)"),
+    "head_dim": (lambda c, v: v in (None, c.n_embd // max(c.n_head, 1)), "heads are n_embd / n_head wide"),
+    "tie_word_embeddings": (lambda c, v: not v, "the output head is its own matrix, not tied to the embedding"),
+    "rope_theta": (lambda c, v: v in _ROPE_DEFAULT, "the llama layout rotates with the default RoPE (theta 10000)"),
+    "rope_scaling": (lambda c, v: v is None, "the llama layout rotates with the default RoPE (no scaling)"),
+    "rope_parameters": (lambda c, v: v is None or (v.get("rope_type", "default") == "default"
+                                                  and v.get("rope_theta") in _ROPE_DEFAULT),
+                        "the llama layout rotates with the default RoPE (theta 10000, no scaling)"),
+    "sliding_window": (lambda c, v: v is None, "every layer attends to the whole (causal) context"),
+}
+
+
+def refuse_unread_settings(folder: Path, cfg: dict) -> None:
+    """A folder whose config sets what damcha.hf's classes refuse (UNREAD_SETTINGS) is refused as they refuse it:
+    opened as a run it would be drawn as a model the classes never build."""
+    defaults = ModelConfig()
+    shape = SimpleNamespace(**{k: cfg[k] if isinstance(cfg.get(k), int) and cfg[k] > 0 else getattr(defaults, k)
+                               for k in ("n_head", "n_embd")})
+    for name, (accepted, what) in UNREAD_SETTINGS.items():
+        if not accepted(shape, cfg.get(name)):
+            raise CheckpointError(f"{folder}: {CONFIG_FILE} sets {name}={str(cfg.get(name))[:60]}, which damcha.hf's "
+                                  f"classes refuse ({what}): not a folder they load")
 
 
 @dataclass(frozen=True)
@@ -80,6 +109,7 @@ def read_folder(folder: Path, cfg: dict | None, root: Path | None = None) -> Fol
             raise CheckpointError(f"{folder}: no {CONFIG_FILE}")
         cfg = read_json(checkpoints[max(checkpoints)] / CONFIG_FILE, MAX_CONFIG_BYTES, root, "model config")
     _refuse_foreign(folder, cfg)
+    refuse_unread_settings(folder, cfg)
     source: dict = cfg["damcha_run"] if isinstance(cfg.get("damcha_run"), dict) else {}
     config: dict[str, Any] = {"format_version": 1, "model": _named_settings(
         {k: v for k, v in moved_into_settings(cfg).items() if k in _MODEL_FIELDS}),

@@ -105,6 +105,21 @@ def test_remote_code_pickles_and_foreign_folders_are_refused_in_words(folders, t
     assert not runs and "remote code" in bad[0][1]
 
 
+@pytest.mark.parametrize(("name", "value"), [("num_key_value_heads", 2), ("head_dim", 4), ("tie_word_embeddings", True),
+                                           ("sliding_window", 8)])
+def test_the_app_refuses_a_folder_the_classes_refuse_naming_the_setting(folders, tmp_path, name, value):
+    """A folder whose config sets what damcha.hf's classes refuse (grouped-query heads, another head width ...)
+    was opened by the app and drawn as a model the classes never build; it is refused alike, in words."""
+    folder = _copy(folders, tmp_path)
+    _edit_config(folder, **{name: value})
+    with pytest.raises(ValueError, match=name):  # the classes' own refusal
+        hf.DamchaForCausalLM.from_pretrained(folder)
+    with pytest.raises(CheckpointError, match=rf"{name}={value}.*damcha.hf's classes refuse"):
+        load_run(folder)
+    runs, bad = list_runs(tmp_path)
+    assert not runs and name in bad[0][1]
+
+
 def test_the_app_opens_an_exported_folder_in_chromium(folders, tmp_path):
     """The server as a user starts it, pointed at a folder of Hugging Face folders: the Inspector draws an
     exported run's structures with no exception."""
