@@ -151,18 +151,30 @@ class HookedDamcha(HookedRootModule):
         raise TypeError(f"to_tokens takes a tensor of token ids or a string, not {type(seq).__name__}")
 
     def silent_hooks(self) -> dict[str, str]:
-        """The canonical hooks of layer 0 this mechanism does not fire, each with the reason."""
+        """Every hook point of layer 0 and of the whole model (the mechanism's own sites included) that this model
+        does not fire, each with the reason. Found by running a short input with every hook point watched, so a
+        hook that never fires is never left out; the reasons are what this mechanism and config lack there."""
         config, attn = self.config, self.model.blocks[0].attn
-        silent = {}
+        known = {"blocks.0.attn.hook_attn_scores": "its scores are mixed across heads in steps of its own, not formed "
+                                                   "per head in the shared attend step (hook_pattern records the weights)"}
         if _value_map(attn, config) is None:
-            silent["blocks.0.attn.hook_v"] = "no value map of width D split into the H heads"
+            known["blocks.0.attn.hook_v"] = "no value map of width D split into the H heads"
         if self.model.mechanism.head_output_site(attn, config) is None:
-            silent["blocks.0.attn.hook_z"] = "its heads do not meet at an output projection"
+            known["blocks.0.attn.hook_z"] = "its heads do not meet at an output projection"
         if config.norm_placement == "post":
-            silent["blocks.0.hook_resid_mid"] = silent["blocks.0.hook_mlp_out"] = "post-norm blocks"
+            known["blocks.0.hook_resid_mid"] = known["blocks.0.hook_mlp_out"] = "post-norm blocks"
         if self.model.pos_emb is None:
-            silent["hook_pos_embed"] = "rotary positions act inside the attend step"
-        return silent
+            known["hook_pos_embed"] = "rotary positions act inside the attend step"
+        watched = [name for name in self.hook_dict if not name.startswith("blocks.") or name.startswith("blocks.0.")]
+        fired: set[str] = set()
+        shape = (1, min(4, config.block_size), *((config.input_dim,) if config.input_dim else ()))
+        probe = torch.zeros(shape) if config.input_dim else torch.zeros(shape, dtype=torch.long)
+        with torch.no_grad():
+            self.run_with_hooks(probe, fwd_hooks=[(n, lambda tensor, hook, n=n: fired.add(n)) for n in watched])
+        own = {name: field for name, (_, field) in self.own_sites.items()}
+        return {name: known.get(name) or (f"this {config.mechanism.title} computes no {own[name]} (its settings "
+                                          "leave it out)" if name in own else "this mechanism computes nothing there")
+                for name in watched if name not in fired}
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 return_type: str = "logits"):
