@@ -15,7 +15,7 @@ from typing import Any
 from transformers import PreTrainedConfig
 
 from damcha.model.config import MOVED_SETTINGS, ModelConfig, moved_into_settings
-from damcha.runs.hf_folders import UNREAD_SETTINGS
+from damcha.model.unread_settings import UNREAD_SETTINGS
 
 _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 

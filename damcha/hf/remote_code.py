@@ -64,6 +64,7 @@ classes. Served under their own names (damcha.*) by an import hook, only where t
 not installed; where it is, the installed package is used."""
 
 import base64
+import hashlib
 import importlib.abc
 import importlib.util
 import json
@@ -74,9 +75,12 @@ VERSION = "{version}"
 _SOURCES = json.loads(zlib.decompress(base64.b64decode("""
 {blob}
 """)))
+_DIGEST = hashlib.sha256(json.dumps(_SOURCES, sort_keys=True).encode()).hexdigest()
 
 
 class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    DAMCHA_BUNDLE = (VERSION, _DIGEST)  # read by another folder's install(): which code this process already runs
+
     def find_spec(self, name, path=None, target=None):
         if name not in _SOURCES:
             return None
@@ -91,8 +95,14 @@ class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install():
-    """Serve the bundled modules unless the damcha package is importable; returns which is used."""
-    if any(isinstance(finder, _Bundle) for finder in sys.meta_path):
+    """Serve the bundled modules unless the damcha package is importable; returns which is used. A process that
+    already runs another folder's different bundle refuses this one: its classes would run that other code."""
+    installed = next((finder for finder in sys.meta_path if hasattr(finder, "DAMCHA_BUNDLE")), None)
+    if installed is not None:
+        if installed.DAMCHA_BUNDLE[1] != _DIGEST:
+            raise ImportError(f"this folder carries the code of damcha {{VERSION}}, and this process already runs the "
+                              f"different code of damcha {{installed.DAMCHA_BUNDLE[0]}} from another folder: its classes "
+                              "would run that other code. Load this folder in a fresh Python process.")
         return "bundle"
     if "damcha" in sys.modules:
         return "package"

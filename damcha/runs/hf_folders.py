@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from damcha.model.config import ModelConfig, moved_into_settings
+from damcha.model.unread_settings import UNREAD_SETTINGS
 from damcha.runs.files import CheckpointError, parse_json, read_json, read_text
 
 MODEL_TYPE = "damcha"  # damcha.hf.DamchaConfig.model_type
@@ -41,23 +42,6 @@ MAX_CONFIG_BYTES = 1_000_000
 MAX_STATE_BYTES = 50_000_000
 MAX_STATE_OBJECTS = 200_000
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
-
-# Settings other Hugging Face architectures read that this model does not: given with a value other than what
-# the model does, each is refused in words rather than stored and ignored (name -> (accepted?, what it does)).
-_ROPE_DEFAULT = (None, 10000, 10000.0)
-UNREAD_SETTINGS = {
-    "num_key_value_heads": (lambda c, v: v in (None, c.n_head),
-                            "every registered mechanism has one key and value per head (no grouped-query attention)"),
-    "head_dim": (lambda c, v: v in (None, c.n_embd // max(c.n_head, 1)), "heads are n_embd / n_head wide"),
-    "tie_word_embeddings": (lambda c, v: not v, "the output head is its own matrix, not tied to the embedding"),
-    "rope_theta": (lambda c, v: v in _ROPE_DEFAULT, "the llama layout rotates with the default RoPE (theta 10000)"),
-    "rope_scaling": (lambda c, v: v is None, "the llama layout rotates with the default RoPE (no scaling)"),
-    "rope_parameters": (lambda c, v: v is None or (v.get("rope_type", "default") == "default"
-                                                  and v.get("rope_theta") in _ROPE_DEFAULT),
-                        "the llama layout rotates with the default RoPE (theta 10000, no scaling)"),
-    "sliding_window": (lambda c, v: v is None, "every layer attends to the whole (causal) context"),
-}
-
 
 def refuse_unread_settings(folder: Path, cfg: dict) -> None:
     """A folder whose config sets what damcha.hf's classes refuse (UNREAD_SETTINGS) is refused as they refuse it:

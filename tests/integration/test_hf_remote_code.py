@@ -89,6 +89,38 @@ def test_every_variant_saved_with_its_code_loads_without_the_package_to_the_same
         assert torch.allclose(torch.tensor(logits), expected[variant], atol=1e-5, rtol=0), variant
 
 
+def test_a_second_folder_with_other_code_is_refused_in_a_process_that_runs_the_first(colleague, tmp_path):
+    """Two --with-code folders of different code loaded in one process: the second ran the first folder's bundle
+    (install() stood aside once one was installed). It is refused in words; a folder of the same code loads."""
+    torch.manual_seed(0)
+    config = hf.DamchaConfig.from_model_config(ModelConfig(n_layer=1, n_head=4, n_embd=16, block_size=12, vocab_size=11))
+    config.auto_map = remote_code.auto_map()
+    model = hf.DamchaForCausalLM(config).eval()
+    for name, version in (("first", "1.0"), ("same", "1.0"), ("other", "2.0")):
+        model.save_pretrained(tmp_path / name)
+        remote_code.write_code(tmp_path / name, version)
+    bundle = tmp_path / "other" / remote_code.BUNDLE_FILE  # another version's code: one module's source differs
+    text = bundle.read_text()
+    sources = remote_code.bundled_sources()
+    sources["damcha.model.config"] = (False, sources["damcha.model.config"][1] + "\nOTHER_VERSION = True\n")
+    import base64
+    import zlib
+
+    blob = base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode()
+    start, end = text.index('b64decode("""') + len('b64decode("""'), text.index('""")))')
+    bundle.write_text(text[:start] + "\n" + "\n".join(blob[i:i + 100] for i in range(0, len(blob), 100)) + "\n" + text[end:])
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    loaded = _in_colleague(colleague, {"first": tmp_path / "first", "same": tmp_path / "same"}, tokens, tmp_path)
+    assert set(loaded) == {"first", "same"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "hf-modules")
+    done = subprocess.run([colleague, "-c", LOAD, json.dumps({"first": str(tmp_path / "first"),
+                                                              "other": str(tmp_path / "other")}),
+                           json.dumps(tokens.tolist())], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode != 0 and "this process already runs the different code of damcha 1.0" in done.stderr, \
+        done.stderr[-2000:]
+
+
 def test_export_hf_with_code_writes_a_folder_that_says_how_it_loads(colleague, tmp_path, capsys):
     out, plain = tmp_path / "shared", tmp_path / "plain"
     assert main(["export-hf", str(ROOT / "checkpoints" / "text-damcha"), "--out", str(out), "--with-code"]) == 0
