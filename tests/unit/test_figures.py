@@ -109,7 +109,7 @@ def test_the_screen_shows_real_subscripts_as_an_export_does_and_leaves_the_figur
     fig = figures.head_metrics_figure(np.random.default_rng(0).normal(size=(4, 2, 2)))
     fig.update_layout(title="Per-head metrics m_i of W~_Q")
     shown = figures.display_copy(fig)
-    assert shown.layout.title.text == "Per-head metrics m<sub>i</sub> of W~<sub>Q</sub>"
+    assert shown.layout.title.text == "Per-head metrics m<sub>i</sub> of W\u0303<sub>Q</sub>"  # the tilde over its letter
     assert [a.text for a in shown.layout.annotations] == [f"m<sub>{i}</sub>" for i in (1, 2, 3, 4)]
     assert fig.layout.title.text == "Per-head metrics m_i of W~_Q"  # the figure itself (cached, exported) unchanged
 
