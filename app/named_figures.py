@@ -79,11 +79,18 @@ PAGES_FOLDER = Path(__file__).resolve().parent.parent / "pages"
 
 @functools.cache
 def placed_by_pages() -> frozenset[str]:
-    """Every string a page's source writes: among them the names of the figures the pages place
-    themselves (passed to a show function, or listed for a control to choose among). Read from the
-    pages, so no list is kept by hand."""
-    return frozenset(node.value for path in PAGES_FOLDER.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
-                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    """The figures the pages place themselves: what each page declares in its PLACED_FIGURES (read from its
+    source, the page is not run). Any other string a page writes (a column "input", a panel "attention") places
+    nothing: a new figure of that name still goes under "More figures"."""
+    return frozenset(name for path in PAGES_FOLDER.glob("*.py") for name in declared_placements(path))
+
+
+def declared_placements(page: Path) -> tuple[str, ...]:
+    """A page's PLACED_FIGURES, as its source assigns it (a tuple of names)."""
+    for node in ast.parse(page.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PLACED_FIGURES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise ValueError(f"{page.name} declares no PLACED_FIGURES: every page says which named figures it places")
 
 
 def not_placed(names: Iterable[str]) -> list[str]:

@@ -20,6 +20,9 @@ from damcha.inputs.modalities import task_of
 from damcha.runs.evaluation import completes_tokens
 from damcha.views.display_units import mode_outcome_rows
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("completion_by_mode",)
+
 run, epoch = run_page("Metric ablations")
 cfg = run.model_config
 

@@ -13,6 +13,9 @@ from damcha.inputs.uploads import InputError
 from damcha.views.comparison import PANELS, compared_run, head_grid_caption, metric_parts
 from damcha.views.run_set_figures import RUN_SET_FIGURES, taken_from
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("comparison", "comparison_panel", "losses_against")
+
 st.title("Compare mechanisms")
 run, epoch = selected_run()
 runs = listing().runs

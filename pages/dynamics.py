@@ -30,6 +30,10 @@ from damcha.views.readings import (
     statistics_caption,
 )
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("contour", "contours_grid", "epoch_animation", "epoch_difference", "first_vs_last", "projection",
+                  "spectrum", "statistics", "statistics_with_band", "structure_mean", "surface", "surfaces_grid")
+
 run, epoch = run_page("Training dynamics", all_epochs=True)
 cfg = run.model_config
 if one_snapshot_sentence(run.epochs):

@@ -39,6 +39,9 @@ from damcha.evidence.view import (
 from damcha.runs.train import TrainConfig
 from damcha.views.export import run_name_in
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ()
+
 st.title("Evidence")
 folder = Path(os.environ.get("DAMCHA_EVIDENCE") or SHIPPED_ROOT / "evidence")  # results of `damcha evidence`
 try:

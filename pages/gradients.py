@@ -14,6 +14,10 @@ from damcha.views.display_units import attribution_sentence
 from damcha.views.epoch_figures import frozen
 from damcha.views.readings import one_snapshot_sentence
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("contribution_blocks", "contribution_epochs", "contribution_side_by_side", "input_attribution",
+                  "metric_contribution")
+
 run, epoch = run_page("Gradient contributions", "Computed with captum on a private copy of the model; the shared "
                                                   "model is never hooked.")
 cfg = run.model_config

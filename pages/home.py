@@ -9,6 +9,9 @@ from app.sharing import plain_text, shown_path, skipped_line
 from damcha.inputs.modalities import modality_named
 from damcha.views.display_units import final_validation_loss, test_loss
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("training_curves",)
+
 st.title("DAMCHA Lab")
 st.markdown(
     "**Data-adaptive Mahalanobis cross-head attention**, seen from the inside. DAMCHA replaces "

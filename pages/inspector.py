@@ -29,6 +29,10 @@ from damcha.views.model_figures import MODEL_FIGURES, named_figure_applies
 from damcha.views.readings import decomposition_readings
 from damcha.views.token_view import TOKEN_VIEW_TITLE, token_view_html
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("attention", "attention_grid", "completion", "contour", "decomposition", "input", "patch_error",
+                  "prediction", "sequence_profile", "surface", "token_loss")
+
 STANDING_INPUTS = 256  # validation inputs an upload's loss is placed among
 
 run, epoch = run_page("Inspector")

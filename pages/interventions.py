@@ -26,6 +26,10 @@ from damcha.views.display_units import (
 from damcha.views.model_figures import intervention_views
 from damcha.views.readings import one_snapshot_sentence
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ("adaptivity_gap", "block_grid", "block_grid_validation", "head_ablation", "head_logit_attribution",
+                  "input", "interpolation", "intervention", "off_diagonal", "structure_patching")
+
 run, epoch = run_page("Interventions", "Each intervention is a forward option of an ordinary model call, computed "
                                        "exactly; the shared model is never changed.")
 choices = available_interventions(run.model_config)

@@ -13,6 +13,9 @@ from damcha.analysis.data_table import ROWS, default_rows
 from damcha.inputs.datasets import bundled
 from damcha.inputs.model_inputs import validation_count
 
+# The named figures this page places itself (app.named_figures.not_placed: the others go under "More figures").
+PLACED_FIGURES = ()
+
 run, epoch = run_page("Data table", "One row per validation input. Click a column to sort; a row's link (or "
                                     "selecting it) opens it in the Inspector.")
 if not bundled(run.dataset):

@@ -237,6 +237,32 @@ def test_the_pages_offer_every_figure_of_their_tables_that_no_page_places():
     assert not_placed(["a_figure_no_page_names"]) == ["a_figure_no_page_names"]
 
 
+def test_a_page_places_what_it_declares_and_no_other_string_it_writes_places_a_figure():
+    """"Placed by a page" was any string in pages/*.py: a new figure named like a column ("input" on the data
+    table, "label") or a panel ("attention" on Compare) was kept off More figures. Each page declares what it
+    places; every figure it passes to a show function by name is declared, every declared name is a figure."""
+    import ast
+
+    from app.named_figures import PAGES_FOLDER, declared_placements, not_placed
+    from damcha.evidence.view import EVIDENCE_FIGURES
+    from damcha.views.epoch_figures import EPOCH_FIGURES
+    from damcha.views.figure_sets import RECORD_FIGURES
+    from damcha.views.model_figures import MODEL_FIGURES
+    from damcha.views.run_set_figures import RUN_SET_FIGURES
+
+    figures = {*RECORD_FIGURES, *EPOCH_FIGURES, *MODEL_FIGURES, *RUN_SET_FIGURES, *EVIDENCE_FIGURES}
+    for page in sorted(PAGES_FOLDER.glob("*.py")):
+        declared = declared_placements(page)
+        assert set(declared) <= figures, (page.name, set(declared) - figures)
+        shown = {call.args[0].value for call in ast.walk(ast.parse(page.read_text())) if isinstance(call, ast.Call)
+                 and isinstance(call.func, ast.Name) and call.func.id.startswith("show_") and call.args
+                 and isinstance(call.args[0], ast.Constant)}
+        assert shown <= set(declared), (page.name, shown - set(declared))
+    table = (PAGES_FOLDER / "table.py").read_text()
+    assert '"label"' in table and '"input"' in table  # column names the data table writes
+    assert not_placed(["label", "input_column_figure"]) == ["label", "input_column_figure"]
+
+
 @pytest.mark.parametrize("run_name", ["digits-damcha", "digits-cls-mha", "text-mha", "images-damcha"])
 def test_a_figure_that_does_not_apply_says_why_in_the_words_of_its_declaration(run_name):
     from damcha.views.figure_sets import RECORD_FIGURES, available_figures, build_figure
