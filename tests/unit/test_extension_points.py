@@ -373,3 +373,17 @@ def test_the_documented_page_example_is_in_the_menu_and_renders(tmp_path):
         assert int(table["parameters"].sum()) == sum(p.numel() for p in model.parameters())
     finally:
         PAGES[:] = before
+
+
+def test_the_mechanism_guide_names_every_member_of_the_protocol():
+    """docs/mechanisms.md's member table: every public member of Mechanism (its class body and its annotated
+    ClassVars) is a row, and no row names a member it does not have."""
+    import re
+
+    from damcha.model.mechanisms.base import Mechanism
+
+    members = {n for n in (*vars(Mechanism), *Mechanism.__annotations__) if not n.startswith("_")}
+    text = (ROOT / "docs" / "mechanisms.md").read_text()
+    table = text[text.index("### Every member of `Mechanism`"):]
+    rows = set(re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M))
+    assert rows == members, (sorted(members - rows), sorted(rows - members))
