@@ -283,10 +283,14 @@ def _evidence(args) -> int:
             print("not restated (their arms changed: run them again): " + ", ".join(doc["restated"]["unchanged_claims"]))
         print(f"restated {args.out}/results.json from its stored values (nothing trained)")
         return 0
+    if args.seeds is not None and args.seeds < 1:
+        raise ValueError(f"--seeds {args.seeds}: every arm needs at least one seed (default 3; --quick 2)")
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: the units need at least one worker process")
     smoke = args.quick or (not demo and scale_named(args.scale).smoke)
     seeds = args.seeds or (2 if smoke else 3)
+    slurm = _slurm_settings(args)  # (flags without --launcher slurm refused before the data is read)
     setting, recorded = _evidence_setting(args, seeds)
-    slurm = _slurm_settings(args)
     with tqdm(desc="evidence", unit="unit") as bar:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
                            progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),

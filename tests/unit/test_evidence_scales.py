@@ -154,6 +154,8 @@ def test_copies_that_are_not_the_published_files_are_refused_at_paper_scale(data
     said = str(refused.value)
     assert "nothing was trained" in said and "not the published cifar10 data_batch_1" in said
     assert "not the published enwik8" in said and "not the published text8" in said  # every file, at once
+    # the advice is the evidence's own: it has no --nonstandard-data (that is damcha train's flag)
+    assert "--nonstandard-data" not in said and said.count("--scale tiny rehearses the code path") == 3, said
     out = tmp_path / "out"
     code = main(["evidence", "--scale", "paper", "--data-dir", str(data_dir), "--out", str(out), "--device", "cpu"])
     assert code == 2 and "not the published" in capsys.readouterr().err  # (on the CPU: the device is here)
@@ -239,3 +241,17 @@ def test_the_shipped_rehearsal_shows_beside_the_demo_evidence_as_a_rehearsal_on_
     assert scale_data_words(doc) == (", on files that are not the published data sets (cifar10, enwik8, text8: the "
                                      "standard formats, other content)")
     assert {c["key"] for c in doc["claims"]} >= {"table5_text@enwik8", "table5_text@text8", "table1_images@cifar10"}
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    (["--seeds", "0"], "--seeds 0: every arm needs at least one seed"),
+    (["--workers", "0"], "--workers 0: the units need at least one worker process"),
+    (["--scale", "tiny", "--slurm-partition", "gpu"], "--slurm-partition only apply with --launcher slurm"),
+])
+def test_evidence_options_that_cannot_run_are_refused_before_any_data_is_read(words, said, tmp_path, capsys):
+    """--seeds 0 fell back to the default and --workers 0 was accepted; Slurm flags without the Slurm launcher
+    were refused only after every data file had been read (here: none is given, and the refusal is the flag's)."""
+    code = main(["evidence", *words, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "--data-dir" not in err, err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
