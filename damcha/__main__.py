@@ -289,8 +289,10 @@ def _evidence(args) -> int:
         raise ValueError(f"--workers {args.workers}: the units need at least one worker process")
     smoke = args.quick or (not demo and scale_named(args.scale).smoke)
     seeds = args.seeds or (2 if smoke else 3)
-    slurm = _slurm_settings(args)  # (flags without --launcher slurm refused before the data is read)
+    if args.launcher != "slurm":
+        _slurm_settings(args)  # Slurm flags without its launcher refused before the data is read (no cluster asked)
     setting, recorded = _evidence_setting(args, seeds)
+    slurm = _slurm_settings(args)  # (the cluster is asked once the budget holds)
     with tqdm(desc="evidence", unit="unit") as bar:
         doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
                            progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),

@@ -8,6 +8,7 @@ import streamlit as st
 
 from app.named_figures import show_evidence_figures
 from app.roots import SHIPPED_ROOT
+from app.sharing import redacted
 from app.url_state import bound
 from damcha.evidence.catalogue import claims
 from damcha.evidence.documents import EvidenceFileError, load_results
@@ -47,7 +48,7 @@ folder = Path(os.environ.get("DAMCHA_EVIDENCE") or SHIPPED_ROOT / "evidence")  #
 try:
     doc = load_results(folder)
 except EvidenceFileError as e:
-    st.error(f"The stored evidence cannot be shown: {e}")
+    st.error(f"The stored evidence cannot be shown: {redacted(str(e), folder.parent)}")  # (no server path)
     st.stop()
 results_name = run_name_in(folder, SHIPPED_ROOT)  # as a provenance names it: never the server's absolute path
 if doc is None:
@@ -81,7 +82,7 @@ KIND_WORDS = {BY_CONSTRUCTION: "expected by construction (not evidence)", LEARNE
 scaled = results_at_other_scales(folder)  # `damcha evidence --scale S` results beside these
 for name, scale_doc, problem in scaled:
     if problem:
-        st.warning(f"The results {scale_words(name)} cannot be shown: {problem}")
+        st.warning(f"The results {scale_words(name)} cannot be shown: {redacted(problem, folder.parent)}")
     else:
         st.info(f"Beside these demo-scale results: results {scale_words(name)}{scale_data_words(scale_doc)} "
                 f"(`{scale_doc.get('command') or 'python -m damcha evidence --scale ' + name}`), in a column of the "

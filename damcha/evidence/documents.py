@@ -98,7 +98,8 @@ def read_results(path: Path | str) -> dict:
     try:
         doc = read_json(path, MAX_RESULTS_BYTES, None, "results file", allow_non_finite=True)
     except CheckpointError as e:
-        raise EvidenceFileError(f"{e} (results.json is written by `python -m damcha evidence`)") from None
+        raise EvidenceFileError(f"{e}: results.json cannot be read (`python -m damcha evidence` writes it: run it "
+                                "again to rewrite it)") from None
     return checked_results(doc, path)
 
 
