@@ -78,16 +78,16 @@ if table:
                + ("; for image patches the next-patch MSE and the per-image MSE of bottom halves completed from the top "
                   "half (mean, q25, q75: the paper's table 1)" if cfg.input_dim else "") + ".")
     metric = next((m for m in (f"bits_per_{run.data.get('unit', 'token')}", "mse") if m in df), None)
+    titled = functools.partial(mode_title, ablated[0].model_config)  # (every run here declares the same modes)
     if metric:
         inputs = next((r["inputs"] for r in table if "inputs" in r), None)
         st.markdown(f"**Runs × metric modes** ({metric.replace('_', ' ')}; Δ: change from the full metric, > 0 worse"
                     + (f"; its 95% interval is a Student-t interval over the {inputs} validation inputs, paired by "
                        "input — it says how surely this snapshot's Δ differs from 0, not how a retrained run would "
                        "differ" if inputs else "") + "), the shape of the paper's table 3:")
-        titled = functools.partial(mode_title, ablated[0].model_config)  # (every run here declares the same modes)
         st.dataframe(pd.DataFrame(modes_by_run(table, metric, titled)), hide_index=True, width="stretch")
     with st.expander("Every run × mode and every measure (long form, as in the CSV)", expanded=not metric):
-        st.dataframe(df.assign(mode=[mode_title(ablated[0].model_config, m) for m in df["mode"]]) if "mode" in df else df,
+        st.dataframe(df.assign(mode=df["mode"].map(titled)) if "mode" in df else df,
                      hide_index=True, width="stretch")  # (the CSV keeps the modes' names, as the CLI takes them)
     st.download_button("Download CSV", df.to_csv(index=False).encode(), f"ablation-{run.dataset}.csv", "text/csv", on_click="ignore")
     shown = {cfg.mechanism.inference_ablation.note(cfg)} if has_ablation_modes(cfg) else set()

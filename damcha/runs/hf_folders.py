@@ -43,6 +43,7 @@ MAX_STATE_BYTES = 50_000_000
 MAX_STATE_OBJECTS = 200_000
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
 
+
 def refuse_unread_settings(folder: Path, cfg: dict) -> None:
     """A folder whose config sets what damcha.hf's classes refuse (UNREAD_SETTINGS) is refused as they refuse it:
     opened as a run it would be drawn as a model the classes never build."""
