@@ -5,8 +5,9 @@ measured side by side in one process.
 
 Each case times DAMCHA and MHA interleaved (a DAMCHA run, then an MHA run, ...) after warm-up
 and reports medians, their ratio, FLOPs of the dense algorithm and achieved GFLOP/s. Peak
-memory of the single-layer cases is measured in a fresh subprocess: the peak of malloc's bytes
-in use (glibc mallinfo2, sampled every 0.2 ms) while a layer runs, over the level before its runs.
+memory of the single-layer cases is measured in a fresh subprocess: the peak of the bytes PyTorch's
+allocator holds while a layer runs, over what it held before, replayed from the profiler's record of
+every allocation and free.
 """
 
 from __future__ import annotations

@@ -20,13 +20,17 @@ from damcha.evidence.view import (
     claims_at_scale,
     construction_checks_sentence,
     construction_table,
+    decided_by_sentence,
+    decided_by_words,
     detectable_sentence,
     family_table,
     grid_edge_warning,
     implementation_bound_sentence,
     paper_beside,
+    papers_comparisons_words,
     record_caption,
     results_at_other_scales,
+    robustness_words,
     samples_word,
     scale_data_words,
     scale_verdict_words,
@@ -89,7 +93,9 @@ for name, scale_doc, problem in scaled:
                 "table and under each claim they cover.")
 scaled = [(name, scale_doc) for name, scale_doc, problem in scaled if not problem]
 st.caption(verdict_tally(doc["claims"]))
-st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
+st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1], "decided by": decided_by_words(c),
+                            "the paper's comparisons alone": papers_comparisons_words(c),
+                            "robustness": robustness_words(c),
                             **{f"{name} scale": "; ".join(f"{s['key'].split('@')[1]}: {scale_verdict_words(name, s)[1]}"
                                                           for s in claims_at_scale(scale_doc, c["key"])) or "not run"
                                for name, scale_doc in scaled},
@@ -97,7 +103,12 @@ st.dataframe(pd.DataFrame([{"claim": c["title"], "verdict": verdict_words(c)[1],
                             else KIND_WORDS.get(c.get("verdict_kind", ""), ""),
                             "seeds or repeats": f"{c.get('seeds') or len(doc['seeds'])} {samples_word(c)}"}
                            for c in doc["claims"]]),
-             hide_index=True, column_config={"verdict": st.column_config.TextColumn(width="large")})
+             hide_index=True, column_config={"verdict": st.column_config.TextColumn(width="large"),
+                                             "decided by": st.column_config.TextColumn(width="large")})
+st.caption("Decided by: the counted comparisons the verdict turned on, and who made each (the paper, or this project "
+           "as a control). The paper's comparisons alone: their verdict under Holm over those alone, where the counted "
+           "ones mix them with added controls. Robustness: the verdict with each seed left out in turn, and with DAMCHA "
+           "started from the identity in DAMCHA's place where that arm ran.")
 if doc.get("tuning_rule"):
     st.markdown(f"**Learning rates.** {doc['tuning_rule']}")
     with st.expander(f"The rates chosen for the {len(doc.get('tuning', []))} tuned configurations (what each chose "
@@ -123,6 +134,10 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
     colour, words = verdict_words(claim)
     st.markdown(f"**Verdict:** :{colour}-badge[{words}]."
                 f"{kind.get(claim.get('verdict_kind', ''), '')}{seeds} {claim['scale']}")
+    if decided := decided_by_sentence(claim):
+        st.markdown(decided)
+    for failed in claim.get("failed_controls", []):
+        st.warning(failed)
     beside = summary_pair_sentence(claim)
     if beside:
         st.warning("Beside the verdict — " + beside)
@@ -140,6 +155,9 @@ for claim in doc["claims"] if shown == EVERY_CLAIM else [c for c in doc["claims"
         st.warning("Did not learn the easiest case (a finding about these arms, reported; only the instruments' "
                    "misses withhold a verdict): "
                    + "; ".join(claim["sanity_caveats"]))
+    if claim.get("sanity_seeds_short"):
+        st.warning("Learned the easiest case on some seeds only (the mean reaches the bound, these seeds do not): "
+                   + "; ".join(claim["sanity_seeds_short"]))
     checks = construction_table(claim)
     if checks:
         st.subheader("Construction checks (fixed in advance, not counted)")

@@ -1,6 +1,7 @@
 """What one attention layer of a registered variant costs, measured beside standard MHA in the same
-process: parameters, FLOPs (as torch counts them), time (interleaved medians) and peak memory (in
-one fresh process). Used by benchmarks/bench.py and by the evidence for the paper's Table 2.
+process: parameters, FLOPs (as torch counts them), time (interleaved medians) and peak memory (the bytes
+PyTorch's allocator holds, in one fresh process). Used by benchmarks/bench.py and by the evidence for the
+paper's Table 2.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 
 import torch
+from torch._C._profiler import _EventType
 from torch.utils.flop_counter import FlopCounterMode
 
 from damcha.model.config import ModelConfig, variant_config
@@ -133,41 +135,45 @@ def layer_parameters(cfg: ModelConfig, variant: str) -> int:
     return cfg.mechanism.parameter_count(dataclasses.replace(cfg, n_layer=1))
 
 
+def peak_allocated_bytes(call: Callable[[], object]) -> int:
+    """Peak of the bytes PyTorch's allocator holds while call() runs, above what it held before: replayed
+    from the profiler's record of every allocation and free (the CPU's counterpart of
+    torch.cuda.max_memory_allocated), so the same on every run."""
+    with torch.autograd.profiler.profile(profile_memory=True) as prof:
+        call()
+    held = peak = 0
+    for _, size in sorted(_allocations(prof.kineto_results.experimental_event_tree()), key=lambda a: a[0]):
+        held += size  # a free is a negative size
+        peak = max(peak, held)
+    return peak
+
+
+def _allocations(events) -> Iterator[tuple[int, int]]:
+    for event in events:
+        if event.tag == _EventType.Allocation:
+            yield event.start_time_ns, event.extra_fields.alloc_size
+        yield from _allocations(event.children)
+
+
 _PEAK_PROBE = """
-import ctypes, json, sys, threading, time, torch
+import json, sys, torch
 from damcha.model.config import ModelConfig
-from damcha.evidence.efficiency import make_layer
-class MI(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL("libc.so.6"); libc.mallinfo2.restype = MI
-used = lambda: (lambda m: m.uordblks + m.hblkhd)(libc.mallinfo2())
+from damcha.evidence.efficiency import make_layer, peak_allocated_bytes
 cfg = ModelConfig.from_dict(json.loads(sys.argv[1])); T, batch = int(sys.argv[3]), int(sys.argv[4])
-MIN_SECONDS = 0.3
 for variant in json.loads(sys.argv[2]):
     run = make_layer(cfg, variant)
     x = torch.randn(batch, T, cfg.n_embd)
     with torch.no_grad():
         run(x)
-        base = used(); peak = [base]; done = threading.Event()
-        def sample():
-            while not done.is_set():
-                peak[0] = max(peak[0], used())
-                done.wait(0.0002)
-        t = threading.Thread(target=sample); t.start()
-        runs, start = 0, time.perf_counter()
-        while runs < 3 or time.perf_counter() - start < MIN_SECONDS:  # a small layer runs in less than a sample's
-            run(x)  # interval: repeated for long enough, the sampler meets its peak
-            runs += 1
-        done.set(); t.join()
-    print((peak[0] - base) / 2**20)
+        print(peak_allocated_bytes(lambda: run(x)) / 2**20)
 """
 
 
 def peak_memories_mb(cfg: ModelConfig, variants: tuple[str, ...], T: int, batch: int) -> list[float]:
-    """Peak of the bytes malloc has handed out (glibc mallinfo2: heap + mmap) while each variant's layer
-    runs, sampled every 0.2 ms in one fresh process, minus the level right before that layer's runs (after
-    its warm-up call): the layers measured before it are in that level and not in its peak."""
+    """peak_allocated_bytes of each variant's layer run once after a warm-up call, in MB, in one fresh
+    process for all variants (the profiler logs to its stderr, kept off the caller's). Exact and the same
+    on every run, where a sampler of malloc's level missed a small layer's peak under load; memory taken
+    outside PyTorch's allocator (a BLAS library's scratch) is not in it."""
     root = str(Path(__file__).resolve().parent.parent)
     out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r})\n" + _PEAK_PROBE,
                           json.dumps(cfg.to_dict()), json.dumps(list(variants)), str(T), str(batch)],
@@ -200,9 +206,8 @@ def efficiency_ratios(cfg: ModelConfig, variant: str, T: int, batch: int, repeat
     memory = peak_memories_mb(cfg, (variant, "mha"), T, batch)  # one fresh process, not one each
     for name, peak in zip((variant, "mha"), memory, strict=True):
         if not peak > 0:  # a ratio of 0 would be a log ratio of -inf, read as "within noise"
-            raise ValueError(f"the malloc probe saw no memory above the level before {name}'s layer ran ({peak:g} MB at "
-                             f"T = {T}, batch {batch}): no memory ratio can be formed from it; measure at a larger T "
-                             "or batch")
+            raise ValueError(f"the memory probe recorded no allocation by {name}'s layer ({peak:g} MB at T = {T}, "
+                             f"batch {batch}): no memory ratio can be formed from it")
     ts, tsm = interleaved(make_training_step(cfg, variant, TRAINING_LAYERS, T, batch),
                           make_training_step(cfg, "mha", TRAINING_LAYERS, T, batch), max(3, repeats // 2), warmup=2)
     return {"params_ratio": layer_parameters(cfg, variant) / layer_parameters(cfg, "mha"),

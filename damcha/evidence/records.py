@@ -117,6 +117,13 @@ class Sanity:
         return [f"{a}: {means[a]:.3g} (needs {self.side} {self.bound:.3g}{seeds(a)})" for a in arms
                 if not self.reached(means[a])]
 
+    def some_seeds_short(self, means: dict[str, float], per_seed: dict[str, list[float]]) -> list[str]:
+        """The `also` arms whose mean reaches the bound while some of their seeds do not (a geometric mean of
+        0.14, 0.15 and 0.002 is 0.036): each with how many seeds reach it and every seed's value."""
+        return [f"{a}: {sum(self.reached(v) for v in per_seed[a])} of {len(per_seed[a])} seeds reach {self.side} "
+                f"{self.bound:.3g} ({', '.join(f'{v:.3g}' for v in per_seed[a])})" for a in self.also
+                if a in means and self.reached(means[a]) and not all(self.reached(v) for v in per_seed[a])]
+
 
 @dataclass(frozen=True)
 class ConstructionCheck:
@@ -190,6 +197,28 @@ class Claim:
     # with a counted comparison of arms more than 1.5x apart in parameters carries one (a registry test holds
     # every claim to it), so a gain of capacity shows against the reference
     matched_arms: tuple[str, ...] = ()
+    # variants this project compares the reference with beyond the paper's systems (mechanisms newer than the
+    # paper): their comparisons are named as the project's in the deciding comparisons (added_as)
+    added_variants: tuple[str, ...] = ()
+    # an arm that can stand in the reference's place (DAMCHA with f from the identity): the verdict with its values
+    # in the reference's is reported beside the verdict (results.robustness)
+    stand_in: str = ""
+
+    def added_as(self, arm_name: str) -> str:
+        """What this project added an arm as, where the paper made no comparison with it; "" where the paper
+        compares the reference with it (its systems, its ablations, its depths)."""
+        arm = next(a for a in self.arms if a.name == arm_name)
+        if arm_name in self.matched_arms:
+            return "a control this project added: matched in parameters"
+        if arm.train_overrides:
+            return "a control this project added: matched in training compute"
+        if arm.kind == "constant":
+            return "a threshold this project reads the claim by"
+        if arm.kind == "baseline":
+            return "a trivial baseline this project added"
+        if arm.variant in self.added_variants:
+            return "a mechanism newer than the paper, added by this project"
+        return ""
 
     def counts(self, arm_name: str) -> bool:
         """Whether a comparison of the reference with this arm counts for the verdict (controls never do)."""

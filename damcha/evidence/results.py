@@ -13,13 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from damcha.evidence.efficiency import EFFICIENCY_BESIDE
-from damcha.evidence.records import Claim, ConstructionCheck
+from damcha.evidence.records import Arm, Claim, ConstructionCheck
 from damcha.evidence.sanity import failed_checks
 from damcha.evidence.statistics import (
     BY_CONSTRUCTION,
     CHECK_CONFIRMED,
     CONFIRMED,
+    FAILS,
     FAMILY_ALPHA,
+    HOLDS,
     LEARNED,
     NOT_CONFIRMED,
     SANITY_FAILED,
@@ -32,6 +34,7 @@ from damcha.evidence.statistics import (
     seeds_to_detect,
     verdict,
 )
+from damcha.inputs.synthetic import SYNTHETIC_MODELS
 from damcha.runs.checkpoints import write_text_atomic
 
 
@@ -178,7 +181,8 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
             details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
     against = _against_trivial_baselines(claim, values)
     unbeaten = {metric for metric, (_, _, worse, top, _) in against.items() if top in worse}
-    comparisons = _comparisons(claim, values, unbeaten)
+    failed = failed_controls(claim, {r["arm"]: r["mean"] for r in summary}, primary)
+    comparisons = _comparisons(claim, values, unbeaten, failed)
     for c in comparisons:
         c.update(_papers_effect(claim, c))
     construction = _construction_checks(claim, comparisons)
@@ -194,20 +198,92 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
               "verdict": verdict_,
               "verdict_kind": kind, "construction_checks": construction,  # kinds apart in every tally
               "by_construction": claim.by_construction, "trivial_baselines": trivial_baseline_warnings(against),
-              "sanity_failures": [], "sanity_caveats": []}
+              "sanity_failures": [], "sanity_caveats": [], "failed_controls": list(failed.values()),
+              "decided_by": deciding_comparisons(claim, counted, verdict_), **_papers_comparisons_alone(claim, counted)}
     if claim.sanity:  # the task must be learnable where it is easiest before its numbers are believed
         means = {r["arm"]: r["mean"] for r in summary}
         result["sanity_failures"] = claim.sanity.misses(means, claim.sanity.arms)
         result["sanity_caveats"] = claim.sanity.misses(means, claim.sanity.also, primary)
+        result["sanity_seeds_short"] = claim.sanity.some_seeds_short(means, primary)
     result["sanity_failures"] += failed_checks(checks or {}, claim.requires)
     if result["sanity_failures"]:
         result["verdict"] = SANITY_FAILED
     return result
 
 
-def _comparisons(claim: Claim, values: dict[str, list[dict]], unbeaten: set[str]) -> list[dict]:
+def failed_controls(claim: Claim, means: dict[str, float], per_seed: dict[str, list[float]]) -> dict[str, str]:
+    """matched arm -> why it failed as a control: it misses the claim's sanity bound at the easiest level, which
+    the instruments (the unmatched arms it widens) reach there. A control that does not learn what the model it
+    widens learns measures its own training, not capacity: its comparisons are reported, never counted (nor are
+    those of its other levels: the same configuration). Claims without a sanity bound (the real data sets) have
+    no such check."""
+    sanity = claim.sanity
+    if sanity is None or not all(sanity.reached(means[a]) for a in sanity.arms if a in means):
+        return {}
+    variant = {a.name: a.variant for a in claim.arms}
+    missed = [a for a in claim.matched_arms if a in sanity.also and a in means and not sanity.reached(means[a])]
+    why = {variant[a]: f"A failed control: {'; '.join(sanity.misses(means, (a,), per_seed))} at the easiest level, "
+                       f"which {', '.join(sanity.arms)} (the model it widens) reaches: reported, not counted"
+           for a in missed}
+    return {a: why[variant[a]] for a in claim.matched_arms if variant[a] in why}
+
+
+def deciding_comparisons(claim: Claim, counted: list[dict], verdict_: str) -> list[dict]:
+    """The counted comparisons that decided the verdict, each with who made it (the paper, or this project as a
+    control: Claim.added_as): "does not hold", those against the paper that Holm rejects; "inconclusive",
+    those that do not hold; "holds", every one (each had to)."""
+    if verdict_ == FAILS:
+        deciding = [c for c in counted if c.get("holm_rejected") and c["gain"] < 0]
+    elif verdict_ == HOLDS:
+        deciding = counted
+    else:
+        deciding = [c for c in counted if c["verdict"] != HOLDS]
+    return [{"metric": c["metric"], "better": c["better"], "than": c["than"], "reads": c.get("reads", ""),
+             "holm_p": c.get("holm_p"), "added_as": claim.added_as(c["than"])} for c in deciding]
+
+
+def _papers_comparisons_alone(claim: Claim, counted: list[dict]) -> dict:
+    """Where the counted comparisons mix the paper's with ones this project added: the verdict of the paper's
+    alone, each worded under Holm over those alone, so a verdict decided by an added control is not read as one
+    on the paper's comparisons."""
+    papers = [c for c in counted if not claim.added_as(c["than"])]
+    if not papers or len(papers) == len(counted):
+        return {}
+    reads = [reading({**c, "holm_p": adjusted}) for c, adjusted in zip(papers, holm_adjusted([c["p"] for c in papers]))]
+    return {"papers_comparisons": {"verdict": claim_verdict(papers), "counted": len(papers),
+                                   "reads": [f"{c['than']} ({c['metric']}): {r}" for c, r in zip(papers, reads)]}}
+
+
+def matched_versions(claim: Claim) -> dict[str, str]:
+    """arm -> the matched arm (Claim.matched_arms) that is the same model at the reference's parameter count: the
+    same variant (a synthetic model's own: the matched MHA widens MHA), data set and level."""
+    def model(arm: Arm) -> tuple:
+        variant = SYNTHETIC_MODELS[arm.variant].variant if arm.variant in SYNTHETIC_MODELS else arm.variant
+        return variant, arm.dataset, arm.task, arm.level
+
+    matched = {model(a): a.name for a in claim.arms if a.name in claim.matched_arms}
+    return {a.name: matched[model(a)] for a in claim.arms if a.name not in claim.matched_arms and model(a) in matched}
+
+
+def robustness(claim: Claim, values: dict[str, list[dict]], checks: dict[str, float] | None = None) -> dict:
+    """How the verdict stands with each seed left out in turn (three seeds or more), and with the claim's
+    stand-in (DAMCHA with f from the identity) in the reference's place: each a verdict and what decided it."""
+    seeds = max(len(rows) for rows in values.values())
+    found = {}
+    if seeds >= 3:
+        found["leave_one_out"] = [summarise(claim, {arm: [r for i, r in enumerate(rows) if i != left] if len(rows) == seeds
+                                                    else rows for arm, rows in values.items()}, checks)["verdict"]
+                                  for left in range(seeds)]
+    if claim.stand_in in values:
+        swapped = summarise(claim, {**values, claim.reference: values[claim.stand_in]}, checks)
+        found["stand_in"] = {"arm": claim.stand_in, "verdict": swapped["verdict"], "decided_by": swapped["decided_by"]}
+    return found
+
+
+def _comparisons(claim: Claim, values: dict[str, list[dict]], unbeaten: set[str], failed: dict[str, str]) -> list[dict]:
     """Each compared metric's comparisons: within each group (its first arm the reference), counted unless
-    a control or a metric no arm beats the trivial baseline on, and the claim's reported pairs (never counted)."""
+    a control, a failed control (`failed`: arm -> why) or a metric no arm beats the trivial baseline on, and
+    the claim's reported pairs (never counted)."""
     groups = claim.groups or ((claim.reference, *(a.name for a in claim.arms if a.name != claim.reference)),)
     comparisons = []
     for metric in claim.compared:
@@ -218,10 +294,12 @@ def _comparisons(claim: Claim, values: dict[str, list[dict]], unbeaten: set[str]
                     continue
                 control = ref in claim.controls or other in claim.controls
                 fixed = claim.representability(ref, other)
+                broken = failed.get(other) or failed.get(ref)
                 comparisons.append({**_comparison(claim, metric, by_arm, ref, other), "control": control,
                                     "counted": claim.counts(other) and not control and metric not in unbeaten
-                                    and fixed is None,
-                                    **({"not_counted": UNREPRESENTED} if fixed == "neither" else {})})
+                                    and fixed is None and not broken,
+                                    **({"not_counted": UNREPRESENTED} if fixed == "neither" else {}),
+                                    **({"failed_control": broken} if broken else {})})
         for better, than, measures in claim.pairs:
             comparisons.append({**_comparison(claim, metric, by_arm, better, than), "control": True, "counted": False,
                                 "measures": measures,

@@ -20,12 +20,19 @@ from damcha.evidence.catalogue import claims
 from damcha.evidence.catalogue.common import SCALE
 from damcha.evidence.documents import load_results, read_jsonl, read_results, read_unit_rows
 from damcha.evidence.records import TRAINING_KINDS, Arm, Claim
-from damcha.evidence.results import append_lines, compute_record, summarise, write_csv
+from damcha.evidence.results import (
+    append_lines,
+    compute_record,
+    matched_versions,
+    robustness,
+    summarise,
+    write_csv,
+)
 from damcha.evidence.sanity import sanity_checks
 from damcha.evidence.scales import chosen_by, scale_claims, scale_named
 from damcha.evidence.setting import DEMO, Setting
 from damcha.evidence.slurm import SlurmSettings, run_tasks
-from damcha.evidence.statistics import VERDICT_RULE
+from damcha.evidence.statistics import LEARNED, VERDICT_RULE
 from damcha.evidence.synthetic_fits import tuning_value_of_row
 from damcha.evidence.units import run_task
 from damcha.runs import distributed
@@ -138,7 +145,9 @@ def claim_record(claim: Claim, values: dict[str, list[dict]], seeds: int, sanity
             **({"deviations": list(claim.deviations)} if claim.deviations else {}),
             "parameters": arm_parameters(claim, setting) if parameters is None else parameters,
             **({"learning_rates": rates} if (rates := {a.name: a.lr for a in claim.arms if a.rate_tuned}) else {}),
-            **summarise(claim, values, sanity)}
+            "matched_versions": matched_versions(claim),
+            **(summary := summarise(claim, values, sanity)),
+            "robustness": robustness(claim, values, sanity) if summary["verdict_kind"] == LEARNED else {}}
 
 
 def arm_parameters(claim: Claim, setting: Setting = DEMO) -> dict[str, int]:
@@ -196,14 +205,14 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
     proc = distributed.start(distributed.device_for(pick_device(setting.device)))
     if slurm is not None and proc.distributed:
         raise ValueError("--launcher slurm submits the units as Slurm jobs: start the command itself without torchrun")
-    run = _EvidenceRun.planned(Path(out), Path(work), quick, seeds, only, setting, proc,
-                               _Launch(command, 1 if proc.distributed else workers, progress, slurm),
-                               read_results(reuse) if reuse is not None else None, reuse, tuple(redo))
+    request = _Request(out=Path(out), work=Path(work), quick=quick, seeds=seeds, only=only, setting=setting, reuse=reuse,
+                       redo=tuple(redo), previous=read_results(reuse) if reuse is not None else None)
+    run = _EvidenceRun.planned(request, proc, _Launch(command, 1 if proc.distributed else workers, progress, slurm))
     run.start_document(recorded)
     run.compute({**run.timings(), **run.by_run(run.fits().values())})  # the timings and the first tuning seed's fits:
     while pending := run.by_run(run.fits().values()):  # the reported seeds train at the rates they choose; each
         run.compute(pending)  # later seed fits the best
-    run.compute(run.reported_units())
+    run.compute(run.plan_reported_units())
     if proc.distributed and not proc.main:
         return {"rank": proc.rank, "claims": []}  # rank 0 writes (and returns) the document
     run.record([])
@@ -222,10 +231,26 @@ class _Launch:
     slurm: SlurmSettings | None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """What the caller asked of a call: where the results and the work go, the claims and seeds, the scale,
+    and the earlier results.json to take units over from (read) with the claims and variants to redo."""
+
+    out: Path
+    work: Path
+    quick: bool
+    seeds: int
+    only: list[str] | None
+    setting: Setting
+    reuse: Path | None
+    redo: tuple[str, ...]
+    previous: dict | None
+
+
 Tasks = dict[str, dict[str, tuple[Arm, int]]]  # run -> unit -> (arm, seed)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _EvidenceRun:
     """One call of the evidence command: what is done (read from the work folder, taken over from an
     earlier results.json, computed here), what is left, and the document written as units come in."""
@@ -235,7 +260,7 @@ class _EvidenceRun:
     quick: bool
     seeds: int
     setting: Setting
-    proc: object  # damcha.runs.distributed.Process
+    proc: distributed.Process
     launch: _Launch
     known: list[Claim]
     chosen: list[Claim]
@@ -256,10 +281,10 @@ class _EvidenceRun:
     tuned_here: bool = False  # whether any chosen claim's arms choose their rate (a scale's train untuned)
 
     @classmethod
-    def planned(cls, out: Path, work: Path, quick: bool, seeds: int, only: list[str] | None, setting: Setting, proc,
-                launch: _Launch, previous: dict | None, reuse: Path | None, redo: tuple[str, ...]) -> _EvidenceRun:
+    def planned(cls, request: _Request, proc: distributed.Process, launch: _Launch) -> _EvidenceRun:
         """The claims chosen, the units done (a bare number in units.jsonl: an older format, redone), and
         what an earlier results.json gives that trains nothing, and its fits."""
+        out, work, quick, setting, previous = request.out, request.work, request.quick, request.setting, request.previous
         if proc.main:
             out.mkdir(parents=True, exist_ok=True)
             work.mkdir(parents=True, exist_ok=True)
@@ -269,19 +294,21 @@ class _EvidenceRun:
         seconds = {row["unit"]: row.get("seconds", 0.0) for row in rows if isinstance(row.get("value"), dict)}
         distributed.barrier(proc)  # every rank has read what is done before rank 0 adds to it
         known = evidence_claims(quick, setting)
-        chosen = [c for c in known if chosen_by(c.key, only)]
-        unknown = sorted(set(only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
+        chosen = [c for c in known if chosen_by(c.key, request.only)]
+        unknown = sorted(set(request.only or ()) - {k for c in known for k in (c.key, c.key.split("@")[0])})
         if unknown or not chosen:
             raise ValueError(f"unknown claims {unknown}; known: {[c.key for c in known]}")
-        run = cls(out, work, quick, seeds, setting, proc, launch, known, chosen, done, seconds,
-                  {row["unit"] for row in rows if row.get("reused_from")}, previous, reuse, redo,
-                  [c for c in read_jsonl(work / "calls.jsonl") if isinstance(c, dict)], claims_now=chosen,
+        run = cls(out=out, work=work, quick=quick, seeds=request.seeds, setting=setting, proc=proc, launch=launch,
+                  known=known, chosen=chosen, done=done, seconds=seconds,
+                  carried={row["unit"] for row in rows if row.get("reused_from")}, previous=previous,
+                  reuse=request.reuse, redo=request.redo,
+                  earlier_calls=[c for c in read_jsonl(work / "calls.jsonl") if isinstance(c, dict)], claims_now=chosen,
                   tuned_here=bool(tuning.tuning_arms(chosen) or tuning.synthetic_tuning_arms(chosen)))
         if previous is not None:  # what trains nothing on a data set, and the fits (the rest once the rates are known)
             untrained = [dataclasses.replace(c, arms=tuple(a for a in c.arms if not (a.trains or a.rate_tuned)))
                          for c in chosen]
-            run.take_over(reusable_units(previous, quick, redo, setting, untrained))
-            run.take_over(reusable_tuning(previous, quick, redo, setting, chosen))
+            run.take_over(reusable_units(previous, quick, request.redo, setting, untrained))
+            run.take_over(reusable_tuning(previous, quick, request.redo, setting, chosen))
         run.total = run.remaining_units()
         return run
 
@@ -337,9 +364,10 @@ class _EvidenceRun:
     def timings(self) -> Tasks:
         return {k: t for k, t in self.todo(self.chosen).items() if next(iter(t.values()))[0].kind == "efficiency"}
 
-    def reported_units(self) -> Tasks:
-        """The claims at their chosen rates: their units (taken over from an earlier document where it has
-        them), counted in the document, and those left to compute."""
+    def plan_reported_units(self) -> Tasks:
+        """Plans the reported seeds once the rates are chosen, and returns the units left to compute. It sets
+        the claims at their chosen rates (claims_now), takes over what an earlier document has of them, sets
+        the progress total and each claim's units (claim_units), and counts the units in the document."""
         self.claims_now = self.tuned_claims()
         if self.previous is not None:
             self.take_over(reusable_units(self.previous, self.quick, self.redo, self.setting, self.claims_now))

@@ -331,6 +331,81 @@ def verdict_words(claim: dict) -> tuple[str, str]:
     return "orange", f"inconclusive: {undetectable}" if undetectable else "inconclusive at this scale"
 
 
+def _learned(claim: dict) -> bool:
+    return claim.get("verdict_kind") != BY_CONSTRUCTION and claim["verdict"] not in (SANITY_FAILED, NO_VERDICT)
+
+
+def _against(d: dict) -> str:
+    return d["added_as"] or "a comparison the paper made"
+
+
+def decided_by_words(claim: dict) -> str:
+    """The comparisons that decided a learned verdict, in a table cell: against what, how it reads and who made
+    the comparison (the paper, or this project as a control); "—" for a verdict of another kind or a document
+    from before the record was kept."""
+    deciding = claim.get("decided_by")
+    if not deciding or not _learned(claim):
+        return "—"
+    if claim["verdict"] == FAILS:
+        by_arm: dict[tuple[str, str], list[str]] = {}
+        for d in deciding:
+            by_arm.setdefault((d["than"], _against(d)), []).append(
+                d["reads"] if len({e["metric"] for e in deciding}) == 1 else f"{metric_label(d['metric'])}: {d['reads']}")
+        return "; ".join(f"{than} ({', '.join(reads)}; {made})" for (than, made), reads in by_arm.items())
+    added = sum(bool(d["added_as"]) for d in deciding)
+    said = "every counted comparison holds" if claim["verdict"] == HOLDS else "not holding"
+    return f"{len(deciding)} comparison(s), {said}: {len(deciding) - added} the paper made, {added} this project added"
+
+
+def papers_comparisons_words(claim: dict) -> str:
+    """The verdict of the comparisons the paper made alone, where the counted ones mix them with controls this
+    project added ("—" where they do not)."""
+    papers = claim.get("papers_comparisons")
+    return f"{papers['verdict']} ({papers['counted']})" if papers and _learned(claim) else "—"
+
+
+def robustness_words(claim: dict) -> str:
+    """How a learned verdict stands with each seed left out, and with the claim's stand-in (f from the identity)
+    in DAMCHA's place, from the results ("—" where not recorded)."""
+    found = claim.get("robustness") or {}
+    if not found or not _learned(claim):
+        return "—"
+    said = []
+    if loo := found.get("leave_one_out"):
+        others = sorted({v for v in loo if v != claim["verdict"]})
+        said.append(f"one seed left out: {sum(v == claim['verdict'] for v in loo)} of {len(loo)} the same"
+                    + (f" (else {', '.join(others)})" if others else ""))
+    if stand_in := found.get("stand_in"):
+        said.append(f"{stand_in['arm']} in DAMCHA's place: {stand_in['verdict']}")
+    return "; ".join(said)
+
+
+def decided_by_sentence(claim: dict) -> str | None:
+    """decided_by_words in full: every deciding comparison with its metric and reading, the verdict of the paper's
+    comparisons alone, and the robustness with what decided the stand-in's verdict; None where not recorded."""
+    deciding = claim.get("decided_by")
+    if not deciding or not _learned(claim):
+        return None
+    lead = {FAILS: "Decided by what Holm rejects against the paper's direction",
+            HOLDS: "Holds because every counted comparison holds"}.get(claim["verdict"],
+                                                                       "Inconclusive through the comparisons that do not hold")
+    by_metric: dict[str, dict[tuple[str, str], list[str]]] = {}
+    for d in deciding:
+        by_metric.setdefault(d["metric"], {}).setdefault((d["reads"], _against(d)), []).append(d["than"])
+    said = [f"{lead}: " + "; ".join(f"on {metric_label(metric)}, against " + "; ".join(
+        f"{', '.join(thans)} ({reads}; {made})" for (reads, made), thans in groups.items())
+        for metric, groups in by_metric.items())]
+    if papers := claim.get("papers_comparisons"):
+        said.append(f"Against the {papers['counted']} comparison(s) the paper made alone (Holm over those): "
+                    f"{papers['verdict']} — " + "; ".join(papers["reads"]))
+    stand_in = (claim.get("robustness") or {}).get("stand_in")
+    if (robust := robustness_words(claim)) != "—":
+        shown = [d for d in (stand_in or {}).get("decided_by", []) if d["reads"] != "within noise"]
+        said.append(f"Robustness: {robust}" + (" (" + "; ".join(f"against {d['than']}: {d['reads']}" for d in shown) + ")"
+                                               if shown else ""))
+    return ". ".join(said) + "."
+
+
 def _matching(rows: list[dict], **match) -> int:
     return sum(all(r.get(k) == v for k, v in match.items()) for r in rows)
 
@@ -339,14 +414,16 @@ def verdict_table_markdown(doc: dict) -> str:
     """One row per claim: its verdict as the page words it, what kind of result it is, how many seeds, and
     how its comparisons were used (counted; construction checks and how many came out as predicted;
     reported because no arm can represent the task there)."""
-    lines = ["| claim | verdict | kind | seeds | counted comparisons | construction checks (confirmed) | "
-             "reported: no arm can represent the task |", "|---|---|---|---|---|---|---|"]
+    lines = ["| claim | verdict | decided by | the paper's comparisons alone | robustness | kind | seeds | counted "
+             "comparisons | construction checks (confirmed) | reported: no arm can represent the task |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for claim in doc["claims"]:
         comparisons = claim["comparisons"]
         checks = claim.get("construction_checks", [])
         confirmed = sum(c["outcome"] in ("confirmed", "tie confirmed") for c in checks)
         unrepresented = sum(1 for c in comparisons if c.get("not_counted") and not c.get("measures"))
-        lines.append(f"| {claim['title']} | {verdict_words(claim)[1]} | {claim.get('verdict_kind', '')} | "
+        lines.append(f"| {claim['title']} | {verdict_words(claim)[1]} | {decided_by_words(claim)} | "
+                     f"{papers_comparisons_words(claim)} | {robustness_words(claim)} | {claim.get('verdict_kind', '')} | "
                      f"{claim.get('seeds', '')} | {_matching(comparisons, counted=True)} | "
                      f"{len(checks)} ({confirmed}) | {unrepresented} |")
     return "\n".join(lines)
@@ -372,8 +449,38 @@ def comparison_rows(claim: dict) -> list[dict]:
                      "gain, as the paper claims it (95% interval)": f"{figures.interval_cell(c['gain'] * k, c['low'] * k, c['high'] * k)}"
                                                                      f"{f' {unit}' if unit else ''}",
                      "Holm-adjusted p": "—" if p is None or p != p else f"{p:.2g}",
-                     "reads": c.get("reads") or c.get("verdict", "")})
+                     "reads": c.get("reads") or c.get("verdict", ""),
+                     "parameters, against ÷ reference": capacity_words(claim, c["better"], c["than"])})
     return rows
+
+
+UNMATCHED_BEYOND = 1.5  # Claim.matched_arms: a counted comparison of arms further apart than this is unmatched
+
+
+def arm_parameters(claim: dict, arm: str) -> float | None:
+    """An arm's parameter count: the claim's record for an arm that trains on a data set, the count its units
+    report for a synthetic arm; None for an arm without a model (a threshold, a trivial baseline)."""
+    if arm in claim.get("parameters", {}):
+        return claim["parameters"][arm]
+    counts = [row["parameters"] for row in claim.get("values", {}).get(arm, []) if "parameters" in row]
+    return statistics.fmean(counts) if counts else None
+
+
+def capacity_words(claim: dict, reference: str, other: str) -> str:
+    """How far apart in parameters a comparison's arms are: the ratio, and beyond UNMATCHED_BEYOND either way the
+    arm matched to the reference's count that stands in for `other`, or "unmatched" where the claim has none; "—"
+    where either has no model."""
+    mine, theirs = arm_parameters(claim, reference), arm_parameters(claim, other)
+    if not mine or not theirs:
+        return "—"
+    ratio = theirs / mine
+    apart = max(ratio, 1 / ratio)
+    if apart <= UNMATCHED_BEYOND:
+        return f"{ratio:.2f}x"
+    if matched := claim.get("matched_versions", {}).get(other):
+        failed = any(c.get("failed_control") and matched in (c["better"], c["than"]) for c in claim.get("comparisons", []))
+        return f"{ratio:.2f}x — matched by {matched}" + (", a failed control (not counted)" if failed else "")
+    return f"{ratio:.2f}x — unmatched ({apart:.2f}x apart; no arm at the reference's count stands in)"
 
 
 def construction_checks_sentence(doc: dict) -> str | None:
@@ -396,10 +503,13 @@ def claim_numbers_markdown(doc: dict) -> str:
     lines = [line for said in (verdict_tally(doc["claims"]), construction_checks_sentence(doc)) if said
              for line in (said, "")]
     for claim in doc["claims"]:
-        said = [summary_pair_sentence(claim), *claim.get("trivial_baselines", []),
+        said = [decided_by_sentence(claim), *claim.get("failed_controls", []), summary_pair_sentence(claim),
+                *claim.get("trivial_baselines", []),
                 detectable_sentence(claim, (HOLDS,)) if claim["verdict"] not in (HOLDS, SANITY_FAILED) else None,
                 ("Did not learn the easiest case: " + "; ".join(claim["sanity_caveats"]) + "."
-                 if claim.get("sanity_caveats") else None), implementation_bound_sentence(claim)]
+                 if claim.get("sanity_caveats") else None),
+                ("Learned the easiest case on some seeds only: " + "; ".join(claim["sanity_seeds_short"]) + "."
+                 if claim.get("sanity_seeds_short") else None), implementation_bound_sentence(claim)]
         lines += ["", f"#### {claim['title']}", "", f"{verdict_words(claim)[1].capitalize()} ({claim.get('seeds', '')} "
                   f"{samples_word(claim)}). " + " ".join(s.rstrip(".") + "." for s in said if s), "",
                   *_markdown_table(arm_table(claim))]

@@ -56,6 +56,15 @@ def test_the_depth_1_f_is_widened_to_the_5_layer_fs_parameter_count():
     assert _apart(counts[DEPTH_1_AT_DEPTH_5[0]], target) < 1.05
 
 
+def test_the_widened_damcha_of_table_4_holds_w_o_sharings_parameter_count():
+    from damcha.evidence.capacity import matched_width
+    from damcha.evidence.catalogue.table4_ablations import DAMCHA_AT_UNSHARED, damcha_at_unshared_count
+
+    assert DAMCHA_AT_UNSHARED == matched_width("damcha", "damcha-unshared", "digits")
+    wide = model_parameters("damcha", "digits", damcha_at_unshared_count().overrides)
+    assert _apart(wide, model_parameters("damcha-unshared", "digits")) < 1.05
+
+
 @pytest.mark.parametrize("outputs", [1, 15, 32, 64])
 def test_the_synthetic_tasks_matched_mha_holds_damchas_parameters(outputs):
     def count(model):

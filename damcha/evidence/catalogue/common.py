@@ -189,11 +189,20 @@ def classification_arms(quick: bool) -> tuple[str, ...]:
     return ("mha", "mha-slice", "damcha") if quick else (*SLICE_ARMS[:5], IDENTITY_START)
 
 
+IDENTITY_START_ARM = "DAMCHA, f from the identity"
+
+
 def identity_start_arms(quick: bool, dataset: str = "digits") -> tuple[Arm, ...]:
     """The real-data DAMCHA arm with f started at M(c) = I, a control beside the paper's default start (none in a
-    smoke run)."""
-    return () if quick else (Arm("DAMCHA, f from the identity", variant="damcha", dataset=dataset,
+    smoke run) and the claim's stand-in for DAMCHA (identity_stand_in)."""
+    return () if quick else (Arm(IDENTITY_START_ARM, variant="damcha", dataset=dataset,
                                  overrides=(("generator_start", "identity"),)),)
+
+
+def identity_stand_in(quick: bool) -> str:
+    """The Claim.stand_in of a claim with identity_start_arms: the verdict with f from the identity in DAMCHA's
+    place is reported beside the verdict ("" in a smoke run, which has no such arm)."""
+    return "" if quick else IDENTITY_START_ARM
 
 
 def tuning_note(quick: bool) -> str:

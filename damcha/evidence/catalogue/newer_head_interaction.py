@@ -14,7 +14,7 @@ def claim(quick: bool) -> Claim:
                         (Arm("damcha"), Arm("mha", variant="mha"), *(Arm(m, variant=m) for m in newer(quick)),
                          capacity_matched_mha("digits"), *DIGIT_BASELINES), "damcha",
                         columns=COMPLETION, verdict_metrics=("val_nll", "val_completion_mse"),
-                        matched_arms=(capacity_matched_mha("digits").name,),
+                        matched_arms=(capacity_matched_mha("digits").name,), added_variants=newer(quick),
                         controls=tuple(a.name for a in DIGIT_BASELINES), min_seeds=5,
                         note="Not a claim of the paper: the same comparison as Table 1 digits (same sizes, schedule and "
                              "five seeds; MHA and DAMCHA are the same runs), against mechanisms published after it. "

@@ -10,6 +10,7 @@ from damcha.evidence.catalogue.common import (
     capacity_matched_mha,
     compared,
     compute_matched_arms,
+    identity_stand_in,
     identity_start_arms,
 )
 from damcha.evidence.records import Arm, Claim
@@ -34,6 +35,7 @@ def claim(quick: bool) -> Claim:
                    columns=COMPLETION, verdict_metrics=("val_nll", "val_completion_mse"),
                    matched_arms=(capacity_matched_mha("digits").name,),
                    controls=tuple(a.name for a in (*DIGIT_BASELINES, *identity_start_arms(quick))), min_seeds=5,
+                   stand_in=identity_stand_in(quick),
                    note="Completion: the bottom half of 64 validation digits sampled from the top half (2 samples "
                         "averaged), MSE per image on [0, 1] pixels; mean, q25 and q75 over images as the paper's "
                         "Table 1. MHA at DAMCHA's parameters: MHA widened to DAMCHA's parameter count (counted: a "

@@ -10,6 +10,8 @@ from damcha.evidence.catalogue.common import (
     capacity_matched_mha,
     compared,
     compute_matched_arms,
+    identity_stand_in,
+    identity_start_arms,
 )
 from damcha.evidence.records import Arm, Claim
 
@@ -45,8 +47,11 @@ def claim(quick: bool) -> Claim:
                    QUOTE_ABSTRACT + " Table 1 (CIFAR-10, MSE mean): MHA 0.1260, THA 0.1357, DCMHA 0.1264, ColMHA "
                    "0.1276, MMA 0.1292.", "val_completion_mse", True,
                    (Arm("damcha", dataset="sample-images"),
-                    *(Arm(m, variant=m, dataset="sample-images") for m in mechs), *matched, *compute_matched_arms(quick, "sample-images", epochs=21), IMAGE_BASELINE), "damcha",
-                   controls=(IMAGE_BASELINE.name,), matched_arms=tuple(a.name for a in matched),
+                    *(Arm(m, variant=m, dataset="sample-images") for m in mechs), *matched,
+                    *compute_matched_arms(quick, "sample-images", epochs=21), *identity_start_arms(quick, "sample-images"),
+                    IMAGE_BASELINE), "damcha",
+                   controls=(IMAGE_BASELINE.name, *(a.name for a in identity_start_arms(quick, "sample-images"))),
+                   matched_arms=tuple(a.name for a in matched), stand_in=identity_stand_in(quick),
                    paper=CIFAR10, paper_on={"CIFAR-10": CIFAR10},
                    columns=("val_mse", *COMPLETION[1:]),
                    note="Crops of scikit-learn's two bundled photos (the offline stand-in for CIFAR), 4x4 patches; the "

@@ -8,6 +8,7 @@ from damcha.evidence.catalogue.common import (
     COMPUTE_MATCHED_NOTE,
     capacity_matched_mha,
     compute_matched_arms,
+    identity_stand_in,
     identity_start_arms,
     text_arms,
 )
@@ -46,6 +47,7 @@ def claim(quick: bool) -> Claim:
                    (*(Arm(m, variant=m, dataset="text") for m in text_arms(quick)), capacity_matched_mha("text"),
                     *compute_matched_arms(quick, "text", epochs=20), *identity_start_arms(quick, "text")), "damcha",
                    controls=tuple(a.name for a in identity_start_arms(quick, "text")),
+                   stand_in=identity_stand_in(quick),
                    paper=_in_bits(ENWIK8), paper_on={"Enwik8": _in_bits(ENWIK8), "Text8": _in_bits(TEXT8)},
                    columns=("val_nll",), matched_arms=(capacity_matched_mha("text").name,),
                    note="Bytes of the shipped text corpus (CPython 3.11.7's pydoc topics, checksummed), windows of 64. "
