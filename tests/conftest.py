@@ -35,6 +35,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+@pytest.fixture(scope="module")
+def guide_examples():
+    """The toy mechanism and docs/mechanisms.md's example on the registry for a module that walks it
+    (`pytestmark = pytest.mark.usefixtures("guide_examples")`, parametrised over walked_variants())."""
+    from tests.support.guide_examples import examples_registered
+
+    with examples_registered():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_determinism():
     torch.manual_seed(0)

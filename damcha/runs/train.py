@@ -333,28 +333,116 @@ class _Training:
     opt: torch.optim.Optimizer
     observer: TrainingObserver | None
 
+    @property
+    def steps_per_epoch(self) -> int:
+        return _steps_per_epoch(self.data, self.tcfg)
+
+    def train_epoch(self, epoch: int, step: int) -> _Epoch:
+        """One epoch's optimiser steps from global step `step` (every rank its share of each batch); the
+        running losses and the step after it."""
+        began = time.perf_counter()
+        tcfg, proc, opt, observer = self.tcfg, self.proc, self.opt, self.observer
+        model, steps_per_epoch = self.models.stepped, self.steps_per_epoch
+        total_steps = steps_per_epoch * tcfg.epochs
+        model.train()
+        total, total_aux = 0.0, None
+        bar = tqdm(_epoch_batches(self.data, tcfg, epoch, steps_per_epoch), total=steps_per_epoch,
+                   desc=f"epoch {epoch}", leave=False, disable=not self.progress, mininterval=1.0)
+        for x, y in bar:
+            t_step = time.perf_counter()
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, total_steps, tcfg)
+            n = len(x)
+            x, y = distributed.shard(x, proc), distributed.shard(y, proc)  # this process's rows of the global batch
+            # DDP averages gradients over processes: weighting each by its share of the batch makes the
+            # step that of the whole batch, whatever the shard sizes.
+            share = len(x) * proc.world / n
+            out = optimiser_step(model, opt, x.to(self.device), y.to(self.device), tcfg, self.device, share)
+            step += 1
+            loss_value = distributed.total(out.task_loss.detach() * share / proc.world, proc).item()
+            total += loss_value
+            if out.aux_loss is not None:
+                total_aux = (total_aux or 0.0) + distributed.total(out.aux_loss.detach() * share / proc.world, proc).item()
+            bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+            if observer is not None:  # tokens of the whole batch (every process's share) per second of this step
+                observer.step(step, loss_value, opt.param_groups[0]["lr"], n * x.shape[1] / (time.perf_counter() - t_step))
+        model.eval()
+        return _Epoch(epoch, step, began, time.perf_counter() - began, total / steps_per_epoch,
+                      None if total_aux is None else total_aux / steps_per_epoch)
+
+    def record_epoch(self, epoch: _Epoch, snapshot: bool, metrics: list[dict], evaluate: bool = True) -> dict:
+        """Evaluate the epoch (unless not `evaluate`), write its row after `metrics`, its snapshot and the
+        training state (rank 0 only; under fsdp the state is sharded and saved by every rank); returns the row.
+        epoch_seconds: the whole epoch with its evaluation; train_seconds: its training steps alone."""
+        model, data, tcfg, out = self.models.evaluated, self.data, self.tcfg, self.out
+        assert model is not None  # (rank 0 evaluates)
+        evaluated = evaluate_epoch(model, data, tcfg) if evaluate else {}
+        row = {"epoch": epoch.epoch, "step": epoch.step, **evaluated, "train_loss_running": epoch.running,
+               "epoch_seconds": round(time.perf_counter() - epoch.began, 3), "train_seconds": round(epoch.train_seconds, 3)}
+        if epoch.running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
+            row["train_aux_loss_running"] = epoch.running_aux
+        if snapshot:
+            save_snapshot(out, epoch.epoch, model)
+        if epoch.epoch == tcfg.epochs and data.has_test:  # written before the last row: a complete run has its test
+            write_text_atomic(out / TEST_FILE, json.dumps({"epoch": epoch.epoch, **test_metrics(model, data, tcfg)},
+                                                          indent=2))
+        write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
+        if not self.models.fsdp:
+            save_training_state(out, model, self.opt, epoch.epoch, epoch.step)
+        if self.progress and evaluate:
+            tqdm.write(_epoch_line(self.mcfg, data, row))
+        return row
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    """One epoch's training: the global step after it, when it began, its training steps' seconds and its
+    running losses (None before any step: epoch 0)."""
+
+    epoch: int
+    step: int
+    began: float
+    train_seconds: float = 0.0
+    running: float | None = None
+    running_aux: float | None = None
+
+
+def _epoch_batches(data: DataSet, tcfg: TrainConfig, epoch: int, steps_per_epoch: int):
+    """The epoch's batches (x, y), drawn from generators seeded by the run's seed and the epoch (dropout's
+    too), so a resumed epoch draws what it would have."""
+    gen = torch.Generator().manual_seed(tcfg.seed * 100_003 + epoch)
+    torch.manual_seed(tcfg.seed * 100_019 + epoch)  # dropout
+    if data.stream:
+        stream = data.tensor("train_stream")
+        starts = torch.randint(0, len(stream) - data.block_size - 1, (steps_per_epoch, tcfg.batch_size), generator=gen)
+        return (windows(stream, data.block_size, s) for s in starts)
+    inputs, targets = data.tensor("train_inputs"), data.tensor("train_targets")
+    perm = torch.randperm(len(inputs), generator=gen)
+    return ((inputs[idx], targets[idx]) for idx in perm.split(tcfg.batch_size))
+
+
+def _epoch_line(mcfg: ModelConfig, data: DataSet, row: dict) -> str:
+    if data.task == "next_vector":
+        return f"[{mcfg.variant} {data.name}] epoch {row['epoch']:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}"
+    extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
+    return (f"[{mcfg.variant} {data.name}] epoch {row['epoch']:3d}  train {row['train_nll']:.4f}  "
+            f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")
+
 
 def _run_epochs(run: _Training, start: _Start, stop_after_epoch: int | None, evaluate_every_epoch: bool) -> list[dict]:
     """Epochs start.epoch .. tcfg.epochs (epoch 0: evaluated before any step): train, then rank 0 evaluates,
     writes the row, the snapshot and the state (under fsdp every rank its shards); the rows written."""
     tcfg, models, proc = run.tcfg, run.models, run.proc
     snapshots = set(tcfg.snapshots())
-    steps_per_epoch = _steps_per_epoch(run.data, tcfg)
     metrics, step = list(start.metrics), start.step
     for epoch in range(start.epoch, tcfg.epochs + 1):
-        te = time.perf_counter()
-        running = running_aux = None
-        if epoch > 0:
-            running, running_aux, step = _train_one_epoch(models.stepped, run.opt, run.data, tcfg, epoch, step,
-                                                          steps_per_epoch * tcfg.epochs, steps_per_epoch, run.device,
-                                                          run.progress, proc, run.observer)
-        train_seconds = time.perf_counter() - te
+        trained = run.train_epoch(epoch, step) if epoch > 0 else _Epoch(epoch, step, time.perf_counter())
+        step = trained.step
         if models.fsdp:  # every rank takes part in gathering the full weights into rank 0's copy
             sharded.gather_full_weights(models.trained, models.evaluated)
         if proc.main:  # rank 0 evaluates and writes; the others wait for it at the barrier
-            metrics.append(_record_epoch(models.evaluated, None if models.fsdp else run.opt, run.data, tcfg, run.out,
-                                         epoch, step, running, running_aux, te, train_seconds, snapshots, run.mcfg,
-                                         run.progress, metrics, evaluate_every_epoch or epoch == tcfg.epochs))
+            metrics.append(run.record_epoch(trained, epoch in snapshots, metrics,
+                                            evaluate_every_epoch or epoch == tcfg.epochs))
             if run.observer is not None:
                 assert models.evaluated is not None  # (an observer watches on rank 0, which evaluates)
                 with torch.random.fork_rng(devices=[]):  # watching never changes what is trained
@@ -365,32 +453,6 @@ def _run_epochs(run: _Training, start: _Start, stop_after_epoch: int | None, eva
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
     return metrics
-
-
-def _record_epoch(model, opt, data, tcfg, out, epoch, step, running, running_aux, te, train_seconds, snapshots, mcfg,
-                  progress, metrics, evaluate: bool = True) -> dict:
-    """Evaluate the epoch (unless not `evaluate`), write its row, snapshot and training state (rank 0
-    only; opt None: the state is sharded and saved by every rank); returns the row. epoch_seconds: the
-    whole epoch with its evaluation; train_seconds: its training steps alone."""
-    evaluated = evaluate_epoch(model, data, tcfg) if evaluate else {}
-    row = {"epoch": epoch, "step": step, **evaluated, "train_loss_running": running,
-           "epoch_seconds": round(time.perf_counter() - te, 3), "train_seconds": round(train_seconds, 3)}
-    if running_aux is not None:  # the mechanism's auxiliary losses (MoA), apart from the task loss
-        row["train_aux_loss_running"] = running_aux
-    if epoch in snapshots:
-        save_snapshot(out, epoch, model)
-    if epoch == tcfg.epochs and data.has_test:  # written before the last row: a complete run has its test
-        write_text_atomic(out / TEST_FILE, json.dumps({"epoch": epoch, **test_metrics(model, data, tcfg)}, indent=2))
-    write_text_atomic(out / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in [*metrics, row]))
-    if opt is not None:
-        save_training_state(out, model, opt, epoch, step)
-    if progress and evaluate and data.task == "next_vector":
-        tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train MSE {row['train_mse']:.5f}  val MSE {row['val_mse']:.5f}")
-    elif progress and evaluate:
-        extra = "".join(f" {k}={row[k]:.4f}" for k in ("val_accuracy", "val_completion_mse") if k in row)
-        tqdm.write(f"[{mcfg.variant} {data.name}] epoch {epoch:3d}  train {row['train_nll']:.4f}  "
-                   f"val {row['val_nll']:.4f} nats = {row[f'val_bits_per_{data.unit}']:.4f} bits/{data.unit}{extra}")
-    return row
 
 
 def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
@@ -411,40 +473,3 @@ def optimiser_step(model, opt, x: torch.Tensor, y: torch.Tensor, tcfg: TrainConf
         torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
     opt.step()
     return out
-
-
-def _train_one_epoch(model, opt, data, tcfg, epoch, step, total_steps, steps_per_epoch, device, progress,
-                     proc: distributed.Process | None = None, observer: TrainingObserver | None = None):
-    proc = proc or distributed.Process()
-    gen = torch.Generator().manual_seed(tcfg.seed * 100_003 + epoch)
-    torch.manual_seed(tcfg.seed * 100_019 + epoch)  # dropout
-    if data.stream:
-        n = len(data.train_stream) - data.block_size - 1
-        starts = torch.randint(0, n, (steps_per_epoch, tcfg.batch_size), generator=gen)
-        batches = (windows(data.train_stream, data.block_size, s) for s in starts)
-    else:
-        perm = torch.randperm(len(data.train_inputs), generator=gen)
-        batches = ((data.train_inputs[idx], data.train_targets[idx]) for idx in perm.split(tcfg.batch_size))
-    model.train()
-    total, total_aux = 0.0, None
-    bar = tqdm(batches, total=steps_per_epoch, desc=f"epoch {epoch}", leave=False, disable=not progress, mininterval=1.0)
-    for x, y in bar:
-        t_step = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, total_steps, tcfg)
-        n = len(x)
-        x, y = distributed.shard(x, proc), distributed.shard(y, proc)  # this process's rows of the global batch
-        # DDP averages gradients over processes: weighting each by its share of the batch makes the
-        # step that of the whole batch, whatever the shard sizes.
-        share = len(x) * proc.world / n
-        out = optimiser_step(model, opt, x.to(device), y.to(device), tcfg, device, share)
-        step += 1
-        loss_value = distributed.total(out.task_loss.detach() * share / proc.world, proc).item()
-        total += loss_value
-        if out.aux_loss is not None:
-            total_aux = (total_aux or 0.0) + distributed.total(out.aux_loss.detach() * share / proc.world, proc).item()
-        bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
-        if observer is not None:  # tokens of the whole batch (every process's share) per second of this step
-            observer.step(step, loss_value, opt.param_groups[0]["lr"], n * x.shape[1] / (time.perf_counter() - t_step))
-    model.eval()
-    return total / steps_per_epoch, None if total_aux is None else total_aux / steps_per_epoch, step

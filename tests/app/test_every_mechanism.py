@@ -28,7 +28,8 @@ from damcha.views.figure_sets import build_figure, per_head, structure_index, st
 from damcha.views.typesetting import with_subscripts
 from tests.support.app_views import RUN_PAGES, every_view, in_every_view, page_app, z_of
 from tests.support.exports import checked_bundle, page_items
-from tests.support.toy_mechanism import TOY_VARIANT, Tied
+from tests.support.guide_examples import guide_mechanism, walked_variants
+from tests.support.toy_mechanism import TOY_VARIANT
 from tests.support.units import losses_without_unit, shown_texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,20 +38,12 @@ PAGES = [entry.path.stem for entry in NAVIGATION]  # the app's menu, as the app 
 BASE = ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (16,)})
 TASKS = ("digits", "digits-cls")
 
-mechanisms.register(Tied(), TOY_VARIANT)  # for the parametrisation below; removed when the module ends
-VARIANTS = mechanisms.variant_names()
-mechanisms.unregister(TOY_VARIANT.mechanism)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def toy_registered():
-    mechanisms.register(Tied(), TOY_VARIANT)
-    yield
-    mechanisms.unregister(TOY_VARIANT.mechanism)
+VARIANTS = walked_variants()  # the registry with the toy and docs/mechanisms.md's example, for the parametrisation
+pytestmark = pytest.mark.usefixtures("guide_examples")  # both registered while the module's tests run
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory, toy_registered) -> Path:
+def root(tmp_path_factory, guide_examples) -> Path:
     """The folder of this module's runs: each (task, variant) is trained there the first time a test
     asks for it (`trained`), so `-k tha` trains THA's runs only."""
     return tmp_path_factory.mktemp("every-mechanism")
@@ -104,6 +97,7 @@ def record_of(run, epoch=None):
 
 def test_the_registry_walk_covers_the_toy_and_every_variant():
     assert TOY_VARIANT.name in VARIANTS and {"damcha", "mha"} <= set(VARIANTS)
+    assert {v.name for v in guide_mechanism()[1]} <= set(VARIANTS)
     assert VARIANTS == mechanisms.variant_names()  # the registry itself, not a copy of it
 
 

@@ -37,6 +37,7 @@ class TiedAttention(nn.Module):
         self.value = nn.Linear(D, D)
         self.mix = nn.Parameter(torch.eye(config.n_head))
         self.proj = nn.Linear(D, D)
+        self.dropout = config.dropout
 
     def forward(self, x, call):
         mask, causal, options, need_weights = call.mask, call.causal, call.options, call.need_weights
@@ -44,7 +45,8 @@ class TiedAttention(nn.Module):
         H, d = self.n_head, self.head_dim
         q = self.qk(x).view(B, T, H, d).transpose(1, 2)
         v = self.value(x).view(B, T, H, d).transpose(1, 2)
-        out, weights = attend(q, q, v, mask, causal, 1.0 / (d ** 0.5 * options.temperature), 0.0, need_weights)
+        out, weights = attend(q, q, v, mask, causal, 1.0 / (d ** 0.5 * options.temperature),
+                              self.dropout if call.stochastic else 0.0, need_weights)
         out = torch.einsum("gh,bhtd->bgtd", self.mix, out)
         return AttentionOutput(self.proj(out.transpose(1, 2).reshape(B, T, D)), weights, internals=None)
 

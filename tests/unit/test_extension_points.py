@@ -15,6 +15,7 @@ from damcha.inputs.datasets.base import TASKS
 from damcha.inputs.modalities import MODALITIES
 from damcha.inputs.modalities.base import PICTURES, PREDICTIONS
 from damcha.views.figure_sets import PICTURE_FIGURES, PREDICTION_FIGURES
+from tests.support.guide_examples import guide_block, guide_figure_registered
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app" / "streamlit_app.py")
@@ -134,9 +135,7 @@ def test_an_unknown_modality_or_task_is_refused_at_declaration():
 
 
 def _guide_block(heading: str) -> str:
-    page = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
-    start = page.index("```python", page.index(heading)) + len("```python")
-    return page[start:page.index("```", start)]
+    return guide_block("extending.md", heading)
 
 
 def test_the_documented_data_set_example_registers_trains_and_is_inspected(tmp_path):
@@ -233,6 +232,8 @@ def test_the_pages_offer_every_figure_of_their_tables_that_no_page_places():
 
     assert {"decomposition", "attention", "epoch_animation", "comparison"} <= placed_by_pages()
     assert not_placed([*RECORD_FIGURES, *MODEL_FIGURES]) == []
+    with guide_figure_registered() as added:  # a figure added as docs/extending.md says: offered, not lost
+        assert added and not_placed([*RECORD_FIGURES, *MODEL_FIGURES]) == added
     assert not_placed(RUN_SET_FIGURES) == list(PAPER_FIGURES)
     assert not_placed(["a_figure_no_page_names"]) == ["a_figure_no_page_names"]
 
@@ -387,3 +388,43 @@ def test_the_mechanism_guide_names_every_member_of_the_protocol():
     table = text[text.index("### Every member of `Mechanism`"):]
     rows = set(re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M))
     assert rows == members, (sorted(members - rows), sorted(rows - members))
+
+
+GUIDES = ("extending.md", "mechanisms.md")
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+def test_every_code_block_of_a_guide_passes_the_projects_lint(guide):
+    """A reader copies a guide's block into a module of the package: it must pass the lint the package's own
+    modules pass (the mechanism guide's import block did not: ruff's import order)."""
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install -e '.[dev]')")
+    text = (ROOT / "docs" / guide).read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    for i, block in enumerate(blocks):
+        found = subprocess.run([ruff, "check", "--config", str(ROOT / "pyproject.toml"), "--stdin-filename",
+                                str(ROOT / "damcha" / f"guide_block_{i}.py"), "-"], input=block, capture_output=True,
+                               text=True)
+        assert found.returncode == 0, f"docs/{guide}, block {i + 1}:\n{found.stdout}"
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+def test_every_guide_ends_with_its_checklist_naming_real_files_and_the_tests_that_walk_the_extension(guide):
+    """Each extension's section ends with its checklist: the files to add or edit (docs/design.md among them,
+    which a test holds to name every module) and the tests that will walk the new extension; every path a
+    checklist names exists."""
+    text = (ROOT / "docs" / guide).read_text(encoding="utf-8")
+    sections = [part for part in re.split(r"^## ", text, flags=re.M)[1:] if part.startswith("Adding")]
+    assert sections
+    for section in sections:
+        checklist = section[section.rindex("**Checklist"):] if "**Checklist" in section else ""
+        assert checklist, f"docs/{guide}: '{section.splitlines()[0]}' has no checklist"
+        assert "docs/design.md" in checklist and "tests/" in checklist, section.splitlines()[0]
+        for path in re.findall(r"`((?:damcha|tests|docs|app|pages)/[\w/.]+\.(?:py|md))`", checklist):
+            assert (ROOT / path).exists(), (section.splitlines()[0], path)

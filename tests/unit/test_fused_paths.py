@@ -10,9 +10,12 @@ import dataclasses
 import pytest
 import torch
 
-from damcha import build_model, variant_names
+from damcha import build_model
 from damcha.model.mechanisms import blocked
+from tests.support.guide_examples import walked_variants
 from tests.support.layers import config, perturbed
+
+pytestmark = pytest.mark.usefixtures("guide_examples")  # the guide's mechanism walked too
 
 T = 9
 
@@ -39,7 +42,7 @@ def paths(variant, causal, padded, seed=0):
     return [loss_and_grads(model, tokens, targets, explicit) for explicit in (False, True)]
 
 
-@pytest.mark.parametrize("variant", variant_names())
+@pytest.mark.parametrize("variant", walked_variants())
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("padded", [False, True])
 def test_the_fast_path_gives_the_explicit_values_and_gradients(small_blocks, variant, causal, padded):
@@ -51,7 +54,7 @@ def test_the_fast_path_gives_the_explicit_values_and_gradients(small_blocks, var
         torch.testing.assert_close(fast_grads[name], slow_grads[name], atol=1e-10, rtol=0, msg=name)
 
 
-@pytest.mark.parametrize("variant", variant_names())
+@pytest.mark.parametrize("variant", walked_variants())
 @pytest.mark.parametrize("causal", [True, False])
 def test_gradients_reach_every_parameter(variant, causal):
     """A training step reaches every parameter of every registered variant (MoA's router and noise scale,

@@ -8,11 +8,14 @@ import torch
 
 from damcha.analysis.attribution import has_hooks
 from damcha.analysis.heads import head_effects, head_sites, sequence_loss
-from damcha.model.mechanisms import variant_names
+from tests.support.guide_examples import examples_registered, walked_variants
 from tests.support.models import tiny_model
 
+pytestmark = pytest.mark.usefixtures("guide_examples")  # the guide's mechanism walked too
+
 # Every registered variant whose heads meet at a projection (the others refuse in words: the zeroing test checks it).
-WITH_HEAD_SITES = [v for v in variant_names() if head_sites(tiny_model(v)) is not None]
+with examples_registered():
+    WITH_HEAD_SITES = [v for v in walked_variants() if head_sites(tiny_model(v)) is not None]
 
 
 def inputs(seed: int = 0):
@@ -21,7 +24,7 @@ def inputs(seed: int = 0):
     return x.numpy(), torch.roll(x, -1).numpy()
 
 
-@pytest.mark.parametrize("variant", variant_names())
+@pytest.mark.parametrize("variant", walked_variants())
 def test_zeroing_a_head_equals_zeroing_its_columns_of_the_output_projection(variant):
     model = tiny_model(variant, dtype=torch.float64)
     x, y = inputs()

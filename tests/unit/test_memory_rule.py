@@ -9,7 +9,6 @@ import torch
 
 from damcha import ModelConfig, build_model
 from damcha.model.config import variant_config
-from damcha.model.mechanisms import variant_names
 from damcha.runs.memory import (
     DoesNotFit,
     check_fits,
@@ -18,6 +17,9 @@ from damcha.runs.memory import (
     saved_activation_bytes,
     training_memory,
 )
+from tests.support.guide_examples import walked_variants
+
+pytestmark = pytest.mark.usefixtures("guide_examples")  # the guide's mechanism walked too
 
 
 def test_a_run_that_does_not_fit_is_refused_with_its_numbers_before_anything_is_allocated():
@@ -49,7 +51,7 @@ def _saved_on_cpu(config, batch):
     return sum(held.values())
 
 
-@pytest.mark.parametrize("variant", variant_names())
+@pytest.mark.parametrize("variant", walked_variants())
 def test_the_activations_counted_on_the_meta_device_are_what_a_real_forward_saves(variant):
     """With dropout on, the meta count equals what autograd saves in a real CPU forward, byte for byte;
     without it a real forward may take fused kernels that save less (measured here: 0.92x to 2.14x of the

@@ -16,10 +16,13 @@ from damcha.analysis.structure_patching import (
     structure_site_note,
     structure_sites,
 )
-from damcha.model.mechanisms import variant_names
+from tests.support.guide_examples import examples_registered, walked_variants
 from tests.support.models import tiny_model
 
-WITH_STRUCTURE = [v for v in variant_names() if structure_sites(tiny_model(v))]
+pytestmark = pytest.mark.usefixtures("guide_examples")  # the guide's mechanism walked too
+
+with examples_registered():
+    WITH_STRUCTURE = [v for v in walked_variants() if structure_sites(tiny_model(v))]
 
 
 def inputs(seed: int):
@@ -44,7 +47,7 @@ def test_the_mechanisms_with_a_per_input_structure_include_the_papers_and_exclud
     assert "mha" not in WITH_STRUCTURE and "damcha-static" not in WITH_STRUCTURE
 
 
-@pytest.mark.parametrize("variant", variant_names())
+@pytest.mark.parametrize("variant", walked_variants())
 def test_the_patched_structures_are_the_other_inputs(variant):
     model = trained_like(variant)
     (x, y), (other, other_y) = inputs(0), inputs(1)

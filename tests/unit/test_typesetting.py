@@ -80,10 +80,15 @@ def test_the_paper_style_wraps_subplot_titles_at_a_single_column_and_less_at_a_d
 
 @pytest.fixture(scope="module")
 def every_figure():
+    """Every named figure, docs/extending.md's example figure included (a guide that drifts fails here too)."""
     from tests.support.every_figure import every_named_figure
+    from tests.support.guide_examples import guide_figure_registered
 
     require_chromium()
-    return every_named_figure()
+    with guide_figure_registered() as added:
+        figures = every_named_figure()
+    assert added and any(name.endswith(f":{added[0]}") for name, _ in figures)
+    return figures
 
 
 @pytest.mark.slow

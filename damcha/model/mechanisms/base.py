@@ -24,6 +24,7 @@ from damcha.model.mechanisms.structures import Structure
 
 if TYPE_CHECKING:
     from damcha.model.config import ModelConfig
+    from damcha.model.mechanisms.cache import LayerCache
     from damcha.model.transformer import Transformer
 
 
@@ -47,22 +48,31 @@ OptionsT = TypeVar("OptionsT", bound=ForwardOptions)
 
 @dataclass(frozen=True)
 class LayerCall(Generic[OptionsT]):
-    """What a layer is called with besides its input: `layer(x, call) -> AttentionOutput`, x (B, T, D)
-    the block's normed input.
+    """What a layer is called with besides its input: `layer(x, call) -> AttentionOutput`, x (B, T, D) the
+    block's normed input.
 
-    real: (B, T) bool, the real tokens (None: no padding). mask: (B, 1, T, T) bool, the allowed
-    (query, key) pairs (None: plain causal or none, as `causal` says; see `attention_mask`).
-    options: the mechanism's ForwardOptions (never stored on the module: one cached model serves
-    every caller). need_weights: return the attention weights and internals. stochastic: dropout
-    and other sampling apply (training), independent of module.train(). shared: what `run_shared`
-    computed once for the stack (DAMCHA's shared metric), or None. site: with need_weights, called
-    as site(name, tensor) -> tensor on the pre-softmax scores ("attn_scores") and the weights
-    ("pattern") of the layer's attend step, so hooks can read or replace them (damcha.interop.lens);
-    None: no hooks. rotary: the attend step rotates q and k by their positions (RoPE; the config's
-    position_encoding "rotary"): True, positions 0..T-1; a (B, T) or (T,) tensor, those positions (a
-    Hugging Face model's position_ids). cache: this layer's keys and values of the tokens read before
-    (damcha.model.mechanisms.cache; the layer attends through `attend_through_cache`, and `mask` holds
-    the new queries' offsets into them), or None: the call holds the whole sequence."""
+    Fields:
+        real (`torch.BoolTensor` of shape `(B, T)`, *optional*): the real tokens; None: no padding.
+        mask (`torch.BoolTensor` of shape `(B, 1, T, T)`, *optional*): the allowed (query, key) pairs; None:
+            plain causal or none, as `causal` says (see `attention_mask`).
+        causal (`bool`): whether a query sees only the keys at or before it.
+        options (`OptionsT`): the mechanism's ForwardOptions, never stored on the module (one cached model
+            serves every caller).
+        need_weights (`bool`): return the attention weights and internals (AttentionOutput).
+        stochastic (`bool`): dropout and other sampling apply (training), independent of module.train().
+        shared (*optional*): what `Mechanism.run_shared` computed once for the stack (DAMCHA's shared metric,
+            a HeadMetric), or None; its type is the mechanism's own.
+        site (`Callable[[str, torch.Tensor], torch.Tensor]`, *optional*): with need_weights, called as
+            site(name, tensor) -> tensor on the pre-softmax scores ("attn_scores", `(B, H, T, T)`) and the
+            weights ("pattern", `(B, H, T, T)`) of the layer's attend step, so hooks can read or replace them
+            (damcha.interop.lens); None: no hooks.
+        rotary (`bool` or `torch.LongTensor` of shape `(B, T)` or `(T,)`): the attend step rotates q and k by
+            their positions (RoPE; the config's position_encoding "rotary"): True, positions 0..T-1; a tensor,
+            those positions (a Hugging Face model's position_ids).
+        cache (`LayerCache`, *optional*): this layer's keys and values of the tokens read before
+            (damcha.model.mechanisms.cache; the layer attends through `attend_through_cache`, and `mask` holds
+            the new queries' offsets into them); None: the call holds the whole sequence.
+    """
 
     real: torch.Tensor | None
     mask: torch.Tensor | None
@@ -70,22 +80,26 @@ class LayerCall(Generic[OptionsT]):
     options: OptionsT
     need_weights: bool = False
     stochastic: bool = False
-    shared: Any = None
-    site: Any = None
+    shared: Any = None  # the mechanism's own type (Mechanism.run_shared's result)
+    site: Callable[[str, torch.Tensor], torch.Tensor] | None = None
     rotary: bool | torch.Tensor = False
-    cache: Any = None
+    cache: LayerCache | None = None
 
 
 @dataclass
 class AttentionOutput:
     """What a layer returns.
 
-    y: (B, T, D), the layer's output. weights: (B, H, T, T) the attention that multiplies the values,
-    required when the call has need_weights=True (None otherwise). internals: the mechanism's own
-    record of what it computed (DAMCHA's HeadMetric, MoA's gates, ...), required when need_weights
-    is True (inspection reads it in `Mechanism.structures`), optional otherwise; it must describe the
-    call's options (an intervened metric, not the trained one). aux_loss: a scalar the mechanism
-    adds to the training loss (MoA's load balancing), or None."""
+    Fields:
+        y (`torch.FloatTensor` of shape `(B, T, D)`): the layer's output.
+        weights (`torch.FloatTensor` of shape `(B, H, T, T)`, *optional*): the attention that multiplies the
+            values; required when the call has need_weights=True, None otherwise.
+        internals (*optional*): the mechanism's own record of what it computed (DAMCHA's HeadMetric, MoA's
+            gates, ...); required when need_weights is True (inspection reads it in `Mechanism.structures`),
+            optional otherwise; it describes the call's options (an intervened metric, not the trained one).
+        aux_loss (`torch.FloatTensor` of shape `()`, *optional*): a scalar the mechanism adds to the training
+            loss (MoA's load balancing), or None.
+    """
 
     y: torch.Tensor
     weights: torch.Tensor | None = None
