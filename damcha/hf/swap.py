@@ -45,6 +45,7 @@ from damcha.hf.swap_saving import (
     ARCHITECTURES,
     CONFIG_FILE,
     DERIVED_CLASSES,
+    EARLIER_WEIGHTS_FILE,
     MODEL_TYPE,
     WEIGHTS_FILE,
     record_swap,
@@ -343,15 +344,17 @@ def load_swapped(folder: str | Path) -> nn.Module:
     base = transformers.AutoConfig.for_model(layout, **config.get("base_config", {}))
     model = getattr(transformers, architecture)(base)
     swap_attention(model, config["variant"], rope=config.get("rope"), **dict(config.get("settings") or {}))
+    weights = folder / (WEIGHTS_FILE if (folder / WEIGHTS_FILE).exists() else EARLIER_WEIGHTS_FILE)
     try:
-        missing, unexpected = load_model(model, str(folder / WEIGHTS_FILE), strict=False)
+        missing, unexpected = load_model(model, str(weights), strict=False)
     except (SafetensorError, OSError, RuntimeError) as e:
-        raise ValueError(f"{folder / WEIGHTS_FILE}: cannot be read as this model's weights "
+        raise ValueError(f"{weights}: cannot be read as this model's weights "
                          f"({(str(e).splitlines() or [type(e).__name__])[0][:200]})") from None
+    unexpected = [k for k in unexpected if k != config.get("refusal_key")]  # (the plain loader's stop, see swap_saving)
     if missing or unexpected:
-        raise ValueError(f"{folder / WEIGHTS_FILE}: its tensors do not match the swapped model (missing "
+        raise ValueError(f"{weights}: its tensors do not match the swapped model (missing "
                          f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}): a damaged or foreign folder")
     bad = non_finite(model.state_dict())
     if bad:
-        raise ValueError(f"{folder / WEIGHTS_FILE}: NaN or infinite values in {bad}")
+        raise ValueError(f"{weights}: NaN or infinite values in {bad}")
     return model.eval()

@@ -335,7 +335,7 @@ def test_a_swapped_model_saves_and_reloads_to_the_same_logits_and_never_loads_as
     assert not reloaded.training
     with torch.no_grad():
         torch.testing.assert_close(loss_of(reloaded).logits, loss_of(model).logits, rtol=0, atol=0)
-    with pytest.raises(OSError, match="no file named model.safetensors"):  # not a GPT-2 with fresh attention
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):  # not a GPT-2 with fresh attention
         type(model).__mro__[1].from_pretrained(tmp_path / "swapped")
 
 
@@ -353,3 +353,20 @@ def test_a_swapped_folder_that_is_damaged_or_foreign_is_refused_in_words(tmp_pat
     (tmp_path / "swapped" / "config.json").write_text(json.dumps({**config, "variant": "mha"}))
     with pytest.raises(ValueError, match="its tensors do not match the swapped model"):
         hf.load_swapped(tmp_path / "swapped")
+
+
+def test_a_folder_saved_in_the_earlier_format_still_loads(tmp_path):
+    """Before 7 December 2026 the weights sat in swapped_model.safetensors, with no refusal tensor: such a folder
+    loads to the same logits."""
+    from safetensors.torch import save_model
+
+    model, loss_of = gpt2()
+    hf.swap_attention(model, "damcha", seed=0)
+    model.eval()
+    model.save_pretrained(tmp_path / "new")
+    config = json.loads((tmp_path / "new" / "config.json").read_text())
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "refusal_key"}))
+    save_model(model, str(tmp_path / "old" / "swapped_model.safetensors"), metadata={"format": "pt"})
+    with torch.no_grad():
+        torch.testing.assert_close(loss_of(hf.load_swapped(tmp_path / "old")).logits, loss_of(model).logits, rtol=0, atol=0)

@@ -244,3 +244,72 @@ def test_beam_search_with_the_cache_gives_the_beams_of_recomputing_the_prefix(va
     recomputed = model.generate(prompt, use_cache=False, **settings)
     assert torch.equal(cached.sequences, recomputed.sequences)
     torch.testing.assert_close(cached.sequences_scores, recomputed.sequences_scores, rtol=1e-5, atol=1e-5)
+
+
+def _swapped_gpt2(variant: str | None = "damcha"):
+    """A tiny GPT-2 with `variant` swapped in (None: GPT-2 itself, the field's model under the same Trainer)."""
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(_gpt2_config())
+    if variant is not None:
+        hf.swap_attention(model, variant, seed=0)
+    return model
+
+
+class _StopAt(transformers.TrainerCallback):
+    """Stops training after `step` (a run killed there), its schedule still the whole run's."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+        return control
+
+
+def _arguments(out: Path, **changes) -> "transformers.TrainingArguments":
+    settings = dict(per_device_train_batch_size=4, learning_rate=1e-2, lr_scheduler_type="linear", warmup_steps=1,
+                    save_strategy="steps", save_steps=2, report_to=[], use_cpu=True, disable_tqdm=True, seed=0,
+                    data_seed=0, dataloader_num_workers=0)
+    return transformers.TrainingArguments(str(out), **{**settings, **changes})
+
+
+@pytest.mark.parametrize("variant", [None, "damcha", "mha"])
+def test_trainer_resumes_a_swapped_gpt2_to_the_weights_of_the_run_it_continues(variant, tmp_path):
+    """Trainer found no weights in a swapped model's checkpoint ("Can't find a valid checkpoint"): 6 steps
+    stopped after 4 and resumed from checkpoint-4 end with the weights of 6 steps in one go, as GPT-2's do."""
+    rows = _rows(24, classify=False)
+    whole = _swapped_gpt2(variant)
+    transformers.Trainer(model=whole, args=_arguments(tmp_path / "whole", max_steps=6), train_dataset=rows).train()
+    first = _swapped_gpt2(variant)
+    transformers.Trainer(model=first, args=_arguments(tmp_path / "parts", max_steps=6), train_dataset=rows,
+                         callbacks=[_StopAt(4)]).train()
+    resumed = _swapped_gpt2(variant)  # a fresh process's model: its weights come from the checkpoint
+    transformers.Trainer(model=resumed, args=_arguments(tmp_path / "parts", max_steps=6), train_dataset=rows).train(
+        resume_from_checkpoint=str(tmp_path / "parts" / "checkpoint-4"))
+    for name, tensor in whole.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    if variant is None:
+        return
+    reloaded = hf.load_swapped(tmp_path / "parts" / "checkpoint-6")  # a checkpoint is a swapped folder too
+    for name, tensor in resumed.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):  # the plain loader stops, never drops
+        transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "parts" / "checkpoint-6")
+
+
+def test_load_best_model_at_end_reloads_the_best_checkpoint_of_a_swapped_gpt2(tmp_path):
+    """load_best_model_at_end kept the last swapped model silently: the model Trainer ends with is the one
+    saved at the best evaluation, tensor for tensor."""
+    rows = _rows(24, classify=False)
+    model = _swapped_gpt2()
+    trainer = transformers.Trainer(
+        model=model, train_dataset=rows, eval_dataset=rows[:8],
+        args=_arguments(tmp_path / "best", max_steps=6, eval_strategy="steps", eval_steps=2, learning_rate=0.3,
+                        load_best_model_at_end=True, metric_for_best_model="loss", greater_is_better=True))
+    trainer.train()  # "best" is the highest loss here: not the last checkpoint, so the reload shows
+    best = trainer.state.best_model_checkpoint
+    assert best is not None and not best.endswith("checkpoint-6"), best
+    saved = hf.load_swapped(best)
+    for name, tensor in saved.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
