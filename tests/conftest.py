@@ -94,6 +94,20 @@ def pytest_addoption(parser):
                   help="folders under tests/ whose modules form the slow tier (marked slow)")
 
 
+def pytest_ignore_collect(collection_path, config):
+    """The inner loop (`-m "not slow"`, exactly) does not import the slow folders' modules at all: their
+    every test is deselected anyway, and importing them cost the loop a quarter of its time (the app's
+    module-level run lists, the optional extras)."""
+    if config.option.markexpr.strip() != "not slow":
+        return None
+    tests = Path(__file__).resolve().parent
+    try:
+        folder = collection_path.resolve().relative_to(tests).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return True if folder in set(config.getini("slow_folders")) else None
+
+
 def pytest_collection_modifyitems(config, items):
     """The slow tier by folder (pyproject.toml's slow_folders: integration, app, browser, robustness);
     tests/unit is the inner loop, with the few single tests marked slow there by name."""

@@ -195,7 +195,7 @@ class ModelConfig:
 
     def parameter_estimate(self) -> int:
         """Parameter count computed from the config alone (exact; checked by a test)."""
-        return self._parameters_outside_attention() + self.mechanism.parameter_count(self)
+        return self._parameters_outside_attention() + _attention_parameters(self.mechanism, self)
 
     def _parameters_outside_attention(self) -> int:
         D, V, L = self.n_embd, self.vocab_size, self.n_layer
@@ -330,3 +330,19 @@ def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     fields, options = split_fields(v.fields)
     kept = where_declared(v.mechanism, {k: val for k, val in base.attention_options if k in MOVED_SETTINGS})
     return dataclasses.replace(base, attention=v.mechanism, attention_options=tuple({**kept, **options}.items()), **fields)
+
+
+_COUNTED: dict[tuple[mechanisms.Mechanism, ModelConfig], int] = {}
+_MOST_COUNTED = 1024
+
+
+def _attention_parameters(mechanism: mechanisms.Mechanism, config: ModelConfig) -> int:
+    """mechanism.parameter_count(config), remembered per mechanism object and config: counting builds the layers on
+    the meta device (about 10 ms), and every config is validated by it when made, so a run loaded, listed or
+    compared again is not counted again (the cache is bounded; a mechanism registered anew is counted anew)."""
+    key = (mechanism, config)
+    if key not in _COUNTED:
+        if len(_COUNTED) >= _MOST_COUNTED:
+            _COUNTED.pop(next(iter(_COUNTED)))
+        _COUNTED[key] = mechanism.parameter_count(config)
+    return _COUNTED[key]

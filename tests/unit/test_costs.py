@@ -115,6 +115,7 @@ def test_the_budget_is_held_to_only_where_every_run_is_costed(tmp_path, capsys):
     assert "--budget applies with --scale" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # plans every scale's runs: 12 s (the slow tier runs it)
 def test_every_shipped_row_is_a_step_the_scales_plan_now():
     """A row whose configuration no claim trains any more (the code changed) is stale: measure again."""
     table = CostTable.read(SHIPPED_TABLE)

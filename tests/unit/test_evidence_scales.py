@@ -108,6 +108,7 @@ def test_the_paper_is_set_beside_our_test_split_arm_by_arm_with_the_difference()
     assert paper_beside({**claim, "columns": ["val_nll"]}) == []  # no test split (the demo): nothing set beside
 
 
+@pytest.mark.slow  # matches widths at the paper's sizes: 25 s (the slow tier runs it)
 def test_table_3_sweeps_the_papers_depths_of_f_at_the_scales_widths_against_a_matched_shallow_f():
     """At the paper's size: f of 1, 3, 5, 7 and 9 hidden layers (the scale's first width, then its last), the
     deepest the reference, and one hidden layer widened to the deepest f's parameters, counted."""
