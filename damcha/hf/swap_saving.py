@@ -50,11 +50,30 @@ def save_swapped(model: nn.Module, folder: str | Path, **_: object) -> None:
               "settings": record["settings"], "damcha_version": record["version"],
               "how_to_load": "pip install 'damcha[hf]'; import damcha.hf; damcha.hf.load_swapped(folder)"}
     config["refusal_key"] = refusal_key(model)
+    _refuse_a_folder_of_another_model(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     tensors = _deduplicated(model.state_dict())
     tensors[config["refusal_key"]] = torch.zeros(0)
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def _refuse_a_folder_of_another_model(folder: Path) -> None:
+    """A folder whose config.json is not a swapped model's (a plain GPT-2's, a run's, unreadable) is refused in
+    words, its files left as they are: save_pretrained never replaces a model it did not write."""
+    config = folder / CONFIG_FILE
+    if not config.exists():
+        if (folder / WEIGHTS_FILE).exists():
+            raise ValueError(f"{folder} holds {WEIGHTS_FILE} without a swapped model's {CONFIG_FILE}: another model's "
+                             "weights, not replaced; save to another folder")
+        return
+    try:
+        found = json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found != MODEL_TYPE:
+        raise ValueError(f"{folder} holds another model ({CONFIG_FILE} of model_type {str(found)[:40]!r}, not "
+                         f"{MODEL_TYPE!r}): not replaced; save the swapped model to another folder")
 
 
 def refusal_key(model: nn.Module) -> str:

@@ -370,3 +370,23 @@ def test_a_folder_saved_in_the_earlier_format_still_loads(tmp_path):
     save_model(model, str(tmp_path / "old" / "swapped_model.safetensors"), metadata={"format": "pt"})
     with torch.no_grad():
         torch.testing.assert_close(loss_of(hf.load_swapped(tmp_path / "old")).logits, loss_of(model).logits, rtol=0, atol=0)
+
+
+def test_saving_into_a_folder_of_another_model_is_refused_and_leaves_it_as_it_was(tmp_path):
+    """Its weights now sit in model.safetensors, as a plain model's do: a swapped model saved over a GPT-2's folder
+    would replace that model's files. Refused in words, every file byte-identical; its own folder it re-saves."""
+    gpt2()[0].save_pretrained(tmp_path / "plain")
+    before = {f.name: f.read_bytes() for f in (tmp_path / "plain").iterdir()}
+    model, _ = gpt2()
+    hf.swap_attention(model, "damcha", seed=0)
+    with pytest.raises(ValueError, match="holds another model .*model_type 'gpt2'.* not replaced"):
+        model.save_pretrained(tmp_path / "plain")
+    assert {f.name: f.read_bytes() for f in (tmp_path / "plain").iterdir()} == before
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"someone else's")
+    with pytest.raises(ValueError, match="without a swapped model's config.json"):
+        model.save_pretrained(tmp_path / "weights")
+    assert (tmp_path / "weights" / "model.safetensors").read_bytes() == b"someone else's"
+    model.save_pretrained(tmp_path / "mine")
+    model.save_pretrained(tmp_path / "mine")  # its own folder: saved again
+    hf.load_swapped(tmp_path / "mine")
