@@ -24,7 +24,7 @@ from damcha import __version__
 from damcha.inputs.model_inputs import tokens_sha256
 from damcha.runs.checkpoints import atomic_path
 from damcha.runs.files import file_sha256
-from damcha.views.plotly_arrays import trace_array
+from damcha.views.plotly_arrays import figure_copy, trace_array
 from damcha.views.render_folders import render_folder
 from damcha.views.typesetting import COLUMN_WIDTHS, plain_title, typeset, with_pdf_metadata
 from damcha.views.vector_heatmaps import vector_heatmaps
@@ -126,7 +126,7 @@ def paper_style(fig: go.Figure, settings: ExportSettings | None = None) -> go.Fi
     exported at (titles wrapped, real subscripts: damcha.views.typesetting)."""
     settings = settings or ExportSettings()
     base = settings.font_size
-    out = go.Figure(fig)  # a copy whose arrays stay arrays (to_dict encodes them as base64)
+    out = figure_copy(fig)  # a copy whose arrays stay arrays (to_dict encodes them as base64)
     # A figure's own margins and subplot axes were set for the screen: the template's take over.
     out.update_layout(template=paper_template(base), margin=None, font=None)
     out.update_annotations(font=dict(family=PAPER_FONT, size=base))  # subplot titles are annotations
@@ -139,7 +139,8 @@ def figure_bytes(fig: go.Figure, fmt: str, settings: ExportSettings | None = Non
     """The figure as PNG/SVG/PDF (kaleido) or a standalone offline HTML file (plotly.js embedded); a
     PDF's document information names the figure (its title, and `name`, the file's stem)."""
     settings = settings or ExportSettings()
-    styled = paper_style(fig, settings) if settings.paper_style else fig
+    # Everything below works on this process's own copy: the figure may be shared (see figure_copy).
+    styled = paper_style(fig, settings) if settings.paper_style else figure_copy(fig)
     if fmt == "html":
         return styled.to_html(include_plotlyjs=True, full_html=True).encode("utf-8")
     if fmt not in STATIC_FORMATS:

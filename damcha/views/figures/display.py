@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import plotly.graph_objects as go
 
+from damcha.views.plotly_arrays import figure_copy
 from damcha.views.typesetting import has_raw_subscripts, subscripted
 
 # Cells of each kind of grid trace (all such traces of one figure together) that a browser is sent
@@ -27,7 +28,7 @@ def display_copy(fig: go.Figure, max_cells: dict[str, int] | None = None) -> go.
     pools = any(f > 1 for f in factors)
     if not pools and not has_raw_subscripts(fig):
         return fig  # nothing to change: no copy on the way to the screen
-    out = subscripted(go.Figure(fig))  # m_i as m with a subscript i on screen too, as in an export
+    out = subscripted(figure_copy(fig))  # m_i as m with a subscript i on screen too, as in an export
     if not pools:
         return out
     pooled = max(factors)
