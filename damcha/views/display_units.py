@@ -1,4 +1,4 @@
-"""Numbers in the unit a run's pages show its losses in (bits per pixel, character, image…, or the
+"""Numbers in the unit a run's pages show its losses in (bits per pixel, byte, image…, or the
 squared error of image patches): the library computes in nats, and every page, table and export
 asks here instead of scaling a loss itself."""
 

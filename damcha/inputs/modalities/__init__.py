@@ -51,7 +51,7 @@ def loss_unit(config) -> str:
 
 
 def loss_label(config) -> str:
-    """The unit the app shows a loss in: squared error for vectors, bits per pixel / char / image
+    """The unit the app shows a loss in: squared error for vectors, bits per pixel / byte / image
     / ... for likelihoods (the same everywhere: pages, figures, exports)."""
     return loss_label_for(task_of(config), loss_unit(config))
 
