@@ -5,8 +5,16 @@ tools built on them work on any registered mechanism:
     hook_embed                      the token embeddings                             (B, T, D)
     hook_pos_embed                  the position embeddings (learned or sinusoidal)  (B, T, D)
     blocks.{i}.hook_resid_pre       a block's input                                  (B, T, D)
+    blocks.{i}.ln1.hook_scale       the norm's divisor at its input, sqrt(var + eps) for LayerNorm,
+                                    sqrt(mean square + eps) for RMSNorm (a record)    (B, T, 1)
+    blocks.{i}.ln1.hook_normalized  the norm's output, weights applied                (B, T, D)
+    blocks.{i}.ln2.…                the same at the MLP's norm (ln1_post, ln2_post in post-norm models,
+                                    whose norms follow the residual add)
     blocks.{i}.hook_resid_mid       after the attention's residual add (pre-norm models; read only: an
                                     edit reaches the MLP's input, not the residual)  (B, T, D)
+    blocks.{i}.mlp.hook_pre         the MLP's hidden pre-activation (SwiGLU: the gate's; hook_pre_linear
+                                    the up map's)                                     (B, T, d_mlp)
+    blocks.{i}.mlp.hook_post        the hidden activations the output map reads       (B, T, d_mlp)
     blocks.{i}.hook_mlp_out         the MLP's output (pre-norm models)               (B, T, D)
     blocks.{i}.attn.hook_v          the values, where the layer has a `value` map    (B, T, H, d)
     blocks.{i}.attn.hook_attn_scores  scores after the mask, before the softmax      (B, H', T, T)
@@ -14,6 +22,7 @@ tools built on them work on any registered mechanism:
     blocks.{i}.attn.hook_z          the heads' outputs side by side, before the output projection (B, T, H, d)
     blocks.{i}.hook_attn_out        the attention's output                           (B, T, D)
     blocks.{i}.hook_resid_post      a block's output                                 (B, T, D)
+    ln_final.hook_scale             the final norm's divisor                          (B, T, 1)
     ln_final.hook_normalized        the final norm's output                          (B, T, D)
 
 plus the mechanism's own sites (Mechanism.hook_sites; DAMCHA: metric.hook_context, the context mean
@@ -24,7 +33,10 @@ experts for MoA). Scores and patterns fire where a mechanism attends through the
 the hooks run on the explicit path (the weights are built). run_with_cache returns TransformerLens's
 ActivationCache, and `cfg` holds the field names its helpers read (n_layers, d_model, n_heads, d_head, ...),
 so accumulated_resid, decompose_resid, stack_head_results (from hook_z and each layer's W_O, where the heads
-meet at an output projection), transformer_lens.patching and head_detector run on every mechanism; which
+meet at an output projection), stack_neuron_results (W_out), get_full_resid_decomposition (accumulated_bias),
+logit_attrs (W_U, tokens_to_residual_directions; next-token models), apply_ln at any layer (the cached
+scales: TransformerLens's parameter-free norm, as with fold_ln; at the unembed the final norm itself),
+transformer_lens.patching and head_detector (a list of prompts too) run on every mechanism; which
 canonical hook a mechanism does not fire is said by `silent_hooks`. What does not apply, declared in
 UNSUPPORTED: W_Q/W_K and QK circuits (DAMCHA has no query or key projection), weight folding and
 centring (the project's models are not refactored), the TransformerBridge and its adapter entry point
@@ -38,6 +50,7 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 try:
     from transformer_lens import ActivationCache, HookedRootModule
@@ -46,7 +59,7 @@ try:
 except ImportError:  # pragma: no cover - the message is the point
     raise ImportError("damcha.interop.lens needs TransformerLens: pip install 'damcha[lens]'") from None
 
-from damcha.model.transformer import Transformer
+from damcha.model.transformer import NextTokenHead, Transformer
 
 UNSUPPORTED = {
     "W_Q, W_K, QK circuits": "DAMCHA scores q = x_i·m_i against k = x_i: there is no query or key projection "
@@ -83,24 +96,86 @@ class _Attention(nn.Module):
         return output.bias
 
 
+class _Norm(nn.Module):
+    """A norm's hooks (hook_scale, hook_normalized); callable as the model's norm itself (ActivationCache's
+    apply_ln calls ln_final at the unembed)."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.hook_scale, self.hook_normalized = HookPoint(), HookPoint()
+        self._norm = [norm]  # a list: the model's module, not a submodule of this one
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._norm[0](x)
+
+    def watch(self) -> torch.utils.hooks.RemovableHandle:
+        """A forward hook on the model's norm for one call: the scale it divided by, then its output."""
+        def hook(module, args, out):
+            self.hook_scale(norm_scale(module, args[0]))  # a record: the norm computes its own
+            return self.hook_normalized(out)
+        return self._norm[0].register_forward_hook(hook)
+
+
+class _MLP(nn.Module):
+    """A block's feed-forward: hook_pre (hook_pre_linear for SwiGLU), hook_post, and W_in, W_out, b_out as
+    TransformerLens lays them out (d_model x d_mlp, d_mlp x d_model, d_model)."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
+        self._gated = hasattr(mlp, "gate")
+        if self._gated:
+            self.hook_pre_linear = HookPoint()
+        self._mlp = [mlp]
+
+    @property
+    def W_in(self) -> torch.Tensor:
+        mlp = self._mlp[0]
+        return (mlp.up if self._gated else mlp.fc).weight.T
+
+    @property
+    def W_out(self) -> torch.Tensor:
+        return self._mlp[0].proj.weight.T
+
+    @property
+    def b_out(self) -> torch.Tensor:
+        proj = self._mlp[0].proj
+        return proj.bias if proj.bias is not None else torch.zeros(proj.out_features)
+
+    def watch(self) -> list:
+        mlp = self._mlp[0]
+        handles = [(mlp.gate if self._gated else mlp.fc).register_forward_hook(lambda m, args, out: self.hook_pre(out)),
+                   mlp.proj.register_forward_pre_hook(lambda m, args: (self.hook_post(args[0]),))]
+        if self._gated:
+            handles.append(mlp.up.register_forward_hook(lambda m, args, out: self.hook_pre_linear(out)))
+        return handles
+
+
 class _Block(nn.Module):
-    def __init__(self, output: nn.Linear | None, heads: int):
+    def __init__(self, block: nn.Module, output: nn.Linear | None, heads: int, post_norm: bool):
         super().__init__()
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
         self.attn = _Attention(output, heads)
+        self.mlp = _MLP(block.mlp)
+        # TransformerLens's names: ln1/ln2 normalise a sublayer's input; ln1_post/ln2_post (post-norm models) its
+        # output after the residual add, so its apply_ln at a layer says it is undefined there instead of guessing.
+        suffix = "_post" if post_norm else ""
+        self.add_module(f"ln1{suffix}", _Norm(block.ln_1))
+        self.add_module(f"ln2{suffix}", _Norm(block.ln_2))
+        if post_norm:
+            self.ln1 = self.ln2 = None
+
+    def norms(self) -> list[_Norm]:
+        return [m for m in self.children() if isinstance(m, _Norm)]
 
 
-class _FinalNorm(nn.Module):
-    """ln_final: the model's final norm as a callable (ActivationCache's apply_ln calls it) with its hook."""
-
-    def __init__(self, norm: nn.Module):
-        super().__init__()
-        self.hook_normalized = HookPoint()
-        self._norm = [norm]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._norm[0](x)
+def norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(..., 1): what `norm` (a LayerNorm or RMSNorm) divides `x` by."""
+    if isinstance(norm, nn.RMSNorm):
+        eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps
+        return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    return (x.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
 
 
 class _Named(nn.Module):
@@ -123,9 +198,10 @@ class HookedDamcha(HookedRootModule):
         self.config = model.config
         self.cfg = lens_config(model.config)
         self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
-        self.blocks = nn.ModuleList(_Block(model.mechanism.head_output_site(block.attn, model.config), model.config.n_head)
-                                    for block in model.blocks)
-        self.ln_final = _FinalNorm(model.ln_f)
+        post_norm = model.config.norm_placement == "post"
+        self.blocks = nn.ModuleList(_Block(block, model.mechanism.head_output_site(block.attn, model.config),
+                                           model.config.n_head, post_norm) for block in model.blocks)
+        self.ln_final = _Norm(model.ln_f)
         self.own_sites = model.mechanism.hook_sites(model)
         for prefix in sorted({name.rpartition(".")[0] for name in self.own_sites}):
             self.add_module(prefix, _Named(sorted(n.rpartition(".")[2] for n in self.own_sites
@@ -140,7 +216,14 @@ class HookedDamcha(HookedRootModule):
 
     def to_tokens(self, seq) -> torch.Tensor:
         """Tokens as TransformerLens's tools ask for them (B, T): a tensor of ids as it is, a string as its UTF-8
-        bytes for a model whose vocabulary is bytes (the text runs); otherwise refused in words."""
+        bytes for a model whose vocabulary is bytes (the text runs), a list of either as a batch right-padded with
+        token 0 to its longest (TransformerLens pads with its tokenizer's pad token); otherwise refused in words."""
+        if isinstance(seq, (list, tuple)):
+            if not seq:
+                raise ValueError("to_tokens was given an empty list")
+            rows = [self.to_tokens(item) for item in seq]  # each (b, t)
+            longest = max(row.shape[1] for row in rows)
+            return torch.cat([F.pad(row, (0, longest - row.shape[1])) for row in rows])  # (B, T)
         if torch.is_tensor(seq):
             return seq.long()[None] if seq.dim() == 1 else seq.long()
         if isinstance(seq, str):
@@ -148,7 +231,49 @@ class HookedDamcha(HookedRootModule):
                 raise ValueError(f"a string needs a tokenizer, and this model's {self.config.vocab_size} tokens are "
                                  "not bytes: pass the token ids as a tensor")
             return torch.tensor(list(seq.encode("utf-8")), dtype=torch.long)[None]
-        raise TypeError(f"to_tokens takes a tensor of token ids or a string, not {type(seq).__name__}")
+        raise TypeError(f"to_tokens takes a tensor of token ids, a string or a list of them, not {type(seq).__name__}")
+
+    def to_single_token(self, token: str) -> int:
+        """The id of a one-token string (one byte, for a model whose vocabulary is bytes)."""
+        ids = self.to_tokens(token)[0]
+        if ids.numel() != 1:
+            raise ValueError(f"{token!r} is {ids.numel()} tokens, not one")
+        return int(ids[0])
+
+    @property
+    def W_U(self) -> torch.Tensor:
+        """(D, V): the unembedding, the next-token head's weight as TransformerLens lays it out."""
+        return self._unembed().weight.T
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        head = self._unembed()
+        return head.bias if head.bias is not None else torch.zeros(head.out_features)
+
+    def _unembed(self) -> nn.Linear:
+        head = self.model.head
+        if not isinstance(head, NextTokenHead):
+            # (ValueError: an AttributeError inside a module's property is replaced by nn.Module's own message)
+            raise ValueError(f"this model's head ({type(head).__name__}) predicts no next token from each "
+                                 "position: no unembedding W_U")
+        return head
+
+    def tokens_to_residual_directions(self, tokens) -> torch.Tensor:
+        """W_U's columns for `tokens` (an id, a one-token string, or a tensor of ids): (..., D)."""
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)
+        index = torch.as_tensor(tokens, dtype=torch.long)
+        return self.W_U.T[index]  # (*tokens.shape, D)
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> torch.Tensor:
+        """(D,): the output biases the residual stream has taken in before `layer`'s attention (mlp_input: before
+        its MLP, so its attention's b_O too): each attention's b_O and, with include_mlp_biases, each MLP's b_out."""
+        total = torch.zeros(self.cfg.d_model)
+        for i in range(layer + (1 if mlp_input else 0)):
+            total = total + self.blocks[i].attn.b_O
+            if include_mlp_biases and i < layer:
+                total = total + self.blocks[i].mlp.b_out
+        return total
 
     def silent_hooks(self) -> dict[str, str]:
         """Every hook point of layer 0 and of the whole model (the mechanism's own sites included) that this model
@@ -212,6 +337,7 @@ class HookedDamcha(HookedRootModule):
             if self.config.norm_placement != "post":
                 handles.append(block.ln_2.register_forward_pre_hook(lambda m, args, h=hooks: (h.hook_resid_mid(args[0]),)))
                 handles.append(block.mlp.register_forward_hook(lambda m, args, out, h=hooks: h.hook_mlp_out(out)))
+            handles += [norm.watch() for norm in hooks.norms()] + hooks.mlp.watch()
             handles.append(block.register_forward_pre_hook(lambda m, args, h=hooks: (h.hook_resid_pre(args[0]), *args[1:])))
             handles.append(block.register_forward_hook(lambda m, args, out, h=hooks: (h.hook_resid_post(out[0]), out[1])))
             handles.append(block.attn.register_forward_hook(
@@ -226,7 +352,7 @@ class HookedDamcha(HookedRootModule):
             if site is not None:
                 handles.append(site.register_forward_pre_hook(
                     lambda m, args, h=hooks: (_by_head(h.attn.hook_z, args[0], H), *args[1:])))
-        handles.append(model.ln_f.register_forward_hook(lambda m, args, out: self.ln_final.hook_normalized(out)))
+        handles.append(self.ln_final.watch())
         for name, (module, field) in self.own_sites.items():
             hook = self.get_submodule(name)
             handles.append(module.register_forward_hook(
