@@ -5,8 +5,9 @@ Each attention module becomes an instance of a subclass of the model's own atten
 `output_attentions` with hooks keyed on that class), holding the mechanism's layer, built from the
 registry with a ModelConfig read off the model's config: a mechanism registered tomorrow swaps in
 without new code. The projections the mechanism shares with the model's attention carry over — V and
-O always where the mechanism has them (`value`, `proj`), Q and K for mechanisms that have them too —
-and everything else starts fresh (DAMCHA's metric generator). A mechanism with a module computed once
+O always where the mechanism has them (`value`, `proj`), Q and K for mechanisms that have them too, each
+with its bias or, where the model's projection has none (a Llama's), without one: the swapped layer holds
+no parameter the model did not — and everything else starts fresh (DAMCHA's metric generator). A mechanism with a module computed once
 per stack (DAMCHA's shared metric) gets it as a new submodule of the model, run on the first block's
 input by a forward pre-hook; the 2-D attention mask, read by a pre-hook on the base model, gives the
 real tokens. Those hooks hold one call's values, so a swapped model serves one call at a time; they are
@@ -36,7 +37,7 @@ from typing import Any
 
 import torch
 import transformers
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model
 from torch import nn
 
@@ -283,10 +284,28 @@ def _carry(theirs: dict, layer: nn.Module) -> list[str]:
                 continue
             target.weight.copy_(weight)
             carried.append(f"{role}.weight")
-            if target.bias is not None:
-                target.bias.copy_(bias if bias is not None else torch.zeros_like(target.bias))
+            if bias is None:
+                # A zero bias would compute the model's function but train where the model has no parameter (it
+                # took a swapped Llama's MHA off Llama's own steps under Trainer): none, as in the model.
+                target.bias = None
+            elif target.bias is not None:
+                target.bias.copy_(bias)
                 carried.append(f"{role}.bias")
     return carried
+
+
+def _keep_saved_biases(model: nn.Module, names) -> None:
+    """Folders saved before swaps dropped the biases a model's projections lack hold trained ones: the swapped
+    layers take them back (zeros here, the saved values when loaded), so such a folder loads as it was saved."""
+    for name in names:
+        owner, _, leaf = name.rpartition(".")
+        try:
+            module = model.get_submodule(owner) if leaf == "bias" and ".layer." in name else None
+        except AttributeError:  # a foreign name: refused with the other unexpected tensors below
+            continue
+        if isinstance(module, nn.Linear) and module.bias is None:
+            module.bias = nn.Parameter(torch.zeros(module.out_features, dtype=module.weight.dtype,
+                                                   device=module.weight.device))
 
 
 _SWAPPED_ATTENTION: dict[type, type] = {}
@@ -346,6 +365,8 @@ def load_swapped(folder: str | Path) -> nn.Module:
     swap_attention(model, config["variant"], rope=config.get("rope"), **dict(config.get("settings") or {}))
     weights = folder / (WEIGHTS_FILE if (folder / WEIGHTS_FILE).exists() else EARLIER_WEIGHTS_FILE)
     try:
+        with safe_open(str(weights), framework="pt") as saved:
+            _keep_saved_biases(model, saved.keys())
         missing, unexpected = load_model(model, str(weights), strict=False)
     except (SafetensorError, OSError, RuntimeError) as e:
         raise ValueError(f"{weights}: cannot be read as this model's weights "

@@ -51,7 +51,11 @@ def test_mha_swapped_in_with_the_models_weights_gives_the_models_logits(layout):
     with torch.no_grad():
         before = loss_of(model).logits
         swap = hf.swap_attention(model, "mha")
-        assert not swap.fresh and len(swap.carried) == 2 * 8  # Q, K, V, O weights and biases per layer
+        # Q, K, V, O weights per layer, with their biases where the model has them (a Llama's have none, and
+        # neither have the swapped layers: no parameter the model lacks)
+        assert not swap.fresh and len(swap.carried) == (8 if layout == "llama" else 2 * 8)
+        assert (layout == "llama") == (not any(name.endswith(".bias") for name, _ in model.named_parameters()
+                                               if ".layer." in name))
         assert swap.rotary == (layout == "llama")  # a Llama's RoPE on the attend step's q and k
         torch.testing.assert_close(loss_of(model).logits, before, rtol=0, atol=1e-6)
         model.set_attn_implementation("eager")
@@ -370,6 +374,22 @@ def test_a_folder_saved_in_the_earlier_format_still_loads(tmp_path):
     save_model(model, str(tmp_path / "old" / "swapped_model.safetensors"), metadata={"format": "pt"})
     with torch.no_grad():
         torch.testing.assert_close(loss_of(hf.load_swapped(tmp_path / "old")).logits, loss_of(model).logits, rtol=0, atol=0)
+
+
+def test_a_swapped_llama_saved_with_projection_biases_loads_with_them(tmp_path):
+    """Before 7 December 2026 a swap into a Llama gave the layers' projections biases the Llama lacks (zeros, then
+    trained); now the layers have none. A folder saved then loads with its trained biases, to the same logits."""
+    model, loss_of = llama()
+    hf.swap_attention(model, "mha", seed=0)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith(tuple(f".layer.{role}" for role in ("query", "key", "value", "proj"))):
+                module.bias = torch.nn.Parameter(torch.randn(module.out_features))  # as trained then
+    model.eval().save_pretrained(tmp_path / "then")
+    loaded = hf.load_swapped(tmp_path / "then")
+    with torch.no_grad():
+        torch.testing.assert_close(loss_of(loaded).logits, loss_of(model).logits, rtol=0, atol=0)
+    assert sum(name.endswith(".bias") for name, _ in loaded.named_parameters() if ".layer." in name) == 8
 
 
 def test_saving_into_a_folder_of_another_model_is_refused_and_leaves_it_as_it_was(tmp_path):

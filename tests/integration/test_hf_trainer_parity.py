@@ -1,7 +1,8 @@
 """Hugging Face's Trainer on the project's classes and on swapped models, option by option, against the field's own
 model (GPT-2 under the same Trainer) or an explicit recomputation: gradient accumulation steps as one batch of the
 union, label smoothing shifts the labels as for GPT-2, a classifier's loss follows `problem_type`, return_dict=False
-gives tuples, and a swap into GPT-2 keeps GPT-2's dropout after the attention's output projection."""
+gives tuples, a swap into GPT-2 keeps GPT-2's dropout after the attention's output projection, and the parity suite:
+MHA swapped into GPT-2 and Llama takes the model's own steps under each Trainer option."""
 
 import copy
 from pathlib import Path
@@ -211,8 +212,9 @@ def test_a_swap_into_gpt2_keeps_its_dropout_after_the_output_projection():
 def test_docs_interop_lists_each_trainer_option_this_suite_holds():
     page = (Path(__file__).resolve().parents[2] / "docs" / "interop.md").read_text()
     section = page[page.index("### Under Hugging Face's Trainer"):page.index("## Swap a mechanism")]
-    for option in ("gradient_accumulation_steps", "label_smoothing_factor", "problem_type", "return_dict=False",
-                   "resid_pdrop", "test_hf_trainer_parity.py"):
+    for option in (*(option for option in TRAINER_OPTIONS if option.isidentifier()), "problem_type", "return_dict=False",
+                   "resid_pdrop", "lr_scheduler_type", "evaluate()", "resume_from_checkpoint", "load_best_model_at_end",
+                   "test_hf_trainer_parity.py"):
         assert option in section, option
 
 
@@ -313,3 +315,88 @@ def test_load_best_model_at_end_reloads_the_best_checkpoint_of_a_swapped_gpt2(tm
     saved = hf.load_swapped(best)
     for name, tensor in saved.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
+
+
+# ----------------------------------------------------------------------------- the parity suite
+# MHA swapped into GPT-2 or Llama with the model's own weights computes the model's function: under the same
+# Trainer arguments, option by option, it must take the model's steps (losses, gradient norms, weights' effect on
+# the logits) and evaluate to the model's loss. Every registered variant in the project's classes then runs the
+# same options and must train and round-trip through save_pretrained.
+
+TRAINER_OPTIONS = {
+    "max_grad_norm": dict(max_grad_norm=0.05),  # far below these gradients' norms: clipping acts at every step
+    "weight_decay": dict(weight_decay=0.3, learning_rate=3e-2),
+    "cosine schedule with warmup": dict(lr_scheduler_type="cosine", warmup_steps=2),
+    "polynomial schedule with warmup": dict(lr_scheduler_type="polynomial", warmup_steps=1),
+    "label_smoothing_factor": dict(label_smoothing_factor=0.1),
+    "gradient_accumulation_steps": dict(gradient_accumulation_steps=2, per_device_train_batch_size=2),
+    "all together": dict(max_grad_norm=0.5, weight_decay=0.1, lr_scheduler_type="cosine", warmup_steps=1,
+                         label_smoothing_factor=0.1, gradient_accumulation_steps=2, per_device_train_batch_size=2),
+}
+
+
+def _original(layout: str):
+    torch.manual_seed(0)
+    if layout == "gpt2":
+        return transformers.GPT2LMHeadModel(_gpt2_config())
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=16, num_attention_heads=4, num_key_value_heads=4, intermediate_size=32,
+        vocab_size=VOCAB, max_position_embeddings=16, pad_token_id=VOCAB - 1))
+
+
+def _train_and_evaluate(model, out: Path, options: dict) -> tuple[list[dict], dict, torch.Tensor]:
+    """Four optimiser steps under Trainer with `options` (Adam by default), logged at every step; then its
+    evaluation on held-out rows and its logits on them."""
+    settings = dict(per_device_train_batch_size=4, max_steps=4, learning_rate=1e-2, logging_steps=1,
+                    save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, seed=0, data_seed=0,
+                    dataloader_num_workers=0, per_device_eval_batch_size=4)
+    arguments = transformers.TrainingArguments(str(out), **{**settings, **options})
+    rows = _rows(24, classify=False)
+    held_out = _rows(32, classify=False)[24:]
+    trainer = transformers.Trainer(model=model, args=arguments, train_dataset=rows, eval_dataset=held_out)
+    trainer.train()
+    steps = [entry for entry in trainer.state.log_history if "loss" in entry]
+    evaluation = trainer.evaluate()
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.stack([r["input_ids"] for r in held_out])).logits
+    return steps, evaluation, logits
+
+
+@pytest.mark.parametrize("option", TRAINER_OPTIONS)
+@pytest.mark.parametrize("layout", ["gpt2", "llama"])
+def test_mha_swapped_into_the_fields_model_trains_as_the_model_itself_under_each_trainer_option(layout, option,
+                                                                                              tmp_path):
+    original = _original(layout)
+    swapped = copy.deepcopy(original)
+    swap = hf.swap_attention(swapped, "mha")
+    assert not swap.fresh  # every weight of the attention is the model's own: the same function
+    theirs = _train_and_evaluate(original, tmp_path / "original", TRAINER_OPTIONS[option])
+    ours = _train_and_evaluate(swapped, tmp_path / "swapped", TRAINER_OPTIONS[option])
+    assert len(theirs[0]) == len(ours[0]) == 4
+    for step_theirs, step_ours in zip(theirs[0], ours[0]):
+        for key in ("loss", "grad_norm", "learning_rate"):
+            assert step_ours[key] == pytest.approx(step_theirs[key], rel=1e-4, abs=1e-6), (key, step_theirs)
+    if "max_grad_norm" in TRAINER_OPTIONS[option]:
+        assert all(step["grad_norm"] > TRAINER_OPTIONS[option]["max_grad_norm"] for step in theirs[0])  # it clipped
+    assert ours[1]["eval_loss"] == pytest.approx(theirs[1]["eval_loss"], rel=1e-4)
+    torch.testing.assert_close(ours[2], theirs[2], rtol=1e-3, atol=1e-4)
+    untrained = _original(layout).eval()
+    with torch.no_grad():
+        start = untrained(torch.stack([r["input_ids"] for r in _rows(32, classify=False)[24:]])).logits
+    assert not torch.allclose(theirs[2], start, atol=1e-3)  # the steps moved the model
+
+
+@pytest.mark.parametrize("variant", variant_names())
+def test_every_variant_trains_under_every_trainer_option_at_once_and_round_trips(variant, tmp_path):
+    model = _causal_lm(variant)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    steps, evaluation, logits = _train_and_evaluate(model, tmp_path / "run", TRAINER_OPTIONS["all together"])
+    assert len(steps) == 4 and all(torch.isfinite(torch.tensor(s["loss"])) for s in steps)
+    assert torch.isfinite(torch.tensor(evaluation["eval_loss"]))
+    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items() if v.is_floating_point())
+    model.save_pretrained(tmp_path / "saved")
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(torch.stack([r["input_ids"] for r in _rows(32, classify=False)[24:]])).logits,
+                                   logits, rtol=0, atol=0)
