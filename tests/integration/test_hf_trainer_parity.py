@@ -400,3 +400,25 @@ def test_every_variant_trains_under_every_trainer_option_at_once_and_round_trips
     with torch.no_grad():
         torch.testing.assert_close(again(torch.stack([r["input_ids"] for r in _rows(32, classify=False)[24:]])).logits,
                                    logits, rtol=0, atol=0)
+
+
+GENERATION = {"greedy": dict(do_sample=False), "sampling with a seed": dict(do_sample=True, top_k=5, temperature=0.9),
+              "beams": dict(num_beams=3, num_return_sequences=2, do_sample=False)}
+
+
+@pytest.mark.parametrize("strategy", GENERATION)
+@pytest.mark.parametrize("layout", ["gpt2", "llama"])
+def test_mha_swapped_into_the_fields_model_generates_as_the_model_itself(layout, strategy):
+    """generate() of the swapped model (no key/value cache of its own: it recomputes the prefix) gives the model's
+    sequences, for greedy decoding, sampling under the same seed, and beams."""
+    original = _original(layout).eval()
+    swapped = copy.deepcopy(original)
+    hf.swap_attention(swapped, "mha")
+    prompt = torch.randint(0, VOCAB - 1, (2, 3), generator=torch.Generator().manual_seed(9))
+    settings = dict(max_new_tokens=LENGTH - 3, pad_token_id=VOCAB - 1, **GENERATION[strategy])
+    out = []
+    for model in (original, swapped):
+        torch.manual_seed(5)
+        out.append(model.generate(prompt, attention_mask=torch.ones_like(prompt), **settings))
+    assert out[0].shape[1] > prompt.shape[1]  # (a Llama may stop early at its end-of-sequence token)
+    assert torch.equal(out[1], out[0])
