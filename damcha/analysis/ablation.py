@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,7 +92,9 @@ def validation_ablation(run: Run, model: Transformer, progress: Callable[[int, i
     for k, mode in enumerate(modes):
         options = _options(model, mode)
         res = evaluate(model, xt, yt, options=options, per_input=True)
-        row = {"run": run.name, "variant": run.variant, **run.model_config.mechanism.inference_ablation.row(run.model_config),
+        ablation = run.model_config.mechanism.inference_ablation
+        assert ablation is not None  # ablation_modes named its modes
+        row = {"run": run.name, "variant": run.variant, **ablation.row(run.model_config),
                "mode": mode, "inputs": len(res["per_input"])}
         if k == 0:
             full_losses = res["per_input"]
@@ -193,7 +196,7 @@ def input_under_modes(model: Transformer, tokens: np.ndarray, targets, modes: tu
     outcomes = []
     for mode in ablation_modes(cfg) if modes is None else modes:
         record = inspect_input(model, tokens, targets, options=_options(model, mode))
-        extra = {}
+        extra: dict[str, Any] = {}
         if record.task == "classification":
             probs = next_token_probabilities(record, 0)
             extra = dict(predicted_class=int(probs.argmax()), class_probability=float(probs.max()))

@@ -19,6 +19,7 @@ import torch
 
 from damcha.inputs.modalities import modality_named
 from damcha.model.batching import as_model_input
+from damcha.model.mechanisms import metric_access_of
 from damcha.model.transformer import Transformer, sequence_losses
 
 TARGETS = ("loss", "off_diagonal_energy", "block_norm", "head_metric_norm")
@@ -116,7 +117,7 @@ def metric_contributions(model: Transformer, tokens, targets, choices: dict | No
     if net.config.n_classes:
         tgt = tgt[:, 0]
     D = net.config.n_embd
-    access = net.mechanism.metric_access()
+    access = metric_access_of(net.mechanism)
     options = access.explicit(choices)
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
@@ -143,8 +144,10 @@ def metric_scalar(model: Transformer, tokens: torch.Tensor, target: str, positio
     """
     if target == "loss":  # the model's own loss per sequence: the mean over the positions that have a target
         out = model(tokens, targets=targets, options=model.mechanism.options_from(choices or {}), stochastic=False)
+        if targets is None or out.token_loss is None:
+            raise ValueError("the loss needs the targets")
         return sequence_losses(out.token_loss, targets)  # (B,): a short text has no target at its end
-    access = model.mechanism.metric_access()
+    access = metric_access_of(model.mechanism)
     out = model(tokens, options=access.explicit(choices), need_intermediates=True, stochastic=False)
     hm = access.records(model, out.layers)[layer]
     H = model.config.n_head

@@ -65,7 +65,7 @@ def structure_summaries(record: InspectionRecord) -> dict[str, float]:
             out[f"mean entropy of {s.title} (bits)"] = float(_entropy_bits(a).mean())
     first = next((s for s in record.structures if s.kind is StructureKind.HEAD_GRID_MATRIX), None)
     for title, share in matrix_energy_shares(record, **index).items():
-        out[f"share of ‖{first.title}‖² in {title}"] = share
+        out[f"share of ‖{first.title if first else 'M'}‖² in {title}"] = share
     if record.attention_layers and not get_mechanism(record.mechanism).signed_attention:  # probabilities
         out["attention entropy (bits), mean"] = float(_entropy_bits(record.attention).mean())
     return out
@@ -136,7 +136,7 @@ def _read_off(model: Transformer, tokens, target) -> dict:
     and its structures' summaries at layer 1 and the last position."""
     cfg = model.config
     record = inspect_input(model, tokens, target, positions=[len(tokens) - 1] if cfg.causal else None)
-    row = {}
+    row: dict[str, object] = {}
     if cfg.n_classes:
         row["prediction"] = int(record.logits.argmax())
         row["right"] = row["prediction"] == target
@@ -152,8 +152,9 @@ def _constant_columns(rows: list[dict], columns: dict) -> dict:
     constant = {}
     for name in list(columns):
         values = [r.get(name) for r in rows]
+        numbers = [v for v in values if isinstance(v, float)]
         # a few float32 ulps of a loss of a few bits (one ulp of 3.5 is 2.4e-7): noise, not a difference
-        if name != "input" and len(rows) > 1 and all(isinstance(v, float) for v in values) and np.ptp(values) < 5e-6:
+        if name != "input" and len(rows) > 1 and len(numbers) == len(values) and np.ptp(numbers) < 5e-6:
             constant[name] = values[0]
     for r in rows:
         for name in constant:

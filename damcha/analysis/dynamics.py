@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from damcha.analysis.inspection import InspectionRecord, inspect_input
-from damcha.model.mechanisms import ForwardOptions
+from damcha.model.mechanisms import ForwardOptions, metric_access_of
 from damcha.model.transformer import Transformer
 from damcha.runs.checkpoints import Run
 
@@ -83,7 +83,7 @@ class EpochSweep:
 
     def over_epochs(self, structure: str, index: dict, head: int | None = None) -> np.ndarray:
         """(E, a, b) one structure's matrix at a layer/position (and head, for per-head structures), per epoch."""
-        mats = [r.structure(structure).at(**index) for r in self.records]
+        mats = [r.named(structure).at(**index) for r in self.records]
         return np.stack([m[head] if head is not None else m for m in mats])
 
     def difference(self, structure: str, index: dict, head: int | None, first: int, last: int) -> np.ndarray:
@@ -127,7 +127,7 @@ def dataset_metrics(model: Transformer, inputs: torch.Tensor | np.ndarray, posit
     out = []
     for i in range(0, len(x), batch_size):
         res = model(x[i:i + batch_size], need_intermediates=True, stochastic=False)
-        metrics = cfg.mechanism.metric_access().metrics_at(model, res.layers, position, len(res.logits))  # (B, L_m, D, D)
+        metrics = metric_access_of(cfg.mechanism).metrics_at(model, res.layers, position, len(res.logits))  # (B, L_m, D, D)
         out.append(metrics.numpy())
     return np.concatenate(out)
 
@@ -231,7 +231,7 @@ def generator_weight_drift(models: Sequence[Transformer]) -> dict[str, np.ndarra
     summed over generators. Under the row sum with Adam the residual stays at 0 (to float
     rounding) while the row mean moves; under the bilinear form both move.
     """
-    parts = models[0].mechanism.metric_access().parameter_split
+    parts = metric_access_of(models[0].mechanism).parameter_split
     r0, m0 = parts(models[0])
     n_r = float(np.sqrt(sum(float((r**2).sum()) for r in r0))) or 1.0
     n_m = float(np.sqrt(sum(float((m**2).sum()) for m in m0))) or 1.0

@@ -9,7 +9,7 @@ not meet that way says why (`head_site_note`) and is measured through its own in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -36,10 +36,11 @@ def head_site_note(config) -> str | None:
     return None if config.mechanism.head_output_site(layer, config) is not None else config.mechanism.head_site_note(config)
 
 
-def head_sites(model: Transformer) -> list[torch.nn.Module] | None:
+def head_sites(model: Transformer) -> list[torch.nn.Linear] | None:
     """One head-output site per layer, or None when the mechanism declares none."""
-    sites = [model.mechanism.head_output_site(block.attn, model.config) for block in model.blocks]
-    return None if any(s is None for s in sites) else sites
+    found = [model.mechanism.head_output_site(block.get_submodule("attn"), model.config) for block in model.blocks]
+    sites = [s for s in found if s is not None]
+    return sites if len(sites) == len(found) else None
 
 
 def head_columns(head: int, width: int) -> slice:
@@ -66,7 +67,7 @@ def replaced_head(site: torch.nn.Module, head: int, n_head: int, value: Callable
 
 
 @contextmanager
-def recorded_inputs(sites: list[torch.nn.Module]) -> Iterator[list[torch.Tensor]]:
+def recorded_inputs(sites: Sequence[torch.nn.Module]) -> Iterator[list[torch.Tensor]]:
     """The input of each site during the calls inside the block, in layer order."""
     seen: list[torch.Tensor] = [None] * len(sites)  # type: ignore[list-item]
     handles = [s.register_forward_pre_hook(lambda _m, args, i=i: seen.__setitem__(i, args[0].detach()))
@@ -154,12 +155,15 @@ def head_effects(model: Transformer, tokens, targets, kind: str, reference=None)
     changes = np.zeros((len(sites), H))
     for layer, site in enumerate(sites):
         for head in range(H):
-            if kind == "zero":
+            value: Callable[[torch.Tensor], torch.Tensor]
+            if kind == "zero" or replacement is None:  # (every other kind recorded a replacement above)
                 value = torch.zeros_like
             else:
                 w = replacement[layer].shape[-1] // H
                 source = replacement[layer][..., head_columns(head, w)]  # (1, T or 1, w)
-                value = lambda part, source=source: source.expand_as(part)
+
+                def value(part: torch.Tensor, source: torch.Tensor = source) -> torch.Tensor:
+                    return source.expand_as(part)
             with replaced_head(site, head, H, value):
                 changes[layer, head] = sequence_loss(model, x, y) - base
     return HeadEffects(kind, changes, base)

@@ -35,7 +35,9 @@ class Source:
     @classmethod
     def of(cls, model: Transformer, tokens) -> Source:
         snap = model.snapshot
-        return cls(snap and snap.run, snap and snap.epoch, snap and snap.sha256, tokens_sha256(tokens))
+        if snap is None:
+            return cls(None, None, None, tokens_sha256(tokens))
+        return cls(snap.run, snap.epoch, snap.sha256, tokens_sha256(tokens))
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,13 @@ class InspectionRecord:
 
     def structure(self, name: str) -> Structure | None:
         return next((s for s in self.structures if s.name == name), None)
+
+    def named(self, name: str) -> Structure:
+        """The structure `name`, which this record must hold."""
+        found = self.structure(name)
+        if found is None:
+            raise KeyError(f"{self.variant} declares no structure {name!r}")
+        return found
 
     def values(self, name: str) -> np.ndarray | None:
         s = self.structure(name)
@@ -154,7 +163,7 @@ def off_diagonal_share(M: np.ndarray, n_head: int) -> float:
 def residue_learned(record: InspectionRecord) -> bool:
     """Whether the residue of M(x) (its within-row deviation) is learned: False under the paper's row
     sum, where it is initialisation residue; True under the bilinear form."""
-    return record.structure("metric_residue").identifiability != "unidentifiable"
+    return record.named("metric_residue").identifiability != "unidentifiable"
 
 
 def residue_caveat(here: str) -> str:
@@ -272,9 +281,8 @@ def inspect_input(
     if targets is not None:
         tgt = as_model_input(targets, cfg, device)  # (1, T), (1, 1) class id, or (1, T, input_dim)
         tgt = tgt[:, 0] if cfg.n_classes else tgt
-    if attention_layers is None:
-        attention_layers = range(cfg.n_layer) if attention_fits(cfg, T) else [0]
-    kept = tuple(sorted({int(i) for i in attention_layers}))
+    wanted = attention_layers if attention_layers is not None else range(cfg.n_layer) if attention_fits(cfg, T) else [0]
+    kept = tuple(sorted({int(i) for i in wanted}))
     if kept and (kept[0] < 0 or kept[-1] >= cfg.n_layer):
         raise ValueError(f"attention layers must lie in [0, {cfg.n_layer - 1}]")
     out = model(tok, targets=tgt, options=options, need_intermediates=True, stochastic=False)
@@ -293,7 +301,7 @@ def inspect_input(
     token_loss = None
     if out.token_loss is not None:
         token_loss = _np(out.token_loss[0]).astype(np.float64)
-        if not cfg.n_classes and not cfg.input_dim:
+        if tgt is not None and not cfg.n_classes and not cfg.input_dim:
             token_loss[_np(tgt[0]) == IGNORE_INDEX] = np.nan
         token_loss = np.atleast_1d(token_loss)
     modality = modality_named(cfg.modality)

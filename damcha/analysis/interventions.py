@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from damcha.model.batching import as_model_input
-from damcha.model.mechanisms import ForwardOptions, Intervention, MetricAccess
+from damcha.model.mechanisms import ForwardOptions, Intervention, MetricAccess, metric_access_of
 from damcha.model.mechanisms.metric_interventions import (  # noqa: F401 — part of this module's API
     ADAPTIVITY_GAP_READING,
     align_reference,
@@ -81,10 +81,7 @@ def batch_losses(model: Transformer, inputs, targets, options: ForwardOptions | 
 # ----------------------------------------------------------------------------- a D x D metric (DAMCHA's M(x))
 
 def _access(model: Transformer) -> MetricAccess:
-    access = model.mechanism.metric_access()
-    if access is None:
-        raise ValueError(f"{model.mechanism.title} has no metric M(x) to intervene on")
-    return access
+    return metric_access_of(model.mechanism)
 
 
 @torch.no_grad()
@@ -102,6 +99,8 @@ def mean_metric(model: Transformer, inputs, batch_size: int = 128,
         n += len(xb)
         if progress:
             progress(min(i + batch_size, len(x)), len(x))
+    if total is None:
+        raise ValueError("the mean metric needs at least one input")
     return total / n
 
 

@@ -33,7 +33,8 @@ def ship_tables(run: Run, progress: Callable[[str], None] | None = None) -> list
     """Compute every table the run ships and write it into its folder; returns the files written."""
     model = load_model(run, run.epochs[-1])
     compute = {"validation_table": lambda: run_validation_table(run, model, default_rows(run)),
-               "validation_ablation": lambda: validation_ablation(run, model, **ABLATION_SETTINGS)}
+               "validation_ablation": lambda: validation_ablation(run, model, completion_images=ABLATION_SETTINGS["completion_images"],
+                                                          completion_samples=ABLATION_SETTINGS["completion_samples"])}
     written = []
     for kind, (settings, snapshots) in shipped_tables(run).items():
         if progress:

@@ -136,9 +136,9 @@ def input_from_token_ids(run: Run, text: str, name: str = "typed token ids") -> 
 def _validation_arrays(dataset: str, split_seed: int, block_size: int, val_windows: int):
     data = load_dataset(dataset, block_size=block_size, split_seed=split_seed)
     if data.stream:
-        x, y = fixed_val_windows(data.val_stream, block_size, val_windows)
+        x, y = fixed_val_windows(data.tensor("val_stream"), block_size, val_windows)
         return x.numpy(), y.numpy(), None
-    return data.val_inputs.numpy(), data.val_targets.numpy(), data.val_labels
+    return data.tensor("val_inputs").numpy(), data.tensor("val_targets").numpy(), data.val_labels
 
 
 def validation_count(run: Run) -> int:

@@ -369,12 +369,22 @@ class HeadSliceMask(nn.Module):
     """Zeroes every weight by which head h's rows read outside slice h (a parametrisation, so the
     optimiser never moves them)."""
 
+    mask: torch.Tensor
+
     def __init__(self, width: int, heads: int):
         super().__init__()
         self.register_buffer("mask", torch.block_diag(*[torch.ones(width // heads, width // heads)] * heads))
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         return weight * self.mask
+
+
+def _weight(module: nn.Module | None, name: str) -> torch.Tensor:
+    """The weight of `module`'s map `name` (a static layer's value, proj; its shared generator)."""
+    weight = getattr(module.get_submodule(name), "weight", None) if module is not None else None
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"the layer has no map {name!r} with a weight to set to the teacher's parameters")
+    return weight
 
 
 class OneLayer(nn.Module):
@@ -395,7 +405,7 @@ class OneLayer(nn.Module):
         self.heads = H
         self.attn = mech.build_layer(self.config, 0)
         if spec.slice_qk:
-            for projection in (self.attn.query, self.attn.key):
+            for projection in (self.attn.get_submodule("query"), self.attn.get_submodule("key")):
                 parametrize.register_parametrization(projection, "weight", HeadSliceMask(2 * D, H))
         self.shared = mech.build_shared(self.config)
         self.readout = nn.Linear(2 * D, outputs)
@@ -434,9 +444,9 @@ def oracle_model(A: torch.Tensor, beta: float, W: torch.Tensor, model_name: str 
             p.zero_()
         M = torch.zeros(width, width)
         M[token[:, None], token[None]] = beta * math.sqrt(width // model.heads) * A  # head_scale divides by it
-        model.shared.generator.weight.copy_(M)
-        model.attn.value.weight[token, token] = 1.0
-        model.attn.proj.weight[place, token] = 1.0
+        _weight(model.shared, "generator").copy_(M)
+        _weight(model.attn, "value")[token, token] = 1.0
+        _weight(model.attn, "proj")[place, token] = 1.0
         model.readout.weight[:, place] = W.T
     return model.eval()
 
@@ -533,7 +543,9 @@ def train_synthetic(model_name: str, task: str, level: float, seed: int, steps: 
         fits[best] = dataclasses.replace(fits[best], test=evaluate(model, teacher, x, y), parameters=_parameters(model))
         if on_fit:
             on_fit(best, fits[best])
-    return SyntheticResult(fits[best].test, fits[best].parameters, best,
+    test = fits[best].test
+    assert test is not None  # evaluated above
+    return SyntheticResult(test, fits[best].parameters, best,
                            {lr: fits[lr].validation for lr in sorted(tried)}, teacher.metric)
 
 

@@ -56,7 +56,7 @@ def open_image(data: bytes) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+            img: Image.Image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
             w, h = img.size
             if w < 1 or h < 1:
                 raise InputError("the image has no pixels")

@@ -109,7 +109,7 @@ def test_every_data_set_declares_a_registered_modality_and_task(name):
     spec = DATA_SETS[name]
     assert spec.modality in MODALITIES and spec.task in TASKS
     assert spec.bundled != bool(spec.needs_path), "a data set either ships or needs the user's path"
-    assert spec.unit == MODALITIES[spec.modality].loss_unit(spec.task)
+    assert spec.unit == MODALITIES[spec.modality].metric_unit(spec.task)
     if spec.needs_path:
         with pytest.raises(DataError, match=re.escape(f"needs --data-path to {spec.needs_path}")):
             load_dataset(name)

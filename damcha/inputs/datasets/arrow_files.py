@@ -73,7 +73,8 @@ def split_files(path: str | Path) -> dict[str, list[Path]]:
                         "folders train / validation / test)")
     splits: dict[str, list[Path]] = {}
     for f, s in named.items():
-        splits.setdefault(s, []).append(f)
+        if s is not None:  # (none is: refused above)
+            splits.setdefault(s, []).append(f)
     if "train" not in splits:
         raise DataError(f"{p}: no training split (a file or folder named train)")
     return splits

@@ -17,11 +17,16 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from damcha.inputs.datasets.lazy_rows import LazyRows
 from damcha.inputs.modalities import MODALITIES
+
+# A split's samples: a tensor, or rows made when indexed (a large image set; see lazy_rows).
+Rows = torch.Tensor | LazyRows
 
 TASKS = ("next_token", "classification", "next_vector")
 
@@ -53,14 +58,14 @@ class DataSet:
     task: str  # one of TASKS
     vocab_size: int
     block_size: int
-    train_inputs: torch.Tensor | None = None
-    train_targets: torch.Tensor | None = None
-    val_inputs: torch.Tensor | None = None
-    val_targets: torch.Tensor | None = None
+    train_inputs: Rows | None = None
+    train_targets: Rows | None = None
+    val_inputs: Rows | None = None
+    val_targets: Rows | None = None
     train_stream: torch.Tensor | None = None  # a corpus: (N,) bytes (uint8, or int64)
     val_stream: torch.Tensor | None = None
-    test_inputs: torch.Tensor | None = None  # the held-out test split: evaluated once, after training
-    test_targets: torch.Tensor | None = None
+    test_inputs: Rows | None = None  # the held-out test split: evaluated once, after training
+    test_targets: Rows | None = None
     test_stream: torch.Tensor | None = None
     n_classes: int = 0
     val_labels: np.ndarray | None = None  # class of each validation sample (for per-class views)
@@ -69,8 +74,8 @@ class DataSet:
 
     @property
     def unit(self) -> str:
-        """What one loss term is about ("bits per <unit>"), as the modality says for the task."""
-        return MODALITIES[self.modality].loss_unit(self.task)
+        """What one loss term is about in its metric names (val_bits_per_<unit>), as the modality says for the task."""
+        return MODALITIES[self.modality].metric_unit(self.task)
 
     @property
     def has_test(self) -> bool:
@@ -95,19 +100,29 @@ class DataSet:
         if not 0 < fraction < 1:
             raise ValueError(f"the tuning hold-out must be a fraction in (0, 1), not {fraction}")
         split = {**self.split, "tuning_holdout": fraction, "tuning_holdout_seed": seed}
-        common = dict(name=self.name, task=self.task, vocab_size=self.vocab_size, block_size=self.block_size,
+        common: dict[str, Any] = dict(name=self.name, task=self.task, vocab_size=self.vocab_size, block_size=self.block_size,
                       n_classes=self.n_classes, split=split, modality=self.modality)
         if self.stream:
-            cut = int(len(self.train_stream) * (1 - fraction))
-            return DataSet(**common, train_stream=self.train_stream[:cut], val_stream=self.train_stream[cut:])
-        order = torch.randperm(len(self.train_inputs), generator=torch.Generator().manual_seed(seed))  # (N,)
+            stream = self.tensor("train_stream")  # (N,)
+            cut = int(len(stream) * (1 - fraction))
+            return DataSet(**common, train_stream=stream[:cut], val_stream=stream[cut:])
+        inputs, targets = self.tensor("train_inputs"), self.tensor("train_targets")
+        order = torch.randperm(len(inputs), generator=torch.Generator().manual_seed(seed))  # (N,)
         n_held = max(1, int(len(order) * fraction))
         held, kept = order[:n_held], order[n_held:]
-        return DataSet(**common, train_inputs=self.train_inputs[kept], train_targets=self.train_targets[kept],
-                       val_inputs=self.train_inputs[held], val_targets=self.train_targets[held])
+        return DataSet(**common, train_inputs=inputs[kept], train_targets=targets[kept],
+                       val_inputs=inputs[held], val_targets=targets[held])
 
 
-Loader = Callable[[str | None, int, int], DataSet]  # (path, block_size, split_seed) -> DataSet
+# (path, block_size, split_seed) -> DataSet; a data set checked against published files takes nonstandard_ok too
+Loader = Callable[..., DataSet]
+
+
+def given(path: str | None) -> str:
+    """The --data-path of a data set that needs one (load_dataset refuses a missing one before loading)."""
+    if not path:
+        raise DataError("this data set needs --data-path")
+    return path
 
 
 @dataclass(frozen=True)
@@ -154,7 +169,7 @@ class DataSetSpec:
 
     @property
     def unit(self) -> str:
-        return MODALITIES[self.modality].loss_unit(self.task)
+        return MODALITIES[self.modality].metric_unit(self.task)
 
 
 def windows(stream: torch.Tensor, block_size: int, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from damcha.inputs.datasets.arrow_files import SPLITS, refuse_pickle
-from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec, given
 from damcha.inputs.datasets.image_sets import ImageStore, encoded_image, image_dataset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -73,6 +73,6 @@ def image_folder(path: str | Path, split_seed: int) -> DataSet:
 
 SPECS = (
     DataSetSpec("image-folder", "a folder of images, one sub-folder per class", "image_patches", "next_vector",
-                lambda path, block_size, seed: image_folder(path, seed),
+                lambda path, block_size, seed: image_folder(given(path), seed),
                 needs_path="a folder of <class>/ sub-folders of images (optionally under train/ and test/)"),
 )

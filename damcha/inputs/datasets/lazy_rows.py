@@ -32,7 +32,7 @@ class LazyRows:
         if isinstance(index, tuple):  # rows first, then the rest within them: rows[i, 0]
             return self[index[0]][(slice(None), *index[1:]) if not isinstance(index[0], int | np.integer) else index[1:]]
         if isinstance(index, int | np.integer):
-            return self._make(np.arange(self._n)[[index]])[0]
+            return self._make(np.arange(self._n)[[int(index)]])[0]
         if isinstance(index, slice):
             return self._make(np.arange(self._n)[index])
         return self._make(np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index, dtype=np.int64))

@@ -21,7 +21,7 @@ import torch
 
 from damcha.inputs.cache_folder import extracted_folder, write_atomically
 from damcha.inputs.datasets.arrow_files import pick_column, split_files, split_tables
-from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec
+from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec, given
 from damcha.inputs.datasets.checksums import Digests
 from damcha.inputs.datasets.image_sets import ImageStore, encoded_image, image_dataset
 from damcha.inputs.datasets.text import BYTE_VOCAB
@@ -128,9 +128,9 @@ def parquet_text(path: str | Path, block_size: int) -> DataSet:
 
 SPECS = (
     DataSetSpec("parquet-images", "images in parquet or Arrow files (Hugging Face layout)", "image_patches",
-                "next_vector", lambda path, block_size, seed: parquet_images(path, seed),
+                "next_vector", lambda path, block_size, seed: parquet_images(given(path), seed),
                 needs_path="a .parquet or .arrow file, or a folder of them (e.g. save_to_disk)"),
     DataSetSpec("parquet-text", "text in parquet or Arrow files (Hugging Face layout)", "byte_text", "next_token",
-                lambda path, block_size, seed: parquet_text(path, block_size),
+                lambda path, block_size, seed: parquet_text(given(path), block_size),
                 needs_path="a .parquet or .arrow file, or a folder of them (e.g. save_to_disk)"),
 )

@@ -24,8 +24,8 @@ def sample_image_crops(seed: int = 0) -> dict:
 
     photos = load_sample_images()
     rng = np.random.default_rng(seed)
-    out = {"train": [], "val": []}
-    origins = {"train": [], "val": []}
+    out: dict[str, list] = {"train": [], "val": []}
+    origins: dict[str, list] = {"train": [], "val": []}
     regions = []
     for image_index, (photo, path) in enumerate(zip(photos.images, photos.filenames)):
         h, w, _ = photo.shape

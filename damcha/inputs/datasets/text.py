@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec, data_file
+from damcha.inputs.datasets.base import DataError, DataSet, DataSetSpec, data_file, given
 
 BYTE_VOCAB = 256
 
@@ -72,5 +72,5 @@ SPECS = (
     DataSetSpec("text", "the bundled corpus (CPython's pydoc topics)", "byte_text", "next_token",
                 lambda path, block_size, seed: bundled_text(block_size), bundled=True, demo_train=TEXT_DEMO),
     DataSetSpec("textfile", "a text file of yours", "byte_text", "next_token",
-                lambda path, block_size, seed: load_text_file(path, block_size), needs_path="a local text file"),
+                lambda path, block_size, seed: load_text_file(given(path), block_size), needs_path="a local text file"),
 )

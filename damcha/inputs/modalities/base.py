@@ -24,8 +24,10 @@ UPLOADS = ("image", "photo", "text", "ids")
 class Modality:
     """name: registry key. title: for people. upload: what a user can give (one of UPLOADS, or None).
     grid: (rows, cols) when the positions tile an image (pixels or patches), else None.
-    unit: what one next-token loss term is about ('bits per pixel'); classified_unit: what one
-    classification loss term is about. picture / prediction / completion: the kinds the views draw
+    unit: what one next-token loss term is about in the data set's metric names ('bits per pixel', the
+    paper's 'bits per char'); shown_unit: what pages call it where that differs (a byte model's loss term
+    is a byte's, whatever a character of an upload spans); classified_unit: what one classification loss
+    term is about. picture / prediction / completion: the kinds the views draw
     (None: none applies), with the captions that go with them. blank_token, blank_description: the
     'absent' input (the baseline of Integrated Gradients)."""
 
@@ -35,6 +37,7 @@ class Modality:
     grid: tuple[int, int] | None = None
     unit: str = "token"
     classified_unit: str = "sequence"
+    shown_unit: str | None = None
     picture: str | None = None
     picture_caption: str = ""
     prediction: str | None = None
@@ -51,7 +54,17 @@ class Modality:
                 raise ValueError(f"modality {self.name}: {value!r} is none of {allowed}")
 
     def loss_unit(self, task: str) -> str:
+        """What a page calls one loss term of a model with this task."""
+        return self.classified_unit if task == "classification" else self.shown_unit or self.unit
+
+    def metric_unit(self, task: str) -> str:
+        """What the data set's metric names call it (val_bits_per_<unit>)."""
         return self.classified_unit if task == "classification" else self.unit
+
+    def sequences(self, patches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A photo's patches (N, P, F) as the (inputs, targets) a model reads: a modality that takes photos
+        says how."""
+        raise NotImplementedError(f"modality {self.name} takes no photos")
 
     def token_text(self, token: int) -> str:
         """One token as a short visible text (a next-token distribution's labels)."""

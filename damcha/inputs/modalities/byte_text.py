@@ -27,7 +27,7 @@ class ByteText(Modality):
 
 
 MODALITY = ByteText(
-    "byte_text", "UTF-8 bytes", "text", unit="byte",  # a loss term is one byte's, whatever a character spans
+    "byte_text", "UTF-8 bytes", "text", unit="char", shown_unit="byte",
     prediction="next_token_distribution", prediction_title="Most likely next bytes",
     completion="continuation",
     blank_token=ord(" "), blank_description="every character a space")

@@ -24,6 +24,7 @@ from damcha.model.mechanisms.base import (
     Param,
     Setting,
     Variant,
+    metric_access_of,
 )
 from damcha.model.mechanisms.colmha import ColMHA, ColMHAAuthors
 from damcha.model.mechanisms.damcha.layer import DamchaOptions
@@ -126,5 +127,5 @@ __all__ = [
     "InferenceAblation", "Mechanism", "MetricAccess", "Param", "Setting",
     "Structure",
     "StructureKind", "ValueKind", "Variant", "attend", "attention_mask", "get_mechanism", "get_variant", "mechanism_names",
-    "register", "unregister", "variant_names", "variants",
+    "metric_access_of", "register", "unregister", "variant_names", "variants",
 ]

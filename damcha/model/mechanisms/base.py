@@ -448,6 +448,14 @@ class Mechanism(Generic[OptionsT]):
 DEFAULT_CHOICES: dict[str, str] = {}
 
 
+def metric_access_of(mechanism: Mechanism) -> MetricAccess:
+    """How analyses reach `mechanism`'s metric M; refused in words for a mechanism without one."""
+    access = mechanism.metric_access()
+    if access is None:
+        raise ValueError(f"{mechanism.title} has no metric M(x)")
+    return access
+
+
 @dataclass(frozen=True)
 class Param:
     """A parameter of an intervention: kind "head" (an index 0..H-1), "fraction" (a number in
