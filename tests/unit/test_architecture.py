@@ -1,4 +1,4 @@
-"""The package's layers import one way: model < inputs < runs < analysis < views < evidence < hf < interop, and
+"""The package's layers import one way: model < inputs < runs < analysis < views < evidence < hf < interop < cli, and
 nothing in damcha/ imports the UI. Every import counts, module-level or inside a function, except
 those under `if TYPE_CHECKING:` (annotations only)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "damcha"
-LAYERS = ("model", "inputs", "runs", "analysis", "views", "evidence", "hf", "interop")
+LAYERS = ("model", "inputs", "runs", "analysis", "views", "evidence", "hf", "interop", "cli")
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:

@@ -1,0 +1,79 @@
+"""`damcha costs`: one training step of every run configuration of a scale's claims, timed on this device,
+into the cost table the evidence budget reads."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from damcha.evidence.costs import SHIPPED_TABLE, CostTable, measure, replaced_rows, step_kinds
+from damcha.evidence.scales import scale_named
+from damcha.runs.machine import device_name
+from damcha.runs.train import pick_device
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Measure what the evidence at --scale costs on the device at hand: one optimiser step of each "
+                     "distinct run configuration (model, batch, precision, compilation), timed after warm-up, written "
+                     "to the cost table under this device's name.")
+    p.add_argument("--scale", required=True, help="paper or tiny")
+    p.add_argument("--device", help="cpu or cuda (default: the scale's)")
+    p.add_argument("--threads", type=int, help="on the CPU: torch threads a step uses (default 1, as a local "
+                   "evidence worker)")
+    p.add_argument("--repeats", type=int, default=3, help="timed steps after warm-up (their median is stored)")
+    p.add_argument("--only", nargs="*", help="claim keys to measure (default: all of the scale's)")
+    p.add_argument("--table", help="the cost table to write into (default: the shipped one, "
+                   "damcha/evidence/cost_table.json); a file that is not a cost table is refused, never replaced")
+    p.add_argument("--replace", action="store_true", help="time again step kinds the table already holds for this "
+                   "device, replacing their rows (refused without it)")
+
+
+def run(args) -> int:
+    if args.repeats < 1:
+        raise ValueError(f"--repeats {args.repeats}: at least one timed step is needed for a median")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: a step runs on at least one thread")
+    scale = scale_named(args.scale)
+    wanted = args.device or scale.default_device
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", wanted):
+        raise ValueError(f"--device {wanted!r}: cpu, cuda or cuda:N")
+    device = pick_device(wanted)
+    if device.type != "cpu" and args.threads is not None:
+        raise ValueError("--threads sets the CPU's threads; a GPU's step is timed as it runs")
+    path = Path(args.table) if args.table else SHIPPED_TABLE
+    table = CostTable.read(path)  # a file that is not a cost table is refused here, before anything is timed
+    kinds = step_kinds(scale, device.type, args.only)
+    if not kinds:
+        raise ValueError(f"--only {' '.join(args.only or [])}: no claim at --scale {scale.name} trains a run there, so "
+                         "there is nothing to time")
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads or 1)
+    try:
+        name = device_name(device)
+        earlier = replaced_rows(table, name, kinds)
+        if earlier and not args.replace:
+            dates = sorted({str(r.get("measured") or table.devices[name].get("measured", "an earlier day")) for r in earlier})
+            raise ValueError(f"{path} already holds {len(earlier)} of these {len(kinds)} step kinds measured on {name} "
+                             f"({', '.join(dates)}): pass --replace to time them again into it, or --table a file of "
+                             "your own (read over the shipped table with evidence --cost-table)")
+        rows = measure(kinds, device, args.repeats)
+    finally:
+        torch.set_num_threads(threads)
+    about = {"torch": torch.__version__, "measured": time.strftime("%Y-%m-%d"),
+             "command": "python -m damcha " + " ".join(sys.argv[1:])}
+    table.with_rows(name, rows, about).write(path)
+    for r in rows:
+        cost = f"{r['step_seconds'] * 1e3:10.1f} ms a step" if "step_seconds" in r else "   does not fit"
+        print(f"{cost}  {', '.join(r['arms'])}")
+    load = max(r["load_per_core"] for r in rows)
+    print(f"wrote {len(rows)} step kinds measured on {name} to {path}"
+          + (f", replacing {len(earlier)} rows measured before" if earlier else "")
+          + f" (load per core up to {load:.2f} while timing{': beside other work, so slower than alone' if load > 0.5 else ''})")
+    return 0
+

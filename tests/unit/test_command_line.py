@@ -1,0 +1,34 @@
+"""The command line is a table of subcommands, one module each: `damcha --help` lists them without loading
+torch or the mechanism registry, and each command's own --help builds its arguments."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from damcha.cli import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_top_level_help_lists_every_command_without_loading_torch():
+    probe = ("import sys\nfrom damcha.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('torch', 'damcha.model.mechanisms', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert all(command in out for command in COMMANDS)
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_answers_its_own_help(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert f"usage: damcha {command}" in capsys.readouterr().out
+
+
+def test_an_unknown_command_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["tarin"])
+    assert done.value.code == 2 and "invalid choice: 'tarin'" in capsys.readouterr().err
