@@ -4,6 +4,7 @@ residue, block norms, m_i), interventions and notes. The layer is `damcha.model.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,80 +100,35 @@ class Damcha(Mechanism[DamchaOptions]):
 
     def structures(self, model, layers: Sequence, positions: np.ndarray,
                    options: DamchaOptions) -> list[Structure]:
-        cfg = model.config
-        H = cfg.n_head
-        sources = metric_sources(model)
-        metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
-        device = next(model.parameters()).device
-        sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
-        fulls, heads_m = [], []
-        for source, hm in zip(sources, metrics):
-            head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
-            heads_m.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
-            ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
-            ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
-            fulls.append(source.full_metric(ctx))  # (P, D, D)
-        M = torch.stack(fulls)  # (L_m, P, D, D)
-        learned, residue = learned_and_residue(M, H)  # (L_m, P, D, D) each
-        row_sum = cfg.setting("score_form") == "row_sum"
+        H = model.config.n_head
+        arrays = metric_arrays(model, layers, positions)
+        words = StructureWords.of(model.config.setting("score_form") == "row_sum", MetricMode(options.metric_mode))
         axes = ("layer", "position", "row", "col")
-        heads = {"head_q": [f"head {i + 1}" for i in range(H)], "head_k": [f"head {j + 1}" for j in range(H)]}
-        if row_sum:  # head i scores its own slice with m_i = Σ_j M_ij: a block's columns are no other head's keys
-            grid_titles = {"row": "row: head i's query coordinates", "col": "column: coordinate within the block "
-                                                                              "(summed over j into m_i)"}
-            norm_titles = {"head_q": "block row i (head i's metric m_i)", "head_k": "block column j (a term of m_i)"}
-        else:
-            grid_titles = {"row": "row: head i's query coordinates", "col": "column: head j's key coordinates"}
-            norm_titles = {"head_q": "query head i", "head_k": "key head j"}
-        part = Identifiability.PARTLY if row_sum else Identifiability.LEARNED
-        learned_title = "learned (m_i / H)" if row_sum else "row mean (m_i / H)"
-        residue_title = "residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)"
-        residue_name = "the residue" if row_sum else "the deviation from the row mean"
-        mode = MetricMode(options.metric_mode)
-        # What head i scores with under the mode: the row sum m_i is learned; a single block M_ii or the
-        # off-diagonal sum is m_i / H (or (H−1)/H · m_i) plus the residue's diagonal block, partly unidentifiable.
-        mode_part = Identifiability.PARTLY if row_sum and mode is not MetricMode.FULL else Identifiability.LEARNED
-        mode_note = ("" if mode_part is Identifiability.LEARNED else
-                     f" Under the '{mode.value}' mode head i scores with a multiple of m_i plus a multiple of the "
-                     "residue's diagonal block R_ii, which the row sum never trains: partly unidentifiable.")
-        unchanged = ("" if mode is MetricMode.FULL else
-                     f" The '{mode.value}' metric mode does not change M(x) itself, only which of its blocks each head "
-                     "sums (see the per-head metrics).")
-        grid: dict[str, Any] = dict(axis_titles=grid_titles, unit="metric entry")
-        norms: dict[str, Any] = dict(labels=heads, axis_titles=norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
-        block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
-                         "say how the metric happens to be split, not what head i reads of head j."
-                         if row_sum else "Under the bilinear form block M_ij scores head i's queries against head j's "
-                         "keys: its norm is how strongly head i reads head j.")
+        grid: dict[str, Any] = dict(axis_titles=words.grid_titles, unit="metric entry")
+        norms: dict[str, Any] = dict(labels={"head_q": [f"head {i + 1}" for i in range(H)],
+                                             "head_k": [f"head {j + 1}" for j in range(H)]},
+                                     axis_titles=words.norm_titles, value_kind=ValueKind.MAGNITUDE, unit="‖·‖_F")
         return [
-            Structure("metric", "M(x)", _np(M), axes, StructureKind.HEAD_GRID_MATRIX,
-                      "The full D×D metric at this input, H×H head blocks outlined; block row i is head i's."
-                      + (" Under the row sum head i uses only Σ_j M_ij: see the learned part and the residue."
-                         if row_sum else "") + unchanged, part, **grid),
-            Structure("metric_learned", learned_title, _np(learned), axes, StructureKind.HEAD_GRID_MATRIX,
+            Structure("metric", "M(x)", _np(arrays.metric), axes, StructureKind.HEAD_GRID_MATRIX, words.metric,
+                      words.metric_part, **grid),
+            Structure("metric_learned", words.learned_title, _np(arrays.learned), axes, StructureKind.HEAD_GRID_MATRIX,
                       "Each block replaced by the mean of its block row, m_i / H: all the row sum can see.",
                       Identifiability.LEARNED, **grid),
-            Structure("metric_residue", residue_title, _np(residue), axes, StructureKind.HEAD_GRID_MATRIX,
-                      "M minus the learned part: zero mean along each block row."
-                      + (" It receives no gradient of its own under the row sum." if row_sum else ""),
-                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **grid),
-            Structure("block_norms_learned", f"Block norms of the {'learned part' if row_sum else 'row mean'} ‖m_i / H‖",
-                      _np(block_norms(learned, H)),
-                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
-                      "Frobenius norm of each block of the learned part: the same along a block row (every block of "
-                      "row i is m_i / H). " + block_meaning, Identifiability.LEARNED, **norms),
-            Structure("block_norms_residue", f"Block norms of {residue_name}", _np(block_norms(residue, H)),
-                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD,
-                      f"Frobenius norm of each block of {residue_name} (M minus the row means). " + block_meaning,
-                      Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED, **norms),
-            Structure("head_metrics", "Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
-                      _np(torch.stack(heads_m)), ("layer", "position", "head", "d", "d_key" if row_sum else "D"),
-                      StructureKind.PER_HEAD_FORMS,
-                      f"What each head scores with under the '{options.metric_mode}' metric mode." + mode_note,
-                      mode_part, labels={"head": [f"m_{i + 1}" for i in range(H)]},
+            Structure("metric_residue", words.residue_title, _np(arrays.residue), axes, StructureKind.HEAD_GRID_MATRIX,
+                      words.residue, words.residue_part, **grid),
+            Structure("block_norms_learned", words.learned_norms_title, _np(block_norms(arrays.learned, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD, words.learned_norms,
+                      Identifiability.LEARNED, **norms),
+            Structure("block_norms_residue", words.residue_norms_title, _np(block_norms(arrays.residue, H)),
+                      ("layer", "position", "head_q", "head_k"), StructureKind.HEAD_BY_HEAD, words.residue_norms,
+                      words.residue_part, **norms),
+            Structure("head_metrics", words.head_metrics_title, _np(arrays.head_metrics),
+                      ("layer", "position", "head", "d", "d_key" if words.row_sum else "D"),
+                      StructureKind.PER_HEAD_FORMS, words.head_metrics, words.mode_part,
+                      labels={"head": [f"m_{i + 1}" for i in range(H)]},
                       axis_titles={"d": "query coordinate of head i's slice",
                                    "d_key": "key coordinate of head i's slice", "D": "key coordinate of x"},
-                      unit="metric entry", drawn_under=str(options.metric_mode)),
+                      unit="metric entry", drawn_under=words.mode.value),
         ]
 
     def metric_access(self) -> DamchaMetricAccess:
@@ -266,3 +222,100 @@ class Damcha(Mechanism[DamchaOptions]):
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().copy()
+
+
+@dataclass(frozen=True)
+class MetricArrays:
+    """DAMCHA's structures at the positions asked for: the full metric, its learned part and residue,
+    (L_m, P, D, D) each, and what each head scores with, (L_m, P, H, d, d) (the bilinear form: d x D)."""
+
+    metric: torch.Tensor
+    learned: torch.Tensor
+    residue: torch.Tensor
+    head_metrics: torch.Tensor
+
+
+def metric_arrays(model, layers: Sequence, positions: np.ndarray) -> MetricArrays:
+    """The metrics of one input (batch of one) at `positions` (causal; one for a non-causal model)."""
+    cfg = model.config
+    sources = metric_sources(model)
+    metrics = [layers[0].internals] if model.metric_source is not None else [layer.internals for layer in layers]
+    device = next(model.parameters()).device
+    sel = torch.as_tensor(positions if cfg.causal else [0], device=device)  # (P,)
+    fulls, heads_m = [], []
+    for source, hm in zip(sources, metrics):
+        head = hm.head[0]  # (1 or T, H, d, d|D): one metric per sequence (or static) or per position
+        heads_m.append(head[sel] if head.shape[0] > 1 else head.expand(len(sel), *head.shape[1:]))  # (P, H, d, d|D)
+        ctx = hm.context[0] if hm.context is not None else torch.zeros(1, cfg.n_embd, device=device)
+        ctx = ctx[sel] if ctx.shape[0] > 1 else ctx.expand(len(sel), cfg.n_embd)  # (P, D)
+        fulls.append(source.full_metric(ctx))  # (P, D, D)
+    M = torch.stack(fulls)  # (L_m, P, D, D)
+    learned, residue = learned_and_residue(M, cfg.n_head)  # (L_m, P, D, D) each
+    return MetricArrays(M, learned, residue, torch.stack(heads_m))  # heads: (L_m, P, H, d, d|D)
+
+
+@dataclass(frozen=True)
+class StructureWords:
+    """What DAMCHA's structures say under its score form and metric mode: titles, axis titles, captions and
+    what of each is learned."""
+
+    row_sum: bool
+    mode: MetricMode
+    grid_titles: dict[str, str]
+    norm_titles: dict[str, str]
+    learned_title: str
+    residue_title: str
+    metric: str
+    residue: str
+    learned_norms_title: str
+    learned_norms: str
+    residue_norms_title: str
+    residue_norms: str
+    head_metrics_title: str
+    head_metrics: str
+    metric_part: Identifiability
+    residue_part: Identifiability
+    mode_part: Identifiability
+
+    @classmethod
+    def of(cls, row_sum: bool, mode: MetricMode) -> StructureWords:
+        if row_sum:  # head i scores its own slice with m_i = Σ_j M_ij: a block's columns are no other head's keys
+            grid_titles = {"row": "row: head i's query coordinates",
+                           "col": "column: coordinate within the block (summed over j into m_i)"}
+            norm_titles = {"head_q": "block row i (head i's metric m_i)", "head_k": "block column j (a term of m_i)"}
+        else:
+            grid_titles = {"row": "row: head i's query coordinates", "col": "column: head j's key coordinates"}
+            norm_titles = {"head_q": "query head i", "head_k": "key head j"}
+        residue_name = "the residue" if row_sum else "the deviation from the row mean"
+        # What head i scores with under the mode: the row sum m_i is learned; a single block M_ii or the
+        # off-diagonal sum is m_i / H (or (H−1)/H · m_i) plus the residue's diagonal block, partly unidentifiable.
+        mode_part = Identifiability.PARTLY if row_sum and mode is not MetricMode.FULL else Identifiability.LEARNED
+        mode_note = ("" if mode_part is Identifiability.LEARNED else
+                     f" Under the '{mode.value}' mode head i scores with a multiple of m_i plus a multiple of the "
+                     "residue's diagonal block R_ii, which the row sum never trains: partly unidentifiable.")
+        unchanged = ("" if mode is MetricMode.FULL else
+                     f" The '{mode.value}' metric mode does not change M(x) itself, only which of its blocks each head "
+                     "sums (see the per-head metrics).")
+        block_meaning = ("Under the row sum all blocks of row i enter only through their sum m_i, so these norms "
+                         "say how the metric happens to be split, not what head i reads of head j."
+                         if row_sum else "Under the bilinear form block M_ij scores head i's queries against head j's "
+                         "keys: its norm is how strongly head i reads head j.")
+        return cls(
+            row_sum, mode, grid_titles, norm_titles,
+            learned_title="learned (m_i / H)" if row_sum else "row mean (m_i / H)",
+            residue_title="residue (unidentifiable)" if row_sum else "deviation from the row mean (learned)",
+            metric="The full D×D metric at this input, H×H head blocks outlined; block row i is head i's."
+                   + (" Under the row sum head i uses only Σ_j M_ij: see the learned part and the residue."
+                      if row_sum else "") + unchanged,
+            residue="M minus the learned part: zero mean along each block row."
+                    + (" It receives no gradient of its own under the row sum." if row_sum else ""),
+            learned_norms_title=f"Block norms of the {'learned part' if row_sum else 'row mean'} ‖m_i / H‖",
+            learned_norms="Frobenius norm of each block of the learned part: the same along a block row (every block "
+                          "of row i is m_i / H). " + block_meaning,
+            residue_norms_title=f"Block norms of {residue_name}",
+            residue_norms=f"Frobenius norm of each block of {residue_name} (M minus the row means). " + block_meaning,
+            head_metrics_title="Per-head metrics m_i" if row_sum else "Scaled rows of each head (bilinear)",
+            head_metrics=f"What each head scores with under the '{mode.value}' metric mode." + mode_note,
+            metric_part=Identifiability.PARTLY if row_sum else Identifiability.LEARNED,
+            residue_part=Identifiability.UNIDENTIFIABLE if row_sum else Identifiability.LEARNED,
+            mode_part=mode_part)
