@@ -193,16 +193,19 @@ def run_evidence(out: Path, work: Path, quick: bool = False, seeds: int = 3, onl
 
     Units that share a trained run go to one task; tasks run in `workers` processes of one thread
     each (the models are small: two one-thread processes do about twice the work of one with two
-    threads). Efficiency units are timed first, alone, in this process. reuse: an earlier
+    threads). Efficiency units are timed first, alone, in this process (under Slurm on a node). reuse: an earlier
     results.json whose units are taken over where the claims still define the arm (see
     `reusable_units`; `redo` names claims and variants recomputed anyway); the document says so.
     setting: the scale, files and device (default: the demo's); `recorded` joins the document (the
     scale's data records and budget). Under torchrun every rank trains each run with the others (DDP)
     in the same order, and rank 0 alone writes, then times and scores what trains nothing. slurm: run
-    the tasks as Slurm job-array elements instead (damcha.evidence.slurm; efficiency units are still
-    timed here, alone), each result recorded by the same code as a local worker's."""
+    the tasks as Slurm job-array elements instead (damcha.evidence.slurm; the efficiency units first, as jobs
+    of their own), each result recorded by the same code as a local worker's; the
+    submitting process never touches the accelerator (each job checks its node)."""
     quick = setting.scale.smoke if setting.scale else quick
-    proc = distributed.start(distributed.device_for(pick_device(setting.device)))
+    # A Slurm submitter (a login node, often without a GPU) never touches the accelerator: each job checks its own.
+    device = torch.device(setting.device) if slurm is not None else pick_device(setting.device)
+    proc = distributed.start(distributed.device_for(device))
     if slurm is not None and proc.distributed:
         raise ValueError("--launcher slurm submits the units as Slurm jobs: start the command itself without torchrun")
     request = _Request(out=Path(out), work=Path(work), quick=quick, seeds=seeds, only=only, setting=setting, reuse=reuse,
@@ -432,15 +435,20 @@ class _EvidenceRun:
 
     def compute(self, tasks: Tasks) -> None:
         """Run the tasks: under torchrun the training ones on every rank together (DDP), then rank 0 alone
-        the rest; efficiency units timed first, alone, before any training competes for the cores; the
-        rest as Slurm jobs, in `workers` processes, or here."""
+        the rest; efficiency units timed first, alone, before any training competes for the cores (under Slurm
+        as jobs of their own, on compute nodes); the rest as Slurm jobs, in `workers` processes, or here."""
         if self.proc.distributed:
             for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].trains]:
                 self.record(run_task(list(tasks.pop(key).values()), self.quick, self.work, self.setting))
             if not self.proc.main:
                 return
-        for key in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]:
-            self.record(run_task(list(tasks.pop(key).values()), self.quick, self.work, self.setting))
+        timed = {k: tasks.pop(k) for k in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]}
+        if self.launch.slurm is not None:  # timed on a compute node like any unit, not on the submitting machine
+            for results in self._results(list(timed.values())):
+                self.record(results)
+        else:
+            for task in timed.values():
+                self.record(run_task(list(task.values()), self.quick, self.work, self.setting))
         for results in self._results(list(tasks.values())):
             self.record(results)
 

@@ -20,6 +20,7 @@ sees. Each refusal is one sentence naming the fix.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -206,9 +207,21 @@ def _result(job) -> list | None:
         return job.results()[0]  # (a unit of several ranks: rank 0's, which the others trained with)
     except FailedJobError as e:
         raise SlurmError(f"a job of the evidence's units failed ({job.job_id}; its log: {job.paths.stderr}): "
-                         f"{str(e).strip().splitlines()[-1] if str(e).strip() else 'no message'}") from None
+                         f"{_raised(Path(job.paths.stderr), str(e))}") from None
     except UncompletedJobError:
         return None
+
+
+def _raised(log: Path, said: str) -> str:
+    """What the job's code raised, from the last exception line of its log (its own words: a refusal on that
+    node), else the last line submitit reported."""
+    try:
+        text = log.read_text(errors="replace")[-50_000:]
+    except OSError:
+        text = ""
+    raised = [line.strip() for line in text.splitlines() if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    return raised[-1][:400] if raised else lines[-1][:400] if lines else "no message"
 
 
 def slurm_task(units: list, quick: bool, work: str, setting, threads: int) -> list:

@@ -124,6 +124,37 @@ def test_a_slurm_launch_that_cannot_work_is_refused_before_anything_is_submitted
     assert queue.stdout.strip() == "" and not (tmp_path / "out" / "work" / "slurm").exists()  # nothing submitted
 
 
+def test_the_submitter_never_asks_for_the_accelerator_each_job_checks_its_own_node(cluster, tmp_path):
+    """`--device cuda --launcher slurm` from a machine without a GPU (a login node) stopped before submitting
+    anything ("no CUDA device is available": the submitter asked for CUDA itself). Now the budget is printed and
+    the jobs are submitted; each checks its node, and this node's refusal reaches the user naming the job's log."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    done = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--device", "cuda",
+                                    "--slurm-retries", "0"), cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env=cluster)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "device-hours" in done.stdout or "budget" in done.stdout.lower(), done.stdout[-1000:]  # the budget came first
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: a job of the evidence's units failed (") and "its log: " in last, last
+    assert last.endswith("ValueError: --device cuda asked for, but no CUDA device is available"), last
+    assert list((tmp_path / "out" / "work" / "slurm").iterdir())  # jobs were submitted
+
+
+def test_table_2s_timings_are_jobs_on_the_cluster_not_the_submitting_machine(cluster, tmp_path):
+    """Table 2 was timed inside the command, on the login node, before the first job: now its units are jobs."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    command = _evidence(data, tmp_path / "out", "--launcher", "slurm")
+    command[command.index(CLAIM)] = "table2_efficiency"
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=cluster)
+    assert done.returncode == 0, done.stderr[-2000:]
+    jobs = [p for p in (tmp_path / "out" / "work" / "slurm").iterdir() if p.is_dir()]
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    timed = next(c for c in doc["claims"] if c["key"].startswith("table2_efficiency"))
+    assert len(jobs) >= len(timed["values"]) >= 3, (jobs, timed["values"])  # one job per timed arm
+
+
 def test_a_job_sbatch_refuses_ends_in_one_line_with_slurms_reason(cluster, tmp_path):
     """What only sbatch can judge (here a GPU from a cluster that declares none): its own reason on one line, the
     command's last, no traceback, and nothing queued."""
