@@ -9,6 +9,7 @@ never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -42,6 +43,7 @@ from damcha.runs.checkpoints import (
 )
 from damcha.runs.evaluation import evaluate_epoch, test_metrics
 from damcha.runs.memory import check_training_fits, device_memory, plan_strategy
+from damcha.runs.writer_lock import writer_lock
 
 Optimizer = Literal["adam", "adamw"]  # adam: the paper's
 Schedule = Literal["cosine", "constant"]
@@ -201,31 +203,33 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
     # the data first: a file refused (wrong checksum, missing, damaged) leaves nothing behind
     data = _training_data(tcfg, model_config.block_size)
     out.mkdir(parents=True, exist_ok=True)
-    if proc.main:
-        remove_stale_temp_files(out)
-    mcfg = model_config_for(data, model_config)
-    if strategy == "auto":  # ddp where a rank holds the whole model and its optimiser state, else fsdp
-        strategy = plan_strategy(mcfg, tcfg.batch_size, device_memory(device), proc.world)[0]
-    check_training_fits(mcfg, tcfg.batch_size, device, proc.world, strategy == "fsdp" and proc.distributed,
-                        activation_checkpointing)  # refused with its numbers before anything is allocated
-    models = _Models.built(mcfg, tcfg, device, proc, strategy, activation_checkpointing, compile_model)
-    opt = make_optimizer(models.trained, tcfg)
-    distributed.barrier(proc)  # every rank sees the same files before deciding to resume
-    start = _resume_point(out, run_config_dict(mcfg, tcfg, data), tcfg, models, opt, proc, progress)
-    distributed.barrier(proc)
-    observer = observer if proc.main else None
-    if start.complete:
-        if observer is not None:
-            observer.close()
-        return TrainResult(out, start.metrics, 0.0)
-    t0 = time.perf_counter()
-    try:
-        metrics = _run_epochs(_Training(out, tcfg, mcfg, data, device, proc, progress, models, opt, observer), start,
-                              stop_after_epoch, evaluate_every_epoch)
-    finally:
-        if observer is not None:
-            observer.close()
-    return TrainResult(out, metrics, time.perf_counter() - t0)
+    # one writer a run folder (rank 0 for a torchrun job), before stale temporary files are cleared
+    with writer_lock(out) if proc.main else contextlib.nullcontext():
+        if proc.main:
+            remove_stale_temp_files(out)
+        mcfg = model_config_for(data, model_config)
+        if strategy == "auto":  # ddp where a rank holds the whole model and its optimiser state, else fsdp
+            strategy = plan_strategy(mcfg, tcfg.batch_size, device_memory(device), proc.world)[0]
+        check_training_fits(mcfg, tcfg.batch_size, device, proc.world, strategy == "fsdp" and proc.distributed,
+                            activation_checkpointing)  # refused with its numbers before anything is allocated
+        models = _Models.built(mcfg, tcfg, device, proc, strategy, activation_checkpointing, compile_model)
+        opt = make_optimizer(models.trained, tcfg)
+        distributed.barrier(proc)  # every rank sees the same files before deciding to resume
+        start = _resume_point(out, run_config_dict(mcfg, tcfg, data), tcfg, models, opt, proc, progress)
+        distributed.barrier(proc)
+        observer = observer if proc.main else None
+        if start.complete:
+            if observer is not None:
+                observer.close()
+            return TrainResult(out, start.metrics, 0.0)
+        t0 = time.perf_counter()
+        try:
+            metrics = _run_epochs(_Training(out, tcfg, mcfg, data, device, proc, progress, models, opt, observer), start,
+                                  stop_after_epoch, evaluate_every_epoch)
+        finally:
+            if observer is not None:
+                observer.close()
+        return TrainResult(out, metrics, time.perf_counter() - t0)
 
 
 def _training_data(tcfg: TrainConfig, block_size: int) -> DataSet:
