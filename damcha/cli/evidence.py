@@ -103,9 +103,12 @@ def run(args) -> int:
     setting, recorded = _evidence_setting(args, seeds)
     slurm = _slurm_settings(args)  # (the cluster is asked once the budget holds)
     with tqdm(desc="evidence", unit="unit") as bar:
-        doc = run_evidence(args.out, args.work, args.quick, seeds, args.only,
-                           progress=lambda text, total: (setattr(bar, "total", total), bar.set_postfix_str(text[-60:]),
-                                                         bar.update(1)),
+        def finished(text: str, total: int) -> None:
+            bar.total = total
+            bar.set_postfix_str(text[-60:])
+            bar.update(1)
+
+        doc = run_evidence(args.out, args.work, args.quick, seeds, args.only, progress=finished,
                            command="python -m damcha " + " ".join(sys.argv[1:]), workers=args.workers,
                            reuse=args.reuse, redo=tuple(args.redo), setting=setting, recorded=recorded, slurm=slurm)
     if doc.get("rank"):  # another rank of a torchrun job: rank 0 reports

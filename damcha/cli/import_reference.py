@@ -32,9 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     with tqdm(desc="converting", unit="file") as bar:
+        def converted(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(1)
+
         out = import_reference(args.source, args.out, args.modality, args.block_size, args.vocab_size, args.tokenizer,
-                               args.diag_scale, args.n_head, args.off_diag_scale,
-                               progress=lambda k, n: (setattr(bar, "total", n), bar.update(1)))
+                               args.diag_scale, args.n_head, args.off_diag_scale, progress=converted)
     config = json.loads((out / "config.json").read_text())
     report = next(iter(config["train"]["import_report"].values()))
     print(f"wrote {out}: {config['model']['attention']} ({len(report['mapped'])} tensors mapped, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from damcha.cli.flags import option
 from damcha.model.config import variant_config
@@ -47,8 +46,7 @@ def run(args) -> int:
     base, tcfg, replaying = settings_from(args)
     model_config = base if replaying and not args.variant else variant_config(base, args.variant or "damcha")
     if args.option:
-        model_config = dataclasses.replace(model_config, attention_options={**dict(model_config.attention_options),
-                                                                            **dict(args.option)})
+        model_config = model_config.with_settings(**dict(args.option))
     observer = None
     if args.log_dir:
         observer = TensorBoardLog(args.log_dir)
