@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted: the last complete epoch is saved; run the same command again to resume", file=sys.stderr)
+        print("\ninterrupted: what was saved is kept (a run's last complete epoch, the evidence's recorded units); run "
+              "the same command again to resume", file=sys.stderr)
         return 130
 
 

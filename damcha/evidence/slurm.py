@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -155,31 +157,55 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
         return dict(zip(indices, jobs))
 
     running, attempts = submit(list(range(len(tasks)))), dict.fromkeys(range(len(tasks)), 0)
-    while running:
-        queued = _queued({job.job_id.split("_")[0] for job in running.values()})
-        lost = []
-        for index, job in list(running.items()):
-            if job.paths.result_pickle.exists():
-                results = _result(job)
-                if results is None:  # timed out (submitit wrote why): again
+    # Stopped (Ctrl-C, SIGTERM from a terminal or a scheduler) or failed, the command cancels what it submitted:
+    # jobs left running would train on with nobody recording them, and a rerun would submit them again.
+    previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        while running:
+            queued = _queued({job.job_id.split("_")[0] for job in running.values()})
+            lost = []
+            for index, job in list(running.items()):
+                if job.paths.result_pickle.exists():
+                    results = _result(job)
+                    if results is None:  # timed out (submitit wrote why): again
+                        lost.append(index)
+                        continue
+                    del running[index]
+                    yield results
+                elif job.job_id not in queued and not job.paths.result_pickle.exists():  # (it may have just written it)
                     lost.append(index)
-                    continue
-                del running[index]
-                yield results
-            elif job.job_id not in queued and not job.paths.result_pickle.exists():  # (it may have just written it)
-                lost.append(index)
-        for index in lost:
-            attempts[index] += 1
-            if attempts[index] > settings.retries:
-                raise SlurmError(f"a job of the evidence's units left the queue without a result {attempts[index]} "
-                                 f"times ({running[index].job_id}; log: {running[index].paths.stderr}): the units "
-                                 "recorded so far are kept; rerun the same command to go on")
-            print(f"{running.pop(index).job_id} left the queue without a result: submitted again (attempt "
-                  f"{attempts[index] + 1} of {settings.retries + 1})", file=sys.stderr, flush=True)
-        if lost:
-            running.update(submit(lost))  # cancelled, preempted, timed out or lost with its node: again
-        if running:
-            time.sleep(POLL_SECONDS)
+            for index in lost:
+                attempts[index] += 1
+                if attempts[index] > settings.retries:
+                    raise SlurmError(f"a job of the evidence's units left the queue without a result {attempts[index]} "
+                                     f"times ({running[index].job_id}; log: {running[index].paths.stderr}): the units "
+                                     "recorded so far are kept; rerun the same command to go on")
+                print(f"{running.pop(index).job_id} left the queue without a result: submitted again (attempt "
+                      f"{attempts[index] + 1} of {settings.retries + 1})", file=sys.stderr, flush=True)
+            if lost:
+                running.update(submit(lost))  # cancelled, preempted, timed out or lost with its node: again
+            if running:
+                time.sleep(POLL_SECONDS)
+    except BaseException:
+        _cancel(running.values())
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _cancel(jobs) -> None:
+    """scancel the arrays of `jobs` (their queued and running elements), and say so."""
+    arrays = sorted({job.job_id.split("_")[0] for job in jobs})
+    if not arrays:
+        return
+    subprocess.run(["scancel", *arrays], capture_output=True, text=True, timeout=120)
+    print(f"cancelled the evidence's jobs still queued or running (job arrays {', '.join(arrays)}); the units recorded "
+          "so far are kept: run the same command again to go on", file=sys.stderr, flush=True)
 
 
 def sbatch_reason(said: str) -> str:

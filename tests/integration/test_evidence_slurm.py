@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -77,6 +78,28 @@ def test_evidence_through_slurm_survives_a_cancelled_job_and_equals_the_local_la
     doc = json.loads((tmp_path / "slurm" / "results.json").read_text())
     assert doc["complete"] and doc["calls"][-1]["launcher"] == "slurm"
     assert list((tmp_path / "slurm" / "work" / "slurm").iterdir()), "the jobs' logs are kept beside the units"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_the_command_cancels_the_jobs_it_submitted(cluster, tmp_path, stop):
+    """SIGTERM (a terminal closed, a scheduler's stop) or Ctrl-C left the jobs running, training with nobody
+    recording them, and a rerun submitted them again: the command cancels what it submitted on its way out."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    command = subprocess.Popen(_evidence(data, tmp_path / "out", "--launcher", "slurm"), cwd=ROOT, env=cluster,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _running_job(cluster)
+        command.send_signal(stop)
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        command.kill()
+    assert command.returncode == 130, stderr[-2000:]
+    assert "cancelled the evidence's jobs still queued or running" in stderr, stderr[-2000:]
+    deadline = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster).stdout.strip():
+        assert time.monotonic() < deadline, "the jobs were left in the queue"
+        time.sleep(0.5)
 
 
 def test_a_unit_of_two_ranks_trains_in_its_allocation_as_under_torchrun(cluster, tmp_path):
