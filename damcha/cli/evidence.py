@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from damcha.cli.flags import choice
 from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget, budget_lines, uncosted
 from damcha.evidence.runner import restate, run_evidence
 from damcha.evidence.scales import (
@@ -68,6 +69,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default 64)")
     p.add_argument("--slurm-retries", type=int, help="with --launcher slurm: resubmissions of a task whose job left "
                    "the queue without a result: cancelled, preempted, timed out (default 2)")
+    p.add_argument("--slurm-mem", help="with --launcher slurm: each job's memory (sbatch --mem, e.g. 64G)")
+    p.add_argument("--slurm-constraint", help="with --launcher slurm: node features each job needs (sbatch "
+                   "--constraint, e.g. a100)")
+    p.add_argument("--slurm-setup", action="append", metavar="LINE", help="with --launcher slurm: a shell line each "
+                   "job runs before its units (repeatable: module load ..., source venv/bin/activate)")
+    p.add_argument("--slurm-sbatch", action="append", metavar="NAME=VALUE", type=choice,
+                   help="with --launcher slurm: a further sbatch option for each job (repeatable: exclude=node7, "
+                        "reservation=lab)")
     p.add_argument("--work", help="trained runs and finished units (resumable; default .evidence-work, with --scale "
                    "OUT/work)")
     p.add_argument("--restate", action="store_true", help="recompute the statistics and verdicts of --out's results "
@@ -120,7 +129,8 @@ def run(args) -> int:
 
 
 SLURM_FLAGS = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "cpus_per_unit", "gpus_per_unit",
-               "nodes_per_unit", "ranks_per_node", "slurm_parallel", "slurm_retries")
+               "nodes_per_unit", "ranks_per_node", "slurm_parallel", "slurm_retries", "slurm_mem", "slurm_constraint",
+               "slurm_setup", "slurm_sbatch")
 
 
 def _slurm_settings(args):
@@ -143,7 +153,9 @@ def _slurm_settings_given(args):
         ("time_minutes", args.slurm_time), ("cpus_per_unit", args.cpus_per_unit),
         ("gpus_per_unit", args.gpus_per_unit), ("nodes_per_unit", args.nodes_per_unit),
         ("ranks_per_node", args.ranks_per_node), ("max_parallel", args.slurm_parallel),
-        ("retries", args.slurm_retries)) if value is not None})
+        ("retries", args.slurm_retries), ("mem", args.slurm_mem), ("constraint", args.slurm_constraint),
+        ("setup", tuple(args.slurm_setup) if args.slurm_setup else None),
+        ("sbatch", tuple(args.slurm_sbatch) if args.slurm_sbatch else None)) if value is not None})
 
 
 def _evidence_setting(args, seeds: int):

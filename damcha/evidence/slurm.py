@@ -52,7 +52,9 @@ class SlurmSettings:
     per node of a unit's allocation (one rank each). nodes_per_unit: nodes a unit spans. ranks_per_node:
     processes a unit trains with on each node (None: one per GPU, or one without GPUs; on CPUs, Gloo ranks).
     max_parallel: jobs of one array running at once. retries: resubmissions of a task whose job vanished
-    without a result."""
+    without a result. mem, constraint: sbatch's --mem and --constraint; setup: shell lines each job runs before
+    its units (a module load, a virtual environment's activation); sbatch: further sbatch options as
+    (name, value) pairs, written as #SBATCH --name=value."""
 
     partition: str | None = None
     account: str | None = None
@@ -64,6 +66,10 @@ class SlurmSettings:
     ranks_per_node: int | None = None
     max_parallel: int = 64
     retries: int = 2
+    mem: str | None = None
+    constraint: str | None = None
+    setup: tuple[str, ...] = ()
+    sbatch: tuple[tuple[str, str], ...] = ()
 
     @property
     def ranks_on_a_node(self) -> int:
@@ -143,8 +149,11 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
         nodes=settings.nodes_per_unit, tasks_per_node=settings.ranks_on_a_node,
         slurm_array_parallelism=settings.max_parallel,
         **({"gpus_per_node": settings.gpus_per_unit} if settings.gpus_per_unit else {}),
+        **({"slurm_setup": list(settings.setup)} if settings.setup else {}),
+        **({"slurm_additional_parameters": dict(settings.sbatch)} if settings.sbatch else {}),
         **{f"slurm_{k}": v for k, v in (("partition", settings.partition), ("account", settings.account),
-                                        ("qos", settings.qos)) if v is not None})
+                                        ("qos", settings.qos), ("mem", settings.mem),
+                                        ("constraint", settings.constraint)) if v is not None})
 
     def submit(indices: list[int]) -> dict[int, object]:
         try:

@@ -164,6 +164,31 @@ def test_the_submitter_never_asks_for_the_accelerator_each_job_checks_its_own_no
     assert list((tmp_path / "out" / "work" / "slurm").iterdir())  # jobs were submitted
 
 
+def test_what_a_lab_passes_to_sbatch_reaches_every_job(cluster, tmp_path):
+    """Memory, node features, setup lines and further sbatch options reach each job's script (the jobs fail fast
+    here, on a node without the CUDA they ask for, after the setup line ran); a feature no node has is refused by
+    sbatch in its own words."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    passed = ("--slurm-mem", "300M", "--slurm-setup", "echo damcha-setup-ran", "--slurm-sbatch", "comment=damcha-probe")
+    done = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--device", "cuda",
+                                    "--slurm-retries", "0", *passed), cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env=cluster)
+    assert done.returncode == 2 and "no CUDA device" in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+    scripts = list((tmp_path / "out" / "work" / "slurm").rglob("*_submission.sh"))
+    logs = list((tmp_path / "out" / "work" / "slurm").rglob("*_log.out"))
+    assert scripts and logs
+    script = scripts[0].read_text()
+    assert "#SBATCH --mem=300M" in script and "#SBATCH --comment=damcha-probe" in script, script
+    assert "echo damcha-setup-ran" in script and any("damcha-setup-ran" in log.read_text() for log in logs)
+    refused = subprocess.run(_evidence(data, tmp_path / "out2", "--launcher", "slurm", "--slurm-constraint",
+                                       "no-such-feature"), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                             env=cluster)
+    last = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode == 2 and last.startswith("error: sbatch refused the evidence's jobs: "), last
+    assert "feature" in last.lower(), last
+
+
 def test_table_2s_timings_are_jobs_on_the_cluster_not_the_submitting_machine(cluster, tmp_path):
     """Table 2 was timed inside the command, on the login node, before the first job: now its units are jobs."""
     data = tmp_path / "data"
