@@ -25,7 +25,7 @@ from tqdm import tqdm
 from damcha import __version__
 from damcha.inputs.datasets import DataSet, load_dataset, windows
 from damcha.model.config import ModelConfig
-from damcha.model.transformer import Transformer, build_model
+from damcha.model.transformer import IGNORE_INDEX, Transformer, build_model
 from damcha.runs import distributed, sharded
 from damcha.runs.checkpoints import (
     CONFIG_FILE,
@@ -53,6 +53,10 @@ OPTIMIZERS, SCHEDULES, PRECISIONS = get_args(Optimizer), get_args(Schedule), get
 CHOICE_TYPES = {"Optimizer": Optimizer, "Schedule": Schedule, "Precision": Precision}  # (as a field's type reads)
 
 
+# TrainConfig fields that change no maths: left out of a run's config, so a run resumes whatever they are.
+UNRECORDED = ("micro_batch_size",)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     dataset: str = "digits"
@@ -78,11 +82,16 @@ class TrainConfig:
     train_limit: int = 0  # > 0: train on the first N training samples only (smoke tests)
     nonstandard_data: bool = False  # accept a data file whose checksums differ from the published ones
     tuning_holdout: float = 0.0  # > 0: select on this fraction of the training data (DataSet.held_out_for_tuning)
+    # > 0: each optimiser step's batch in micro-batches of at most this many rows, gradients accumulated: the step of
+    # the whole batch (to float rounding) in the memory of a micro-batch. Not in the run's config (it changes no maths).
+    micro_batch_size: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size and lr must be positive")
+        if self.micro_batch_size < 0:
+            raise ValueError("micro_batch_size must be 0 (the whole batch at once) or a number of rows")
         if not 0 <= self.tuning_holdout < 1:
             raise ValueError("tuning_holdout must be a fraction in [0, 1)")
         if self.precision not in PRECISIONS:
@@ -156,7 +165,8 @@ def run_config_dict(model_config: ModelConfig, tcfg: TrainConfig, data: DataSet)
         "format_version": FORMAT_VERSION,
         "package_version": __version__,
         "model": model_config.to_dict(),
-        "train": {**dataclasses.asdict(tcfg), "snapshot_epochs": list(tcfg.snapshots())},
+        "train": {**{k: v for k, v in dataclasses.asdict(tcfg).items() if k not in UNRECORDED},
+                  "snapshot_epochs": list(tcfg.snapshots())},
         "data": {"name": data.name, "task": data.task, "unit": data.unit, **data.split},
     }
 
@@ -208,9 +218,10 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
         if proc.main:
             remove_stale_temp_files(out)
         mcfg = model_config_for(data, model_config)
+        held = min(tcfg.micro_batch_size or tcfg.batch_size, tcfg.batch_size)  # the rows whose activations are held
         if strategy == "auto":  # ddp where a rank holds the whole model and its optimiser state, else fsdp
-            strategy = plan_strategy(mcfg, tcfg.batch_size, device_memory(device), proc.world)[0]
-        check_training_fits(mcfg, tcfg.batch_size, device, proc.world, strategy == "fsdp" and proc.distributed,
+            strategy = plan_strategy(mcfg, held, device_memory(device), proc.world)[0]
+        check_training_fits(mcfg, held, device, proc.world, strategy == "fsdp" and proc.distributed,
                             activation_checkpointing)  # refused with its numbers before anything is allocated
         models = _Models.built(mcfg, tcfg, device, proc, strategy, activation_checkpointing, compile_model)
         opt = make_optimizer(models.trained, tcfg)
@@ -465,15 +476,40 @@ def _steps_per_epoch(data: DataSet, tcfg: TrainConfig) -> int:
     return math.ceil(len(data.tensor("train_inputs")) / tcfg.batch_size)
 
 
+@dataclass(frozen=True)
+class StepLosses:
+    """One optimiser step's losses over its whole batch (micro-batches weighted by their share of its targets)."""
+
+    task_loss: torch.Tensor
+    aux_loss: torch.Tensor | None
+
+
 def optimiser_step(model, opt, x: torch.Tensor, y: torch.Tensor, tcfg: TrainConfig, device: torch.device,
-                   share: float = 1.0):
+                   share: float = 1.0) -> StepLosses:
     """One training step on a batch already on the device (the loss weighted by `share`, this process's part
-    of the global batch); returns the model's output. The cost table times this step (damcha.evidence.costs)."""
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
-        out = model(x, targets=y)
+    of the global batch), in micro-batches of tcfg.micro_batch_size rows whose gradients add up to the batch's:
+    each micro-batch's mean loss weighted by its share of the batch's counted targets. The cost table times
+    this step (damcha.evidence.costs)."""
+    size = tcfg.micro_batch_size or len(x)
+    parts = list(zip(x.split(size), y.split(size)))
+    counts = [_counted_targets(part_y) for _, part_y in parts]
+    total = sum(counts) or 1  # (every target ignored: a step of no gradient, as the whole batch gives)
     opt.zero_grad(set_to_none=True)
-    (out.loss * share).backward()  # the task loss plus the mechanism's auxiliary losses, if any
+    task, aux = torch.zeros((), device=device), None
+    for (part_x, part_y), count in zip(parts, counts):
+        weight = count / total
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
+            out = model(part_x, targets=part_y)
+        (out.loss * share * weight).backward()  # the task loss plus the mechanism's auxiliary losses, if any
+        task = task + out.task_loss.detach() * weight
+        if out.aux_loss is not None:  # (a batch statistic, MoA's load balance: the micro-batches' weighted mean)
+            aux = (aux if aux is not None else 0.0) + out.aux_loss.detach() * weight
     if tcfg.grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
     opt.step()
-    return out
+    return StepLosses(task, aux)
+
+
+def _counted_targets(y: torch.Tensor) -> int:
+    """How many terms a batch's mean loss averages: target tokens that are not ignored, else rows."""
+    return int((y != IGNORE_INDEX).sum()) if not y.is_floating_point() and y.dim() > 1 else len(y)

@@ -48,6 +48,8 @@ HELP = {
                         "CIFAR); the run records standard_files: false",
     "tuning_holdout": "> 0: hold this fraction of the training data out as the validation split (model "
                       "selection that never sees the reported validation or test split)",
+    "micro_batch_size": "> 0: each step's batch in micro-batches of at most this many sequences, gradients "
+                        "accumulated (the same step, in less memory; dropout masks drawn per micro-batch)",
 }
 CHOICES = {"dataset": DATA_SETS}
 LITERALS = {**MODEL_CHOICES, **TRAIN_CHOICES}  # a field typed by one takes its values as the flag's choices
