@@ -308,7 +308,7 @@ def _resume_point(out: Path, config: dict, tcfg: TrainConfig, models: _Models, o
     existing = json.loads(config_path.read_text())
     fresh = json.loads(json.dumps(config))
     if isinstance(existing.get("train"), dict):  # a setting added since the run was saved: its default then
-        existing["train"] = {**TRAIN_DEFAULTS, **existing["train"]}
+        existing["train"] = {k: v for k, v in {**TRAIN_DEFAULTS, **existing["train"]}.items() if k not in UNRECORDED}
     if any(existing.get(k) != fresh[k] for k in ("model", "train", "data")):
         raise CheckpointError(f"{out}: holds a different run (config differs); choose another output directory")
     done = read_metrics(out)
