@@ -170,37 +170,43 @@ def run_tasks(tasks: list[list], quick: bool, work: Path, setting, settings: Slu
     # jobs left running would train on with nobody recording them, and a rerun would submit them again.
     previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
     try:
-        while running:
-            queued = _queued({job.job_id.split("_")[0] for job in running.values()})
-            lost = []
-            for index, job in list(running.items()):
-                if job.paths.result_pickle.exists():
-                    results = _result(job)
-                    if results is None:  # timed out (submitit wrote why): again
-                        lost.append(index)
-                        continue
-                    del running[index]
-                    yield results
-                elif job.job_id not in queued and not job.paths.result_pickle.exists():  # (it may have just written it)
-                    lost.append(index)
-            for index in lost:
-                attempts[index] += 1
-                if attempts[index] > settings.retries:
-                    raise SlurmError(f"a job of the evidence's units left the queue without a result {attempts[index]} "
-                                     f"times ({running[index].job_id}; log: {running[index].paths.stderr}): the units "
-                                     "recorded so far are kept; rerun the same command to go on")
-                print(f"{running.pop(index).job_id} left the queue without a result: submitted again (attempt "
-                      f"{attempts[index] + 1} of {settings.retries + 1})", file=sys.stderr, flush=True)
-            if lost:
-                running.update(submit(lost))  # cancelled, preempted, timed out or lost with its node: again
-            if running:
-                time.sleep(POLL_SECONDS)
+        yield from _follow(running, attempts, submit, settings)
     except BaseException:
         _cancel(running.values())
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _follow(running: dict, attempts: dict, submit, settings: SlurmSettings) -> Iterator[list]:
+    """Poll the jobs in `running` (index -> job; updated in place, so a stop cancels what is left) until each has
+    a result, yielding each as it lands; a job that left the queue without one is submitted again."""
+    while running:
+        queued = _queued({job.job_id.split("_")[0] for job in running.values()})
+        lost = []
+        for index, job in list(running.items()):
+            if job.paths.result_pickle.exists():
+                results = _result(job)
+                if results is None:  # timed out (submitit wrote why): again
+                    lost.append(index)
+                    continue
+                del running[index]
+                yield results
+            elif job.job_id not in queued and not job.paths.result_pickle.exists():  # (it may have just written it)
+                lost.append(index)
+        for index in lost:
+            attempts[index] += 1
+            if attempts[index] > settings.retries:
+                raise SlurmError(f"a job of the evidence's units left the queue without a result {attempts[index]} "
+                                 f"times ({running[index].job_id}; log: {running[index].paths.stderr}): the units "
+                                 "recorded so far are kept; rerun the same command to go on")
+            print(f"{running.pop(index).job_id} left the queue without a result: submitted again (attempt "
+                  f"{attempts[index] + 1} of {settings.retries + 1})", file=sys.stderr, flush=True)
+        if lost:
+            running.update(submit(lost))  # cancelled, preempted, timed out or lost with its node: again
+        if running:
+            time.sleep(POLL_SECONDS)
 
 
 def _interrupt(signum, frame) -> None:
