@@ -10,6 +10,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Convert a token run (digits, text, classifier) into a folder that AutoModelForCausalLM / "
                      "AutoModelForSequenceClassification load after `import damcha.hf`; the folder is loaded back and "
                      "its logits compared with the run's. Needs pip install 'damcha[hf]'.")
+    p.add_argument("run", help="run directory")
     p.add_argument("--out", required=True, help="a new (or empty) folder to write: config.json, model.safetensors; "
                    "an existing folder holding anything is refused")
     p.add_argument("--epoch", type=int, help="the snapshot to export (default: the last)")

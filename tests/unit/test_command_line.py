@@ -32,3 +32,19 @@ def test_an_unknown_command_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit) as done:
         main(["tarin"])
     assert done.value.code == 2 and "invalid choice: 'tarin'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["export-hf", "runs/a", "--out", "hf"], {"run": "runs/a", "out": "hf"}),
+    (["import-reference", "ckpt.pt", "--out", "run"], {"source": "ckpt.pt", "out": "run"}),
+    (["figures", "--run", "runs/a", "--text", "t.txt", "--out", "figs"], {"run": "runs/a", "text": "t.txt"}),
+    (["evidence", "--scale", "tiny", "--launcher", "slurm", "--slurm-sbatch", "exclude=n7"],
+     {"scale": "tiny", "slurm_sbatch": [("exclude", "n7")]}),
+    (["app", "--host", "0.0.0.0", "--allow-root", "runs"], {"host": "0.0.0.0", "allow_root": ["runs"]}),
+])
+def test_each_commands_positional_and_flags_parse_as_documented(argv, expected):
+    """(export-hf lost its RUN positional in the split; the robustness battery found it.)"""
+    from damcha.cli import parser_for
+
+    args = parser_for(argv[0]).parse_args(argv)
+    assert {k: getattr(args, k) for k in expected} == expected
