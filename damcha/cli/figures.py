@@ -106,7 +106,7 @@ def _provenance_items(args, settings):
     root = args.run_root
     named = prov.run or prov.params.get("results")  # a run, or the evidence folder
     if root is None and named and not Path(named).is_absolute() and not Path(named).exists():
-        root = Path(__file__).resolve().parent.parent / "checkpoints"
+        root = Path(__file__).resolve().parents[2] / "checkpoints"
     return [regenerate(prov, root)], ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
 
 
