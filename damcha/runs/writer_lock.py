@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from damcha.runs.files import CheckpointError
 
 LOCK_NAME = ".writer.lock"
+HOLDER = re.compile(r"\S+ pid \d+ since \S+ \S+\n?$")  # what writer_lock writes into it
 
 
 @contextmanager
@@ -48,6 +50,13 @@ def _acquire(path: Path) -> int:
             current = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             current = False
-        if current:  # else the holder removed it as we opened it: the lock is on a file nobody else will open
-            return fd
-        os.close(fd)
+        if not current:  # the holder removed it as we opened it: the lock is on a file nobody else will open
+            os.close(fd)
+            continue
+        said = os.read(fd, 4096).decode("utf-8", "replace")
+        if said and not HOLDER.match(said):  # a file of the user's by that name: never truncated or removed
+            os.close(fd)
+            raise CheckpointError(f"{path}: a file this program did not write holds the name of a run folder's writer "
+                                  "lock; move it away and train again")
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd

@@ -53,3 +53,12 @@ def test_damcha_train_into_a_folder_being_trained_into_is_refused_and_touches_no
         assert code == 2
         assert "another process is training into this run folder" in capsys.readouterr().err
         assert sorted(p.name for p in out.iterdir()) == before and stale.read_bytes() == b"partial"
+
+
+def test_a_file_of_the_users_by_the_locks_name_is_refused_and_left_as_it_was(tmp_path):
+    mine = tmp_path / LOCK_NAME
+    mine.write_text("my notes\n")
+    with pytest.raises(CheckpointError, match="a file this program did not write"):
+        with writer_lock(tmp_path):
+            pass
+    assert mine.read_text() == "my notes\n"
