@@ -442,13 +442,11 @@ class _EvidenceRun:
                 self.record(run_task(list(tasks.pop(key).values()), self.quick, self.work, self.setting))
             if not self.proc.main:
                 return
-        timed = {k: tasks.pop(k) for k in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]}
-        if self.launch.slurm is not None:  # timed on a compute node like any unit, not on the submitting machine
-            for results in self._results(list(timed.values())):
-                self.record(results)
-        else:
-            for task in timed.values():
-                self.record(run_task(list(task.values()), self.quick, self.work, self.setting))
+        timed = [tasks.pop(k) for k in [k for k, t in tasks.items() if next(iter(t.values()))[0].kind == "efficiency"]]
+        # under Slurm timed on a compute node like any unit, not on the submitting machine; here one at a time
+        for results in (self._results(timed) if self.launch.slurm is not None else
+                        (run_task(list(t.values()), self.quick, self.work, self.setting) for t in timed)):
+            self.record(results)
         for results in self._results(list(tasks.values())):
             self.record(results)
 

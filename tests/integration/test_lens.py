@@ -17,9 +17,7 @@ ALWAYS = ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "bl
 
 
 def _hooked(variant: str) -> HookedDamcha:
-    config = variant_config(ModelConfig(n_layer=2, n_head=4, n_embd=16, attention_options={"generator_widths": (8,)}, block_size=12,
-                                        vocab_size=11), variant)
-    return HookedDamcha(build_model(config, seed=0).eval())
+    return _hooked_as(variant)
 
 
 def _zero(tensor, hook):
