@@ -15,14 +15,15 @@ import re
 import sys
 from pathlib import Path
 
-from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget_markdown
+from damcha.evidence.costs import SHIPPED_TABLE, CostTable, budget_markdown, generated_setting, scale_claims_chosen
 from damcha.evidence.documents import load_results
-from damcha.evidence.scales import SCALES
+from damcha.evidence.scales import PAPER, SCALES
 from damcha.evidence.view import (
     claim_numbers_markdown,
     fresh_run_sentence,
     rate_edges_sentence,
     reproduction_sentence,
+    scale_claims_markdown,
     verdict_table_markdown,
 )
 from damcha.inputs.datasets import DATA_SETS
@@ -78,10 +79,15 @@ def budget_block() -> str:
     return budget_markdown(CostTable.read(SHIPPED_TABLE), list(SCALES.values()))
 
 
+def paper_claims_block() -> str:
+    with generated_setting(PAPER) as setting:
+        return scale_claims_markdown(PAPER, scale_claims_chosen(setting))
+
+
 BLOCKS = {"variants": variants_block, "options": options_block, "data-sets": data_sets_block,
           "verdicts": verdicts_block, "numbers": numbers_block, "rate-edges": rate_edges_block,
           "reproduction": reproduction_block, "fresh-run": fresh_run_block,
-          "budget": budget_block}
+          "budget": budget_block, "paper-claims": paper_claims_block}
 PAGES = ("library.md", "evidence.md", "reproduce.md")
 
 

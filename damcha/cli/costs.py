@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from damcha.evidence.costs import SHIPPED_TABLE, CostTable, measure, replaced_rows, step_kinds
+from damcha.evidence.costs import SHIPPED_TABLE, CostTable, measure, planned_row_keys, replaced_rows, step_kinds
 from damcha.evidence.scales import scale_named
 from damcha.runs.machine import device_name
 from damcha.runs.train import pick_device
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Measure what the evidence at --scale costs on the device at hand: one optimiser step of each "
                      "distinct run configuration (model, batch, precision, compilation), timed after warm-up, written "
                      "to the cost table under this device's name.")
-    p.add_argument("--scale", required=True, help="paper or tiny")
+    p.add_argument("--scale", help="paper or tiny (required unless --drop-stale)")
     p.add_argument("--device", help="cpu or cuda (default: the scale's)")
     p.add_argument("--threads", type=int, help="on the CPU: torch threads a step uses (default 1, as a local "
                    "evidence worker)")
@@ -31,9 +31,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "damcha/evidence/cost_table.json); a file that is not a cost table is refused, never replaced")
     p.add_argument("--replace", action="store_true", help="time again step kinds the table already holds for this "
                    "device, replacing their rows (refused without it)")
+    p.add_argument("--drop-stale", action="store_true", help="time nothing: remove from the table every device's rows "
+                   "that no claim at any scale trains any more (the code changed their configuration), naming them")
 
 
 def run(args) -> int:
+    if args.drop_stale:
+        return _drop_stale(args)
+    if args.scale is None:
+        raise ValueError("--scale is required (paper or tiny), unless --drop-stale")
     if args.repeats < 1:
         raise ValueError(f"--repeats {args.repeats}: at least one timed step is needed for a median")
     if args.threads is not None and args.threads < 1:
@@ -77,3 +83,15 @@ def run(args) -> int:
           + f" (load per core up to {load:.2f} while timing{': beside other work, so slower than alone' if load > 0.5 else ''})")
     return 0
 
+
+def _drop_stale(args) -> int:
+    if args.scale or args.only or args.replace or args.device or args.threads is not None:
+        raise ValueError("--drop-stale times nothing: it takes --table only")
+    path = Path(args.table) if args.table else SHIPPED_TABLE
+    kept, dropped = CostTable.read(path).without(planned_row_keys())
+    if dropped:
+        kept.write(path)
+    for device, row in dropped:
+        print(f"dropped {device}: {', '.join(row.get('arms', [])) or 'a row'} (measured {row.get('measured', 'before')})")
+    print(f"{path}: {len(dropped)} row(s) no claim plans any more {'removed' if dropped else 'found'}")
+    return 0

@@ -190,8 +190,10 @@ def _evidence_setting(args, seeds: int):
     lines = budget_lines(rows, device, table, scale)
     largest = max(memory, key=lambda r: r["gib_per_device"], default=None)
     if largest:
+        micro = sorted({r["micro_batch"] for r in memory})
         lines.append(f"memory: every run fits one {setting.device} device; the largest, {largest['claim']} "
-                     f"{largest['arm']}, holds about {largest['gib_per_device']} GiB")
+                     f"{largest['arm']}, holds about {largest['gib_per_device']} GiB; each step's batch in "
+                     f"micro-batches of {' to '.join(map(str, (micro[0], micro[-1])[:len(micro)]))} rows")
     if not here:
         lines.append(f"memory: no {setting.device} device on this machine; each unit checks that its run fits on its "
                      "node before it trains")

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from damcha.evidence.records import Arm, Claim
-from damcha.evidence.scales import chosen_by, run_config, scale_claims
+from damcha.evidence.scales import SCALES, chosen_by, run_config, scale_claims
 from damcha.evidence.setting import Scale, Setting
 from damcha.evidence.units import run_train_config
 from damcha.inputs.datasets.generated import write_standard_format_files
@@ -38,7 +38,7 @@ from damcha.model.config import ModelConfig
 from damcha.model.transformer import build_model
 from damcha.runs.checkpoints import write_text_atomic
 from damcha.runs.files import CheckpointError, read_json
-from damcha.runs.memory import DoesNotFit, check_training_fits
+from damcha.runs.memory import AUTO_MICRO_BATCH, DoesNotFit, device_memory, plan_training
 from damcha.runs.train import TrainConfig, make_optimizer, optimiser_step
 
 SHIPPED_TABLE = Path(__file__).with_name("cost_table.json")
@@ -137,6 +137,14 @@ class CostTable:
         kept = [r for r in entry.get("rows", []) if _key(r) not in {_key(n) for n in rows}]
         return CostTable({**self.devices, device: {**entry, "rows": kept + rows}})
 
+    def without(self, keys: set[str]) -> tuple[CostTable, list[tuple[str, dict]]]:
+        """The table with only the rows whose step kind is in `keys` (as _key writes them), and (device, row) of
+        each row left out."""
+        dropped = [(device, r) for device, entry in self.devices.items() for r in entry.get("rows", [])
+                   if _key(r) not in keys]
+        return CostTable({device: {**entry, "rows": [r for r in entry.get("rows", []) if _key(r) in keys]}
+                          for device, entry in self.devices.items()}), dropped
+
     def write(self, path: Path | str) -> None:
         write_text_atomic(Path(path), json.dumps({"devices": self.devices}, indent=1) + "\n")
 
@@ -182,13 +190,13 @@ def measure_step(kind: StepKind, device: torch.device, repeats: int = 3) -> dict
     """The seconds of one optimiser step of `kind` on `device` (the median of `repeats` after warm-up),
     on a batch of random tokens or vectors; a run the memory rule refuses is recorded as not fitting."""
     config = ModelConfig.from_dict(json.loads(kind.config))
-    try:
-        check_training_fits(config, kind.batch, device)
+    try:  # the step a run takes there: its batch in the micro-batches the memory plan fits (runs.memory)
+        plan = plan_training(config, kind.batch, device_memory(device), micro_batch=AUTO_MICRO_BATCH, strategies=("ddp",))
     except DoesNotFit as e:
-        return {"does_not_fit": str(e)}
+        return {"does_not_fit": f"this run does not fit one {device.type} device: {e}"}
     model = build_model(config, seed=0).to(device)
     stepped = torch.compile(model) if kind.compiled else model
-    tcfg = TrainConfig(precision=kind.precision)
+    tcfg = TrainConfig(precision=kind.precision, batch_size=kind.batch, micro_batch_size=plan.micro_batch)
     opt = make_optimizer(model, tcfg)
     x, y = _random_batch(config, kind.batch, device)
     if device.type == "cuda":
@@ -202,7 +210,7 @@ def measure_step(kind: StepKind, device: torch.device, repeats: int = 3) -> dict
         seconds.append(time.perf_counter() - t0)
     timed = seconds[WARMUP_STEPS[kind.compiled]:]
     row = {"step_seconds": statistics.median(timed), "timed_steps": len(timed),
-           "spread": [min(timed), max(timed)]}
+           "spread": [min(timed), max(timed)], "micro_batch": plan.micro_batch}
     if device.type == "cuda":
         row["peak_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
     return row
@@ -245,6 +253,12 @@ def measure(kinds: dict[StepKind, list[str]], device: torch.device, repeats: int
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def planned_row_keys() -> set[str]:
+    """The step kinds the claims of every registered scale train now, keyed as a table's rows are: a row whose
+    kind is not among them costs a run nothing plans any more (its configuration changed)."""
+    return {_key(kind.row_key()) for scale in SCALES.values() for kind in step_kinds(scale, "cpu")}
 
 
 @contextmanager

@@ -24,21 +24,29 @@ from damcha.evidence.records import Arm, Claim
 from damcha.evidence.setting import Scale, Setting
 from damcha.inputs.datasets import DataError, data_set_spec
 from damcha.model.config import ModelConfig
-from damcha.runs.memory import DoesNotFit, device_memory, plan_strategy
+from damcha.runs.memory import AUTO_MICRO_BATCH, DoesNotFit, device_memory, plan_training
 from damcha.runs.train import model_config_for
 
 PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table3_depth", "table4_ablations", "table5_text")
 
+# f's 8 hidden widths: 9 linear layers, as Section 5.1 counts them (the paper states the depth, not the widths: ours
+# are the first width of the demo's pattern, 256, then 512 repeated, the model's width)
+PAPER_GENERATOR_WIDTHS = (256,) + (512,) * 7
+PAPER_WIDTHS_DEVIATION = (f"f's hidden widths {PAPER_GENERATOR_WIDTHS} are ours: Section 5.1 gives f 9 layers (8 hidden "
+                          "layers and the output projection) and does not state their widths.")
+
 PAPER = Scale(
-    "paper", "The paper's model size: 10 layers, width 512, 8 heads, f of widths (256, 512); CIFAR-10 for 50 "
-    "epochs, enwik8 and text8 for 100K steps of 16 x 1024 bytes (the paper's Table 8 budget), on the standard "
-    "files and splits, in bf16.",
-    PAPER_CLAIMS, model=dict(n_layer=10, n_head=8, n_embd=512, generator_widths=(256, 512)),
-    efficiency_model=dict(vocab_size=256, block_size=1024, n_layer=1, n_head=8, n_embd=512, generator_widths=(256, 512)),
+    "paper", "Section 5.1's model: 10 layers, width 512, 8 heads, f of 9 linear layers (hidden widths 256, then seven "
+    "of 512: the widths are ours); batches of 128 (each step's batch in the micro-batches the memory plan fits the "
+    "device, gradients accumulated); CIFAR-10 for 50 epochs, enwik8 and text8 for 100K steps of 128 x 1024 bytes (the "
+    "paper's Table 8 length), on the standard files and splits, in bf16.",
+    PAPER_CLAIMS, model=dict(n_layer=10, n_head=8, n_embd=512, generator_widths=PAPER_GENERATOR_WIDTHS),
+    efficiency_model=dict(vocab_size=256, block_size=1024, n_layer=1, n_head=8, n_embd=512,
+                          generator_widths=PAPER_GENERATOR_WIDTHS),
     efficiency_case=dict(T=1024, batch=4), smoke=False, nonstandard_ok=False,
     compile=True, default_device="cuda",
     notes=("Table 2 is timed on the host's CPU (the efficiency code times CPU layers); benchmarks/scale.py times "
-           "the GPU.",))
+           "the GPU.",), deviations=(PAPER_WIDTHS_DEVIATION,))
 
 TINY = Scale(
     "tiny", "The paper-scale code path at a tiny size (2 layers, width 32; 1 epoch) on generated files in the "
@@ -81,7 +89,7 @@ def _at_scale(claim: Claim, scale: Scale, setting: Setting) -> list[Claim]:
     if not modelled:  # no data: a cost measured at the scale's size
         m, case = scale.efficiency_model, scale.efficiency_case
         return [dataclasses.replace(claim, key=f"{claim.key}@{scale.name}", scale=f"{scale.description} "
-                                    f"{' '.join(scale.notes)}",
+                                    f"{' '.join(scale.notes)}", deviations=(*claim.deviations, *scale.deviations),
                                     note=f"Measured here at width {m['n_embd']}, {m['n_head']} heads, f of widths "
                                          f"{m['generator_widths']}, T = {case['T']}, batch {case['batch']} (the demo's "
                                          f"sizes follow). {claim.note}")]
@@ -120,7 +128,9 @@ def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) ->
              f"the test split, evaluated once after the last epoch, is reported beside it (the test_ columns), and is "
              f"the number to set beside the paper's.{AT_DEMO_LENGTH if any(a.train_overrides for a in claim.arms) else ''} "
              f"{claim.note_at_scale}".rstrip(),
-        cannot_speak_to=claim.cannot_speak_to_at_scale, deviations=(*claim.deviations_at_scale, _training_sentence(scale, target)))
+        cannot_speak_to=claim.cannot_speak_to_at_scale,
+        deviations=(*claim.deviations_at_scale, *scale.place(target).deviations, *scale.deviations,
+                    _training_sentence(scale, target)))
 
 
 def _training_sentence(scale: Scale, dataset: str) -> str:
@@ -129,7 +139,7 @@ def _training_sentence(scale: Scale, dataset: str) -> str:
     t = place.train
     length = (f"{t['epochs'] * t['steps_per_epoch']:,} steps of {t['batch_size']} x {place.block_size} tokens"
               if "steps_per_epoch" in t else f"{t['epochs']} epoch{'s' if t['epochs'] != 1 else ''} of {place.train_samples:,} images in batches of "
-              f"{t['batch_size']}")
+              f"{t['batch_size']}") + " (each in the micro-batches the memory plan fits the device)"
     warmup = f", {t['warmup_steps']:,} warm-up steps" if t.get("warmup_steps") else ""
     return (f"Training: every arm {length} at one rate ({t['lr']:g}{warmup}, then cosine decay; "
             f"{t.get('precision', 'fp32')}); the paper's Table 8 gives its length, not its rate or schedule.")
@@ -252,13 +262,14 @@ def memory_plan(setting: Setting, claims: list[Claim], world: int | None = None)
                 continue
             seen.add((arm.dataset, arm.variant, arm.overrides))
             try:
-                strategy, estimate = plan_strategy(run_config(arm, setting), setting.scale.place(arm.dataset).train["batch_size"],
-                                                   available, world)
+                plan = plan_training(run_config(arm, setting), setting.scale.place(arm.dataset).train["batch_size"],
+                                     available, world, AUTO_MICRO_BATCH)
             except DoesNotFit as e:
                 refused.append(f"{claim.key}, {arm.name}: {e}")
                 continue
-            rows.append({"claim": claim.key, "arm": arm.name, "parameters": estimate.parameters, "strategy": strategy,
-                         "gib_per_device": round(estimate.total / 2**30, 2)})
+            rows.append({"claim": claim.key, "arm": arm.name, "parameters": plan.estimate.parameters,
+                         "strategy": plan.strategy, "micro_batch": plan.micro_batch,
+                         "gib_per_device": round(plan.estimate.total / 2**30, 2)})
     if refused:
         raise DoesNotFit(f"{len(refused)} run(s) do not fit {world} {device.type} device(s), so nothing was trained: "
                          + " | ".join(refused) + ". Narrow the claims with --only, or run on more or larger devices "

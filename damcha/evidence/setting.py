@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from damcha.inputs.datasets import DATA_SETS, data_set_spec, load_dataset
 from damcha.inputs.datasets.base import AtScale
+from damcha.runs.memory import AUTO_MICRO_BATCH
 
 
 @dataclass(frozen=True, eq=False)  # compared (and cached) by identity: one object per scale
@@ -14,7 +15,8 @@ class Scale:
     """name: what --scale takes. claims: catalogue keys run at this scale. model: ModelConfig fields of
     every model arm. The data sets a scale runs on declare their place in it themselves
     (`DataSetSpec.scales[name]`: the demo data sets they stand in for, the files, the training settings).
-    smoke: claims are built as --quick builds them (fewer arms). What its runs cost is measured per device
+    smoke: claims are built as --quick builds them (fewer arms). deviations: what the scale's models differ in
+    from the paper's, declared on every claim the scale runs. What its runs cost is measured per device
     (damcha.evidence.costs)."""
 
     name: str
@@ -28,6 +30,7 @@ class Scale:
     compile: bool = False
     default_device: str = "cpu"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    deviations: tuple[str, ...] = field(default_factory=tuple)
 
     def place(self, dataset: str) -> AtScale:
         return data_set_spec(dataset).scales[self.name]
@@ -57,7 +60,9 @@ class Setting:
                             nonstandard_ok=bool(self.scale and self.scale.nonstandard_ok))
 
     def train_fields(self, dataset: str) -> dict:
-        return {**self.scale.place(dataset).train, "data_path": self.path(dataset),
+        """A unit's TrainConfig fields at the scale: the data set's training there, each step's batch in the
+        micro-batches the memory plan fits the unit's device (unless the data set sets its own)."""
+        return {"micro_batch_size": AUTO_MICRO_BATCH, **self.scale.place(dataset).train, "data_path": self.path(dataset),
                 "nonstandard_data": self.scale.nonstandard_ok, "device": self.device}
 
 

@@ -495,6 +495,22 @@ def construction_checks_sentence(doc: dict) -> str | None:
                       for k, v in sanity.items()))
 
 
+def scale_claims_markdown(scale, claims: list) -> str:
+    """Per claim a scale runs: its arms, each with the settings that set it apart from the scale's model, and every
+    deviation from the paper it declares and what it cannot speak to (docs/reproduce.md, generated from the
+    claims, so a deviation added to a claim, a data set or the scale shows there)."""
+    out = []
+    for claim in claims:
+        def apart(arm) -> str:
+            base = dict(scale.model_overrides(arm.dataset)) if arm.kind == "train" else {}
+            own = [f"{k} {v}" for k, v in arm.overrides if k not in base or base[k] != v]
+            return arm.name + (f" ({', '.join(own)})" if own and arm.kind == "train" else "")
+        out += [f"**`{claim.key}`**, {claim.title}. Arms: {'; '.join(apart(a) for a in claim.arms)}.", "",
+                *(f"- {d}" for d in claim.deviations),
+                *(f"- Cannot speak to: {c}." for c in claim.cannot_speak_to), ""]
+    return "\n".join(out).rstrip()
+
+
 def claim_numbers_markdown(doc: dict) -> str:
     """Every claim's numbers and the sentences the page says beside them (the summary pairs, what the seeds
     could detect, the trivial baselines, the arms that missed the easiest case, the implementation bound),

@@ -122,28 +122,58 @@ def device_memory(device: torch.device) -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_training_fits(config: ModelConfig, batch_size: int, device: torch.device, world: int = 1,
+def check_training_fits(config: ModelConfig, rows: int, device: torch.device, world: int = 1,
                         sharded: bool = False, checkpointing: bool = False) -> MemoryEstimate:
-    """The estimate of one rank's memory (its share of the global batch; the weights spread over the ranks
-    when sharded), refused with the numbers where the device does not offer it."""
-    estimate = training_memory(config, -(-batch_size // world), world if sharded else 1, checkpointing)
+    """The estimate of one rank's memory holding the activations of `rows` rows at once (its share of the global
+    batch, or its micro-batch; the weights spread over the `world` ranks when sharded), refused with the numbers
+    where the device does not offer it."""
+    estimate = training_memory(config, rows, world if sharded else 1, checkpointing)
     check_fits(estimate, device_memory(device), f"one {device.type} device" + (f" of {world}" if world > 1 else ""))
     return estimate
 
 
-def plan_strategy(config: ModelConfig, batch_size: int, available: int, world: int = 1) -> tuple[Literal["ddp", "fsdp"], MemoryEstimate]:
-    """How `world` ranks of `available` bytes each train `config`: "ddp" where every rank can hold the whole
-    model, its gradients and Adam's state beside its share of the batch, else "fsdp" (FSDP2: each rank 1/world
-    of them) where that fits; refused with both estimates where neither does."""
+AUTO_MICRO_BATCH = -1  # TrainConfig.micro_batch_size: the largest micro-batch the memory plan fits
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """How each rank trains: whole ("ddp") or sharded ("fsdp", FSDP2), its share of the batch in micro-batches of
+    `micro_batch` rows (gradients accumulated), and the memory one device then holds."""
+
+    strategy: Literal["ddp", "fsdp"]
+    micro_batch: int
+    estimate: MemoryEstimate
+
+
+def plan_training(config: ModelConfig, batch_size: int, available: int, world: int = 1, micro_batch: int = 0,
+                  strategies: tuple[str, ...] = ("ddp", "fsdp"), checkpointing: bool = False) -> TrainingPlan:
+    """How `world` ranks of `available` bytes each train `config` on a global batch of `batch_size`: each rank its
+    share, in micro-batches of `micro_batch` rows (0: the share at once; AUTO_MICRO_BATCH: the largest of the share,
+    its half, its quarter, ... down to one row that fits), "ddp" where a rank holds the whole model, its gradients and
+    Adam's state, else "fsdp" (each rank 1/world of them, world > 1 only) at a larger micro-batch than ddp fits.
+    Refused with the estimates at the smallest micro-batch tried where nothing fits. checkpointing: activation
+    checkpointing's estimate (training_memory)."""
     per_rank = -(-batch_size // world)
-    whole = training_memory(config, per_rank)
-    if whole.total <= HEADROOM * available:
-        return "ddp", whole
-    sharded = training_memory(config, per_rank, shards=world) if world > 1 else whole
-    if world > 1 and sharded.total <= HEADROOM * available:
-        return "fsdp", sharded
-    raise DoesNotFit(f"{whole.sentence()}" + (f"; sharded over {world} ranks, {sharded.sentence()}" if world > 1 else "")
+    sizes = _halvings(per_rank) if micro_batch == AUTO_MICRO_BATCH else (min(micro_batch or per_rank, per_rank),)
+    tried = [s for s in ("ddp", "fsdp") if s in strategies and (s == "ddp" or world > 1)] or ["ddp"]  # (one rank: whole)
+    for size in sizes:
+        for strategy in tried:
+            estimate = training_memory(config, size, world if strategy == "fsdp" else 1, checkpointing)
+            if estimate.total <= HEADROOM * available:
+                return TrainingPlan(strategy, size, estimate)
+    whole = training_memory(config, sizes[-1], 1, checkpointing)
+    sharded = training_memory(config, sizes[-1], world, checkpointing) if "fsdp" in tried else None
+    rows = f"in micro-batches of {sizes[-1]} row{'s' if sizes[-1] != 1 else ''}, " if sizes[-1] < per_rank else ""
+    raise DoesNotFit(f"{rows}{whole.sentence()}" + (f"; sharded over {world} ranks, {sharded.sentence()}" if sharded else "")
                      + f"; against {HEADROOM:.0%} of {_gib(available)} a device")
+
+
+def _halvings(n: int) -> tuple[int, ...]:
+    """n, then halved (rounded up) down to 1: the micro-batch sizes a plan tries, largest first."""
+    sizes = [n]
+    while sizes[-1] > 1:
+        sizes.append(-(-sizes[-1] // 2))
+    return tuple(sizes)
 
 
 def check_fits(estimate: MemoryEstimate, available: int, where: str) -> None:
@@ -153,4 +183,5 @@ def check_fits(estimate: MemoryEstimate, available: int, where: str) -> None:
             " Under torchrun with --strategy fsdp each rank holds 1/N of the weights, gradients and Adam's state;"
             " --activation-checkpointing keeps only each block's input.")
         raise DoesNotFit(f"this run does not fit {where}: {estimate.sentence()}, against {HEADROOM:.0%} of its "
-                          f"{_gib(available)}.{whole} Lower the batch size, or run it on larger devices.")
+                          f"{_gib(available)}.{whole} Take each step's batch in micro-batches (--micro-batch-size auto: "
+                          "the largest that fits), or run it on larger devices.")

@@ -42,7 +42,7 @@ from damcha.runs.checkpoints import (
     write_text_atomic,
 )
 from damcha.runs.evaluation import evaluate_epoch, test_metrics
-from damcha.runs.memory import check_training_fits, device_memory, plan_strategy
+from damcha.runs.memory import AUTO_MICRO_BATCH, check_training_fits, device_memory, plan_training
 from damcha.runs.writer_lock import writer_lock
 
 Optimizer = Literal["adam", "adamw"]  # adam: the paper's
@@ -83,15 +83,17 @@ class TrainConfig:
     nonstandard_data: bool = False  # accept a data file whose checksums differ from the published ones
     tuning_holdout: float = 0.0  # > 0: select on this fraction of the training data (DataSet.held_out_for_tuning)
     # > 0: each optimiser step's batch in micro-batches of at most this many rows, gradients accumulated: the step of
-    # the whole batch (to float rounding) in the memory of a micro-batch. Not in the run's config (it changes no maths).
+    # the whole batch (to float rounding) in the memory of a micro-batch; AUTO_MICRO_BATCH (-1): the largest the memory
+    # plan fits the device (runs.memory.plan_training). Not in the run's config (it changes no maths).
     micro_batch_size: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "snapshot_epochs", tuple(int(e) for e in self.snapshot_epochs))
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size and lr must be positive")
-        if self.micro_batch_size < 0:
-            raise ValueError("micro_batch_size must be 0 (the whole batch at once) or a number of rows")
+        if self.micro_batch_size < AUTO_MICRO_BATCH:
+            raise ValueError(f"micro_batch_size must be 0 (the whole batch at once), {AUTO_MICRO_BATCH} (the largest "
+                             "the memory plan fits the device) or a number of rows")
         if not 0 <= self.tuning_holdout < 1:
             raise ValueError("tuning_holdout must be a fraction in [0, 1)")
         if self.precision not in PRECISIONS:
@@ -218,9 +220,13 @@ def train(model_config: ModelConfig, tcfg: TrainConfig, out_dir: str | Path, pro
         if proc.main:
             remove_stale_temp_files(out)
         mcfg = model_config_for(data, model_config)
-        held = min(tcfg.micro_batch_size or tcfg.batch_size, tcfg.batch_size)  # the rows whose activations are held
-        if strategy == "auto":  # ddp where a rank holds the whole model and its optimiser state, else fsdp
-            strategy = plan_strategy(mcfg, held, device_memory(device), proc.world)[0]
+        if strategy == "auto" or tcfg.micro_batch_size == AUTO_MICRO_BATCH:  # the memory plan decides (runs.memory)
+            plan = plan_training(mcfg, tcfg.batch_size, device_memory(device), proc.world, tcfg.micro_batch_size,
+                                 ("ddp", "fsdp") if strategy == "auto" else (strategy,), activation_checkpointing)
+            strategy = plan.strategy if strategy == "auto" else strategy
+            tcfg = dataclasses.replace(tcfg, micro_batch_size=plan.micro_batch)
+        share = -(-tcfg.batch_size // proc.world)  # this rank's rows of a step
+        held = min(tcfg.micro_batch_size or share, share)  # the rows whose activations are held at once
         check_training_fits(mcfg, held, device, proc.world, strategy == "fsdp" and proc.distributed,
                             activation_checkpointing)  # refused with its numbers before anything is allocated
         models = _Models.built(mcfg, tcfg, device, proc, strategy, activation_checkpointing, compile_model)

@@ -21,6 +21,7 @@ from damcha.inputs.datasets import DATA_SETS
 from damcha.model.config import CHOICE_TYPES as MODEL_CHOICES
 from damcha.model.config import ModelConfig
 from damcha.runs.checkpoints import CheckpointError, load_run
+from damcha.runs.memory import AUTO_MICRO_BATCH
 from damcha.runs.train import CHOICE_TYPES as TRAIN_CHOICES
 from damcha.runs.train import TrainConfig
 
@@ -49,7 +50,8 @@ HELP = {
     "tuning_holdout": "> 0: hold this fraction of the training data out as the validation split (model "
                       "selection that never sees the reported validation or test split)",
     "micro_batch_size": "> 0: each step's batch in micro-batches of at most this many sequences, gradients "
-                        "accumulated (the same step, in less memory; dropout masks drawn per micro-batch)",
+                        "accumulated (the same step, in less memory; dropout masks drawn per micro-batch); auto: the "
+                        "largest the memory plan fits the device",
 }
 CHOICES = {"dataset": DATA_SETS}
 LITERALS = {**MODEL_CHOICES, **TRAIN_CHOICES}  # a field typed by one takes its values as the flag's choices
@@ -59,6 +61,11 @@ def ints(text: str) -> tuple[int, ...]:
     return tuple(int(t) for t in text.split(",") if t.strip())
 
 
+def micro_batch(text: str) -> int:
+    return AUTO_MICRO_BATCH if text == "auto" else int(text)
+
+
+FIELD_PARSERS: dict[str, Callable[[str], Any]] = {"micro_batch_size": micro_batch}  # a field read otherwise than its type
 PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "str | None": str, "tuple[int, ...]": ints}
 SETTING_FLAGS: dict[str, Callable[[str], Any]] = {"generator_widths": ints, "generator_dropout": float}
 
@@ -82,7 +89,8 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
             raise TypeError(f"the train command has no parser for {f.name}'s type {f.type}")
         shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
         choices = get_args(literal) if literal is not None else CHOICES.get(f.name)
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=PARSERS.get(str(f.type), str), choices=choices,
+        parse = FIELD_PARSERS.get(f.name) or PARSERS.get(str(f.type), str)
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=parse, choices=choices,
                             default=argparse.SUPPRESS, help=f"{HELP[f.name]} (default: {shown})")
     for name, parse in SETTING_FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=parse, default=argparse.SUPPRESS,

@@ -1,5 +1,6 @@
 """Training with torchrun under DistributedDataParallel and under FSDP2 (two CPU processes, Gloo): the
-same weights as one process with the same global batch, and a kill and resume that loses nothing."""
+same weights as one process with the same global batch, also in micro-batches, and a kill and resume that loses
+nothing."""
 
 import os
 import signal
@@ -76,6 +77,20 @@ def test_two_gloo_processes_end_with_the_weights_of_one_and_a_killed_run_resumes
     resumed = subprocess.run(torchrun(*args, "--out", str(out)), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert largest_difference(tmp_path / "straight" / "epoch_0003.safetensors", out / "epoch_0003.safetensors") < 1e-6
+
+
+@STRATEGIES
+def test_two_gloo_processes_in_micro_batches_end_with_the_weights_of_one_process_taking_whole_batches(tmp_path,
+                                                                                                   one_process,
+                                                                                                   strategy):
+    """Each rank's 17 or 16 rows of a step in micro-batches of 5 (gradients accumulated, then one optimiser step and
+    one step of the learning-rate schedule): the weights of one process taking each batch of 33 at once."""
+    args = [*TRAIN, *EPOCHS, "--strategy", strategy, "--micro-batch-size", "5"]
+    micro = subprocess.run(torchrun(*args, "--out", str(tmp_path / "micro")), cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert micro.returncode == 0, micro.stderr
+    for epoch in ("epoch_0001", "epoch_0003"):
+        assert largest_difference(one_process / f"{epoch}.safetensors", tmp_path / "micro" / f"{epoch}.safetensors") < 1e-5
 
 
 def test_a_state_saved_by_the_other_strategy_is_refused_in_words(tmp_path):

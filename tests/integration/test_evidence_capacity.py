@@ -7,7 +7,7 @@ import pytest
 import damcha.inputs.synthetic as syn
 from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
-from damcha.evidence.catalogue.common import DEPTH_1_AT_DEPTH_5, F_DEPTHS
+from damcha.evidence.catalogue.common import DEPTH_2_AT_DEPTH_5, F_DEPTHS
 from damcha.evidence.results import summarise
 from damcha.evidence.runner import arm_parameters
 from tests.support.evidence_values import made_up_values
@@ -49,11 +49,13 @@ def test_no_counted_comparison_of_unequal_capacity_lacks_a_matched_arm():
     assert seen > 10  # the rule has comparisons to hold (DAMCHA holds about 6x MHA's parameters on digits)
 
 
-def test_the_depth_1_f_is_widened_to_the_5_layer_fs_parameter_count():
+def test_the_depth_2_f_is_widened_to_the_5_layer_fs_parameter_count():
+    """f of two linear layers (one hidden layer, the shallowest with a width to widen) at the 5-layer f's count."""
+    assert [len(F_DEPTHS[k]) + 1 for k in (1, 3, 5)] == [1, 3, 5]  # linear layers, as the paper counts them
     target = model_parameters("damcha", "digits", (("generator_widths", F_DEPTHS[5]),))
-    counts = {w: model_parameters("damcha", "digits", (("generator_widths", (w,)),)) for w in range(64, 400, 8)}
-    assert DEPTH_1_AT_DEPTH_5 == (min(counts, key=lambda w: abs(counts[w] - target)),)
-    assert _apart(counts[DEPTH_1_AT_DEPTH_5[0]], target) < 1.05
+    counts = {w: model_parameters("damcha", "digits", (("generator_widths", (w,)),)) for w in range(8, 400, 8)}
+    assert DEPTH_2_AT_DEPTH_5 == (min(counts, key=lambda w: abs(counts[w] - target)),)
+    assert _apart(counts[DEPTH_2_AT_DEPTH_5[0]], target) < 1.05
 
 
 def test_the_widened_damcha_of_table_4_holds_w_o_sharings_parameter_count():

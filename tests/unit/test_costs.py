@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from damcha.__main__ import main
+from damcha.evidence import costs
 from damcha.evidence.costs import (
     SHIPPED_TABLE,
     CostTable,
@@ -16,13 +17,13 @@ from damcha.evidence.costs import (
     budget_lines,
     generated_setting,
     measure_step,
+    planned_row_keys,
     planned_runs,
     scale_claims_chosen,
     uncosted,
 )
-from damcha.evidence.scales import PAPER, TINY
+from damcha.evidence.scales import TINY
 from damcha.inputs.datasets.generated import write_standard_format_files
-from damcha.runs import memory
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "a test device"
@@ -76,7 +77,8 @@ def test_a_step_is_timed_for_real_and_a_run_the_memory_rule_refuses_is_recorded_
     row = measure_step(kind, torch.device("cpu"), repeats=2)
     assert row["timed_steps"] == 2 and row["spread"][0] <= row["step_seconds"] <= row["spread"][1]
     assert row["step_seconds"] > 0
-    monkeypatch.setattr(memory, "device_memory", lambda device: 1)
+    assert row["micro_batch"] == kind.batch  # the whole batch at once where it fits
+    monkeypatch.setattr(costs, "device_memory", lambda device: 1)
     assert "does_not_fit" in measure_step(kind, torch.device("cpu"))
 
 
@@ -117,31 +119,30 @@ def test_the_budget_is_held_to_only_where_every_run_is_costed(tmp_path, capsys):
 
 @pytest.mark.slow  # plans every scale's runs: 12 s (the slow tier runs it)
 def test_every_shipped_row_is_a_step_the_scales_plan_now():
-    """A row whose configuration no claim trains any more (the code changed) is stale: measure again."""
+    """A row whose configuration no claim trains any more (the code changed) is stale: measure again, or drop it
+    (`damcha costs --drop-stale`)."""
     table = CostTable.read(SHIPPED_TABLE)
-    planned = {}
-    for scale in (PAPER, TINY):
-        with generated_setting(scale) as setting:
-            planned.update({json.dumps(k.row_key(), sort_keys=True): scale.name
-                            for k in {r.kind for r in planned_runs(setting, scale_claims_chosen(setting), 1)}})
-    for device, entry in table.devices.items():
-        for row in entry["rows"]:
-            key = {k: row[k] for k in ("config", "batch", "precision", "compiled")}
-            assert json.dumps(key, sort_keys=True) in planned, (device, row["arms"])
+    planned = planned_row_keys()
+    assert not table.without(planned)[1], [(device, row["arms"]) for device, row in table.without(planned)[1]]
 
 
-def test_the_shipped_h200_rows_are_the_scale_benchmarks_measured_step_of_those_very_runs():
-    measured = json.loads((ROOT / "benchmarks" / "results" / "scale-h200.json").read_text())["rows"]
-    compiled = next(r for r in measured if r["case"] == "paper-size training step (bf16, compiled; B=16, T=1024, cuda)")
-    rows = CostTable.read(SHIPPED_TABLE).devices["NVIDIA H200"]["rows"]
-    assert {r["config"]["attention"]: r["step_seconds"] for r in rows} == {"damcha": compiled["damcha_ms"] / 1e3,
-                                                                         "mha": compiled["mha_ms"] / 1e3}
-    with generated_setting(PAPER) as setting:
-        kinds = {r.arm: r.kind for r in planned_runs(setting, scale_claims_chosen(setting, ["table5_text@enwik8"]), 1)}
-    for row in rows:
-        kind = kinds[row["config"]["attention"]]
-        assert {k: row[k] for k in ("config", "batch", "precision", "compiled")} == kind.row_key()
-        assert (row["batch"], row["precision"], row["compiled"]) == (16, "bf16", True)
+def test_drop_stale_removes_the_rows_no_claim_plans_and_keeps_every_other(tmp_path, capsys):
+    """The rows of a configuration the code no longer trains (here: the paper scale's before its f had 9 layers and
+    its batch 128) are named and removed, on every device; the rows still planned stay as they were."""
+    with generated_setting(TINY) as setting:
+        current = next(r.kind for r in planned_runs(setting, scale_claims_chosen(setting, ["table5_text@text8"]), 1))
+    now = {**current.row_key(), "step_seconds": 0.5, "arms": ["table5_text@text8: damcha"]}
+    old = {**now, "batch": 16, "arms": ["table5_text@enwik8: damcha"], "measured": "2026-11-30"}
+    path = tmp_path / "costs.json"
+    CostTable({"a GPU": {"rows": [old, now]}, "a CPU": {"rows": [now]}}).write(path)
+    assert main(["costs", "--drop-stale", "--table", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "dropped a GPU: table5_text@enwik8: damcha (measured 2026-11-30)" in out and "1 row(s)" in out
+    assert CostTable.read(path).devices == {"a GPU": {"rows": [now]}, "a CPU": {"rows": [now]}}
+    assert main(["costs", "--drop-stale", "--scale", "tiny", "--table", str(path)]) == 2
+    assert "--drop-stale times nothing" in capsys.readouterr().err
+    assert main(["costs", "--table", str(path)]) == 2
+    assert "--scale is required" in capsys.readouterr().err
 
 
 def test_a_device_not_on_this_machine_is_costed_by_name_or_refused_in_words(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """The evidence at another scale: claims moved onto the standard data sets at the scale's model size, the
 files located and checked, all before anything trains (the budget: test_costs.py)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,16 @@ import pytest
 from damcha.__main__ import main
 from damcha.evidence.capacity import model_parameters
 from damcha.evidence.catalogue import claims
-from damcha.evidence.scales import PAPER, SCALES, TINY, check_data, locate_data, scale_claims
+from damcha.evidence.scales import (
+    PAPER,
+    PAPER_GENERATOR_WIDTHS,
+    PAPER_WIDTHS_DEVIATION,
+    SCALES,
+    TINY,
+    check_data,
+    locate_data,
+    scale_claims,
+)
 from damcha.evidence.setting import Setting
 from damcha.inputs.datasets import DataError
 from damcha.inputs.datasets.generated import write_standard_format_files
@@ -88,6 +98,17 @@ def test_a_claim_at_a_scale_says_nothing_of_the_demos_data_and_declares_where_it
             assert len(claim.deviations) >= 3, claim.key
 
 
+def test_the_paper_scale_declares_its_own_widths_of_f_on_every_claim_it_runs(data_dir):
+    """Section 5.1 gives f 9 layers and no widths: every paper-scale claim (Table 2's timing too) says the widths
+    are ours; the rehearsal, which claims no paper size, declares nothing of the kind."""
+    paper = Setting(dataclasses.replace(PAPER, nonstandard_ok=True), locate_data(PAPER, data_dir))
+    at_paper = scale_claims(PAPER, paper)
+    assert {c.key.split("@")[0] for c in at_paper} == set(PAPER.claims)
+    assert all(PAPER_WIDTHS_DEVIATION in c.deviations for c in at_paper)
+    assert not any(PAPER_WIDTHS_DEVIATION in c.deviations for c in scale_claims(TINY, Setting(TINY, paper.files)))
+    assert all("128" in c.deviations[-1] for c in at_paper if c.deviations[-1].startswith("Training"))  # 5.1's batch
+
+
 def test_the_paper_is_set_beside_our_test_split_arm_by_arm_with_the_difference():
     from damcha.evidence.view import paper_beside
 
@@ -110,24 +131,27 @@ def test_the_paper_is_set_beside_our_test_split_arm_by_arm_with_the_difference()
 
 @pytest.mark.slow  # matches widths at the paper's sizes: 25 s (the slow tier runs it)
 def test_table_3_sweeps_the_papers_depths_of_f_at_the_scales_widths_against_a_matched_shallow_f():
-    """At the paper's size: f of 1, 3, 5, 7 and 9 hidden layers (the scale's first width, then its last), the
-    deepest the reference, and one hidden layer widened to the deepest f's parameters, counted."""
+    """At the paper's size: f of 1, 3, 5, 7 and 9 linear layers as the paper counts them (hidden layers and the output
+    projection; the scale's first width, then its last), the deepest (Section 5.1's f) the reference, and f of two
+    layers (one hidden layer) widened to the deepest f's parameters, counted."""
     from damcha.evidence.capacity import base_config
     from damcha.evidence.costs import generated_setting, scale_claims_chosen
 
     with generated_setting(PAPER) as setting:
         (table3,) = scale_claims_chosen(setting, ["table3_depth"])
     widths = {a.name: dict(a.overrides)["generator_widths"] for a in table3.arms}
-    assert [widths[f"f depth {k}"] for k in (1, 3, 9)] == [(256,), (256, 512, 512), (256,) + (512,) * 8]
-    assert table3.reference == "f depth 9" and table3.matched_arms == ("f depth 1 at depth 9's parameters",)
+    assert [widths[f"f depth {k}"] for k in (1, 3, 5, 9)] == [(), (256, 512), (256, 512, 512, 512), PAPER_GENERATOR_WIDTHS]
+    assert PAPER_GENERATOR_WIDTHS == (256,) + (512,) * 7  # 8 hidden widths: 9 layers
+    assert table3.reference == "f depth 9" and table3.matched_arms == ("f depth 2 at depth 9's parameters",)
 
     def count(w):
         return base_config("damcha", (*PAPER.model.items(), ("generator_widths", w))).parameter_estimate()
 
-    matched, target = widths["f depth 1 at depth 9's parameters"], count(widths["f depth 9"])
+    matched, target = widths["f depth 2 at depth 9's parameters"], count(widths["f depth 9"])
     assert matched[0] % 8 == 0 and all(abs(count(matched) - target) <= abs(count((w,)) - target)
                                        for w in range(8, 2048, 8))  # the nearest one-layer f
     assert table3.seeds(3, quick=False) == 5 and "FID@Top-50" in table3.deviations[0]
+    assert PAPER_WIDTHS_DEVIATION in table3.deviations  # the widths are ours, declared
 
 
 def test_the_capacity_matched_arm_is_matched_again_at_the_scale(tiny):
@@ -170,8 +194,10 @@ def test_too_little_data_for_a_batch_is_refused(tmp_path):
 
 
 def test_the_paper_scale_sizes_its_models_as_the_paper_does():
+    """Section 5.1: 10 layers, 8 heads, width 512 (head width 64), f of 9 layers, batches of 128."""
     assert PAPER.model_overrides("enwik8") == (("n_layer", 10), ("n_head", 8), ("n_embd", 512),
-                                               ("generator_widths", (256, 512)), ("block_size", 1024))
+                                               ("generator_widths", PAPER_GENERATOR_WIDTHS), ("block_size", 1024))
+    assert {PAPER.place(d).train["batch_size"] for d in ("enwik8", "text8", "cifar10")} == {128}
     assert set(SCALES) >= {"tiny", "paper"}
 
 

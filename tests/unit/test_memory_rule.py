@@ -10,10 +10,12 @@ import torch
 from damcha import ModelConfig, build_model
 from damcha.model.config import variant_config
 from damcha.runs.memory import (
+    AUTO_MICRO_BATCH,
+    HEADROOM,
     DoesNotFit,
     check_fits,
     check_training_fits,
-    plan_strategy,
+    plan_training,
     saved_activation_bytes,
     training_memory,
 )
@@ -68,9 +70,29 @@ def test_auto_trains_whole_where_it_fits_and_sharded_where_only_that_fits():
     config = variant_config(ModelConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=64,
                                         attention_options={"generator_widths": (32, 64)}), "damcha-unshared")
     whole = training_memory(config, 4)
-    assert plan_strategy(config, 16, int(whole.total * 2), world=4) == ("ddp", whole)
+    plan = plan_training(config, 16, int(whole.total * 2), world=4)
+    assert (plan.strategy, plan.micro_batch, plan.estimate) == ("ddp", 4, whole)
     weights_share = whole.weights + whole.gradients + whole.optimiser
-    strategy, sharded = plan_strategy(config, 16, int((weights_share / 4 + whole.activations) * 1.3), world=4)
-    assert strategy == "fsdp" and sharded.shards == 4 and sharded.total < whole.total
+    sharded = plan_training(config, 16, int((weights_share / 4 + whole.activations) * 1.3), world=4)
+    assert sharded.strategy == "fsdp" and sharded.estimate.shards == 4 and sharded.estimate.total < whole.total
     with pytest.raises(DoesNotFit, match="sharded over 4 ranks"):
-        plan_strategy(config, 16, int(whole.activations * 0.5), world=4)
+        plan_training(config, 16, int(whole.activations * 0.5), world=4)
+
+
+def _tight(config, rows: int) -> int:
+    """Bytes a device has where `rows` rows a micro-batch just fit (HEADROOM of them)."""
+    return int(training_memory(config, rows).total / HEADROOM) + 1
+
+
+def test_auto_micro_batches_are_the_largest_halving_of_a_ranks_share_that_fits():
+    config = variant_config(ModelConfig(vocab_size=256, block_size=64, n_layer=2, n_head=4, n_embd=64,
+                                        attention_options={"generator_widths": (32, 64)}), "damcha")
+    for rows in (24, 12, 6, 3, 2, 1):  # 24, then halved, rounded up
+        plan = plan_training(config, 24, _tight(config, rows), micro_batch=AUTO_MICRO_BATCH)
+        assert (plan.strategy, plan.micro_batch, plan.estimate) == ("ddp", rows, training_memory(config, rows))
+    two_ranks = plan_training(config, 24, _tight(config, 6), world=2, micro_batch=AUTO_MICRO_BATCH)
+    assert two_ranks.micro_batch == 6  # each rank's 12 rows, in two micro-batches
+    assert plan_training(config, 24, _tight(config, 6), micro_batch=5).micro_batch == 5  # given: as given, if it fits
+    with pytest.raises(DoesNotFit, match=r"^in micro-batches of 1 row, .* parameters"):
+        plan_training(config, 24, training_memory(config, 1).total // 2, micro_batch=AUTO_MICRO_BATCH)
+    assert plan_training(config, 24, _tight(config, 24) * 4, micro_batch=AUTO_MICRO_BATCH).micro_batch == 24  # room

@@ -87,4 +87,33 @@ def test_damcha_train_with_micro_batches_trains_the_same_run_and_records_no_diff
     for name, value in whole.items():
         torch.testing.assert_close(micro[name], value, rtol=1e-3, atol=1e-5, msg=name)
     with pytest.raises(ValueError, match="micro_batch_size must be 0"):
-        TrainConfig(micro_batch_size=-1)
+        TrainConfig(micro_batch_size=-2)
+
+
+def test_micro_batch_size_auto_takes_the_micro_batches_the_memory_plan_fits_the_device(tmp_path, monkeypatch, capsys):
+    """`--micro-batch-size auto` on a device that holds 8 of the batch's 32 rows a step trains in micro-batches of 8:
+    the run of `--micro-batch-size 8`, weight for weight (dropout drawn per micro-batch, so any other size differs)."""
+    from damcha.__main__ import main
+    from damcha.cli import parser_for
+    from damcha.inputs.datasets import load_dataset
+    from damcha.runs import memory
+    from damcha.runs import train as training
+    from damcha.runs.checkpoints import load_model, load_run
+    from damcha.runs.memory import HEADROOM, training_memory
+    from damcha.runs.train_flags import settings_from
+
+    common = ["train", "--dataset", "digits", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+              "--generator-widths", "16", "--batch-size", "32", "--epochs", "1", "--train-limit", "96", "--dropout", "0.1",
+              "--completion-images", "4", "--completion-samples", "1"]
+    parsed = settings_from(parser_for("train").parse_args([*common, "--micro-batch-size", "auto", "--out", "unused"]))
+    assert parsed[1].micro_batch_size == -1  # AUTO_MICRO_BATCH
+    model_config = training.model_config_for(load_dataset("digits", None, 64), variant_config(parsed[0], "damcha"))
+    room = int(training_memory(model_config, 8).total / HEADROOM) + 1  # 8 rows fit, 16 do not
+    for module in (training, memory):  # (the plan's and the check's reading of the device)
+        monkeypatch.setattr(module, "device_memory", lambda device: room)
+    assert main([*common, "--micro-batch-size", "auto", "--out", str(tmp_path / "auto")]) == 0
+    assert main([*common, "--micro-batch-size", "8", "--out", str(tmp_path / "eight")]) == 0
+    assert main([*common, "--micro-batch-size", "16", "--out", str(tmp_path / "sixteen")]) == 2  # refused: no room
+    assert "--micro-batch-size auto" in capsys.readouterr().err
+    auto, eight = (load_model(load_run(tmp_path / name), 1).state_dict() for name in ("auto", "eight"))
+    assert all(torch.equal(auto[name], value) for name, value in eight.items())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from damcha.evidence.capacity import base_config, nearest_step
-from damcha.evidence.catalogue.common import COMPLETION, F_DEPTHS, depth_matched_arm
+from damcha.evidence.catalogue.common import COMPLETION, F_DEPTHS, depth_matched_arm, depth_widths
 from damcha.evidence.records import Arm, Claim
 
 CANNOT_SPEAK_TO = (
@@ -13,7 +13,7 @@ CANNOT_SPEAK_TO = (
     'FID, BART and their @Top-50 on CIFAR-10/100, WMT and CommonGen (we measure NLL and completion MSE on digits)',
 )  # what the paper reports here that this claim does not measure
 
-PAPER_DEPTHS = (1, 3, 5, 7, 9)  # the depths of f the paper's Table 3 sweeps
+PAPER_DEPTHS = (1, 3, 5, 7, 9)  # the depths of f the paper's Table 3 sweeps, in linear layers (common.depth_widths)
 
 
 def claim(quick: bool) -> Claim:
@@ -25,7 +25,8 @@ def claim(quick: bool) -> Claim:
                   (*(Arm(f"f depth {k}", overrides=(("generator_widths", F_DEPTHS[k]),)) for k in depths), *matched),
                   f"f depth {depths[-1]}", columns=COMPLETION, min_seeds=5, matched_arms=tuple(a.name for a in matched),
                   note="Tested: the deepest f beats the shallower ones (the direction of the paper's CIFAR-10 "
-                       "FID@Top-50 column). Hidden widths: " + "; ".join(f"{k}: {F_DEPTHS[k]}" for k in depths)
+                       "FID@Top-50 column). Depth counts f's linear layers, as the paper does (a 1-layer f is its "
+                       "output projection alone); hidden widths: " + "; ".join(f"{k}: {F_DEPTHS[k]}" for k in depths)
                        + "".join(f"; {a.name}: {dict(a.overrides)['generator_widths']} (counted: a gain of the deeper f "
                                  "that is capacity shows against it)" for a in matched) + ".", cannot_speak_to=CANNOT_SPEAK_TO,
                   cannot_speak_to_at_scale=("FID@Top-50 and FID on CIFAR-10 and CIFAR-100 (Inception weights), and BART "
@@ -37,23 +38,20 @@ def claim(quick: bool) -> Claim:
     return depth
 
 
-def depth_widths(widths: tuple[int, ...], depth: int) -> tuple[int, ...]:
-    """f with `depth` hidden layers in the demo's pattern (F_DEPTHS): the first width, then the last one repeated."""
-    return (widths[0],) + (widths[-1],) * (depth - 1)
-
-
 def depths_at_scale(claim: Claim, scale) -> Claim:
-    """The paper's depths (1, 3, 5, 7, 9; a smoke scale: 1 and 9) in the scale's widths of f, and f of one hidden
-    layer widened to the deepest f's parameters (not in a smoke scale, as in the demo's quick run)."""
+    """The paper's depths (1, 3, 5, 7, 9 linear layers; a smoke scale: 1 and 9) in the pattern of the scale's widths
+    of f, and f of two layers (one hidden layer) widened to the deepest f's parameters (not in a smoke scale, as in
+    the demo's quick run)."""
     widths = tuple(scale.model["generator_widths"])
     depths = (PAPER_DEPTHS[0], PAPER_DEPTHS[-1]) if scale.smoke else PAPER_DEPTHS
     arms = tuple(Arm(f"f depth {k}", overrides=(("generator_widths", depth_widths(widths, k)),)) for k in depths)
-    matched = () if scale.smoke else (Arm(f"f depth 1 at depth {depths[-1]}'s parameters",
+    matched = () if scale.smoke else (Arm(f"f depth 2 at depth {depths[-1]}'s parameters",
                                           overrides=(("generator_widths", (_width_matching(scale, arms[-1]),)),)),)
     said = "; ".join(f"{a.name}: {dict(a.overrides)['generator_widths']}" for a in (*arms, *matched))
     return dataclasses.replace(claim, arms=(*arms, *matched), reference=arms[-1].name,
                                matched_arms=tuple(a.name for a in matched),
-                               note_at_scale=f"Tested: the deepest f beats the shallower ones. Hidden widths of f: {said}"
+                               note_at_scale=f"Tested: the deepest f beats the shallower ones. Depth counts f's linear "
+                                             f"layers, as the paper does; hidden widths of f: {said}"
                                              f"{' (the last counted: a gain of depth that is capacity shows against it)' if matched else ''}.")
 
 

@@ -130,13 +130,15 @@ class AtScale:
     """What a data set is in the evidence at a scale (damcha/evidence/scales.py): the demo data sets it
     stands in for there, the names looked for under --data-dir, the sequence length (None: the data's
     own), the TrainConfig fields of its runs, and its training samples a run's epoch walks (images;
-    corpora walk `steps_per_epoch`), for the budget."""
+    corpora walk `steps_per_epoch`), for the budget; and what its runs there differ in from the paper's,
+    declared on every claim on it."""
 
     replaces: tuple[str, ...]
     files: tuple[str, ...]
     train: dict
     block_size: int | None = None
     train_samples: int = 0
+    deviations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
