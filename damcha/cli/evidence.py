@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from damcha.evidence.scales import (
     scale_named,
 )
 from damcha.evidence.setting import DEMO, Setting
-from damcha.evidence.slurm import SlurmSettings, check
+from damcha.evidence.slurm import SlurmSettings, check, job_minutes
 from damcha.runs.machine import device_name
 
 
@@ -57,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slurm-account", help="with --launcher slurm: the account to charge")
     p.add_argument("--slurm-qos", help="with --launcher slurm: the quality of service")
     p.add_argument("--slurm-time", type=int, metavar="MINUTES", help="with --launcher slurm: each job's time limit "
-                   "(default 60; a job that reaches it is submitted again)")
+                   "(default: from the cost table, the longest run's training x1.5 + 15 minutes where every run is "
+                   "costed, else 60; a job that reaches it is submitted again and resumes its run)")
     p.add_argument("--cpus-per-unit", type=int, help="with --launcher slurm: CPUs (and torch threads) per rank "
                    "(default 1)")
     p.add_argument("--gpus-per-unit", type=int, help="with --launcher slurm: GPUs per node of a unit's allocation, "
@@ -110,7 +112,7 @@ def run(args) -> int:
     if args.launcher != "slurm":
         _slurm_settings(args)  # Slurm flags without its launcher refused before the data is read (no cluster asked)
     setting, recorded = _evidence_setting(args, seeds)
-    slurm = _slurm_settings(args)  # (the cluster is asked once the budget holds)
+    slurm = _slurm_settings(args, recorded.get("budget"))  # (the cluster is asked once the budget holds)
     with tqdm(desc="evidence", unit="unit") as bar:
         def finished(text: str, total: int) -> None:
             bar.total = total
@@ -133,9 +135,10 @@ SLURM_FLAGS = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "c
                "slurm_setup", "slurm_sbatch")
 
 
-def _slurm_settings(args):
+def _slurm_settings(args, budget: dict | None = None):
     """--launcher slurm's settings, checked against the cluster before anything is submitted; Slurm flags
-    without it are refused (they would be ignored)."""
+    without it are refused (they would be ignored). Without --slurm-time, each job's limit is derived from the
+    budget's longest run where every run is costed (job_minutes), said in a line."""
     given = [f"--{name.replace('_', '-')}" for name in SLURM_FLAGS if getattr(args, name) is not None]
     if args.launcher != "slurm":
         if given:
@@ -143,6 +146,10 @@ def _slurm_settings(args):
                              "here); add --launcher slurm or leave them out")
         return None
     settings = _slurm_settings_given(args)
+    if args.slurm_time is None and budget is not None:
+        minutes, said = job_minutes(budget["claims"], budget["device"], settings.time_minutes)
+        settings = dataclasses.replace(settings, time_minutes=minutes)
+        print(f"--slurm-time {minutes}: {said}")
     check(settings, Path(args.work))
     return settings
 

@@ -279,9 +279,10 @@ def scale_claims_chosen(setting: Setting, only: list[str] | None = None) -> list
 
 def budget(setting: Setting, claims: list[Claim], seeds: int, table: CostTable, device: str) -> list[dict]:
     """Per claim: its runs, the device-hours of those measured on `device` (their steps at the measured
-    step time), and the arms whose runs have no measurement there (with how many runs) or do not fit it."""
+    step time), the arms whose runs have no measurement there (with how many runs) or do not fit it, and its
+    longest measured run (arm, hours; None: none measured)."""
     rows: dict[str, dict] = {c.key: {"claim": c.key, "hours": 0.0, "runs": 0, "measured_runs": 0, "unmeasured": {},
-                                     "does_not_fit": {}} for c in claims}
+                                     "does_not_fit": {}, "longest_run": None} for c in claims}
     for run in planned_runs(setting, claims, seeds):
         row, measured = rows[run.claim], table.row(device, run.kind)
         row["runs"] += 1
@@ -290,8 +291,11 @@ def budget(setting: Setting, claims: list[Claim], seeds: int, table: CostTable, 
         elif "does_not_fit" in measured:
             row["does_not_fit"][run.arm] = row["does_not_fit"].get(run.arm, 0) + 1
         else:
-            row["hours"] += run.steps * measured["step_seconds"] / 3600
+            hours = run.steps * measured["step_seconds"] / 3600
+            row["hours"] += hours
             row["measured_runs"] += 1
+            if row["longest_run"] is None or hours > row["longest_run"][1]:
+                row["longest_run"] = (run.arm, hours)
     return list(rows.values())
 
 

@@ -20,6 +20,7 @@ sees. Each refusal is one sentence naming the fix.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import signal
@@ -43,6 +44,26 @@ POLL_SECONDS = 2.0  # how often the queue is read while jobs run (squeue: one ca
 
 class SlurmError(ValueError):
     """A Slurm launch refused or failed, in words (the command prints it as its one error line)."""
+
+
+JOB_TIME_FACTOR, JOB_TIME_EXTRA = 1.5, 15  # a job's limit: its run's measured training x 1.5, + 15 minutes
+
+
+def job_minutes(rows: list[dict], device: str, default: int) -> tuple[int, str]:
+    """Each job's time limit from the budget's rows (costs.budget): the longest run's measured training times
+    JOB_TIME_FACTOR plus JOB_TIME_EXTRA minutes (the evaluation, the start-up, compilation), where every run is
+    costed on `device`; else `default`. With the sentence that says which, and why."""
+    uncosted = sum(r["runs"] - r["measured_runs"] for r in rows)
+    if not any(r["longest_run"] for r in rows):
+        return default, f"the default: no run has a measured cost on {device}, so no job's length is known"
+    if uncosted:
+        return default, (f"the default: {uncosted} run(s) have no measured cost on {device}, so no job's length is "
+                         "known; give --slurm-time where a run may take longer")
+    claim, (arm, hours) = max(((r["claim"], r["longest_run"]) for r in rows if r["longest_run"]), key=lambda c: c[1][1])
+    minutes = math.ceil(hours * 60 * JOB_TIME_FACTOR + JOB_TIME_EXTRA)
+    return minutes, (f"from the cost table: the longest run, {claim} {arm}, trains for {hours:.2f} h on {device}; "
+                     f"each job may take {JOB_TIME_FACTOR:g}x that plus {JOB_TIME_EXTRA} minutes (a unit spread over "
+                     "several ranks is given the same)")
 
 
 @dataclass(frozen=True)

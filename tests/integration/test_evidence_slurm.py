@@ -6,6 +6,7 @@ cluster must start (.ci/run installs slurm-wlm and munge); elsewhere the test sk
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -181,6 +182,21 @@ def test_what_a_lab_passes_to_sbatch_reaches_every_job(cluster, tmp_path):
     script = scripts[0].read_text()
     assert "#SBATCH --mem=300M" in script and "#SBATCH --comment=damcha-probe" in script, script
     assert "echo damcha-setup-ran" in script and any("damcha-setup-ran" in log.read_text() for log in logs)
+    assert "#SBATCH --time=60" in script and "--slurm-time 60: the default: no run has a measured cost" in done.stdout
+    # every run costed on the named GPU (a table of the user's): each job's limit from the longest run
+    from damcha.evidence.costs import CostTable, step_kinds
+    from damcha.evidence.scales import TINY
+
+    table = tmp_path / "costs.json"
+    CostTable({"test GPU": {"rows": [{**kind.row_key(), "step_seconds": 90.0, "arms": arms}
+                                     for kind, arms in step_kinds(TINY, "cuda", [CLAIM]).items()]}}).write(table)
+    costed = subprocess.run(_evidence(data, tmp_path / "out3", "--launcher", "slurm", "--device", "cuda",
+                                      "--slurm-retries", "0", "--cost-table", str(table), "--cost-device", "test GPU"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=900, env=cluster)
+    minutes = math.ceil(4 * 90 / 3600 * 60 * 1.5 + 15)  # 4 steps of 90 s (TINY's enwik8), x1.5, + 15 minutes: 24
+    assert f"--slurm-time {minutes}: from the cost table" in costed.stdout, costed.stdout[-2000:] + costed.stderr[-2000:]
+    assert all(f"#SBATCH --time={minutes}" in p.read_text()
+               for p in (tmp_path / "out3" / "work" / "slurm").rglob("*_submission.sh"))
     refused = subprocess.run(_evidence(data, tmp_path / "out2", "--launcher", "slurm", "--slurm-constraint",
                                        "no-such-feature"), cwd=ROOT, capture_output=True, text=True, timeout=600,
                              env=cluster)
