@@ -31,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "damcha/evidence/cost_table.json); a file that is not a cost table is refused, never replaced")
     p.add_argument("--replace", action="store_true", help="time again step kinds the table already holds for this "
                    "device, replacing their rows (refused without it)")
+    p.add_argument("--missing-only", action="store_true", help="time only the step kinds the table lacks for this "
+                   "device (after a call --time-limit cut short)")
+    p.add_argument("--time-limit", type=float, metavar="SECONDS", help="start no step kind once the time spent plus "
+                   "the longest kind so far would pass it; what was timed is written, what was not is named (run "
+                   "again with --missing-only)")
     p.add_argument("--drop-stale", action="store_true", help="time nothing: remove from the table every device's rows "
                    "that no claim at any scale trains any more (the code changed their configuration), naming them")
 
@@ -42,6 +47,10 @@ def run(args) -> int:
         raise ValueError("--scale is required (paper or tiny), unless --drop-stale")
     if args.repeats < 1:
         raise ValueError(f"--repeats {args.repeats}: at least one timed step is needed for a median")
+    if args.missing_only and args.replace:
+        raise ValueError("--missing-only times what the table lacks, --replace what it holds: give one")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise ValueError(f"--time-limit {args.time_limit:g}: a positive number of seconds")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads {args.threads}: a step runs on at least one thread")
     scale = scale_named(args.scale)
@@ -62,13 +71,18 @@ def run(args) -> int:
         torch.set_num_threads(args.threads or 1)
     try:
         name = device_name(device)
+        if args.missing_only:
+            kinds = {k: arms for k, arms in kinds.items() if table.row(name, k) is None}
+            if not kinds:
+                print(f"{path} already holds every step kind asked for, measured on {name}: nothing to time")
+                return 0
         earlier = replaced_rows(table, name, kinds)
         if earlier and not args.replace:
             dates = sorted({str(r.get("measured") or table.devices[name].get("measured", "an earlier day")) for r in earlier})
             raise ValueError(f"{path} already holds {len(earlier)} of these {len(kinds)} step kinds measured on {name} "
                              f"({', '.join(dates)}): pass --replace to time them again into it, or --table a file of "
                              "your own (read over the shipped table with evidence --cost-table)")
-        rows = measure(kinds, device, args.repeats)
+        rows = measure(kinds, device, args.repeats, seconds=args.time_limit)
     finally:
         torch.set_num_threads(threads)
     about = {"torch": torch.__version__, "measured": time.strftime("%Y-%m-%d"),
@@ -81,11 +95,15 @@ def run(args) -> int:
     print(f"wrote {len(rows)} step kinds measured on {name} to {path}"
           + (f", replacing {len(earlier)} rows measured before" if earlier else "")
           + f" (load per core up to {load:.2f} while timing{': beside other work, so slower than alone' if load > 0.5 else ''})")
+    if len(rows) < len(kinds):
+        print(f"{len(kinds) - len(rows)} step kind(s) not timed within --time-limit {args.time_limit:g}: run the same "
+              "command again with --missing-only to time them")
     return 0
 
 
 def _drop_stale(args) -> int:
-    if args.scale or args.only or args.replace or args.device or args.threads is not None:
+    if args.scale or args.only or args.replace or args.missing_only or args.device or args.threads is not None \
+            or args.time_limit is not None:
         raise ValueError("--drop-stale times nothing: it takes --table only")
     path = Path(args.table) if args.table else SHIPPED_TABLE
     kept, dropped = CostTable.read(path).without(planned_row_keys())

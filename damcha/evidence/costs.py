@@ -242,16 +242,23 @@ def step_kinds(scale: Scale, device_type: str, only: list[str] | None = None) ->
 
 
 def measure(kinds: dict[StepKind, list[str]], device: torch.device, repeats: int = 3,
-            progress: bool = True) -> list[dict]:
+            progress: bool = True, seconds: float | None = None) -> list[dict]:
     """One row per step kind, measured on `device`, each with what it was measured under: the date, torch's
-    threads and the machine's load per core as the row began (a row timed beside other work is slower)."""
-    rows = []
+    threads and the machine's load per core as the row began (a row timed beside other work is slower).
+    seconds: a kind is started only while the time spent plus the longest kind so far stays within it (the
+    kinds left are not measured: the rows returned say which were)."""
+    rows: list[dict] = []
+    start, longest = time.monotonic(), 0.0
     for kind, arms in tqdm(kinds.items(), desc="timing one training step of each configuration", disable=not progress):
+        if seconds is not None and rows and time.monotonic() - start + longest > seconds:
+            break
+        began = time.monotonic()
         under = {"measured": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(),
                  "load_per_core": round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)}
         rows.append({**kind.row_key(), "arms": sorted(set(arms)), **measure_step(kind, device, repeats), **under})
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        longest = max(longest, time.monotonic() - began)
     return rows
 
 

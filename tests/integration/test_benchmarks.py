@@ -171,3 +171,7 @@ def test_the_device_check_runs_its_cpu_dry_run_from_another_folder_and_leaves_th
     assert any(device.startswith("CPU ") and all("threads" in r for r in entry["rows"] if "load_per_core" in r)
                for device, entry in written.items())
     assert SHIPPED_TABLE.read_bytes() == shipped
+    again = subprocess.run([sys.executable, script, "--device", "cpu", "--costs-only", "--out", str(tmp_path / "out")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "nothing to time" in again.stdout  # a second call goes on from the first's table
+    assert json.loads((tmp_path / "out" / "cost_table.json").read_text())["devices"] == written

@@ -126,6 +126,23 @@ def test_every_shipped_row_is_a_step_the_scales_plan_now():
     assert not table.without(planned)[1], [(device, row["arms"]) for device, row in table.without(planned)[1]]
 
 
+def test_a_time_limit_writes_what_was_timed_and_missing_only_goes_on_with_the_rest(tmp_path, capsys):
+    """A lent GPU's call is 10 minutes: each call times what the table lacks until its limit, and says what is left."""
+    table = tmp_path / "costs.json"
+    base = ["costs", "--scale", "tiny", "--only", "table5_text@text8", "--repeats", "1", "--table", str(table)]
+    assert main([*base, "--time-limit", "0.001"]) == 0  # the first kind is always timed, then the limit is passed
+    assert "2 step kind(s) not timed within --time-limit 0.001" in capsys.readouterr().out
+    rows = lambda: next(iter(json.loads(table.read_text())["devices"].values()))["rows"]  # noqa: E731
+    assert len(rows()) == 1
+    assert main([*base, "--missing-only", "--time-limit", "0.001"]) == 0 and len(rows()) == 2
+    assert main([*base, "--missing-only"]) == 0 and len(rows()) == 3
+    assert "wrote 1 step kinds" in capsys.readouterr().out
+    assert main([*base, "--missing-only"]) == 0 and "nothing to time" in capsys.readouterr().out
+    assert len({json.dumps([r["config"], r["batch"]], sort_keys=True) for r in rows()}) == 3  # each kind once
+    for flags, said in ((["--missing-only", "--replace"], "give one"), (["--time-limit", "0"], "a positive number")):
+        assert main([*base, *flags]) == 2 and said in capsys.readouterr().err
+
+
 def test_drop_stale_removes_the_rows_no_claim_plans_and_keeps_every_other(tmp_path, capsys):
     """The rows of a configuration the code no longer trains (here: the paper scale's before its f had 9 layers and
     its batch 128) are named and removed, on every device; the rows still planned stay as they were."""
