@@ -38,6 +38,13 @@ def cluster(tmp_path):
         yield env
 
 
+@pytest.fixture
+def gpu_cluster(tmp_path):
+    _require_slurm()
+    with one_node_cluster(tmp_path / "cluster", gpu=True) as env:
+        yield env
+
+
 def _evidence(data: Path, out: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", "damcha", "evidence", "--scale", "tiny", "--only", CLAIM, "--seeds", "1",
             "--data-dir", str(data), "--out", str(out), *flags]
@@ -163,6 +170,27 @@ def test_the_submitter_never_asks_for_the_accelerator_each_job_checks_its_own_no
     assert last.startswith("error: a job of the evidence's units failed (") and "its log: " in last, last
     assert last.endswith("ValueError: --device cuda asked for, but no CUDA device is available"), last
     assert list((tmp_path / "out" / "work" / "slurm").iterdir())  # jobs were submitted
+
+
+def test_a_unit_asking_for_a_gpu_is_allocated_the_one_slurm_declares_while_the_submitter_never_touches_cuda(
+        gpu_cluster, tmp_path):
+    """The documented cluster command (`--device cuda --gpus-per-unit 1 --launcher slurm`) from this machine without
+    a GPU, on a cluster whose node declares one GPU to Slurm (a GRES in gres.conf): the budget is printed, every job
+    asks for the GPU and is allocated it, and each refuses on its node, which has no CUDA device, naming its log."""
+    data = tmp_path / "data"
+    write_standard_format_files(data)
+    done = subprocess.run(_evidence(data, tmp_path / "out", "--launcher", "slurm", "--device", "cuda",
+                                    "--gpus-per-unit", "1", "--slurm-retries", "0",
+                                    "--slurm-setup", 'echo "allocated GPUs: $SLURM_JOB_GPUS of $SLURM_GPUS_ON_NODE"'),
+                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=gpu_cluster)
+    assert done.returncode == 2 and "budget" in done.stdout.lower(), done.stdout[-1000:] + done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: a job of the evidence's units failed (") and "its log: " in last, last
+    assert last.endswith("no CUDA device is available"), last
+    scripts = list((tmp_path / "out" / "work" / "slurm").rglob("*_submission.sh"))
+    assert scripts and all("#SBATCH --gpus-per-node=1" in p.read_text() for p in scripts)
+    logs = [p.read_text() for p in (tmp_path / "out" / "work" / "slurm").rglob("*_log.out")]
+    assert logs and all("allocated GPUs: 0 of 1" in log for log in logs), logs[:1]
 
 
 def test_what_a_lab_passes_to_sbatch_reaches_every_job(cluster, tmp_path):

@@ -39,9 +39,10 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _config(folder: Path, host: str, ports: list[int], ghost_node: bool) -> str:
+def _config(folder: Path, host: str, ports: list[int], ghost_node: bool, gpu: bool) -> str:
     memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
     return "\n".join([
+        *(["GresTypes=gpu"] if gpu else []),
         "ClusterName=damcha-test", f"SlurmctldHost={host}(127.0.0.1)", "SlurmUser=root", "SlurmdUser=root",
         "AuthType=auth/munge", f"AuthInfo=socket={folder / 'munge.sock'}", "CredType=cred/munge",
         f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}", f"StateSaveLocation={folder / 'state'}",
@@ -50,16 +51,20 @@ def _config(folder: Path, host: str, ports: list[int], ghost_node: bool) -> str:
         f"SlurmdLogFile={folder / 'slurmd.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/backfill", "MpiDefault=none", "ReturnToService=2", "KillWait=2",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN"
+        + (" Gres=gpu:1" if gpu else ""),
         # A second node that never starts: the cluster counts two nodes, as a real one would.
         *(["NodeName=ghost NodeAddr=127.0.0.2 CPUs=1 RealMemory=100 State=DOWN"] if ghost_node else []),
         "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 
 @contextmanager
-def one_node_cluster(folder: Path, start_seconds: float = 60, ghost_node: bool = False) -> Iterator[dict]:
+def one_node_cluster(folder: Path, start_seconds: float = 60, ghost_node: bool = False,
+                     gpu: bool = False) -> Iterator[dict]:
     """Start the cluster in `folder`; yield the environment its commands need (SLURM_CONF). ghost_node: the
-    configuration also declares a second node, down (a multi-node cluster for the checks that count nodes)."""
+    configuration also declares a second node, down (a multi-node cluster for the checks that count nodes).
+    gpu: the node declares one GPU to Slurm (a GRES whose device file is /dev/null: jobs are allocated it and
+    scheduled as on a GPU node, and find no CUDA device there)."""
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("state", "spool"):
         (folder / sub).mkdir(exist_ok=True)
@@ -68,7 +73,9 @@ def one_node_cluster(folder: Path, start_seconds: float = 60, ghost_node: bool =
     key.chmod(0o600)
     host = socket.gethostname().split(".")[0]
     conf = folder / "slurm.conf"
-    conf.write_text(_config(folder, host, _free_ports(2), ghost_node))
+    conf.write_text(_config(folder, host, _free_ports(2), ghost_node, gpu))
+    if gpu:
+        (folder / "gres.conf").write_text(f"NodeName={host} Name=gpu File=/dev/null\n")
     env = {**os.environ, "SLURM_CONF": str(conf)}
     started = []
     try:
