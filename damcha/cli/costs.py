@@ -43,16 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     if args.drop_stale:
         return _drop_stale(args)
-    if args.scale is None:
-        raise ValueError("--scale is required (paper or tiny), unless --drop-stale")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats {args.repeats}: at least one timed step is needed for a median")
-    if args.missing_only and args.replace:
-        raise ValueError("--missing-only times what the table lacks, --replace what it holds: give one")
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise ValueError(f"--time-limit {args.time_limit:g}: a positive number of seconds")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads {args.threads}: a step runs on at least one thread")
+    _refuse_what_cannot_run(args)
     scale = scale_named(args.scale)
     wanted = args.device or scale.default_device
     if not re.fullmatch(r"cpu|cuda(:\d+)?", wanted):
@@ -99,6 +90,20 @@ def run(args) -> int:
         print(f"{len(kinds) - len(rows)} step kind(s) not timed within --time-limit {args.time_limit:g}: run the same "
               "command again with --missing-only to time them")
     return 0
+
+
+def _refuse_what_cannot_run(args) -> None:
+    """Flags that cannot time anything, refused in words before any file is read."""
+    if args.scale is None:
+        raise ValueError("--scale is required (paper or tiny), unless --drop-stale")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats {args.repeats}: at least one timed step is needed for a median")
+    if args.missing_only and args.replace:
+        raise ValueError("--missing-only times what the table lacks, --replace what it holds: give one")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise ValueError(f"--time-limit {args.time_limit:g}: a positive number of seconds")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: a step runs on at least one thread")
 
 
 def _drop_stale(args) -> int:

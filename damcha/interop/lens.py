@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import cast
 
 import torch
 from torch import nn
@@ -59,7 +60,7 @@ try:
 except ImportError:  # pragma: no cover - the message is the point
     raise ImportError("damcha.interop.lens needs TransformerLens: pip install 'damcha[lens]'") from None
 
-from damcha.model.transformer import NextTokenHead, Transformer
+from damcha.model.transformer import MLP, Block, NextTokenHead, SwiGLU, Transformer
 
 UNSUPPORTED = {
     "W_Q, W_K, QK circuits": "DAMCHA scores q = x_i·m_i against k = x_i: there is no query or key projection "
@@ -120,18 +121,17 @@ class _MLP(nn.Module):
     """A block's feed-forward: hook_pre (hook_pre_linear for SwiGLU), hook_post, and W_in, W_out, b_out as
     TransformerLens lays them out (d_model x d_mlp, d_mlp x d_model, d_model)."""
 
-    def __init__(self, mlp: nn.Module):
+    def __init__(self, mlp: MLP | SwiGLU):
         super().__init__()
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()
-        self._gated = hasattr(mlp, "gate")
-        if self._gated:
+        if isinstance(mlp, SwiGLU):
             self.hook_pre_linear = HookPoint()
         self._mlp = [mlp]
 
     @property
     def W_in(self) -> torch.Tensor:
         mlp = self._mlp[0]
-        return (mlp.up if self._gated else mlp.fc).weight.T
+        return (mlp.up if isinstance(mlp, SwiGLU) else mlp.fc).weight.T
 
     @property
     def W_out(self) -> torch.Tensor:
@@ -144,15 +144,16 @@ class _MLP(nn.Module):
 
     def watch(self) -> list:
         mlp = self._mlp[0]
-        handles = [(mlp.gate if self._gated else mlp.fc).register_forward_hook(lambda m, args, out: self.hook_pre(out)),
+        handles = [(mlp.gate if isinstance(mlp, SwiGLU) else mlp.fc).register_forward_hook(
+                       lambda m, args, out: self.hook_pre(out)),
                    mlp.proj.register_forward_pre_hook(lambda m, args: (self.hook_post(args[0]),))]
-        if self._gated:
+        if isinstance(mlp, SwiGLU):
             handles.append(mlp.up.register_forward_hook(lambda m, args, out: self.hook_pre_linear(out)))
         return handles
 
 
 class _Block(nn.Module):
-    def __init__(self, block: nn.Module, output: nn.Linear | None, heads: int, post_norm: bool):
+    def __init__(self, block: Block, output: nn.Linear | None, heads: int, post_norm: bool):
         super().__init__()
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
@@ -175,6 +176,8 @@ def norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if isinstance(norm, nn.RMSNorm):
         eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps
         return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    if not isinstance(norm, nn.LayerNorm):
+        raise TypeError(f"{type(norm).__name__}: the lens reads a LayerNorm's or an RMSNorm's scale only")
     return (x.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
 
 
@@ -185,6 +188,11 @@ class _Named(nn.Module):
         super().__init__()
         for name in names:
             self.add_module(name, HookPoint())
+
+
+def model_blocks(model: Transformer) -> list[Block]:
+    """The model's blocks, typed (an nn.ModuleList yields Modules)."""
+    return cast(list[Block], list(model.blocks))
 
 
 class HookedDamcha(HookedRootModule):
@@ -200,7 +208,7 @@ class HookedDamcha(HookedRootModule):
         self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
         post_norm = model.config.norm_placement == "post"
         self.blocks = nn.ModuleList(_Block(block, model.mechanism.head_output_site(block.attn, model.config),
-                                           model.config.n_head, post_norm) for block in model.blocks)
+                                           model.config.n_head, post_norm) for block in model_blocks(model))
         self.ln_final = _Norm(model.ln_f)
         self.own_sites = model.mechanism.hook_sites(model)
         for prefix in sorted({name.rpartition(".")[0] for name in self.own_sites}):
@@ -265,21 +273,25 @@ class HookedDamcha(HookedRootModule):
         index = torch.as_tensor(tokens, dtype=torch.long)
         return self.W_U.T[index]  # (*tokens.shape, D)
 
+    def hooked_blocks(self) -> list[_Block]:
+        """The hook points of each block, typed (an nn.ModuleList yields Modules)."""
+        return cast(list[_Block], list(self.blocks))
+
     def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> torch.Tensor:
         """(D,): the output biases the residual stream has taken in before `layer`'s attention (mlp_input: before
         its MLP, so its attention's b_O too): each attention's b_O and, with include_mlp_biases, each MLP's b_out."""
         total = torch.zeros(self.cfg.d_model)
         for i in range(layer + (1 if mlp_input else 0)):
-            total = total + self.blocks[i].attn.b_O
+            total = total + self.hooked_blocks()[i].attn.b_O
             if include_mlp_biases and i < layer:
-                total = total + self.blocks[i].mlp.b_out
+                total = total + self.hooked_blocks()[i].mlp.b_out
         return total
 
     def silent_hooks(self) -> dict[str, str]:
         """Every hook point of layer 0 and of the whole model (the mechanism's own sites included) that this model
         does not fire, each with the reason. Found by running a short input with every hook point watched, so a
         hook that never fires is never left out; the reasons are what this mechanism and config lack there."""
-        config, attn = self.config, self.model.blocks[0].attn
+        config, attn = self.config, model_blocks(self.model)[0].attn
         known = {"blocks.0.attn.hook_attn_scores": "its scores are mixed across heads in steps of its own, not formed "
                                                    "per head in the shared attend step (hook_pattern records the weights)"}
         if _value_map(attn, config) is None:
@@ -303,10 +315,11 @@ class HookedDamcha(HookedRootModule):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, real: torch.Tensor | None = None,
                 return_type: str = "logits"):
-        handles, attended = [], set()  # the layers whose pattern went through the shared attend step this call
+        handles: list = []
+        attended: set[int] = set()  # the layers whose pattern went through the shared attend step this call
         try:
             handles += self._module_hooks(tokens.shape[0], attended)
-            sites = [self._site(block, i, attended) for i, block in enumerate(self.blocks)]
+            sites = [self._site(block, i, attended) for i, block in enumerate(self.hooked_blocks())]
             out = self.model(tokens, targets=targets, real=real, need_intermediates=True, stochastic=False,
                              layer_sites=sites)
         finally:
@@ -333,7 +346,7 @@ class HookedDamcha(HookedRootModule):
         if model.pos_emb is not None:  # (T, D) in the model: (B, T, D) as TransformerLens lays it out
             handles.append(model.pos_emb.register_forward_hook(
                 lambda m, args, out: self.hook_pos_embed(out.expand(batch, *out.shape))))
-        for i, (block, hooks) in enumerate(zip(model.blocks, self.blocks)):
+        for i, (block, hooks) in enumerate(zip(model_blocks(model), self.hooked_blocks())):
             if self.config.norm_placement != "post":
                 handles.append(block.ln_2.register_forward_pre_hook(lambda m, args, h=hooks: (h.hook_resid_mid(args[0]),)))
                 handles.append(block.mlp.register_forward_hook(lambda m, args, out, h=hooks: h.hook_mlp_out(out)))

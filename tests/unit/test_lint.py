@@ -13,8 +13,9 @@ def test_ruff_is_clean():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_is_clean_over_the_model_the_runs_the_inputs_the_analyses_and_the_command_line():
-    """The type checker over what pyproject.toml's [tool.mypy] names (damcha/model, runs, inputs, analysis, cli)."""
+def test_mypy_is_clean_over_the_model_the_runs_the_inputs_the_analyses_the_command_line_and_the_interop():
+    """The type checker over what pyproject.toml's [tool.mypy] names (damcha/model, runs, inputs, analysis, cli,
+    interop)."""
     result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
