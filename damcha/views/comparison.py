@@ -92,10 +92,11 @@ def compared_run(record: InspectionRecord, label: str, layer: int = 0, head: int
         attention = record.attention_map(layer)[head]
         attention_title = f"Attention (query × key), layer {layer + 1} head {head + 1}"
     if record.task == "classification":
-        loss, loss_labels = np.atleast_1d(record.token_loss if record.token_loss is not None else [np.nan]), ("class",)
+        loss = np.atleast_1d(record.token_loss if record.token_loss is not None else [np.nan])
+        loss_labels: tuple[str, ...] = ("class",)
     else:
         loss = record.token_loss if record.token_loss is not None else np.full(len(record.tokens), np.nan)
-        loss_labels = record.target_labels or record.token_labels
+        loss_labels = tuple(record.target_labels or record.token_labels)
     unit = LossUnit.of_record(record)
     return ComparedRun(label, np.asarray(drawn_matrix(s, index, taken_head), dtype=float), structure_style(s, record),
                        s.title + where, attention, attention_title, tuple(record.token_labels),
@@ -180,7 +181,7 @@ def comparison_figure(runs: Sequence[ComparedRun], title: str = "") -> go.Figure
         row = 2 * i + 1
         cells = [(r.structure, r.structure_style), (r.attention, _attention_style(r) if r.attention is not None else None)]
         for col, (M, style) in enumerate(cells, start=1):
-            if M is None:
+            if M is None or style is None:
                 continue
             sub = fig.get_subplot(row, col)
             y0, y1 = sub.yaxis.domain

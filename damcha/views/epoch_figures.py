@@ -159,7 +159,7 @@ class FollowedStructure:
 def followed_structure(sweep: EpochSweep, params: Mapping) -> FollowedStructure:
     """The structure named in params (structure, layer, position, head) across the sweep's epochs."""
     first = sweep.records[0]
-    s = first.structure(params["structure"])
+    s = first.named(params["structure"])
     index = structure_index(first, int(params.get("layer", 0)), int(params.get("position", -1)))
     head = int(params.get("head", 0)) if per_head(s) else None
     where = first.where(index["position"]) if "position" in s.index_axes else \

@@ -13,7 +13,7 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -211,13 +211,11 @@ def read_data_csv(raw: bytes) -> dict[str, np.ndarray]:
     """Inverse of data_csv (2-D arrays)."""
     cells: dict[str, dict[tuple[int, int], float]] = {}
     for line in raw.decode().splitlines()[1:]:
-        name, i, j, v = line.rsplit(",", 3)
-        cells.setdefault(name, {})[(int(i), int(j))] = float(v)
-    out = {}
+        name, row, col, value = line.rsplit(",", 3)
+        cells.setdefault(name, {})[(int(row), int(col))] = float(value)
+    out: dict[str, np.ndarray] = {}
     for name, c in cells.items():
-        rows = 1 + max(i for i, _ in c)
-        cols = 1 + max(j for _, j in c)
-        a = np.full((rows, cols), np.nan)
+        a = np.full((1 + max(i for i, _ in c), 1 + max(j for _, j in c)), np.nan)
         for (i, j), v in c.items():
             a[i, j] = v
         out[name] = a
@@ -226,7 +224,8 @@ def read_data_csv(raw: bytes) -> dict[str, np.ndarray]:
 
 def data_npz(data: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in data.items()})
+    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in data.items()})  # type: ignore[arg-type]  # (numpy's stub
+    # types **kwds against allow_pickle)
     return buf.getvalue()
 
 
@@ -286,17 +285,15 @@ class Provenance:
         root: the checkpoint folder the run was opened from; the run is then named relative to it
         (the app never writes the server's absolute paths into a file it hands out)."""
         checkpoint = run.snapshot_path(epoch) if run is not None and epoch is not None else None
-        prov = dict(figure=figure, run=None if run is None else run_name_in(run.path, root), epoch=epoch,
-                    checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
-                    params=numbered_from_one(params or {}), regenerable=regenerable)
-        if tokens is not None:
-            tok = np.asarray(tokens)
-            prov["input_sha256"] = tokens_sha256(tok)
-            if tok.size <= 4096:
-                prov["input_tokens"] = tok.tolist()
-                if targets is not None:
-                    prov["input_targets"] = np.asarray(targets).tolist()
-        return cls(**prov)
+        prov = cls(figure=figure, run=None if run is None else run_name_in(run.path, root), epoch=epoch,
+                   checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None, input_source=input_source,
+                   params=numbered_from_one(params or {}), regenerable=regenerable)
+        if tokens is None:
+            return prov
+        tok = np.asarray(tokens)
+        small = tok.size <= 4096  # the tokens themselves only when small; their hash always
+        return replace(prov, input_sha256=tokens_sha256(tok), input_tokens=tok.tolist() if small else None,
+                       input_targets=np.asarray(targets).tolist() if small and targets is not None else None)
 
     def tokens_array(self) -> np.ndarray:
         return np.asarray(self.input_tokens)

@@ -282,7 +282,10 @@ def has_prediction(record: InspectionRecord) -> bool:
 
 def seen_picture(record: InspectionRecord) -> np.ndarray:
     """What the model sees, as the modality's picture kind names it."""
-    return record.modality.seen_picture(record.tokens, record.targets, record.task)
+    picture = record.modality.seen_picture(record.tokens, record.targets, record.task)
+    if picture is None:
+        raise ValueError(f"a {record.modality.name} input is not a picture")
+    return picture
 
 
 def _predicted_image(record: InspectionRecord, at: str) -> go.Figure:
@@ -320,12 +323,22 @@ def _prediction_figure(record: InspectionRecord, params: dict, at: str) -> go.Fi
     if record.task == "classification":
         probs = next_token_probabilities(record, 0)
         return figures.probabilities_figure(np.arange(len(probs)), probs, f"Predicted class: {int(probs.argmax())}{at}")
-    return PREDICTION_FIGURES[record.modality.prediction](record, params, at)
+    kind = record.modality.prediction
+    if kind is None:
+        raise ValueError(f"a {record.modality.name} model declares no prediction figure")
+    return PREDICTION_FIGURES[kind](record, params, at)
+
+
+def _grid(record: InspectionRecord) -> tuple[int, int]:
+    grid = record.modality.grid
+    if grid is None:
+        raise ValueError(f"a {record.modality.name} input's positions tile no image")
+    return grid
 
 
 def _grid_cell(record: InspectionRecord, position: int) -> tuple[int, int] | None:
     """The (row, col) of the patch or pixel an input position holds (None for a start token)."""
-    rows, cols = record.modality.grid
+    rows, cols = _grid(record)
     offset = 1 if record.token_labels and record.token_labels[0] == "start" else 0
     k = position - offset
     return None if k < 0 or k >= rows * cols else (k // cols, k % cols)
@@ -334,7 +347,7 @@ def _grid_cell(record: InspectionRecord, position: int) -> tuple[int, int] | Non
 def attention_on_grid(record: InspectionRecord, layer: int, query: int) -> np.ndarray:
     """(H, rows, cols) attention of one query position to every key, each key placed at the patch or
     pixel it holds (cells that are no key of this query, or no input at all, are NaN)."""
-    rows, cols = record.modality.grid
+    rows, cols = _grid(record)
     attn = record.attention_map(layer)[:, query]  # (H, T)
     maps = np.full((attn.shape[0], rows * cols), np.nan)
     for s in range(attn.shape[1]):

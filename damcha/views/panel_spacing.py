@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import plotly.graph_objects as go
 
-from damcha.views.plotly_arrays import trace_array
+from damcha.views.plotly_arrays import trace_array, trace_items
 
 BAR_PAD = 4  # px between a panel and its colour bar, and around what stands in a gap
 TICK_PAD = 6  # px between an axis and its tick labels
@@ -58,7 +58,7 @@ def _tick_label_chars(fig: go.Figure, axis_name: str, traces: list) -> int:
         return max((len(str(t)) for t in labels), default=0)
     letter = axis_name[0]
     values = [_trace_values(t, letter) for t in traces]
-    names = [v for t in traces if getattr(t, letter, None) is not None for v in trace_array(getattr(t, letter))
+    names = [v for t in traces if getattr(t, letter, None) is not None for v in trace_items(getattr(t, letter))
              if isinstance(v, str)]
     if names:
         return max(len(n) for n in names)

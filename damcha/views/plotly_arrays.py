@@ -25,6 +25,12 @@ def figure_copy(fig: go.Figure) -> go.Figure:
         return go.Figure(fig)
 
 
+def trace_items(values) -> list:
+    """The items of a trace's array, as iterating it gives them (none where the trace has none)."""
+    decoded = trace_array(values)
+    return [] if decoded is None else list(decoded)
+
+
 def trace_array(values) -> np.ndarray | list | tuple | None:
     """`values` as given, or decoded from plotly's typed-array form into an array of its shape."""
     if isinstance(values, dict) and "bdata" in values and "dtype" in values:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from damcha.analysis.dynamics import Separation
 from damcha.analysis.inspection import (
     InspectionRecord,
     definiteness_reading,
@@ -82,7 +83,7 @@ def generator_drift_sentence(drift: Mapping[str, Sequence[float]], epochs: Seque
                ". Under the row sum the residual stays at float rounding: that part of M(x) is never trained."))
 
 
-def separation_sentence(separations: Mapping[int, object]) -> str:
+def separation_sentence(separations: Mapping[int, Separation]) -> str:
     """Class separation of validation metrics at each epoch beside its shuffled-label range."""
     return ("Class separation in metric space (silhouette, cosine, from −1 to 1), each beside the range the same "
             "inputs give with their labels shuffled (with many classes even random labels score below 0, so that "

@@ -38,7 +38,7 @@ def regenerate(prov: Provenance, run_root: str | Path | None = None) -> ExportIt
     params = with_options(params, run.model_config.mechanism)
     if prov.figure in EPOCH_FIGURES:
         return epoch_figure_item(prov.figure, run, tokens, targets, params, prov.input_source)
-    (item,) = figure_set(run, [prov.epoch], tokens, targets, params, [prov.figure], prov.input_source)
+    (item,) = figure_set(run, [prov.epoch], prov.tokens_array(), targets, params, [prov.figure], prov.input_source)
     return item
 
 

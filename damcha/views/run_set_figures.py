@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from damcha.analysis.dynamics import spread_epochs
-from damcha.analysis.inspection import inspect_input
+from damcha.analysis.inspection import InspectionRecord, inspect_input
 from damcha.analysis.interventions import batch_losses
 from damcha.inputs.modalities import loss_factor, loss_label
 from damcha.inputs.model_inputs import validation_arrays
@@ -53,7 +53,7 @@ def _compared(taken: Sequence[Taken], params: dict) -> list:
     structures = params.get("structures") or {}
     layer, head, position = int(params.get("layer", 0)), int(params.get("head", 0)), int(params.get("position", -1))
     return [compared_run(rec, f"{run.name} @{epoch}", layer, head, position, structures.get(run.name))
-            for run, epoch, rec in taken if rec.structures]
+            for run, epoch, rec in taken if isinstance(rec, InspectionRecord) and rec.structures]
 
 
 def _comparison(taken, params, input_source):

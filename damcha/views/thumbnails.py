@@ -20,7 +20,7 @@ def _png_data_url(pixels: np.ndarray) -> str:
     """uint8 (h, w) grey or (h, w, 3) RGB pixels, scaled by whole pixels to THUMBNAIL_PX, as a data URL."""
     image = Image.fromarray(pixels)
     factor = max(1, THUMBNAIL_PX // max(image.size))
-    image = image.resize((image.width * factor, image.height * factor), Image.NEAREST)  # cells stay cells
+    image = image.resize((image.width * factor, image.height * factor), Image.Resampling.NEAREST)  # cells stay cells
     out = io.BytesIO()
     image.save(out, format="PNG")
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")

@@ -52,6 +52,8 @@ def fixed_validation_inputs(data: DataSet, n: int) -> tuple[torch.Tensor, list |
     if data.val_inputs is not None:
         labels = None if data.val_labels is None else [int(v) for v in data.val_labels[:n]]
         return data.val_inputs[:n], labels
+    if data.val_stream is None:
+        raise ValueError(f"{data.name}: no validation inputs and no validation stream to draw them from")
     n = min(n, (len(data.val_stream) - 1) // data.block_size)
     starts = torch.arange(n) * data.block_size
     return windows(data.val_stream, data.block_size, starts)[0], None
@@ -119,8 +121,8 @@ class TensorBoardLog:
         if not first.structures:
             return
         main = first.structures[0]
-        vectors = [first.structure(main.name).at(**last).ravel()]
-        vectors += [inspect_input(model, xi).structure(main.name).at(**last).ravel() for xi in x[1:]]
+        vectors = [main.at(**last).ravel()]
+        vectors += [inspect_input(model, xi).named(main.name).at(**last).ravel() for xi in x[1:]]
         self.writer.add_embedding(torch.as_tensor(np.stack(vectors), dtype=torch.float32), metadata=labels,
                                   global_step=step, tag=f"{main.name} of {len(vectors)} validation inputs")
 

@@ -9,7 +9,7 @@ import re
 import plotly.graph_objects as go
 
 from damcha.views.panel_spacing import space_columns
-from damcha.views.plotly_arrays import trace_array
+from damcha.views.plotly_arrays import trace_items
 from damcha.views.square_panels import fit_square_rows, move_rows
 
 # Sizes in CSS pixels at the export's 14 px text (see ExportSettings): a page prints 0.75 pt per px,
@@ -208,7 +208,7 @@ def _wrap_category_labels(fig: go.Figure, width_px: int, font_size: int) -> None
         if axis.tickvals is not None or axis.type not in (None, "-", "category"):
             continue
         names = list(dict.fromkeys(v for t in fig.data if (getattr(t, "yaxis", None) or "y") == ref
-                                   and getattr(t, "y", None) is not None for v in trace_array(t.y)
+                                   and getattr(t, "y", None) is not None for v in trace_items(t.y)
                                    if isinstance(v, str)))
         if not names or max(map(len, names)) * CHARACTER_WIDTH * font_size <= room:
             continue

@@ -159,15 +159,15 @@ def curve_figure(xs: Sequence[float], curves: dict[str, Sequence[float]], title:
 def paired_scatter_figure(a: Sequence[float], b: Sequence[float], a_title: str, b_title: str, title: str = "") -> go.Figure:
     """One point per item, a's value across and b's up, with the diagonal a = b and the share of
     points on each side of it (LIT-style: where one model beats the other, item by item)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    low, high = float(min(a.min(), b.min())), float(max(a.max(), b.max()))
-    fig = go.Figure(go.Scatter(x=a, y=b, mode="markers", marker=dict(size=5, opacity=0.6), showlegend=False,
-                               customdata=np.arange(len(a)),
+    xs, ys = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    low, high = float(min(xs.min(), ys.min())), float(max(xs.max(), ys.max()))
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers", marker=dict(size=5, opacity=0.6), showlegend=False,
+                               customdata=np.arange(len(xs)),
                                hovertemplate="input %{customdata}<br>%{x:.4g} vs %{y:.4g}<extra></extra>"))
     fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", line=dict(color="black", width=1, dash="dot"),
                              showlegend=False, hoverinfo="skip"))
-    below = float(np.mean(b < a))
-    fig.add_annotation(text=f"{below:.0%} below the diagonal, {float(np.mean(b > a)):.0%} above", xref="paper",
+    below = float(np.mean(ys < xs))
+    fig.add_annotation(text=f"{below:.0%} below the diagonal, {float(np.mean(ys > xs)):.0%} above", xref="paper",
                        yref="paper", x=0.02, y=0.98, showarrow=False, xanchor="left", yanchor="top")
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=60, b=50))
     fig.update_xaxes(title=a_title)
@@ -190,10 +190,10 @@ def spectrum_figure(epochs: Sequence[int], spectra: Sequence[np.ndarray], title:
 def projection_figure(points: np.ndarray, labels: Sequence, title: str = "Metrics of validation inputs",
                       label_name: str = "class") -> go.Figure:
     """2D projection of per-input metrics, one colour per label."""
-    labels = np.asarray(labels)
+    named = np.asarray(labels)
     fig = go.Figure()
-    for lab in sorted(set(labels.tolist()), key=str):
-        sel = labels == lab
+    for lab in sorted(set(named.tolist()), key=str):
+        sel = named == lab
         fig.add_trace(go.Scatter(x=points[sel, 0], y=points[sel, 1], mode="markers", name=f"{label_name} {lab}",
                                  marker=dict(size=6, opacity=0.8)))
     fig.update_layout(title=title, margin=dict(l=50, r=20, t=50, b=50))

@@ -28,12 +28,12 @@ def interval_figure(names: Sequence[str], means: Sequence[float], lows: Sequence
     dotted line at 0, for differences whose sign is the verdict. log_scale: a log value axis, for ratios
     (their means and intervals are geometric, so one wide interval would flatten every other arm on a
     linear axis). horizontal: one row per name, values along x (many long names stay readable)."""
-    means = np.asarray(means, dtype=float)
-    up = np.nan_to_num(np.asarray(highs, dtype=float) - means)
-    down = np.nan_to_num(means - np.asarray(lows, dtype=float))
+    centres = np.asarray(means, dtype=float)
+    up = np.nan_to_num(np.asarray(highs, dtype=float) - centres)
+    down = np.nan_to_num(centres - np.asarray(lows, dtype=float))
     value, category = ("x", "y") if horizontal else ("y", "x")
     bars = dict(type="data", array=up, arrayminus=down, visible=True)
-    fig = go.Figure(go.Scatter(**{category: list(names), value: means, f"error_{value}": bars}, mode="markers",
+    fig = go.Figure(go.Scatter(**{category: list(names), value: centres, f"error_{value}": bars}, mode="markers",
                                name="ours (mean, 95% interval)", marker=dict(size=9)))
     if paper is not None and any(p is not None for p in paper):  # its own data set and scale: its own axis
         fig.add_trace(go.Scatter(**{category: list(names), value: [np.nan if p is None else p for p in paper],

@@ -109,9 +109,9 @@ def named_bars_figure(names: Sequence[str], values: Sequence[float], title: str 
                       x_title: str = "") -> go.Figure:
     """One signed bar per name (a loss change per patched site), red raising and blue lowering, its value
     written on it: a few numbers read better as bars than as a 1 x n heatmap."""
-    values = np.asarray(values, dtype=float)
-    fig = go.Figure(go.Bar(x=[str(n) for n in names], y=values, marker_color=_signed_colours(values),
-                           text=[f"{v:+.3g}" for v in values], textposition="outside", cliponaxis=False,
+    bars = np.asarray(values, dtype=float)
+    fig = go.Figure(go.Bar(x=[str(n) for n in names], y=bars, marker_color=_signed_colours(bars),
+                           text=[f"{v:+.3g}" for v in bars], textposition="outside", cliponaxis=False,
                            hovertemplate="%{x}: %{y:.4g}<extra></extra>"))
     fig.add_hline(y=0, line=dict(color="black", width=1))
     fig.update_layout(title=title, margin=dict(l=60, r=20, t=60, b=50))

@@ -29,7 +29,7 @@ def digit_figure(levels: np.ndarray, title: str = "What the model sees (8x8, lev
     return fig
 
 
-def probabilities_figure(levels: np.ndarray, probs: np.ndarray, title: str) -> go.Figure:
+def probabilities_figure(levels: Sequence | np.ndarray, probs: np.ndarray, title: str) -> go.Figure:
     """Bar chart of a predictive distribution (e.g. class probabilities)."""
     names = [str(v) for v in levels]
     fig = go.Figure(go.Bar(x=names, y=probs, hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
