@@ -112,7 +112,7 @@ def run(args) -> int:
     if args.launcher != "slurm":
         _slurm_settings(args)  # Slurm flags without its launcher refused before the data is read (no cluster asked)
     setting, recorded = _evidence_setting(args, seeds)
-    slurm = _slurm_settings(args, recorded.get("budget"))  # (the cluster is asked once the budget holds)
+    slurm = _slurm_settings(args, (recorded or {}).get("budget"))  # (the cluster is asked once the budget holds)
     with tqdm(desc="evidence", unit="unit") as bar:
         def finished(text: str, total: int) -> None:
             bar.total = total

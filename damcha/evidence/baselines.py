@@ -21,13 +21,23 @@ def digit_pixels(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]
 
 
+def _arrays(data: DataSet, *parts) -> list[torch.Tensor]:
+    """`parts` of `data`, which the digits' baselines read whole, in memory: refused in words otherwise."""
+    if not all(isinstance(p, torch.Tensor) for p in parts):
+        raise ValueError(f"{data.name}: the digits' baselines read the samples as arrays in memory, and this data "
+                         "set has none there (a stream, or rows read lazily)")
+    return list(parts)
+
+
 def digit_completion_errors(task: str, dataset: str, n_images: int, load: Callable[[str], DataSet] = load_dataset) -> torch.Tensor:
     """Per-image MSE of a trivial bottom half for the first n validation digits. (N,)
     train_mean: each bottom pixel's mean over the training set; top_half_1nn: the bottom half of the
     training digit whose top half is nearest (Euclidean)."""
     data = load(dataset)
-    train = digit_pixels(data.train_inputs, data.train_targets).float()  # (Ntr, 64)
-    val = digit_pixels(data.val_inputs[:n_images], data.val_targets[:n_images]).float()  # (N, 64)
+    train_inputs, train_targets, val_inputs, val_targets = _arrays(data, data.train_inputs, data.train_targets,
+                                                                   data.val_inputs, data.val_targets)
+    train = digit_pixels(train_inputs, train_targets).float()  # (Ntr, 64)
+    val = digit_pixels(val_inputs[:n_images], val_targets[:n_images]).float()  # (N, 64)
     if task == "train_mean":
         pred = train[:, 32:].mean(0).expand(len(val), -1)  # (N, 32)
     elif task == "top_half_1nn":
@@ -44,7 +54,9 @@ def patch_completion_errors(task: str, dataset: str, n_images: int, load: Callab
     if task != "top_mean_colour":
         raise ValueError(f"no image baseline {task!r}")
     data = load(dataset)
-    truth = data.val_targets[:n_images]  # (N, 64, 48): 4 x 4 x 3 patches, channels last
+    if data.val_targets is None:
+        raise ValueError(f"{data.name}: no validation images to complete")
+    truth = data.val_targets[:n_images]  # (N, 64, 48): 4 x 4 x 3 patches, channels last (read lazily or not)
     N, P, F = truth.shape
     colour = truth[:, :given].reshape(N, given * F // 3, 3).mean(1)  # (N, 3)
     pred = colour[:, None, None, :].expand(N, P - given, F // 3, 3).reshape(N, P - given, F)  # (N, 32, 48)

@@ -23,8 +23,7 @@ def base_config(variant: str, overrides: tuple = ()) -> ModelConfig:
     config = variant_config(ModelConfig(), variant)
     fields, settings = split_fields(overrides)
     settings = where_declared(config.attention, settings)
-    return dataclasses.replace(config, **fields,
-                               **({"attention_options": {**dict(config.attention_options), **settings}} if settings else {}))
+    return dataclasses.replace(config, **fields).with_settings(**settings)
 
 
 def model_parameters(variant: str, dataset: str, overrides: tuple = (), setting: Setting = DEMO) -> int:

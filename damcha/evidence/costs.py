@@ -39,7 +39,7 @@ from damcha.model.transformer import build_model
 from damcha.runs.checkpoints import write_text_atomic
 from damcha.runs.files import CheckpointError, read_json
 from damcha.runs.memory import AUTO_MICRO_BATCH, DoesNotFit, device_memory, plan_training
-from damcha.runs.train import TrainConfig, make_optimizer, optimiser_step
+from damcha.runs.train import Precision, TrainConfig, make_optimizer, optimiser_step
 
 SHIPPED_TABLE = Path(__file__).with_name("cost_table.json")
 WARMUP_STEPS = {False: 1, True: 3}  # (compiled: the first steps compile, for the full batch and again)
@@ -52,11 +52,11 @@ class StepKind:
 
     config: str  # ModelConfig.to_dict() as sorted JSON text (hashable)
     batch: int
-    precision: str
+    precision: Precision
     compiled: bool
 
     @classmethod
-    def of(cls, config: ModelConfig, batch: int, precision: str, compiled: bool) -> StepKind:
+    def of(cls, config: ModelConfig, batch: int, precision: Precision, compiled: bool) -> StepKind:
         return cls(json.dumps(config.to_dict(), sort_keys=True), batch, precision, compiled)
 
     def row_key(self) -> dict:
@@ -77,7 +77,7 @@ class PlannedRun:
 
 def planned_runs(setting: Setting, claims: list[Claim], seeds: int) -> Iterator[PlannedRun]:
     """Every distinct training run of the claims (a run shared by claims: at its first), with its steps."""
-    scale, seen = setting.scale, set()
+    scale, seen = setting.at_scale, set()
     for claim in claims:
         for arm in claim.arms:
             if arm.kind not in ("train", "adaptivity"):
@@ -91,10 +91,10 @@ def planned_runs(setting: Setting, claims: list[Claim], seeds: int) -> Iterator[
 
 
 def _planned(claim: Claim, arm: Arm, name: str, setting: Setting) -> PlannedRun:
-    place = setting.scale.place(arm.dataset)
-    tcfg = run_train_config(arm, 0, setting.scale.smoke, setting)
+    place = setting.at_scale.place(arm.dataset)
+    tcfg = run_train_config(arm, 0, setting.at_scale.smoke, setting)
     per_epoch = tcfg.steps_per_epoch if "steps_per_epoch" in place.train else math.ceil(place.train_samples / tcfg.batch_size)
-    kind = StepKind.of(run_config(arm, setting), tcfg.batch_size, tcfg.precision, setting.scale.compile)
+    kind = StepKind.of(run_config(arm, setting), tcfg.batch_size, tcfg.precision, setting.at_scale.compile)
     return PlannedRun(claim.key, arm.name, name, kind, tcfg.epochs * per_epoch)
 
 
@@ -279,7 +279,7 @@ def generated_setting(scale: Scale, device: str = "cpu") -> Iterator[Setting]:
 
 
 def scale_claims_chosen(setting: Setting, only: list[str] | None = None) -> list[Claim]:
-    return [c for c in scale_claims(setting.scale, setting) if chosen_by(c.key, only)]
+    return [c for c in scale_claims(setting.at_scale, setting) if chosen_by(c.key, only)]
 
 
 # ----------------------------------------------------------------------------- the budget

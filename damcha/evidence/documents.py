@@ -64,9 +64,9 @@ def checked_results(doc: Any, path: Path) -> dict:
         for arm, values in _expect(claim.get("values", {}), dict, f"{where}.values", "an object of arms").items():
             for seed, value in enumerate(_expect(values, list, f"{where}.values.{arm[:60]}", "a list of seeds")):
                 _numbers_by_name(value, f"{where}.values.{arm[:60]}[{seed}]")
-        for field, kind, wanted in (("seeds", int, "a number of seeds"), ("parameters", dict, "an object")):
-            if claim.get(field) is not None:
-                _expect(claim[field], kind, f"{where}.{field}", wanted)
+        for name, expected, wanted in (("seeds", int, "a number of seeds"), ("parameters", dict, "an object")):
+            if claim.get(name) is not None:
+                _expect(claim[name], expected, f"{where}.{name}", wanted)
     for i, row in enumerate(doc.get("tuning", [])):
         _tuning_row(row, f"{path}: tuning[{i}]")
     return doc

@@ -30,7 +30,8 @@ def layer_variant_config(cfg: ModelConfig, variant: str) -> ModelConfig:
     and per-layer coincide). Settings cfg already gives the variant's mechanism stay (IHA at P = 2)."""
     out = variant_config(cfg, variant)
     if cfg.attention == out.attention:
-        out = dataclasses.replace(out, attention_options={**dict(cfg.attention_options), **dict(out.attention_options)})
+        out = dataclasses.replace(out, attention_options=tuple({**dict(cfg.attention_options),
+                                                                **dict(out.attention_options)}.items()))
     return out.mechanism.single_layer(out)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 TRAINING_KINDS = ("train", "adaptivity")  # arms that evaluate a model trained on a data set
 KEYED_FIELDS = 11  # an Arm's fields up to `tuning`: always in a unit's key (Arm.unit)
@@ -180,7 +182,7 @@ class Claim:
     # (claim, scale) -> the claim with the arms it has at that scale, where they follow from the scale's model
     # sizes rather than from the demo's (Table 3's f depths); None: the demo's arms, moved to the scale's size.
     # A module-level function (claims travel to worker processes by pickle)
-    arms_at_scale: object = None
+    arms_at_scale: Callable[[Claim, Any], Claim] | None = None  # (Any: a Scale, which records cannot import)
     # (label, variants): the reference against these variants' arms read as a family of their own (Holm over
     # it, each comparison worded), beside the verdict and never part of it
     families: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -9,6 +9,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -170,15 +171,16 @@ def summarise(claim: Claim, values: dict[str, list[dict]], checks: dict[str, flo
     """Per-arm means and intervals, comparisons with the reference (or within groups) and the claim's
     reported pairs, verdicts. checks: the values of `sanity_checks`, for the claim's `requires`."""
     primary = metric_values(claim, values, claim.metric)
-    summary, details = [], []
+    summary: list[dict[str, Any]] = []
+    details: list[dict[str, Any]] = []
     for arm in claim.arms:
         m, lo, hi = _interval(claim, claim.metric, primary[arm.name])
         summary.append({"arm": arm.name, "mean": m, "low": lo, "high": hi, "n": len(primary[arm.name]),
                         "paper": claim.paper.get(arm.name), "control": arm.name in claim.controls})
     for metric in (claim.metric, *claim.columns):
-        for arm, vs in metric_values(claim, values, metric).items():
+        for name, vs in metric_values(claim, values, metric).items():
             m, lo, hi = _interval(claim, metric, vs)
-            details.append({"arm": arm, "metric": metric, "mean": m, "low": lo, "high": hi})
+            details.append({"arm": name, "metric": metric, "mean": m, "low": lo, "high": hi})
     against = _against_trivial_baselines(claim, values)
     unbeaten = {metric for metric, (_, _, worse, top, _) in against.items() if top in worse}
     failed = failed_controls(claim, {r["arm"]: r["mean"] for r in summary}, primary)
@@ -269,7 +271,7 @@ def robustness(claim: Claim, values: dict[str, list[dict]], checks: dict[str, fl
     """How the verdict stands with each seed left out in turn (three seeds or more), and with the claim's
     stand-in (DAMCHA with f from the identity) in the reference's place: each a verdict and what decided it."""
     seeds = max(len(rows) for rows in values.values())
-    found = {}
+    found: dict[str, Any] = {}
     if seeds >= 3:
         found["leave_one_out"] = [summarise(claim, {arm: [r for i, r in enumerate(rows) if i != left] if len(rows) == seeds
                                                     else rows for arm, rows in values.items()}, checks)["verdict"]

@@ -90,7 +90,7 @@ def reusable_units(previous: dict, quick: bool, redo: tuple[str, ...] = (), sett
     if not _reusable(previous, quick, setting):
         return {}
     known = {c.key: c for c in (evidence_claims(quick, setting) if claims_now is None else claims_now)}
-    units = {}
+    units: dict[str, dict] = {}
     for stored in previous.get("claims", []):
         claim = known.get(stored.get("key"))
         if claim is None or claim.key in redo:

@@ -222,7 +222,7 @@ def _in_evidence_words(problem: str) -> str:
 def check_data(setting: Setting) -> dict[str, dict]:
     """Every data file of the setting read and checked (checksums, split sizes, enough data for a batch)
     before anything trains: data set -> its split record. Every problem is named at once."""
-    scale = setting.scale
+    scale = setting.at_scale
     records, problems = {}, []
     for dataset, _ in setting.files:
         try:
@@ -243,7 +243,7 @@ def check_data(setting: Setting) -> dict[str, dict]:
 
 def run_config(arm: Arm, setting: Setting) -> ModelConfig:
     """The model config a training arm trains at the setting's scale, its data's fields filled in."""
-    return model_config_for(data_of(arm.dataset, setting.scale.place(arm.dataset).block_size or 64, setting),
+    return model_config_for(data_of(arm.dataset, setting.at_scale.place(arm.dataset).block_size or 64, setting),
                             base_config(arm.variant, arm.overrides))
 
 
@@ -262,7 +262,7 @@ def memory_plan(setting: Setting, claims: list[Claim], world: int | None = None)
                 continue
             seen.add((arm.dataset, arm.variant, arm.overrides))
             try:
-                plan = plan_training(run_config(arm, setting), setting.scale.place(arm.dataset).train["batch_size"],
+                plan = plan_training(run_config(arm, setting), setting.at_scale.place(arm.dataset).train["batch_size"],
                                      available, world, AUTO_MICRO_BATCH)
             except DoesNotFit as e:
                 refused.append(f"{claim.key}, {arm.name}: {e}")

@@ -59,11 +59,18 @@ class Setting:
         return load_dataset(dataset, self.path(dataset), block_size,
                             nonstandard_ok=bool(self.scale and self.scale.nonstandard_ok))
 
+    @property
+    def at_scale(self) -> Scale:
+        """The scale this setting runs at (the demo's setting has none: asking for it is refused)."""
+        if self.scale is None:
+            raise ValueError("the demo's setting runs at no scale (a scale's setting is built with --scale)")
+        return self.scale
+
     def train_fields(self, dataset: str) -> dict:
         """A unit's TrainConfig fields at the scale: the data set's training there, each step's batch in the
         micro-batches the memory plan fits the unit's device (unless the data set sets its own)."""
-        return {"micro_batch_size": AUTO_MICRO_BATCH, **self.scale.place(dataset).train, "data_path": self.path(dataset),
-                "nonstandard_data": self.scale.nonstandard_ok, "device": self.device}
+        return {"micro_batch_size": AUTO_MICRO_BATCH, **self.at_scale.place(dataset).train,
+                "data_path": self.path(dataset), "nonstandard_data": self.at_scale.nonstandard_ok, "device": self.device}
 
 
 DEMO = Setting()

@@ -108,7 +108,8 @@ def _halving(rates: dict[float, Arm], quick: bool, done: dict[str, dict]):
     the KEPT rates best so far; then, while the best is the lowest or highest rate tried, the next rate of
     the LADDER beyond it on every seed (not in a quick run). Returns (the fits it needs now, each fitted
     rate's losses, the chosen rate or None while a needed fit is not done)."""
-    alive, losses, needed = sorted(rates), {lr: [] for lr in rates}, []
+    alive, needed = sorted(rates), []
+    losses: dict[float, list[float]] = {lr: [] for lr in rates}
     for i, seed in enumerate(tuning_seeds(quick)):
         if i:
             alive = sorted(alive, key=lambda lr: (_mean(losses[lr]), lr))[:KEPT]

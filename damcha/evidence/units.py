@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,8 +70,9 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
                                                 n_test=synthetic_test_size(quick), lrs=arm.lrs,
                                                 beyond=None if quick else tuning.beyond,
                                                 known=record.read(), on_fit=record.write))
+        rate: dict[str, Any] = {"lrs": (arm.lr,)} if arm.lr else {}  # (else train_synthetic's own)
         return stored_value(train_synthetic(arm.variant, arm.task, arm.level, seed, synthetic_steps(quick),
-                                            n_test=synthetic_test_size(quick), **({"lrs": (arm.lr,)} if arm.lr else {})))
+                                            n_test=synthetic_test_size(quick), **rate))
     if arm.kind == "efficiency":
         torch.manual_seed(seed)
         if setting.scale:

@@ -708,7 +708,8 @@ def results_at_other_scales(folder: str | Path) -> list[tuple[str, dict, str]]:
     """(scale, results, a problem or "") for each scale whose results sit beside the demo's folder, as
     `damcha evidence --scale S` writes them by default (`<folder>-S`): the page shows them beside the demo's.
     A folder that cannot be read is named with its problem instead of hiding the rest."""
-    folder, found = Path(folder), []
+    folder = Path(folder)
+    found: list[tuple[str, dict, str]] = []
     for name in SCALES:
         try:
             doc = load_results(folder.with_name(f"{folder.name}-{name}"))
@@ -737,7 +738,7 @@ def scale_words(name: str) -> str:
 def scale_data_words(doc: dict) -> str:
     """What a scale's results were computed on, where that is not the published data sets (the files' checksums
     are not the published ones: generated files of the standard formats, a copy of another size)."""
-    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    data: dict = doc["data"] if isinstance(doc.get("data"), dict) else {}
     other = sorted(name for name, entry in data.items() if isinstance(entry, dict) and entry.get("standard_files") is False)
     return (f", on files that are not the published data sets ({', '.join(other)}: the standard formats, other "
             "content)") if other else ""

@@ -31,7 +31,7 @@ COMPLETION = ("val_completion_mse", "val_completion_mse_q25", "val_completion_ms
 COMPARABLE = 1.2  # "comparable" overhead: at most this multiple of MHA's
 EFFICIENCY_CASE = dict(T=256, batch=4)
 EFFICIENCY_CONFIG = ModelConfig(vocab_size=256, block_size=256, n_layer=1, n_head=8, n_embd=128,
-                                attention_options={"generator_widths": (256, 512)})  # the benchmark's causal layer
+                                attention_options=(("generator_widths", (256, 512)),))  # the benchmark's causal layer
 def depth_widths(widths: tuple[int, ...], depth: int) -> tuple[int, ...]:
     """The hidden widths of an f of `depth` linear layers, counted as the paper counts them (Section 5.1: hidden
     layers plus the output projection, so a 1-layer f is the projection alone) in the pattern of f's widths
@@ -95,7 +95,10 @@ def matched_levels(levels: tuple, reference: str, matched: tuple[str, ...],
     one of the two can represent the task the outcome is fixed whatever the width, and MHA, the same function
     class at its own width, already checks it; a wide fit there would cost minutes and decide nothing."""
     def can(m: str, level) -> bool | None:
-        return None if m not in represents else represents[m] is None or level in represents[m]
+        if m not in represents:
+            return None
+        at = represents[m]
+        return at is None or level in at
     return {m: tuple(v for v in levels if None in (can(reference, v), can(m, v)) or (can(reference, v) and can(m, v)))
             for m in matched}
 
@@ -142,7 +145,7 @@ def synthetic_test_size(quick: bool) -> int:
 
 # Fig. 13's learning-rate grids: the two rates each arm's validation chose in the full run that tried
 # 1e-3, 3e-3 and 1e-2 for all (docs/evidence.md); two rates instead of three keep the run in its budget.
-CLASSIFICATION_GRIDS = {"mha": (1e-3, 3e-3), "mha-slice": (3e-3, 1e-2), "damcha": (1e-3, 3e-3),
+CLASSIFICATION_GRIDS: dict[str, tuple[float, ...]] = {"mha": (1e-3, 3e-3), "mha-slice": (3e-3, 1e-2), "damcha": (1e-3, 3e-3),
                         "damcha-static": (3e-3, 1e-2), "damcha-bilinear": (1e-3, 3e-3), "damcha-identity": (1e-3, 3e-3),
                         "mha-matched": (1e-3, 3e-3)}
 # DAMCHA with f started at M(c) = I (`generator_start=identity`): a labelled arm beside the paper's default start
@@ -189,7 +192,8 @@ def regression_grids(quick: bool) -> dict[str, tuple[float, ...]]:
 
 
 def classification_grids(quick: bool) -> dict[str, tuple[float, ...]]:
-    return {m: (1e-3, 3e-3) for m in SLICE_ARMS} if quick else CLASSIFICATION_GRIDS
+    quick_grids: dict[str, tuple[float, ...]] = {m: (1e-3, 3e-3) for m in SLICE_ARMS}
+    return quick_grids if quick else CLASSIFICATION_GRIDS
 
 
 def classification_arms(quick: bool) -> tuple[str, ...]:
