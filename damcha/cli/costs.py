@@ -115,6 +115,7 @@ def _drop_stale(args) -> int:
     if dropped:
         kept.write(path)
     for device, row in dropped:
-        print(f"dropped {device}: {', '.join(row.get('arms', [])) or 'a row'} (measured {row.get('measured', 'before')})")
+        arms = ", ".join(row.get("arms", [])) or "a row"
+        print(f"dropped {device}: {arms} (measured {row.get('measured', 'before')})")
     print(f"{path}: {len(dropped)} row(s) no claim plans any more {'removed' if dropped else 'found'}")
     return 0

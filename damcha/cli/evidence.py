@@ -198,9 +198,10 @@ def _evidence_setting(args, seeds: int):
     largest = max(memory, key=lambda r: r["gib_per_device"], default=None)
     if largest:
         micro = sorted({r["micro_batch"] for r in memory})
+        rows_at_once = str(micro[0]) if len(micro) == 1 else f"{micro[0]} to {micro[-1]}"
         lines.append(f"memory: every run fits one {setting.device} device; the largest, {largest['claim']} "
                      f"{largest['arm']}, holds about {largest['gib_per_device']} GiB; each step's batch in "
-                     f"micro-batches of {' to '.join(map(str, (micro[0], micro[-1])[:len(micro)]))} rows")
+                     f"micro-batches of {rows_at_once} rows")
     if not here:
         lines.append(f"memory: no {setting.device} device on this machine; each unit checks that its run fits on its "
                      "node before it trains")

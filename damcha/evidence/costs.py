@@ -191,7 +191,8 @@ def measure_step(kind: StepKind, device: torch.device, repeats: int = 3) -> dict
     on a batch of random tokens or vectors; a run the memory rule refuses is recorded as not fitting."""
     config = ModelConfig.from_dict(json.loads(kind.config))
     try:  # the step a run takes there: its batch in the micro-batches the memory plan fits (runs.memory)
-        plan = plan_training(config, kind.batch, device_memory(device), micro_batch=AUTO_MICRO_BATCH, strategies=("ddp",))
+        plan = plan_training(config, kind.batch, device_memory(device), micro_batch=AUTO_MICRO_BATCH,
+                             strategies=("ddp",))
     except DoesNotFit as e:
         return {"does_not_fit": f"this run does not fit one {device.type} device: {e}"}
     model = build_model(config, seed=0).to(device)

@@ -32,8 +32,8 @@ PAPER_CLAIMS = ("table1_images", "table2_efficiency", "table3_depth", "table4_ab
 # f's 8 hidden widths: 9 linear layers, as Section 5.1 counts them (the paper states the depth, not the widths: ours
 # are the first width of the demo's pattern, 256, then 512 repeated, the model's width)
 PAPER_GENERATOR_WIDTHS = (256,) + (512,) * 7
-PAPER_WIDTHS_DEVIATION = (f"f's hidden widths {PAPER_GENERATOR_WIDTHS} are ours: Section 5.1 gives f 9 layers (8 hidden "
-                          "layers and the output projection) and does not state their widths.")
+PAPER_WIDTHS_DEVIATION = (f"f's hidden widths {PAPER_GENERATOR_WIDTHS} are ours: Section 5.1 gives f 9 layers "
+                          "(8 hidden layers and the output projection) and does not state their widths.")
 
 PAPER = Scale(
     "paper", "Section 5.1's model: 10 layers, width 512, 8 heads, f of 9 linear layers (hidden widths 256, then seven "

@@ -70,7 +70,8 @@ class Setting:
         """A unit's TrainConfig fields at the scale: the data set's training there, each step's batch in the
         micro-batches the memory plan fits the unit's device (unless the data set sets its own)."""
         return {"micro_batch_size": AUTO_MICRO_BATCH, **self.at_scale.place(dataset).train,
-                "data_path": self.path(dataset), "nonstandard_data": self.at_scale.nonstandard_ok, "device": self.device}
+                "data_path": self.path(dataset), "nonstandard_data": self.at_scale.nonstandard_ok,
+                "device": self.device}
 
 
 DEMO = Setting()

@@ -155,7 +155,8 @@ def plan_training(config: ModelConfig, batch_size: int, available: int, world: i
     checkpointing's estimate (training_memory)."""
     per_rank = -(-batch_size // world)
     sizes = _halvings(per_rank) if micro_batch == AUTO_MICRO_BATCH else (min(micro_batch or per_rank, per_rank),)
-    tried = [s for s in ("ddp", "fsdp") if s in strategies and (s == "ddp" or world > 1)] or ["ddp"]  # (one rank: whole)
+    # (one rank: whole, whatever was asked)
+    tried = [s for s in ("ddp", "fsdp") if s in strategies and (s == "ddp" or world > 1)] or ["ddp"]
     for size in sizes:
         for strategy in tried:
             estimate = training_memory(config, size, world if strategy == "fsdp" else 1, checkpointing)
@@ -164,8 +165,8 @@ def plan_training(config: ModelConfig, batch_size: int, available: int, world: i
     whole = training_memory(config, sizes[-1], 1, checkpointing)
     sharded = training_memory(config, sizes[-1], world, checkpointing) if "fsdp" in tried else None
     rows = f"in micro-batches of {sizes[-1]} row{'s' if sizes[-1] != 1 else ''}, " if sizes[-1] < per_rank else ""
-    raise DoesNotFit(f"{rows}{whole.sentence()}" + (f"; sharded over {world} ranks, {sharded.sentence()}" if sharded else "")
-                     + f"; against {HEADROOM:.0%} of {_gib(available)} a device")
+    spread = f"; sharded over {world} ranks, {sharded.sentence()}" if sharded else ""
+    raise DoesNotFit(f"{rows}{whole.sentence()}{spread}; against {HEADROOM:.0%} of {_gib(available)} a device")
 
 
 def _halvings(n: int) -> tuple[int, ...]:
@@ -183,5 +184,5 @@ def check_fits(estimate: MemoryEstimate, available: int, where: str) -> None:
             " Under torchrun with --strategy fsdp each rank holds 1/N of the weights, gradients and Adam's state;"
             " --activation-checkpointing keeps only each block's input.")
         raise DoesNotFit(f"this run does not fit {where}: {estimate.sentence()}, against {HEADROOM:.0%} of its "
-                          f"{_gib(available)}.{whole} Take each step's batch in micro-batches (--micro-batch-size auto: "
-                          "the largest that fits), or run it on larger devices.")
+                          f"{_gib(available)}.{whole} Take each step's batch in micro-batches (--micro-batch-size "
+                          "auto: the largest that fits), or run it on larger devices.")

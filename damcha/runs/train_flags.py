@@ -65,7 +65,8 @@ def micro_batch(text: str) -> int:
     return AUTO_MICRO_BATCH if text == "auto" else int(text)
 
 
-FIELD_PARSERS: dict[str, Callable[[str], Any]] = {"micro_batch_size": micro_batch}  # a field read otherwise than its type
+# fields read otherwise than their type says
+FIELD_PARSERS: dict[str, Callable[[str], Any]] = {"micro_batch_size": micro_batch}
 PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "str | None": str, "tuple[int, ...]": ints}
 SETTING_FLAGS: dict[str, Callable[[str], Any]] = {"generator_widths": ints, "generator_dropout": float}
 

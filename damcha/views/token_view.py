@@ -55,7 +55,8 @@ def token_view_data(record: InspectionRecord) -> dict:
     scale = max(1.0, float(np.abs(record.attention).max(initial=0.0)))
     attention = np.rint(record.attention / scale * QUANT).astype("<i2")  # (L_kept, H, T, T)
     missing = np.array(None, dtype=object)  # (JSON null where a norm is undefined)
-    norms = {k: np.where(np.isnan(v), missing, np.round(v, 4)).tolist() for k, v in per_query_head_norms(record).items()}
+    norms = {k: np.where(np.isnan(v), missing, np.round(v, 4)).tolist()
+             for k, v in per_query_head_norms(record).items()}
     return {
         "labels": list(record.token_labels),
         "layers": [i + 1 for i in record.attention_layers],

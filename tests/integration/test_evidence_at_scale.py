@@ -30,6 +30,9 @@ def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
     first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert first.returncode == 0, first.stderr
     assert "device-hours" in first.stdout and "standard files: no" in first.stdout  # the budget, before it starts
+    plan = {(r["claim"], r["arm"]): r["micro_batch"] for r in json.loads((out / "results.json").read_text())["memory"]}
+    rows_at_once = sorted(set(plan.values()))  # every run's whole batch at once on this machine: 8 text, 16 images
+    assert rows_at_once == [8, 16] and "each step's batch in micro-batches of 8 to 16 rows" in first.stdout
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "tiny" and doc["complete"]
     assert sum(r["runs"] for r in doc["budget"]["claims"]) == 28 and doc["budget"]["device"].startswith("CPU ")

@@ -222,7 +222,8 @@ def test_what_a_lab_passes_to_sbatch_reaches_every_job(cluster, tmp_path):
                                       "--slurm-retries", "0", "--cost-table", str(table), "--cost-device", "test GPU"),
                             cwd=ROOT, capture_output=True, text=True, timeout=900, env=cluster)
     minutes = math.ceil(4 * 90 / 3600 * 60 * 1.5 + 15)  # 4 steps of 90 s (TINY's enwik8), x1.5, + 15 minutes: 24
-    assert f"--slurm-time {minutes}: from the cost table" in costed.stdout, costed.stdout[-2000:] + costed.stderr[-2000:]
+    said = costed.stdout[-2000:] + costed.stderr[-2000:]
+    assert f"--slurm-time {minutes}: from the cost table" in costed.stdout, said
     assert all(f"#SBATCH --time={minutes}" in p.read_text()
                for p in (tmp_path / "out3" / "work" / "slurm").rglob("*_submission.sh"))
     refused = subprocess.run(_evidence(data, tmp_path / "out2", "--launcher", "slurm", "--slurm-constraint",

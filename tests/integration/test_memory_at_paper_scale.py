@@ -95,7 +95,8 @@ def test_the_paper_scale_plan_refuses_every_run_that_does_not_fit_before_anythin
     with pytest.raises(DoesNotFit, match="nothing was trained") as refused:
         scales.memory_plan(setting, claims)
     # weights, gradients and Adam's state of 1.39B parameters alone exceed 85% of 24 GiB: no micro-batch helps
-    assert str(refused.value).startswith("1 run(s) do not fit") and "w/o sharing: in micro-batches of 1 row" in str(refused.value)
+    said = str(refused.value)
+    assert said.startswith("1 run(s) do not fit") and "w/o sharing: in micro-batches of 1 row" in said
     monkeypatch.setenv("WORLD_SIZE", "8")  # under torchrun: each rank its share of the batch, sharded if need be
     sharded = scales.memory_plan(setting, claims)
     assert {r["arm"] for r in sharded if r["strategy"] == "fsdp"} == {"w/o sharing"}

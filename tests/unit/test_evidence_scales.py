@@ -140,7 +140,8 @@ def test_table_3_sweeps_the_papers_depths_of_f_at_the_scales_widths_against_a_ma
     with generated_setting(PAPER) as setting:
         (table3,) = scale_claims_chosen(setting, ["table3_depth"])
     widths = {a.name: dict(a.overrides)["generator_widths"] for a in table3.arms}
-    assert [widths[f"f depth {k}"] for k in (1, 3, 5, 9)] == [(), (256, 512), (256, 512, 512, 512), PAPER_GENERATOR_WIDTHS]
+    assert [widths[f"f depth {k}"] for k in (1, 3, 5, 9)] == [(), (256, 512), (256, 512, 512, 512),
+                                                              PAPER_GENERATOR_WIDTHS]
     assert PAPER_GENERATOR_WIDTHS == (256,) + (512,) * 7  # 8 hidden widths: 9 layers
     assert table3.reference == "f depth 9" and table3.matched_arms == ("f depth 2 at depth 9's parameters",)
 

@@ -103,7 +103,8 @@ def test_micro_batch_size_auto_takes_the_micro_batches_the_memory_plan_fits_the_
     from damcha.runs.train_flags import settings_from
 
     common = ["train", "--dataset", "digits", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
-              "--generator-widths", "16", "--batch-size", "32", "--epochs", "1", "--train-limit", "96", "--dropout", "0.1",
+              "--generator-widths", "16", "--batch-size", "32", "--epochs", "1", "--train-limit", "96",
+              "--dropout", "0.1",
               "--completion-images", "4", "--completion-samples", "1"]
     parsed = settings_from(parser_for("train").parse_args([*common, "--micro-batch-size", "auto", "--out", "unused"]))
     assert parsed[1].micro_batch_size == -1  # AUTO_MICRO_BATCH

@@ -145,9 +145,9 @@ def synthetic_test_size(quick: bool) -> int:
 
 # Fig. 13's learning-rate grids: the two rates each arm's validation chose in the full run that tried
 # 1e-3, 3e-3 and 1e-2 for all (docs/evidence.md); two rates instead of three keep the run in its budget.
-CLASSIFICATION_GRIDS: dict[str, tuple[float, ...]] = {"mha": (1e-3, 3e-3), "mha-slice": (3e-3, 1e-2), "damcha": (1e-3, 3e-3),
-                        "damcha-static": (3e-3, 1e-2), "damcha-bilinear": (1e-3, 3e-3), "damcha-identity": (1e-3, 3e-3),
-                        "mha-matched": (1e-3, 3e-3)}
+CLASSIFICATION_GRIDS: dict[str, tuple[float, ...]] = {
+    "mha": (1e-3, 3e-3), "mha-slice": (3e-3, 1e-2), "damcha": (1e-3, 3e-3), "damcha-static": (3e-3, 1e-2),
+    "damcha-bilinear": (1e-3, 3e-3), "damcha-identity": (1e-3, 3e-3), "mha-matched": (1e-3, 3e-3)}
 # DAMCHA with f started at M(c) = I (`generator_start=identity`): a labelled arm beside the paper's default start
 # wherever f's start matters; reported, never counted (docs/evidence.md, "Why f misses the easy end").
 IDENTITY_START = "damcha-identity"
