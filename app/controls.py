@@ -54,7 +54,7 @@ def _uploaded_digit(run: Run) -> ModelInput | None:
 def _uploaded_photo(run: Run) -> ModelInput | None:
     return _uploaded("A colour photo (PNG, JPEG, GIF, BMP, WebP)", "image", "upload_photo",
                      "Upload any colour photo; it is turned upright, centre-cropped to a square and resized to "
-                     "32x32 (Lanczos), then read as 8x8 patches of 4x4 pixels.",
+                     f"32x32 (Lanczos), then read as {run_modality(run).title}.",
                      lambda up: input_from_photo(run, up.getvalue(), up.name))
 
 

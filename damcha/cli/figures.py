@@ -12,7 +12,13 @@ from tqdm import tqdm
 
 from damcha.cli.flags import choice
 from damcha.evidence.view import regenerate  # every named figure, the evidence's included
-from damcha.inputs.model_inputs import input_from_image, input_from_photo, input_from_text, validation_input
+from damcha.inputs.model_inputs import (
+    input_from_image,
+    input_from_photo,
+    input_from_text,
+    run_modality,
+    validation_input,
+)
 from damcha.inputs.uploads import MAX_UPLOAD_BYTES, InputError
 from damcha.model.mechanisms import get_mechanism, mechanism_names
 from damcha.runs.checkpoints import load_run
@@ -110,6 +116,10 @@ def _provenance_items(args, settings):
     return [regenerate(prov, root)], ExportSettings(**raw["settings"]) if isinstance(raw.get("settings"), dict) else settings
 
 
+# What --image is read as, by the upload kind the run's modality takes (any other kind is refused in words there).
+IMAGE_READERS = {"image": input_from_image, "photo": input_from_photo}
+
+
 def _input_items(args) -> list:
     """The figure set of a run (or the paper's figures of several) for the input asked for."""
 
@@ -120,7 +130,7 @@ def _input_items(args) -> list:
     run = paper_runs[0] if paper_runs else load_run(args.run)
     if args.image or args.text:
         path = Path(args.image or args.text)
-        read = input_from_text if args.text else input_from_photo if run.model_config.input_dim else input_from_image
+        read = input_from_text if args.text else IMAGE_READERS.get(run_modality(run).upload or "", input_from_image)
         try:
             inp = read(run, _input_file_bytes(path), path.name)
         except InputError as e:

@@ -12,7 +12,6 @@ import numpy as np
 
 from damcha.inputs.datasets import bundled, fixed_val_windows, load_dataset
 from damcha.inputs.modalities import Modality, modality_named, task_of
-from damcha.inputs.modalities.image_patches import cifar_patches
 from damcha.inputs.uploads import InputError, digit_from_bytes, digit_tokens, photo_from_bytes, text_from_bytes
 from damcha.model.transformer import IGNORE_INDEX
 
@@ -79,13 +78,14 @@ def input_from_image(run: Run, data: bytes, name: str = "upload") -> ModelInput:
 
 
 def input_from_photo(run: Run, data: bytes, name: str = "upload") -> ModelInput:
-    """A colour photo -> the patch sequence of a next-patch model (inputs: a zero start then patches
-    0..62; targets: patches 0..63)."""
+    """A colour photo -> the sequence its run's modality reads (a next-patch model's patches, a pixel
+    model's 1024 pixel tokens), made as the run's data set makes its images."""
     modality = _needs_upload(run, "photo")
     photo = photo_from_bytes(data)
-    patches = cifar_patches(photo.image[None])  # (1, 64, 48)
-    tokens, targets = modality.sequences(patches)
-    return ModelInput(modality, tokens[0], targets[0], f"photo {name}", photo.note, image=photo.image)
+    tokens, targets = modality.photo_sequences(photo.image[None])  # (1, T) or (1, T, F) each
+    picture = modality.seen_picture(tokens[0], targets[0], task_of(run.model_config))
+    return ModelInput(modality, tokens[0], targets[0], f"photo {name}", f"{photo.note}; {modality.title}",
+                      image=photo.image if picture is None else picture)
 
 
 def input_from_text(run: Run, data: bytes, name: str = "typed text") -> ModelInput:

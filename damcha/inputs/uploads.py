@@ -103,7 +103,7 @@ def photo_from_bytes(data: bytes, side: int = 32) -> PhotoInput:
     w, h = img.size
     small = ImageOps.fit(img, (side, side), Image.Resampling.LANCZOS, centering=(0.5, 0.5))
     note = (f"{w}x{h} {'' if w == h else 'centre-cropped to a square, '}resized to {side}x{side} "
-            f"(Lanczos), RGB; 8x8 patches of 4x4x3 in raster order")
+            f"(Lanczos), RGB")
     return PhotoInput(np.asarray(small, dtype=np.uint8), note)
 
 

@@ -14,7 +14,6 @@ from torch import nn
 
 from damcha.analysis.inspection import inspect_input
 from damcha.inputs.modalities import modality_named
-from damcha.inputs.modalities.image_patches import cifar_patches
 from damcha.runs.checkpoints import load_model, load_run
 from damcha.runs.reference import ReferenceCheckpointError, import_reference
 from tests.support.app_views import open_tab
@@ -84,7 +83,7 @@ def test_an_image_run_with_components_computes_their_whole_model(tmp_path):
         u = (torch.as_tensor(image).permute(2, 0, 1)[None].float() / 255 - 0.5) / 0.5
         pred = head.proj(decoder.eval()(patcher.proj(patcher.patches(u))))  # (1, 64, 48) in their layout and range
         theirs = (pred.reshape(1, 64, 3, 4, 4).permute(0, 1, 3, 4, 2).reshape(1, 64, 48) + 1) / 2
-    tokens, targets = modality_named("patches_in_place").sequences(cifar_patches(image[None]))
+    tokens, targets = modality_named("patches_in_place").photo_sequences(image[None])
     ours = load_model(run)(torch.as_tensor(tokens)).logits
     torch.testing.assert_close(ours, theirs, atol=3e-5, rtol=1e-4)
 

@@ -1,5 +1,6 @@
 """CIFAR-10/100 from their python batches (read without unpickling code, checked against the
-published MD5s), as next-patch sequences on the standard split."""
+published MD5s) on the standard split, each as two data sets: next-patch sequences (`cifar10`, the
+authors' repository's image model) and 1024 pixel tokens (`cifar10-pixels`, Section 5.1's)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 from damcha.inputs.datasets.base import AtScale, DataError, DataSet, DataSetSpec, data_file
 from damcha.inputs.datasets.checksums import PublishedFile, check_standard, file_digests
 from damcha.inputs.datasets.image_sets import array_store, image_dataset
+from damcha.inputs.modalities import modality_named
 
 MAX_BATCH_BYTES = 400_000_000  # CIFAR-100's train batch is about 155 MB
 MAX_CLASSES = 100  # CIFAR-100's fine labels
@@ -123,16 +125,19 @@ def read_cifar_folder(directory: str | Path, which: str = "cifar10", nonstandard
     return CifarFolder(train, train_labels, test, test_labels, standard, md5)
 
 
-def cifar_dataset(name: str, directory: str | Path, split_seed: int = 0, nonstandard_ok: bool = False) -> DataSet:
-    """Next-patch prediction like the paper: 64 patches of 4x4x3 per image in raster order; the
-    model reads a zero start vector then patches 0..62 and predicts patches 0..63 (MSE). The
-    standard split: 5,000 validation images carved from the 50,000 training images with the split
-    seed, the test batch evaluated once, after the last epoch. Images stay uint8 (150 MB for
-    CIFAR-10; its float patches would take 1.2 GB) and become patches batch by batch."""
-    folder = read_cifar_folder(directory, name, nonstandard_ok)
+def cifar_dataset(name: str, directory: str | Path, split_seed: int = 0, nonstandard_ok: bool = False,
+                  modality: str = "image_patches") -> DataSet:
+    """The images as `modality` reads them. image_patches: 64 patches of 4x4x3 per image in raster
+    order; the model reads a zero start vector then patches 0..62 and predicts patches 0..63 (MSE).
+    pixel_tokens: 1024 pixel tokens of 3-3-2 colour after a start token, each predicted from the ones
+    before. The standard split: 5,000 validation images carved from the 50,000 training images with the
+    split seed, the test batch evaluated once, after the last epoch. Images stay uint8 (150 MB for
+    CIFAR-10; its float patches would take 1.2 GB) and become rows batch by batch."""
+    which = name.removesuffix("-pixels")
+    folder = read_cifar_folder(directory, which, nonstandard_ok)
     return image_dataset(name, array_store(folder.train_images, folder.train_labels), split_seed,
                          {"source": str(directory), "standard_files": folder.standard, "md5": folder.md5},
-                         test=array_store(folder.test_images, folder.test_labels))
+                         test=array_store(folder.test_images, folder.test_labels), modality=modality)
 
 
 # What a CIFAR-10 run in the evidence differs in from the paper's, at every scale (declared on every claim on it).
@@ -158,10 +163,17 @@ CIFAR10_AT_SCALE = {
                     deviations=CIFAR_DEVIATIONS),
 }
 
-SPECS = tuple(
-    DataSetSpec(name, name.upper().replace("CIFAR", "CIFAR-"), "image_patches", "next_vector",
-                lambda path, block_size, seed, nonstandard_ok=False, name=name: cifar_dataset(name, path, seed, nonstandard_ok),
-                needs_path="the extracted python-batches folder",
-                published=f"the {name} python batches' MD5s ({KRIZHEVSKY})",
-                scales=CIFAR10_AT_SCALE if name == "cifar10" else {}, paper_row=name.upper().replace("CIFAR", "CIFAR-"))
-    for name in ("cifar10", "cifar100"))
+def _spec(which: str, modality: str, suffix: str = "") -> DataSetSpec:
+    """CIFAR `which` read as `modality` (a modality with a fixed vocabulary predicts next tokens), named which + suffix."""
+    name, paper_row = which + suffix, which.upper().replace("CIFAR", "CIFAR-")
+    reads = modality_named(modality)
+    return DataSetSpec(
+        name, f"{paper_row}{', ' + reads.title if suffix else ''}", modality,
+        "next_token" if reads.vocab_size else "next_vector",
+        lambda path, block_size, seed, nonstandard_ok=False: cifar_dataset(name, path, seed, nonstandard_ok, modality),
+        needs_path="the extracted python-batches folder", published=f"the {which} python batches' MD5s ({KRIZHEVSKY})",
+        scales=CIFAR10_AT_SCALE if name == "cifar10" else {}, paper_row=paper_row)
+
+
+SPECS = tuple(spec for which in ("cifar10", "cifar100")
+              for spec in (_spec(which, "image_patches"), _spec(which, "pixel_tokens", "-pixels")))

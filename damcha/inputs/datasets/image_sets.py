@@ -1,5 +1,6 @@
 """What every image data set shares: a store of images read by index, a validation split carved
-from the training images with the split seed, and next-patch rows made batch by batch.
+from the training images with the split seed, and rows made batch by batch as the data set's modality
+reads an image (next-patch vectors, pixel tokens).
 
 A store holds images compactly (a uint8 array, an Arrow column of encoded images, image files)
 and decodes only the rows a batch asks for, so memory is bounded by the batch, not the data set.
@@ -15,7 +16,7 @@ import torch
 
 from damcha.inputs.datasets.base import DataError, DataSet
 from damcha.inputs.datasets.lazy_rows import LazyRows
-from damcha.inputs.modalities.image_patches import cifar_patches, next_patch_sequences
+from damcha.inputs.modalities import Modality, modality_named
 from damcha.inputs.uploads import InputError, photo_from_bytes
 
 SIDE = 32  # the paper's images: 32x32, 64 patches of 4x4x3
@@ -57,32 +58,34 @@ def carve_validation(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
-def next_patch_rows(store: ImageStore) -> tuple[LazyRows, LazyRows]:
-    """Inputs (a zero start vector, patches 0..62) and targets (patches 0..63), made per batch."""
-    def inputs(idx):
-        return next_patch_sequences(cifar_patches(store.read(idx)))[0]
+def image_rows(store: ImageStore, modality: Modality) -> tuple[LazyRows, LazyRows]:
+    """The store's images as the modality reads them (its photo_sequences: inputs, targets), made per batch."""
+    inputs, targets = modality.photo_sequences(np.zeros((1, SIDE, SIDE, 3), dtype=np.uint8))  # the row shapes
 
-    def targets(idx):
-        return torch.from_numpy(cifar_patches(store.read(idx)))
+    def make(which):
+        return lambda idx: torch.from_numpy(modality.photo_sequences(store.read(idx))[which])
 
-    return LazyRows(store.n, (64, 48), inputs), LazyRows(store.n, (64, 48), targets)
+    return LazyRows(store.n, inputs.shape[1:], make(0)), LazyRows(store.n, targets.shape[1:], make(1))
 
 
 def image_dataset(name: str, train: ImageStore, split_seed: int, split: dict, val: ImageStore | None = None,
-                  test: ImageStore | None = None) -> DataSet:
-    """Next-patch prediction over the stores: validation given, or carved from train with the seed;
-    every split's rows made batch by batch."""
+                  test: ImageStore | None = None, modality: str = "image_patches") -> DataSet:
+    """The images as the modality reads them (next-patch regression by default; a modality with a fixed
+    vocabulary is next-token prediction): validation given, or carved from train with the seed; every
+    split's rows made batch by batch."""
+    reads = modality_named(modality)
     if val is None:
         train_idx, val_idx = carve_validation(train.n, split_seed)
         train, val = train.subset(train_idx), train.subset(val_idx)
         carved = f"{val.n:,} validation images carved from the training images with split seed {split_seed}"
     else:
         carved = f"{val.n:,} validation images (the validation split)"
-    val_x, val_y = next_patch_rows(val)
-    train_x, train_y = next_patch_rows(train)
-    test_x, test_y = next_patch_rows(test) if test is not None else (None, None)
+    val_x, val_y = image_rows(val, reads)
+    train_x, train_y = image_rows(train, reads)
+    test_x, test_y = image_rows(test, reads) if test is not None else (None, None)
     tested = f", {test.n:,} test images (evaluated once, after training)" if test is not None else ", no test split"
     split = {**split, "seed": split_seed, "n_train": train.n, "n_val": val.n, "n_test": test.n if test else 0,
              "split": f"{train.n:,} training images, {carved}{tested}"}
-    return DataSet(name, "next_vector", 0, 64, train_x, train_y, val_x, val_y, val_labels=val.labels,
+    task = "next_token" if reads.vocab_size else "next_vector"
+    return DataSet(name, task, reads.vocab_size, train_x.shape[1], train_x, train_y, val_x, val_y, val_labels=val.labels,
                    test_inputs=test_x, test_targets=test_y, split=split)

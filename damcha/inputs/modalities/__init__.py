@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 
-from damcha.inputs.modalities import byte_text, digit_image, image_patches, patches_in_place, tokens
+from damcha.inputs.modalities import byte_text, digit_image, image_patches, patches_in_place, pixel_tokens, tokens
 from damcha.inputs.modalities.base import Modality
 from damcha.inputs.modalities.byte_text import printable
 
-MODALITY_MODULES = (tokens, digit_image, byte_text, image_patches, patches_in_place)
+MODALITY_MODULES = (tokens, digit_image, byte_text, image_patches, patches_in_place, pixel_tokens)
 MODALITIES: dict[str, Modality] = {m.MODALITY.name: m.MODALITY for m in MODALITY_MODULES}
 DEFAULT = tokens.MODALITY.name
 

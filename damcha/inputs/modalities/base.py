@@ -27,7 +27,8 @@ class Modality:
     unit: what one next-token loss term is about in the data set's metric names ('bits per pixel', the
     paper's 'bits per char'); shown_unit: what pages call it where that differs (a byte model's loss term
     is a byte's, whatever a character of an upload spans); classified_unit: what one classification loss
-    term is about. picture / prediction / completion: the kinds the views draw
+    term is about. vocab_size: the token ids a model of it reads where the modality fixes them (0: vectors,
+    or the data set's own). picture / prediction / completion: the kinds the views draw
     (None: none applies), with the captions that go with them. blank_token, blank_description: the
     'absent' input (the baseline of Integrated Gradients)."""
 
@@ -38,6 +39,7 @@ class Modality:
     unit: str = "token"
     classified_unit: str = "sequence"
     shown_unit: str | None = None
+    vocab_size: int = 0
     picture: str | None = None
     picture_caption: str = ""
     prediction: str | None = None
@@ -61,9 +63,9 @@ class Modality:
         """What the data set's metric names call it (val_bits_per_<unit>)."""
         return self.classified_unit if task == "classification" else self.unit
 
-    def sequences(self, patches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A photo's patches (N, P, F) as the (inputs, targets) a model reads: a modality that takes photos
-        says how."""
+    def photo_sequences(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Colour images (N, 32, 32, 3) uint8 as the (inputs, targets) a model reads: a modality that takes
+        photos says how (the same for an upload and every image data set)."""
         raise NotImplementedError(f"modality {self.name} takes no photos")
 
     def token_text(self, token: int) -> str:

@@ -53,13 +53,16 @@ class ImagePatches(Modality):
         n = len(targets) if isinstance(targets, np.ndarray) else 0
         return [_patch(i) for i in range(n)]
 
-    def sequences(self, patches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def patch_sequences(self, patches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(N, 64, 48) patches -> (model inputs, targets)."""
         inputs, targets = next_patch_sequences(np.asarray(patches, dtype=np.float32))
         return inputs.numpy(), targets.numpy()
 
+    def photo_sequences(self, images):
+        return self.patch_sequences(cifar_patches(np.asarray(images, dtype=np.uint8)))
+
     def frame(self, inputs, targets):
-        return self.sequences(targets)[0]
+        return self.patch_sequences(targets)[0]
 
     def seen_picture(self, tokens, targets, task):
         """(32, 32, 3) uint8: the image a record is about (its targets are all 64 patches)."""

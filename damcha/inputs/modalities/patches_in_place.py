@@ -14,7 +14,7 @@ class PatchesInPlace(ImagePatches):
     def token_labels(self, tokens):
         return [_patch(i) for i in range(len(tokens))]
 
-    def sequences(self, patches):
+    def patch_sequences(self, patches):
         return patches, patches
 
 
