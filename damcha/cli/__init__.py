@@ -23,6 +23,8 @@ COMMANDS = {
     "standard-files": ("standard_files", "write generated files in the published data sets' formats (CIFAR-10 "
                                          "batches, enwik8.zip, text8) for a rehearsal of --scale tiny"),
     "demo-runs": ("demo_runs", "(re)train the shipped demo runs into checkpoints/"),
+    "fid": ("fid", "FID of a pixel run's drawn images against its test images (needs damcha[fid] and the Inception "
+                   "weights on disk)"),
 }
 
 

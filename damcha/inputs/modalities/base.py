@@ -28,7 +28,8 @@ class Modality:
     paper's 'bits per char'); shown_unit: what pages call it where that differs (a byte model's loss term
     is a byte's, whatever a character of an upload spans); classified_unit: what one classification loss
     term is about. vocab_size: the token ids a model of it reads where the modality fixes them (0: vectors,
-    or the data set's own). picture / prediction / completion: the kinds the views draw
+    or the data set's own). start_token: the token a generated image begins with, where a model of the modality
+    generates images (the ids below it are its pixel values). picture / prediction / completion: the kinds the views draw
     (None: none applies), with the captions that go with them. blank_token, blank_description: the
     'absent' input (the baseline of Integrated Gradients)."""
 
@@ -40,6 +41,7 @@ class Modality:
     classified_unit: str = "sequence"
     shown_unit: str | None = None
     vocab_size: int = 0
+    start_token: int | None = None
     picture: str | None = None
     picture_caption: str = ""
     prediction: str | None = None

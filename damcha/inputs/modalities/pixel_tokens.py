@@ -84,7 +84,7 @@ class PixelTokens(Modality):
 
 MODALITY = PixelTokens(
     "pixel_tokens", "32x32 colour image as 1024 pixel tokens (3-3-2 colour, 256 values)", "photo", (SIDE, SIDE),
-    unit="pixel", classified_unit="image", vocab_size=PIXEL_VALUES + 1,
+    unit="pixel", classified_unit="image", vocab_size=PIXEL_VALUES + 1, start_token=PIXEL_START,
     picture="rgb", picture_caption="What the model sees (32x32 pixels in 3-3-2 colour)",
     prediction="next_token_distribution", prediction_title="Most likely next pixels",
     blank_token=0, blank_description="a black image (every pixel 0; the start token kept)")
