@@ -24,3 +24,19 @@ def tiny_patch_run(folder: Path) -> Run:
     train(variant_config(base, "damcha"), TrainConfig(dataset="sample-images", epochs=1, train_limit=64,
                                                       completion_images=4), out, progress=False)
     return load_run(out)
+
+
+def tiny_pixel_runs(folder: Path, data: Path) -> list[Run]:
+    """Tiny DAMCHA and MHA runs on CIFAR-10 as 1024 pixel tokens (generated batches in `data`), trained into
+    folder/pixels-damcha and folder/pixels-mha (2 epochs, snapshots at 0, 1 and 2)."""
+    from damcha.inputs.datasets.generated import write_standard_format_files
+
+    cifar = write_standard_format_files(data, images_per_batch=8)["cifar10"]
+    base = ModelConfig(n_layer=1, n_head=2, n_embd=16, attention_options={"generator_widths": (16,)})
+    runs = []
+    for variant in ("damcha", "mha"):
+        out = folder / f"pixels-{variant}"
+        train(variant_config(base, variant), TrainConfig(dataset="cifar10-pixels", data_path=str(cifar), epochs=2,
+                                                         batch_size=8, nonstandard_data=True), out, progress=False)
+        runs.append(load_run(out))
+    return runs
