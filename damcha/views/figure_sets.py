@@ -199,7 +199,8 @@ def _input(record, params, index, at):  # params: highlight (default True): mark
     cell = _grid_cell(record, t) if marked else None
     label = (f"query position {t} reads {record.token_labels[t]}" if cell else
              f"query position {t} reads the start") if marked else ""
-    return PICTURE_FIGURES[record.modality.picture](seen_picture(record), record.modality.picture_caption, cell, label)
+    m = record.modality
+    return PICTURE_FIGURES[m.picture](seen_picture(record), m.picture_caption, cell, label, m.grid)
 
 
 def _attention_grid(record, params, index, at):
@@ -308,8 +309,8 @@ def _next_token_distribution(record: InspectionRecord, at: str, next_position: i
 
 # How each kind a modality declares is drawn (damcha.inputs.modalities.base: PICTURES, PREDICTIONS).
 PICTURE_FIGURES = {
-    "grey_levels": lambda levels, title, cell, label: figures.digit_figure(levels, title, cell, label),
-    "rgb": lambda image, title, cell, label: figures.rgb_image_figure(image, title, highlight=cell, highlight_label=label),
+    "grey_levels": lambda levels, title, cell, label, grid: figures.digit_figure(levels, title, cell, label),
+    "rgb": lambda image, title, cell, label, grid: figures.rgb_image_figure(image, title, grid[0], cell, label),
 }
 PREDICTION_FIGURES = {
     "image_from_patches": lambda record, params, at: _predicted_image(record, at),

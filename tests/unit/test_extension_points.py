@@ -428,3 +428,17 @@ def test_every_guide_ends_with_its_checklist_naming_real_files_and_the_tests_tha
         assert "docs/design.md" in checklist and "tests/" in checklist, section.splitlines()[0]
         for path in re.findall(r"`((?:damcha|tests|docs|app|pages)/[\w/.]+\.(?:py|md))`", checklist):
             assert (ROOT / path).exists(), (section.splitlines()[0], path)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in MODALITIES.items() if m.picture))
+def test_a_pictures_last_cell_is_outlined_on_the_picture(name):
+    """The cell a query position reads, outlined where it lies: a pixel model's last pixel, a patch model's last patch."""
+    m = MODALITIES[name]
+    rows, cols = m.grid
+    side = 32 if m.picture == "rgb" else rows
+    picture = np.zeros((side, side, 3), np.uint8) if m.picture == "rgb" else np.zeros((rows, cols))
+    fig = PICTURE_FIGURES[m.picture](picture, m.picture_caption, (rows - 1, cols - 1), "last cell", m.grid)
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert rects, "the cell is outlined"
+    assert max(s.x1 for s in rects) == pytest.approx(side - 0.5) and max(s.y1 for s in rects) == pytest.approx(side - 0.5)
+    assert min(s.x0 for s in rects) == pytest.approx((cols - 1) * side / cols - 0.5)

@@ -63,10 +63,11 @@ def _patch_grid_shapes(side: int, cells: int, xref: str = "x", yref: str = "y") 
 
 def rgb_image_figure(image: np.ndarray, title: str = "What the model sees", cells: int | None = 8,
                      highlight: tuple[int, int] | None = None, highlight_label: str = "") -> go.Figure:
-    """An RGB image (h, w, 3) uint8 with its patch grid and, optionally, one patch outlined."""
+    """An RGB image (h, w, 3) uint8 read as cells x cells tokens (patches, or its pixels when cells is its side): the
+    patches' grid drawn, and optionally one cell outlined."""
     side = image.shape[0]
     fig = go.Figure(go.Image(z=image, hovertemplate="row %{y}, col %{x}: %{z}<extra></extra>"))
-    shapes = _patch_grid_shapes(side, cells) if cells else []
+    shapes = _patch_grid_shapes(side, cells) if cells and cells < side else []
     if highlight is not None and cells:
         step = side / cells
         r, c = highlight
