@@ -1,8 +1,9 @@
-"""Trivial baselines of the completion metrics: what a number is worth before any model.
+"""Trivial baselines: what a number is worth before any model.
 
-Each is scored exactly as the models' completions are (the same validation images, the same
-per-image MSE on [0, 1] pixels, the same mean / q25 / q75), so a claim can say when no model
-beats one.
+A completion baseline is scored exactly as the models' completions are (the same validation images, the
+same per-image MSE on [0, 1] pixels, the same mean / q25 / q75); the token-frequency baseline is a
+likelihood scored as the models' validation NLL is (nats per predicted token, over every validation
+target), so a claim can say when no model beats one.
 """
 
 from __future__ import annotations
@@ -72,7 +73,45 @@ def completion_baseline(task: str, dataset: str, n_images: int,
     return completion_statistics(BASELINES[task](task, dataset, n_images, load))
 
 
-# Each baseline by name, with the completion it stands in for (digit bottom halves, or image patches).
+def token_frequency_nll(dataset: str, load: Callable[[str], DataSet] = load_dataset, rows: int = 512) -> dict[str, float]:
+    """{"val_nll": nats per validation target} of the training targets' token frequencies (add-one smoothed over
+    the vocabulary): the likelihood of a model that ignores every input. Rows are read `rows` at a time (a pixel
+    data set's are made when read)."""
+    data = load(dataset)
+    if data.stream or data.train_targets is None or data.val_targets is None or not data.vocab_size:
+        raise ValueError(f"{data.name}: the token-frequency baseline reads the next-token samples of a data set, "
+                         "and this one has none")
+    counts = torch.ones(data.vocab_size, dtype=torch.float64)  # (V,): add-one
+    for i in range(0, len(data.train_targets), rows):
+        counts += torch.bincount(data.train_targets[i:i + rows].reshape(-1), minlength=data.vocab_size).double()
+    log_p = counts.log() - counts.sum().log()  # (V,)
+    total, n = 0.0, 0
+    for i in range(0, len(data.val_targets), rows):
+        targets = data.val_targets[i:i + rows].reshape(-1)  # (rows * T,)
+        total -= float(log_p[targets].sum())
+        n += len(targets)
+    return {"val_nll": total / n}
+
+
+# Each completion baseline by name, with the completion it stands in for (digit bottom halves, or image patches).
 BASELINES = {"train_mean": digit_completion_errors, "top_half_1nn": digit_completion_errors,
              "top_mean_colour": patch_completion_errors}
-TASKS = tuple(BASELINES)
+COMPLETES = {"train_mean": "bottom_half_tokens", "top_half_1nn": "bottom_half_tokens",
+             "top_mean_colour": "bottom_half_patches"}
+TOKEN_FREQUENCIES = "token_frequencies"  # the likelihood baseline, for any next-token data set
+TASKS = (*BASELINES, TOKEN_FREQUENCIES)
+BASELINE_NAMES = {TOKEN_FREQUENCIES: "training tokens' frequencies"}  # the arm a baseline moved to a scale becomes
+
+
+def baseline_values(task: str, dataset: str, n_images: int, load: Callable[[str], DataSet] = load_dataset) -> dict[str, float]:
+    """The metrics of one trivial baseline on `dataset`, keyed as the models' evaluation keys them."""
+    if task == TOKEN_FREQUENCIES:
+        return token_frequency_nll(dataset, load)
+    return completion_baseline(task, dataset, n_images, load)
+
+
+def baseline_on(task: str, completion: str | None) -> str:
+    """The baseline task that stands where `task` stood, on a data set whose models complete `completion` (a
+    modality's completion kind for its task; None: none): `task` itself where it completes that, else the
+    token frequencies (the likelihood every next-token model is scored by)."""
+    return task if task in COMPLETES and COMPLETES[task] == completion else TOKEN_FREQUENCIES

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from damcha.evidence.records import Arm, Claim
-from damcha.evidence.scales import SCALES, chosen_by, run_config, scale_claims
+from damcha.evidence.scales import SCALES, chosen_by, locate_data, run_config, scale_claims
 from damcha.evidence.setting import Scale, Setting
 from damcha.evidence.units import run_train_config
 from damcha.inputs.datasets.generated import write_standard_format_files
@@ -274,9 +274,8 @@ def generated_setting(scale: Scale, device: str = "cpu") -> Iterator[Setting]:
     """The scale's setting on generated files in the standard formats (same vocabularies, shapes and sequence
     lengths as the published files): what a step costs depends on the shapes, not on the bytes."""
     with tempfile.TemporaryDirectory() as folder:
-        files = write_standard_format_files(folder)
-        yield Setting(dataclasses.replace(scale, nonstandard_ok=True), tuple((n, str(p)) for n, p in files.items()),
-                      device)
+        write_standard_format_files(folder)
+        yield Setting(dataclasses.replace(scale, nonstandard_ok=True), locate_data(scale, folder), device)
 
 
 def scale_claims_chosen(setting: Setting, only: list[str] | None = None) -> list[Claim]:

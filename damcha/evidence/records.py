@@ -177,6 +177,7 @@ class Claim:
     # runs at a scale (damcha.evidence.scales): the demo's describe the demo's data, whose paper numbers are
     # shown for scale only
     note_at_scale: str = ""
+    title_at_scale: str = ""  # where the demo's title names what the scale's data do not measure
     cannot_speak_to_at_scale: tuple[str, ...] = ()
     deviations_at_scale: tuple[str, ...] = ()
     # (claim, scale) -> the claim with the arms it has at that scale, where they follow from the scale's model

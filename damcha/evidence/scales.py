@@ -14,15 +14,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from damcha.evidence.baselines import BASELINE_NAMES, baseline_on
 from damcha.evidence.capacity import base_config, data_of, matched_width
 from damcha.evidence.catalogue import claims
 from damcha.evidence.records import Arm, Claim
 from damcha.evidence.setting import Scale, Setting
 from damcha.inputs.datasets import DataError, data_set_spec
+from damcha.inputs.modalities import modality_named
 from damcha.model.config import ModelConfig
 from damcha.runs.memory import AUTO_MICRO_BATCH, DoesNotFit, device_memory, plan_training
 from damcha.runs.train import model_config_for
@@ -103,27 +106,34 @@ def _on(claim: Claim, scale: Scale, setting: Setting, demo: str, target: str) ->
         claim = claim.arms_at_scale(claim, scale)
     renamed = _metric_names(demo, target)
     reference = next(a for a in claim.arms if a.name == claim.reference)
+    spec = data_set_spec(target)
 
     def moved(arm: Arm) -> Arm:
         if arm.kind not in ("train", "adaptivity", "baseline"):
             return arm
-        if arm.kind == "baseline":
-            return dataclasses.replace(arm, dataset=target)
+        if arm.kind == "baseline":  # the demo's, where it scores what the target's models do; else the target's own
+            task = baseline_on(arm.task, _completion(target))
+            return dataclasses.replace(arm, dataset=target, task=task,
+                                       name=arm.name if task == arm.task else BASELINE_NAMES[task])
         own = dict(arm.overrides)
         if "n_embd" in own:  # a width chosen to match the reference's parameters at the demo size: chosen again
             own["n_embd"] = matched_width(arm.variant, reference.variant, target, scale.model_overrides(target), setting)
         return dataclasses.replace(arm, dataset=target, overrides=tuple({**dict(scale.model_overrides(target)),
                                                                           **own}.items()))
 
-    spec = data_set_spec(target)
-    shown = [renamed(c) for c in (claim.metric, *claim.columns)]
-    tested = [m.replace("val_", "test_", 1) for m in shown if m.startswith("val_")]  # the test split, beside
+    metric = renamed(claim.metric)
+    assert metric is not None  # (a claim's own metric always has a name on the target)
+    shown = [m for m in (renamed(c) for c in claim.columns) if m is not None]
+    tested = [m.replace("val_", "test_", 1) for m in (metric, *shown) if m.startswith("val_")]  # the test split, beside
+    arms = tuple(moved(a) for a in claim.arms if not a.train_overrides)
+    names = {a.name: b.name for a, b in zip((a for a in claim.arms if not a.train_overrides), arms)}
     return dataclasses.replace(
-        claim, key=f"{claim.key}@{target}", title=f"{claim.title} — on {spec.title}",
-        metric=renamed(claim.metric), arms=tuple(moved(a) for a in claim.arms if not a.train_overrides),
-        paper=claim.paper_on.get(spec.paper_row, {}),
-        columns=tuple(dict.fromkeys(c for c in (*shown[1:], *tested) if c != renamed(claim.metric))),
-        verdict_metrics=tuple(renamed(m) for m in claim.verdict_metrics), scale=scale.description,
+        claim, key=f"{claim.key}@{target}", title=f"{claim.title_at_scale or claim.title} — on {spec.title}",
+        metric=metric, arms=arms, paper=claim.paper_on.get(spec.paper_row, {}),
+        controls=tuple(names.get(c, c) for c in claim.controls),
+        columns=tuple(dict.fromkeys(c for c in (*shown, *tested) if c != metric)),
+        verdict_metrics=tuple(dict.fromkeys(m for m in map(renamed, claim.verdict_metrics) if m is not None)),
+        scale=scale.description,
         note=f"The demo's {demo} data are {spec.title} here. The verdict reads the validation split, as in the demo; "
              f"the test split, evaluated once after the last epoch, is reported beside it (the test_ columns), and is "
              f"the number to set beside the paper's.{AT_DEMO_LENGTH if any(a.train_overrides for a in claim.arms) else ''} "
@@ -150,12 +160,32 @@ AT_DEMO_LENGTH = (" The MHA at DAMCHA's training FLOPs is left out here: its epo
                   "size, and at this scale they would need the FLOP ratio of the scale's own models.")
 
 
-def _metric_names(demo: str, target: str):
+def _completion(dataset: str) -> str | None:
+    """The completion a model of the data set is scored on (its modality's kind, where it applies to the data set's
+    task), or None."""
+    spec = data_set_spec(dataset)
+    kind = modality_named(spec.modality).completion
+    return kind if COMPLETED_TASK.get(kind or "") == spec.task else None
+
+
+COMPLETED_TASK = {"bottom_half_tokens": "next_token", "bottom_half_patches": "next_vector"}
+
+
+def _metric_names(demo: str, target: str) -> Callable[[str], str | None]:
     """How a metric of the demo data set is named on the target (a likelihood becomes a squared error when
-    tokens become vectors)."""
+    tokens become vectors). A completion's error on a target whose models complete nothing (a pixel model)
+    becomes the target's loss, and its quantiles are not measured there (None)."""
     losses = {"next_vector": "mse"}
     old, new = (losses.get(data_set_spec(d).task, "nll") for d in (demo, target))
-    return lambda metric: metric.replace(f"_{old}", f"_{new}") if old != new else metric
+    completes = _completion(target) is not None
+
+    def renamed(metric: str) -> str | None:
+        if "_completion_" in metric and not completes:
+            split, _, rest = metric.partition("_completion_")
+            return None if rest.endswith(("_q25", "_q75")) else f"{split}_{new}"
+        return metric.replace(f"_{old}", f"_{new}") if old != new else metric
+
+    return renamed
 
 
 # ----------------------------------------------------------------------------- before anything trains

@@ -13,7 +13,7 @@ import torch
 from damcha.analysis.ablation import mode_options
 from damcha.analysis.interventions import adaptivity_gap, mean_metric
 from damcha.evidence import tuning
-from damcha.evidence.baselines import completion_baseline
+from damcha.evidence.baselines import baseline_values
 from damcha.evidence.capacity import base_config
 from damcha.evidence.catalogue.common import EFFICIENCY_CASE, EFFICIENCY_CONFIG, synthetic_steps, synthetic_test_size
 from damcha.evidence.efficiency import efficiency_ratios
@@ -62,7 +62,7 @@ def run_unit(arm: Arm, seed: int, quick: bool, work: Path, setting: Setting = DE
             n = setting.train_fields(arm.dataset)["completion_images"]
         else:
             n = train_settings(arm.dataset, quick).get("completion_images") if quick else EVALUATION["completion_images"]
-        return completion_baseline(arm.task, arm.dataset, n, setting.load)
+        return baseline_values(arm.task, arm.dataset, n, setting.load)
     if arm.kind == "synthetic":
         if arm.tuning:  # the configuration's rates along the ladder, chosen on the tuning seed's validation set
             record = FitRecord(work, arm.unit(seed, quick))

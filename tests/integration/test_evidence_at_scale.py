@@ -2,6 +2,7 @@
 resumed, restated, and under torchrun on two Gloo processes."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,9 +37,10 @@ def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "tiny" and doc["complete"]
     assert sum(r["runs"] for r in doc["budget"]["claims"]) == 28 and doc["budget"]["device"].startswith("CPU ")
-    assert [c["key"] for c in doc["claims"]] == ["table1_images@cifar10", "table2_efficiency@tiny", "table3_depth@cifar10",
-                                                 "table4_ablations@cifar10", "table5_text@enwik8", "table5_text@text8"]
-    assert {d: r["standard_files"] for d, r in doc["data"].items()} == {"cifar10": False, "enwik8": False, "text8": False}
+    assert [c["key"] for c in doc["claims"]] == ["table1_images@cifar10-pixels", "table2_efficiency@tiny", "table3_depth@cifar10-pixels",
+                                                 "table4_ablations@cifar10-pixels", "table5_text@enwik8", "table5_text@text8"]
+    assert {d: r["standard_files"] for d, r in doc["data"].items()} == {"cifar10-pixels": False, "enwik8": False,
+                                                                         "text8": False}
     for claim in doc["claims"]:
         assert claim["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NO_VERDICT, SANITY_FAILED)
         assert all(len(v) == 2 for v in claim["values"].values())
@@ -54,10 +56,14 @@ def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
                 if r.name.startswith("text8-damcha") and "tuning" not in r.name}
     assert "test_bits_per_char" in text["columns"]
     assert {row["test_bits_per_char"] for row in text["values"]["damcha"]} <= recorded  # what each run recorded
-    images = next(c for c in doc["claims"] if c["key"] == "table1_images@cifar10")
-    assert {"test_completion_mse", "val_completion_mse"} <= {*images["columns"], images["metric"]}
-    assert all("test_completion_mse" in row for arm, rows in images["values"].items() for row in rows
+    images = next(c for c in doc["claims"] if c["key"] == "table1_images@cifar10-pixels")  # the pixel model's NLL
+    assert (images["metric"], images["columns"]) == ("val_nll", ["test_nll"])
+    assert all("test_nll" in row for arm, rows in images["values"].items() for row in rows
                if images["arms"][arm][1] == "train")  # beside validation, for every model arm (a baseline has none)
+    baseline = images["values"]["training tokens' frequencies"]  # every pixel at its training frequency
+    assert all(0 < row["val_nll"] <= math.log(256) + 0.1 for row in baseline)
+    pixel_run = next(r for r in runs if r.name.startswith("cifar10-pixels-damcha"))
+    assert json.loads((pixel_run / "config.json").read_text())["model"]["block_size"] == 1024  # 1024 pixel tokens
     # nothing outside --out: the zip's member was extracted into OUT/cache
     assert _files(tmp_path) - before == {p for p in _files(tmp_path) if p.startswith("evidence-tiny")}
     assert any((out / "cache").rglob("*enwik8*"))

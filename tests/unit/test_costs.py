@@ -39,11 +39,11 @@ def test_a_tiny_run_walks_its_epochs_steps_and_a_shared_run_is_counted_once(tiny
     setting, claims = tiny
     runs = list(planned_runs(setting, claims, 2))
     assert len({r.run for r in runs}) == len(runs)
-    table4 = [r for r in runs if r.claim == "table4_ablations@cifar10"]
+    table4 = [r for r in runs if r.claim == "table4_ablations@cifar10-pixels"]
     assert "damcha" not in {r.arm for r in table4}  # its DAMCHA runs are Table 1's, counted there
     steps = {r.claim.split("@")[1]: r.steps for r in runs}
-    cifar, corpus = TINY.place("cifar10").train, TINY.place("enwik8").train
-    assert steps["cifar10"] == cifar["epochs"] * math.ceil(TINY.place("cifar10").train_samples / cifar["batch_size"])
+    cifar, corpus = TINY.place("cifar10-pixels").train, TINY.place("enwik8").train
+    assert steps["cifar10-pixels"] == cifar["epochs"] * math.ceil(TINY.place("cifar10-pixels").train_samples / cifar["batch_size"])
     assert steps["enwik8"] == corpus["epochs"] * corpus["steps_per_epoch"]
 
 

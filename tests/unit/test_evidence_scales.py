@@ -21,10 +21,11 @@ from damcha.evidence.scales import (
     scale_claims,
 )
 from damcha.evidence.setting import Setting
-from damcha.inputs.datasets import DataError
+from damcha.inputs.datasets import DataError, data_set_spec
 from damcha.inputs.datasets.generated import write_standard_format_files
 
 ROOT = Path(__file__).resolve().parents[2]
+MOVED_BASELINE = {"top half's mean colour": "training tokens' frequencies"}  # a pixel model's baseline is a likelihood
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +42,28 @@ def tiny(data_dir):
 
 def test_a_scale_moves_each_claim_onto_the_data_its_demo_data_stand_for(tiny):
     moved = {c.key: c for c in scale_claims(TINY, tiny)}
-    assert set(moved) == {"table1_images@cifar10", "table2_efficiency@tiny", "table3_depth@cifar10",
-                          "table4_ablations@cifar10", "table5_text@enwik8", "table5_text@text8"}
+    assert set(moved) == {"table1_images@cifar10-pixels", "table2_efficiency@tiny", "table3_depth@cifar10-pixels",
+                          "table4_ablations@cifar10-pixels", "table5_text@enwik8", "table5_text@text8"}
     demo = {c.key: c for c in claims(TINY.smoke)}
     for key, claim in moved.items():
         base = demo[key.split("@")[0]]
         if base.arms_at_scale is None:  # the same arms, seeds and verdict rule (Table 3: its depths, below)
-            assert [a.name for a in claim.arms] == [a.name for a in base.arms]
+            assert [a.name for a in claim.arms] == [MOVED_BASELINE.get(a.name, a.name) for a in base.arms]
             assert claim.reference == base.reference
         assert (claim.verdict_against, claim.controls, claim.min_seeds) == \
-               (base.verdict_against, base.controls, base.min_seeds)
+               (base.verdict_against, tuple(MOVED_BASELINE.get(c, c) for c in base.controls), base.min_seeds)
         for arm in claim.arms:
             if arm.kind == "train":
                 assert arm.dataset == key.split("@")[1]
                 own = ("n_embd", "generator_widths") if base.arms_at_scale else ("n_embd",)  # (Table 3: f's own widths)
                 assert dict(arm.overrides).items() >= {k: v for k, v in TINY.model.items() if k not in own}.items()
-    table4 = moved["table4_ablations@cifar10"]  # digits' likelihood becomes CIFAR's squared error
-    assert table4.metric == "val_mse" and table4.compared == ("val_mse",) and "val_completion_mse" in table4.columns
+    table4 = moved["table4_ablations@cifar10-pixels"]  # digits' likelihood is the pixel model's; it completes nothing
+    assert table4.metric == "val_nll" and table4.compared == ("val_nll",) and table4.columns == ("test_nll",)
+    images = moved["table1_images@cifar10-pixels"]  # the patches' completion error becomes the pixel model's loss
+    assert (images.metric, images.columns, images.title) == \
+           ("val_nll", ("test_nll",), "Table 1 ranking: colour images, validation NLL — on " + data_set_spec("cifar10-pixels").title)
+    baseline = next(a for a in images.arms if a.kind == "baseline")  # the top half's colour completes no pixel model
+    assert (baseline.task, baseline.dataset) == ("token_frequencies", "cifar10-pixels") and baseline.name in images.controls
     assert moved["table5_text@text8"].metric == "val_bits_per_char"
     assert dict(moved["table5_text@enwik8"].arms[0].overrides)["block_size"] == TINY.place("enwik8").block_size
 
@@ -73,8 +79,8 @@ def test_each_data_set_at_a_scale_stands_beside_its_own_published_numbers_never_
     in_bits = {m: round(v / math.log(2), 4) for m, v in {"mha": 1.06, "dcmha": 1.05, "damcha": 1.03}.items()}
     assert moved["table5_text@text8"].paper == in_bits  # the paper's Table 5 row for Text8
     assert moved["table5_text@enwik8"].paper["mha"] == round(1.07 / math.log(2), 4)
-    assert moved["table1_images@cifar10"].paper["mha"] == 0.1260  # Table 1 is CIFAR-10's
-    assert moved["table4_ablations@cifar10"].paper == {}  # the paper gives none there
+    assert moved["table1_images@cifar10-pixels"].paper == {}  # Table 1's CIFAR-10 numbers are MSE; the claim reads NLL
+    assert moved["table4_ablations@cifar10-pixels"].paper == {}  # the paper gives none there
     demo = {c.key: c for c in claims(TINY.smoke)}
     for key, claim in moved.items():
         row = data_set_spec(key.split("@")[1]).paper_row if key.split("@")[1] in DATA_SETS else ""
@@ -156,17 +162,17 @@ def test_table_3_sweeps_the_papers_depths_of_f_at_the_scales_widths_against_a_ma
 
 
 def test_the_capacity_matched_arm_is_matched_again_at_the_scale(tiny):
-    table4 = next(c for c in scale_claims(TINY, tiny) if c.key == "table4_ablations@cifar10")
+    table4 = next(c for c in scale_claims(TINY, tiny) if c.key == "table4_ablations@cifar10-pixels")
     matched = next(a for a in table4.arms if a.name.startswith("MHA at"))
-    params = model_parameters(matched.variant, "cifar10", matched.overrides, tiny)
-    target = model_parameters("damcha", "cifar10", TINY.model_overrides("cifar10"), tiny)
-    narrower = model_parameters("mha", "cifar10", (*matched.overrides, ("n_embd", dict(matched.overrides)["n_embd"] - 4)), tiny)
+    params = model_parameters(matched.variant, "cifar10-pixels", matched.overrides, tiny)
+    target = model_parameters("damcha", "cifar10-pixels", TINY.model_overrides("cifar10-pixels"), tiny)
+    narrower = model_parameters("mha", "cifar10-pixels", (*matched.overrides, ("n_embd", dict(matched.overrides)["n_embd"] - 4)), tiny)
     assert abs(params - target) <= abs(narrower - target) and abs(params - target) / target < 0.05
 
 
 def test_every_missing_file_is_named_at_once_before_anything_trains(tmp_path):
     (tmp_path / "text8").write_bytes(b"a b " * 100)
-    with pytest.raises(DataError, match=r"lacks what --scale paper reads: cifar10 \(cifar-10-batches-py\), "
+    with pytest.raises(DataError, match=r"lacks what --scale paper reads: cifar10-pixels \(cifar-10-batches-py\), "
                                         r"enwik8 \(enwik8 or enwik8\.zip\)"):
         locate_data(PAPER, tmp_path)
     with pytest.raises(DataError, match="needs --data-dir"):
@@ -190,7 +196,7 @@ def test_copies_that_are_not_the_published_files_are_refused_at_paper_scale(data
 
 def test_too_little_data_for_a_batch_is_refused(tmp_path):
     write_standard_format_files(tmp_path, images_per_batch=2, corpus_bytes=3_000)
-    with pytest.raises(DataError, match=r"cifar10: \d+ training samples are fewer than one batch of 16"):
+    with pytest.raises(DataError, match=r"cifar10-pixels: \d+ training samples are fewer than one batch of 16"):
         check_data(Setting(TINY, locate_data(TINY, tmp_path)))
 
 
@@ -198,7 +204,7 @@ def test_the_paper_scale_sizes_its_models_as_the_paper_does():
     """Section 5.1: 10 layers, 8 heads, width 512 (head width 64), f of 9 layers, batches of 128."""
     assert PAPER.model_overrides("enwik8") == (("n_layer", 10), ("n_head", 8), ("n_embd", 512),
                                                ("generator_widths", PAPER_GENERATOR_WIDTHS), ("block_size", 1024))
-    assert {PAPER.place(d).train["batch_size"] for d in ("enwik8", "text8", "cifar10")} == {128}
+    assert {PAPER.place(d).train["batch_size"] for d in ("enwik8", "text8", "cifar10-pixels")} == {128}
     assert set(SCALES) >= {"tiny", "paper"}
 
 
@@ -266,9 +272,9 @@ def test_the_shipped_rehearsal_shows_beside_the_demo_evidence_as_a_rehearsal_on_
     found = {name: (doc, problem) for name, doc, problem in results_at_other_scales(ROOT / "checkpoints" / "evidence")}
     doc, problem = found["tiny"]
     assert not problem and doc["scale"] == "tiny" and "standard-files" not in doc["command"]
-    assert scale_data_words(doc) == (", on files that are not the published data sets (cifar10, enwik8, text8: the "
+    assert scale_data_words(doc) == (", on files that are not the published data sets (cifar10-pixels, enwik8, text8: the "
                                      "standard formats, other content)")
-    assert {c["key"] for c in doc["claims"]} >= {"table5_text@enwik8", "table5_text@text8", "table1_images@cifar10"}
+    assert {c["key"] for c in doc["claims"]} >= {"table5_text@enwik8", "table5_text@text8", "table1_images@cifar10-pixels"}
 
 
 @pytest.mark.parametrize(("words", "said"), [

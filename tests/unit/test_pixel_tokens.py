@@ -104,3 +104,16 @@ def test_the_modality_labels_and_pictures_what_the_model_reads():
     tokens = rgb332_tokens(_image((0, 255, 0)))
     assert m.token_text(PIXEL_START) == "start" and m.token_text(0b000_111_00) == "#00ff00"
     assert m.seen_picture(np.r_[PIXEL_START, tokens[:-1]], tokens, "next_token")[5, 7].tolist() == [0, 255, 0]
+
+
+def test_the_likelihood_baseline_is_every_pixel_at_its_training_frequency(cifar_folder):
+    from damcha.evidence.baselines import baseline_values, token_frequency_nll
+
+    data = load_dataset("cifar10-pixels", str(cifar_folder), nonstandard_ok=True)
+    train, val = data.train_targets[:].numpy().ravel(), data.val_targets[:].numpy().ravel()
+    counts = np.bincount(train, minlength=257) + 1.0  # add-one over the 257 ids
+    expected = float(-np.log(counts[val] / counts.sum()).mean())
+    assert baseline_values("token_frequencies", "cifar10-pixels", 0, lambda name: data)["val_nll"] == pytest.approx(expected)
+    assert token_frequency_nll("cifar10-pixels", lambda name: data, rows=5)["val_nll"] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="reads the next-token samples"):
+        token_frequency_nll("cifar10", lambda name: load_dataset("cifar10", str(cifar_folder), nonstandard_ok=True))

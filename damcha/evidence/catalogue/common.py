@@ -28,6 +28,9 @@ DIGIT_BASELINES = (Arm("training mean", kind="baseline", task="train_mean"),
                    Arm("top-half 1-NN", kind="baseline", task="top_half_1nn"))
 IMAGE_BASELINE = Arm("top half's mean colour", kind="baseline", task="top_mean_colour", dataset="sample-images")
 COMPLETION = ("val_completion_mse", "val_completion_mse_q25", "val_completion_mse_q75")
+# What an image claim at a scale (a pixel model of CIFAR-10, scored by its NLL) cannot speak to of the paper's columns.
+FID_AT_SCALE = ("FID (computed outside the evidence by `damcha fid`, from Inception weights a user points to), "
+                "FID@Top-50 (not defined in what we have of the paper) and their quantiles on CIFAR-10 and CIFAR-100")
 COMPARABLE = 1.2  # "comparable" overhead: at most this multiple of MHA's
 EFFICIENCY_CASE = dict(T=256, batch=4)
 EFFICIENCY_CONFIG = ModelConfig(vocab_size=256, block_size=256, n_layer=1, n_head=8, n_embd=128,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from damcha.evidence.capacity import base_config, nearest_step
-from damcha.evidence.catalogue.common import COMPLETION, F_DEPTHS, depth_matched_arm, depth_widths
+from damcha.evidence.catalogue.common import COMPLETION, F_DEPTHS, FID_AT_SCALE, depth_matched_arm, depth_widths
 from damcha.evidence.records import Arm, Claim
 
 CANNOT_SPEAK_TO = (
@@ -29,11 +29,10 @@ def claim(quick: bool) -> Claim:
                        "output projection alone); hidden widths: " + "; ".join(f"{k}: {F_DEPTHS[k]}" for k in depths)
                        + "".join(f"; {a.name}: {dict(a.overrides)['generator_widths']} (counted: a gain of the deeper f "
                                  "that is capacity shows against it)" for a in matched) + ".", cannot_speak_to=CANNOT_SPEAK_TO,
-                  cannot_speak_to_at_scale=("FID@Top-50 and FID on CIFAR-10 and CIFAR-100 (Inception weights), and BART "
-                                            "on WMT and CommonGen",),
-                  deviations_at_scale=("Metric: the paper's Table 3 reads FID@Top-50, which is not computed (it needs "
-                                       "the Inception-v3 weights); the direction it claims, the deeper f better, is "
-                                       "tested on the validation patch MSE.",),
+                  cannot_speak_to_at_scale=(FID_AT_SCALE, "BART on WMT and CommonGen"),
+                  deviations_at_scale=("Metric: the paper's Table 3 reads FID@Top-50, which is not defined in what we "
+                                       "have of the paper; the direction it claims, the deeper f better, is tested on "
+                                       "the validation NLL.",),
                   arms_at_scale=depths_at_scale)
     return depth
 

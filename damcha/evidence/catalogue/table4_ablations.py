@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from damcha.evidence.catalogue.common import COMPLETION, capacity_matched_mha, identity_stand_in, identity_start_arms
+from damcha.evidence.catalogue.common import (
+    COMPLETION,
+    FID_AT_SCALE,
+    capacity_matched_mha,
+    identity_stand_in,
+    identity_start_arms,
+)
 from damcha.evidence.records import Arm, Claim
 
 CANNOT_SPEAK_TO = (
@@ -53,6 +59,5 @@ def claim(quick: bool) -> Claim:
                    cannot_speak_to=CANNOT_SPEAK_TO,
                    note_at_scale="MHA at DAMCHA's parameters is a control: w/o sharing holds more parameters than "
                                  "DAMCHA, and a gain of capacity alone shows against it.",
-                   cannot_speak_to_at_scale=("FID and FID@Top-50 on CIFAR-10 and CIFAR-100 (Inception weights; we "
-                                             "measure the patch MSE on CIFAR-10)",))
+                   cannot_speak_to_at_scale=(FID_AT_SCALE,))
     return table4
