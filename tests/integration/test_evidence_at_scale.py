@@ -22,7 +22,7 @@ def _files(folder: Path) -> set[str]:
 
 def test_the_tiny_scale_runs_the_paper_path_end_to_end(tmp_path):
     data = tmp_path / "data"
-    write_standard_format_files(data)
+    write_standard_format_files(data, images_per_batch=12)  # 54 training images of 1024 pixel tokens: 4 batches
     before = _files(tmp_path)
     out = tmp_path / "evidence-tiny"
     cmd = [sys.executable, "-m", "damcha", "evidence", "--scale", "tiny", "--data-dir", str(data), "--out", str(out),
