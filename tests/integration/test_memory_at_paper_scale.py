@@ -11,7 +11,7 @@ import torch
 
 from damcha import build_model
 from damcha.evidence.capacity import base_config, data_of
-from damcha.evidence.scales import PAPER, PAPER_GENERATOR_WIDTHS, scale_claims
+from damcha.evidence.scales import PAPER, PAPER_GENERATOR_WIDTHS, locate_data, scale_claims
 from damcha.evidence.setting import Setting
 from damcha.inputs.datasets.generated import write_standard_format_files
 from damcha.model.mechanisms.damcha.metric import MetricGenerator
@@ -25,9 +25,9 @@ GPU_80GB = 80 * 10**9
 def paper_scale(tmp_path_factory):
     """The paper scale's setting and claims on generated files in the standard formats (same vocabularies,
     shapes and sequence lengths as the published files)."""
-    files = write_standard_format_files(tmp_path_factory.mktemp("data"))
-    setting = Setting(dataclasses.replace(PAPER, nonstandard_ok=True), tuple((n, str(p)) for n, p in files.items()),
-                      "cpu")
+    folder = tmp_path_factory.mktemp("data")
+    write_standard_format_files(folder)
+    setting = Setting(dataclasses.replace(PAPER, nonstandard_ok=True), locate_data(PAPER, folder), "cpu")
     return setting, scale_claims(setting.scale, setting)
 
 
@@ -76,7 +76,7 @@ def test_the_memory_plan_trains_every_paper_scale_arm_on_one_80_gb_gpu_in_the_la
             assert training_memory(config, 2 * plan.micro_batch).total > HEADROOM * GPU_80GB, (key, arm.name)
         planned[(key.split("@")[0], arm.name)] = (plan.strategy, plan.micro_batch)
     assert {s for s, _ in planned.values()} == {"ddp"}  # one GPU: every run whole
-    assert planned[("table1_images", "damcha")][1] == 128  # 128 images of 64 patches at once
+    assert planned[("table1_images", "damcha")][1] == 64  # 128 images of 1024 pixel tokens: in two micro-batches
     assert planned[("table5_text", "damcha")][1] < 128  # 128 x 1024 bytes only in micro-batches
 def test_the_paper_scale_plan_refuses_every_run_that_does_not_fit_before_anything_trains(paper_scale, paper_arms,
                                                                                           monkeypatch):
