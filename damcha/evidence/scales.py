@@ -25,7 +25,7 @@ from damcha.evidence.catalogue import claims
 from damcha.evidence.records import Arm, Claim
 from damcha.evidence.setting import Scale, Setting
 from damcha.inputs.datasets import DataError, data_set_spec
-from damcha.inputs.modalities import modality_named
+from damcha.inputs.modalities import completion_kind
 from damcha.model.config import ModelConfig
 from damcha.runs.memory import AUTO_MICRO_BATCH, DoesNotFit, device_memory, plan_training
 from damcha.runs.train import model_config_for
@@ -161,14 +161,9 @@ AT_DEMO_LENGTH = (" The MHA at DAMCHA's training FLOPs is left out here: its epo
 
 
 def _completion(dataset: str) -> str | None:
-    """The completion a model of the data set is scored on (its modality's kind, where it applies to the data set's
-    task), or None."""
+    """The completion a model of the data set is scored on, or None."""
     spec = data_set_spec(dataset)
-    kind = modality_named(spec.modality).completion
-    return kind if COMPLETED_TASK.get(kind or "") == spec.task else None
-
-
-COMPLETED_TASK = {"bottom_half_tokens": "next_token", "bottom_half_patches": "next_vector"}
+    return completion_kind(spec.modality, spec.task)
 
 
 def _metric_names(demo: str, target: str) -> Callable[[str], str | None]:

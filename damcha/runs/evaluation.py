@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from damcha.inputs.datasets import DataSet, fixed_val_windows
-from damcha.inputs.modalities import modality_named
+from damcha.inputs.modalities import completion_kind
 from damcha.inputs.modalities.digit_image import DIGIT_LEVELS
 from damcha.model.mechanisms import ForwardOptions
 from damcha.model.transformer import Transformer
@@ -120,7 +120,7 @@ def completion_statistics(errors: torch.Tensor) -> dict:
 
 def completes_tokens(modality: str, task: str) -> bool:
     """Whether bottom halves of token images are completed and scored (a pixel decoder's digits)."""
-    return modality_named(modality).completion == "bottom_half_tokens" and task == "next_token"
+    return completion_kind(modality, task) == "bottom_half_tokens"
 
 
 def validation_tensors(data: DataSet, val_windows: int) -> tuple[torch.Tensor, torch.Tensor]:

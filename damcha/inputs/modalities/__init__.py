@@ -20,7 +20,7 @@ MODALITY_MODULES = (tokens, digit_image, byte_text, image_patches, patches_in_pl
 MODALITIES: dict[str, Modality] = {m.MODALITY.name: m.MODALITY for m in MODALITY_MODULES}
 DEFAULT = tokens.MODALITY.name
 
-__all__ = ["MODALITIES", "Modality", "loss_factor", "loss_label", "loss_unit", "modality_named", "printable", "register",
+__all__ = ["MODALITIES", "Modality", "completion_kind", "loss_factor", "loss_label", "loss_unit", "modality_named", "printable", "register",
            "task_of", "unregister"]
 
 
@@ -43,6 +43,17 @@ def task_of(config) -> str:
     if config.n_classes:
         return "classification"
     return "next_vector" if config.input_dim else "next_token"
+
+
+# Which task each completion kind is scored on (a digit decoder's bottom half, a patch model's bottom patches).
+COMPLETED_TASK = {"bottom_half_tokens": "next_token", "bottom_half_patches": "next_vector"}
+
+
+def completion_kind(modality: str, task: str) -> str | None:
+    """The completion a model of this modality and task is scored on (the modality's kind, where it applies to the
+    task), or None."""
+    kind = modality_named(modality).completion
+    return kind if kind is not None and COMPLETED_TASK.get(kind) == task else None
 
 
 def loss_unit(config) -> str:
